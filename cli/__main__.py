@@ -1,0 +1,5 @@
+import sys
+
+from operant.cli import main
+
+sys.exit(main())

@@ -1,0 +1,58 @@
+"""The `operant` command: a thin dispatcher.
+
+Each subcommand's module is imported only when that subcommand runs, so `operant monitor`,
+`operant runs` and `operant exporter` never load torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+# subcommand -> (module, one-line description); each module has main(argv) -> int
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "train": ("operant.trainer.main", "train a policy (same as operant-train; --monitor, --detach)"),
+    "monitor": ("operant.monitor.cli", "watch a run live (--latest, --once, --json)"),
+    "runs": ("operant.monitor.runs_cmd", "list runs with their status, steps and SPS"),
+    "bench": ("operant.trainer.bench", "measure env-only and training throughput"),
+    "eval": ("operant.trainer.evaluate", "evaluate a checkpoint"),
+    "exporter": ("operant.monitor.exporter", "serve live runs' metrics in OpenMetrics format"),
+}
+
+
+def usage() -> str:
+    width = max(len(name) for name in SUBCOMMANDS)
+    lines = ["usage: operant COMMAND [ARGS...]", "", "commands:"]
+    lines += [f"  {name:<{width}}  {text}" for name, (_, text) in SUBCOMMANDS.items()]
+    lines += ["", "Run `operant COMMAND --help` for a command's options."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in ("-h", "--help"):
+        print(usage())
+        return 0 if args else 2
+    if args[0] == "--version":
+        from operant import __version__
+
+        print(f"operant {__version__}")
+        return 0
+    name = args[0]
+    if name not in SUBCOMMANDS:
+        print(f"operant: unknown command {name!r}; choose one of: {', '.join(SUBCOMMANDS)}",
+              file=sys.stderr)
+        return 2
+    module_name, _ = SUBCOMMANDS[name]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if error.name is not None and error.name.startswith("operant"):
+            print(f"operant: the {name!r} command is not available in this build", file=sys.stderr)
+            return 2
+        raise
+    return int(module.main(args[1:]) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""Run directories: where the runs root is, how a run is named and created, and `latest`.
+
+Both processes import this module: the trainer creates run directories, readers (monitor,
+`operant runs`, exporter) resolve them. Nothing here writes except the trainer-side
+functions `create_run_dir` and `update_latest`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import time
+from pathlib import Path
+
+RUNS_DIR_ENV = "OPERANT_RUNS_DIR"
+LATEST_NAME = "latest"
+RUN_FILE = "run.json"
+METRICS_FILE = "metrics.bin"
+PROGRESS_FILE = "progress.jsonl"
+CHECKPOINT_DIR = "checkpoints"
+LOG_FILE = "train.log"
+
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+class RunNotFoundError(Exception):
+    """A run id, `latest`, or a runs root that does not resolve; the message says what to do."""
+
+
+def runs_root(explicit: str | os.PathLike[str] | None = None) -> Path:
+    """`--runs-dir`, else $OPERANT_RUNS_DIR, else $XDG_STATE_HOME/operant/runs
+    (~/.local/state/operant/runs), so every command finds the same runs from any directory."""
+    if explicit:
+        return Path(explicit).expanduser()
+    env = os.environ.get(RUNS_DIR_ENV)
+    if env:
+        return Path(env).expanduser()
+    state_home = os.environ.get("XDG_STATE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "state")
+    return Path(state_home) / "operant" / "runs"
+
+
+def make_run_id(env_id: str, now: float | None = None) -> str:
+    """`<env>-<UTC timestamp>-<4 hex>`: sorts by time within an env, unique across hosts."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(time.time() if now is None else now))
+    env = re.sub(r"[^A-Za-z0-9.-]+", "-", env_id.split("/")[-1]).strip("-").lower()
+    return f"{env}-{stamp}-{secrets.token_hex(2)}"
+
+
+def valid_run_id(run_id: str) -> bool:
+    return bool(_RUN_ID.match(run_id)) and run_id != LATEST_NAME
+
+
+def create_run_dir(root: Path, run_id: str) -> Path:
+    """Create `root/run_id/` and its checkpoints folder; refuses an existing run id."""
+    if not valid_run_id(run_id):
+        raise ValueError(f"run id {run_id!r} may use only letters, digits, '.', '_' and '-'")
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / run_id
+    path.mkdir()
+    (path / CHECKPOINT_DIR).mkdir()
+    return path
+
+
+def update_latest(root: Path, run_id: str) -> None:
+    """Point `root/latest` at run_id atomically: a symlink made under a temporary name and
+    renamed over the old one, so a reader sees the old run or the new one, never neither."""
+    tmp = root / f".{LATEST_NAME}.{os.getpid()}.tmp"
+    try:
+        tmp.unlink()
+    except FileNotFoundError:
+        pass
+    os.symlink(run_id, tmp)
+    os.replace(tmp, root / LATEST_NAME)
+
+
+def resolve_run(root: Path, run: str | None) -> Path:
+    """The directory of run id `run`, or of the latest run when `run` is None or 'latest'."""
+    if run is None or run == LATEST_NAME:
+        link = root / LATEST_NAME
+        try:
+            target = os.readlink(link)
+        except FileNotFoundError:
+            raise RunNotFoundError(
+                f"no runs yet under {root}: start one with operant-train, or pass --runs-dir"
+            ) from None
+        except OSError as error:
+            raise RunNotFoundError(f"{link} is not a run pointer ({error.strerror})") from None
+        path = root / target
+        if not path.is_dir():
+            raise RunNotFoundError(f"{link} points to {target!r}, which no longer exists")
+        return path
+    if not valid_run_id(run):
+        raise RunNotFoundError(f"{run!r} is not a run id (see `operant runs`)")
+    path = root / run
+    if not path.is_dir():
+        raise RunNotFoundError(f"no run {run!r} under {root} (see `operant runs`)")
+    return path
+
+
+def list_run_dirs(root: Path) -> list[Path]:
+    """Run directories under root, oldest first by name within creation time."""
+    if not root.is_dir():
+        return []
+    runs = [p for p in root.iterdir()
+            if p.is_dir() and not p.is_symlink() and valid_run_id(p.name)]
+    return sorted(runs, key=lambda p: (p.stat().st_mtime, p.name))
