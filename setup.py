@@ -4,6 +4,7 @@ Flags are portable on purpose: no -march=native in a build that ships (wheels mu
 other CPUs). OPERANT_NATIVE_ARCH=1 opts in for local benchmarks only.
 """
 
+import glob
 import os
 
 from Cython.Build import cythonize
@@ -13,7 +14,8 @@ compile_args = ["-O3", "-fno-math-errno"]
 if os.environ.get("OPERANT_NATIVE_ARCH") == "1":
     compile_args.append("-march=native")
 
-kernels = ["cartpole"]
+# Every cext/*.pyx is one extension module operant.cext.<name>.
+kernels = sorted(os.path.splitext(os.path.basename(p))[0] for p in glob.glob("cext/*.pyx"))
 
 extensions = [
     Extension(
