@@ -139,12 +139,19 @@ cdef class CartPoleKernel:
 
     @cython.boundscheck(False)
     @cython.wraparound(False)
-    def reset(self, uint64_t seed):
-        """Seed env i's stream from (seed, i), draw every initial state, write `obs`."""
+    def reset(self, seed=None):
+        """Start a new episode in every env and write `obs`.
+
+        With a seed, env i's stream is first re-seeded from (seed, i); without one the streams
+        continue, so successive resets differ.
+        """
         cdef Py_ssize_t i
+        cdef bint reseed = seed is not None
+        cdef uint64_t seed_value = <uint64_t>seed if reseed else 0
         with nogil:
             for i in range(self.num_envs):
-                self._rng[i] = op_rng_seed(seed, <uint64_t>i)
+                if reseed:
+                    self._rng[i] = op_rng_seed(seed_value, <uint64_t>i)
                 self._reset_one(i)
                 self._write_obs(i)
                 self._terminated[i] = 0

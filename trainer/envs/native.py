@@ -1,0 +1,139 @@
+"""Gymnasium's vector API over a native (Cython) batch kernel.
+
+The env allocates every buffer once and hands it to the kernel at construction; the kernel
+writes observations, rewards and flags into them in place. Two ways in:
+
+- `step(actions)`: Gymnasium's API for other libraries. Validates the actions, copies them
+  into the bound action buffer, and returns copies of the outputs when `copy=True`
+  (Gymnasium's default) or the live buffers themselves when `copy=False`.
+- `step_bound()`: for the trainer. The caller has already written the actions into
+  `self.actions` (a torch tensor can share that memory); nothing is allocated or copied.
+
+Autoreset is Gymnasium's SAME_STEP mode: an env that ends on a step already holds its next
+episode's first observation in `obs`; the terminal observation is in `final_obs` (and in
+`info["final_obs"]`, masked by `info["_final_obs"]`).
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from operant.trainer.envs.registry import EnvEntry, EpisodeStats, InvalidActionError
+
+
+class NativeVectorEnv(VectorEnv):
+    """N copies of one environment stepped by a compiled kernel."""
+
+    metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
+
+    def __init__(self, entry: EnvEntry, num_envs: int, copy: bool = True,
+                 max_episode_steps: int | None = None):
+        if entry.native is None:
+            raise ValueError(f"{entry.id} has no native implementation")
+        if not isinstance(num_envs, int) or num_envs <= 0:
+            raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
+        self.entry = entry
+        self.num_envs = num_envs
+        self.copy = copy
+        self.single_observation_space = entry.observation_space()
+        self.single_action_space = entry.action_space()
+        self.observation_space = batch_space(self.single_observation_space, num_envs)
+        self.action_space = batch_space(self.single_action_space, num_envs)
+        self.spec = None
+        obs_dim = self.single_observation_space.shape[0]
+        self.discrete = isinstance(self.single_action_space, spaces.Discrete)
+        if self.discrete:
+            self.actions = np.zeros(num_envs, dtype=np.int64)
+        else:
+            self.actions = np.zeros((num_envs, *self.single_action_space.shape), dtype=np.float32)
+        self.obs = np.zeros((num_envs, obs_dim), dtype=np.float32)
+        self.rewards = np.zeros(num_envs, dtype=np.float32)
+        self.terminated = np.zeros(num_envs, dtype=np.bool_)
+        self.truncated = np.zeros(num_envs, dtype=np.bool_)
+        self.final_obs = np.zeros((num_envs, obs_dim), dtype=np.float32)
+        self._done = np.zeros(num_envs, dtype=np.bool_)
+        self.max_episode_steps = max_episode_steps or entry.max_episode_steps
+        self.kernel = entry.native(num_envs, self.actions, self.obs, self.rewards,
+                                   self.terminated, self.truncated, self.final_obs,
+                                   max_episode_steps=self.max_episode_steps)
+        self._seeded = False
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        """Reset every env. A seed re-seeds env i's stream from (seed, i); no seed on the
+        first reset seeds from the OS's entropy; later resets without one continue."""
+        if seed is not None:
+            if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) \
+                    or not 0 <= int(seed) < 2**64:
+                raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
+            self.kernel.reset(int(seed))
+        elif not self._seeded:
+            self.kernel.reset(secrets.randbits(64))
+        else:
+            self.kernel.reset(None)
+        self._seeded = True
+        return (self.obs.copy() if self.copy else self.obs), {}
+
+    def step(self, actions):
+        self._load_actions(actions)
+        self.step_bound()
+        info: dict[str, Any] = {}
+        np.logical_or(self.terminated, self.truncated, out=self._done)
+        if self._done.any():
+            info["final_obs"] = self.final_obs.copy()
+            info["_final_obs"] = self._done.copy()
+        if self.copy:
+            return (self.obs.copy(), self.rewards.copy(), self.terminated.copy(),
+                    self.truncated.copy(), info)
+        return self.obs, self.rewards, self.terminated, self.truncated, info
+
+    def step_bound(self) -> None:
+        """Step with the actions already in `self.actions`; outputs land in the buffers."""
+        bad = self.kernel.step()
+        if bad >= 0:
+            raise InvalidActionError(
+                f"action {self.actions[bad].tolist()!r} for env {bad} is outside the action space "
+                f"{self.single_action_space}")
+
+    def _load_actions(self, actions) -> None:
+        try:
+            array = np.asarray(actions)
+        except (TypeError, ValueError) as error:
+            raise InvalidActionError(f"actions must be an array, got {type(actions).__name__}: {error}") from None
+        expected = self.actions.shape
+        if array.shape != expected:
+            raise InvalidActionError(
+                f"actions must have shape {expected} (one per env), got {array.shape}")
+        if self.discrete:
+            if array.dtype.kind not in "iu":
+                raise InvalidActionError(
+                    f"actions for {self.single_action_space} must be integers, got dtype {array.dtype}")
+            np.copyto(self.actions, array, casting="unsafe")
+        else:
+            if array.dtype.kind not in "fiu":
+                raise InvalidActionError(f"actions must be numbers, got dtype {array.dtype}")
+            np.copyto(self.actions, array, casting="unsafe")
+
+    # Episode statistics reduced inside the kernel: Python sees sums and counts.
+    def drain_episode_stats(self) -> EpisodeStats:
+        """Finished-episode statistics since the last drain, then zero them."""
+        stats = self.kernel.stats
+        result = EpisodeStats.from_array(stats)
+        stats[:] = 0.0
+        return result
+
+    def recent_returns(self, count: int) -> np.ndarray:
+        """Returns of the last `count` finished episodes (fewer if fewer have finished)."""
+        head = int(self.kernel.recent_head[0])
+        capacity = self.kernel.recent_returns.shape[0]
+        count = min(count, head, capacity)
+        slots = (np.arange(head - count, head) % capacity)
+        return self.kernel.recent_returns[slots]
+
+    def close_extras(self, **kwargs) -> None:
+        pass

@@ -1,0 +1,134 @@
+"""Gymnasium's own environments behind the same buffer interface as the native kernels.
+
+Any installed Gymnasium env id trains this way (`env.impl = "reference"`). It is the slow
+path and the parity oracle: the episode statistics that kernels reduce in C are reduced here
+with numpy, once per step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, VectorEnv
+
+from operant.trainer.envs.registry import EnvError, EpisodeStats, InvalidActionError
+
+RECENT_CAPACITY = 1024
+
+
+class ReferenceVectorEnv(VectorEnv):
+    """Gymnasium's vector env (its own vectorised class when it has one, else sync) in
+    SAME_STEP autoreset mode, exposing `actions`/`obs`/... buffers and `step_bound()`."""
+
+    metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
+
+    def __init__(self, env_id: str, num_envs: int, copy: bool = True,
+                 max_episode_steps: int | None = None):
+        try:
+            spec = gymnasium.spec(env_id)
+        except gymnasium.error.Error as error:
+            raise EnvError(f"unknown env id {env_id!r} for env.impl \"reference\": {error}") from None
+        kwargs: dict[str, Any] = {}
+        if max_episode_steps is not None:
+            kwargs["max_episode_steps"] = max_episode_steps
+        self.inner = gymnasium.make_vec(
+            spec.id, num_envs=num_envs, vectorization_mode="sync",
+            vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP}, **kwargs)
+        self.num_envs = num_envs
+        self.copy = copy
+        self.single_observation_space = self.inner.single_observation_space
+        self.single_action_space = self.inner.single_action_space
+        self.observation_space = self.inner.observation_space
+        self.action_space = self.inner.action_space
+        if not isinstance(self.single_observation_space, spaces.Box):
+            raise EnvError(f"{env_id} has {self.single_observation_space} observations; "
+                           "operant trains on flat Box observations")
+        obs_dim = int(np.prod(self.single_observation_space.shape))
+        self.discrete = isinstance(self.single_action_space, spaces.Discrete)
+        if self.discrete:
+            self.actions = np.zeros(num_envs, dtype=np.int64)
+        else:
+            self.actions = np.zeros((num_envs, *self.single_action_space.shape), dtype=np.float32)
+        self.obs = np.zeros((num_envs, obs_dim), dtype=np.float32)
+        self.rewards = np.zeros(num_envs, dtype=np.float32)
+        self.terminated = np.zeros(num_envs, dtype=np.bool_)
+        self.truncated = np.zeros(num_envs, dtype=np.bool_)
+        self.final_obs = np.zeros((num_envs, obs_dim), dtype=np.float32)
+        self._episode_return = np.zeros(num_envs, dtype=np.float64)
+        self._episode_length = np.zeros(num_envs, dtype=np.int64)
+        self._stats = np.zeros(8, dtype=np.float64)
+        self._recent_returns = np.zeros(RECENT_CAPACITY, dtype=np.float64)
+        self._recent_head = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        obs, info = self.inner.reset(seed=seed, options=options)
+        self.obs[:] = obs.reshape(self.num_envs, -1)
+        self._episode_return[:] = 0.0
+        self._episode_length[:] = 0
+        return (self.obs.copy() if self.copy else self.obs), info
+
+    def step(self, actions):
+        array = np.asarray(actions)
+        if array.shape != self.actions.shape:
+            raise InvalidActionError(
+                f"actions must have shape {self.actions.shape} (one per env), got {array.shape}")
+        np.copyto(self.actions, array, casting="unsafe")
+        info = self._step()
+        if self.copy:
+            return (self.obs.copy(), self.rewards.copy(), self.terminated.copy(),
+                    self.truncated.copy(), info)
+        return self.obs, self.rewards, self.terminated, self.truncated, info
+
+    def step_bound(self) -> None:
+        self._step()
+
+    def _step(self) -> dict[str, Any]:
+        actions = self.actions if not self.discrete else self.actions.astype(self.single_action_space.dtype)
+        obs, rewards, terminated, truncated, info = self.inner.step(actions)
+        self.obs[:] = obs.reshape(self.num_envs, -1)
+        self.rewards[:] = rewards
+        self.terminated[:] = terminated
+        self.truncated[:] = truncated
+        self._episode_return += rewards
+        self._episode_length += 1
+        done = terminated | truncated
+        if done.any():
+            mask = info.get("_final_obs", done)
+            final = info.get("final_obs")
+            for i in np.flatnonzero(mask):
+                self.final_obs[i] = np.asarray(final[i], dtype=np.float32).reshape(-1)
+            self._record(self._episode_return[done], self._episode_length[done])
+            self._episode_return[done] = 0.0
+            self._episode_length[done] = 0
+        return info
+
+    def _record(self, returns: np.ndarray, lengths: np.ndarray) -> None:
+        stats = self._stats
+        if stats[0] == 0:
+            stats[2], stats[3] = returns.min(), returns.max()
+            stats[5], stats[6] = lengths.min(), lengths.max()
+        else:
+            stats[2], stats[3] = min(stats[2], returns.min()), max(stats[3], returns.max())
+            stats[5], stats[6] = min(stats[5], lengths.min()), max(stats[6], lengths.max())
+        stats[0] += len(returns)
+        stats[1] += returns.sum()
+        stats[4] += lengths.sum()
+        for value in returns:
+            self._recent_returns[self._recent_head % RECENT_CAPACITY] = value
+            self._recent_head += 1
+
+    def drain_episode_stats(self) -> EpisodeStats:
+        result = EpisodeStats.from_array(self._stats)
+        self._stats[:] = 0.0
+        return result
+
+    def recent_returns(self, count: int) -> np.ndarray:
+        head = self._recent_head
+        count = min(count, head, RECENT_CAPACITY)
+        return self._recent_returns[np.arange(head - count, head) % RECENT_CAPACITY]
+
+    def close_extras(self, **kwargs) -> None:
+        self.inner.close()
