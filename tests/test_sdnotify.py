@@ -12,6 +12,7 @@ import statistics
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -212,7 +213,7 @@ def test_parse_watchdog_usec_follows_sd_watchdog_enabled():
 
 
 def test_without_notify_socket_everything_is_a_no_op():
-    before = {thread.ident for thread in __import__("threading").enumerate()}
+    before = {thread.ident for thread in threading.enumerate()}
     notifier = SystemdNotifier.from_environ({"WATCHDOG_USEC": "1000000"})
     assert notifier.enabled is False
     assert notifier.watchdog_interval_s is None
@@ -222,7 +223,7 @@ def test_without_notify_socket_everything_is_a_no_op():
     assert notifier.status("step 1", force=True) is False
     assert notifier.extend_timeout(10) is False
     assert notifier.stopping() is False
-    assert {thread.ident for thread in __import__("threading").enumerate()} == before
+    assert {thread.ident for thread in threading.enumerate()} == before
     assert (notifier.sent, notifier.failures) == (0, 0)
 
 
@@ -265,3 +266,29 @@ def test_import_starts_no_thread_and_installs_no_handler():
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                             timeout=30, check=True)
     assert json.loads(result.stdout) == {"threads": 1, "handlers_unchanged": True}
+
+
+def test_repeating_a_step_is_not_progress_but_beat_is(tmp_path):
+    receiver, address = _bind("path", tmp_path)
+    receiver.settimeout(0.01)
+
+    def pings_during(seconds: float, report) -> int:
+        end = time.monotonic() + seconds
+        count = 0
+        while time.monotonic() < end:
+            report()
+            try:
+                count += receiver.recv(4096) == b"WATCHDOG=1"
+            except TimeoutError:
+                pass
+        return count
+
+    with receiver, SystemdNotifier(parse_notify_socket(address),
+                                   watchdog_usec=100_000) as notifier:  # ping every 50 ms
+        notifier.progress(5)
+        notifier.ready()
+        assert receiver.recv(4096) == b"READY=1"
+        assert pings_during(0.4, lambda: notifier.progress(5)) == 0
+        assert pings_during(0.4, notifier.beat) >= 4
+        notifier.stop_watchdog()
+        assert "operant-sd-watchdog" not in {thread.name for thread in threading.enumerate()}

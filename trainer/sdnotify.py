@@ -252,9 +252,10 @@ class SystemdNotifier:
             return False
         if self._pinger is not None and self._pinger.is_alive():
             return True
-        self._stop.clear()
-        self._pinger = threading.Thread(target=self._run_pinger, name="operant-sd-watchdog",
-                                        daemon=True)
+        # A fresh event per pinger: one that outlived its join timeout must not be revived.
+        self._stop = threading.Event()
+        self._pinger = threading.Thread(target=self._run_pinger, args=(self._stop,),
+                                        name="operant-sd-watchdog", daemon=True)
         self._pinger.start()
         return True
 
@@ -266,7 +267,7 @@ class SystemdNotifier:
             pinger.join(timeout_s)
         self._pinger = None
 
-    def _run_pinger(self) -> None:
+    def _run_pinger(self, stop: threading.Event) -> None:
         assert self.watchdog_usec is not None
         interval = self.watchdog_usec / 2e6
         recheck = max(interval * _RECHECK_FRACTION, 0.001)
@@ -274,7 +275,7 @@ class SystemdNotifier:
         # counts from READY, and only a step taken after it earns the first ping.
         pinged_marker = self._progress_marker()
         wait = interval
-        while not self._stop.wait(wait):
+        while not stop.wait(wait):
             marker = self._progress_marker()
             if marker == pinged_marker:
                 wait = recheck
