@@ -1,0 +1,207 @@
+"""The trainer's configuration: typed msgspec Structs, loaded from TOML plus `--set` overrides.
+
+Input is decoded with `msgspec.convert` at the boundary, so an unknown key, a wrong type or an
+out-of-range value is refused, with the field's dotted name, before anything starts.
+Cross-field rules and derived values live in `derive()`, which also names the field it blames.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tomllib
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta, Struct
+
+Positive = Annotated[int, Meta(gt=0)]
+PositiveFloat = Annotated[float, Meta(gt=0)]
+Fraction = Annotated[float, Meta(ge=0, le=1)]
+NonNegative = Annotated[float, Meta(ge=0)]
+
+
+class ConfigError(ValueError):
+    """Bad configuration input; the message names the file/field and what is expected."""
+
+
+class EnvConfig(Struct, forbid_unknown_fields=True, kw_only=True):
+    """Which environment, how it is implemented, and how many copies step together."""
+
+    id: str = "CartPole-v1"
+    """Environment id: one of Operant's (CartPole-v1, ...) or, with impl = "reference", any
+    installed Gymnasium id."""
+    impl: Literal["auto", "native", "torch", "reference"] = "auto"
+    """native: Cython kernels; torch: batched tensor ops on train.device; reference:
+    Gymnasium's own env; auto: native where built, else reference."""
+    num_envs: Positive = 32
+    """Environments stepped together (the batch width of every rollout step)."""
+    max_episode_steps: Positive | None = None
+    """Truncation horizon; None keeps the env's registered limit (500 for CartPole-v1)."""
+
+
+class PolicyConfig(Struct, forbid_unknown_fields=True, kw_only=True):
+    """The actor-critic network: separate actor and critic MLPs of the same shape."""
+
+    hidden_sizes: list[Positive] = msgspec.field(default_factory=lambda: [64, 64])
+    """Width of each hidden layer."""
+    activation: Literal["tanh", "relu"] = "tanh"
+    """Hidden-layer nonlinearity."""
+
+
+class PPOConfig(Struct, forbid_unknown_fields=True, kw_only=True):
+    """Clipped PPO with GAE (Schulman et al. 2017), as in CleanRL's ppo.py."""
+
+    num_steps: Positive = 64
+    """Steps each env takes per rollout; the batch is num_steps x env.num_envs."""
+    learning_rate: PositiveFloat = 3e-3
+    """Adam step size (at the start, when annealed)."""
+    anneal_lr: bool = True
+    """Decay the learning rate linearly to 0 over train.total_steps."""
+    gamma: Fraction = 0.99
+    """Discount factor."""
+    gae_lambda: Fraction = 0.95
+    """GAE lambda."""
+    num_minibatches: Positive = 4
+    """Minibatches per epoch; must divide the batch."""
+    update_epochs: Positive = 4
+    """Passes over each batch."""
+    norm_adv: bool = True
+    """Normalise advantages per minibatch."""
+    clip_coef: PositiveFloat = 0.2
+    """Policy ratio clip range."""
+    clip_vloss: bool = True
+    """Clip the value loss around the old values, as in the PPO paper's implementation."""
+    ent_coef: NonNegative = 0.0
+    """Entropy bonus weight."""
+    vf_coef: NonNegative = 0.5
+    """Value loss weight."""
+    max_grad_norm: PositiveFloat = 0.5
+    """Global gradient-norm clip."""
+    target_kl: PositiveFloat | None = None
+    """Stop an update's epochs early once the approximate KL exceeds this; None never does."""
+    adam_eps: PositiveFloat = 1e-5
+    """Adam epsilon."""
+
+
+class TrainConfig(Struct, forbid_unknown_fields=True, kw_only=True):
+    """The run: budget, seed, devices, output."""
+
+    total_steps: Positive = 500_000
+    """Environment steps (summed over envs) to train for."""
+    seed: Annotated[int, Meta(ge=0)] = 1
+    """Seeds the envs, torch and sampling: the same seed gives the same run on CPU."""
+    target_return: float | None = None
+    """Stop early once the mean return of the last 100 episodes reaches this; None trains
+    for the whole budget."""
+    device: str = "cpu"
+    """Torch device for the policy (and for env.impl = "torch"): cpu, cuda, cuda:1, ..."""
+    torch_threads: Annotated[int, Meta(ge=0)] = 1
+    """Intra-op threads for torch on CPU; 0 keeps torch's default. One is fastest for the
+    small default network on this class of machine (docs/performance.md)."""
+    runs_dir: str | None = None
+    """Runs root; None means $OPERANT_RUNS_DIR, else $XDG_STATE_HOME/operant/runs."""
+    run_id: str | None = None
+    """Run directory name; None makes one from the env id and the time."""
+    log_every: Positive = 1
+    """Print a progress line every this many updates (progress.jsonl gets every update)."""
+
+
+class Config(Struct, forbid_unknown_fields=True, kw_only=True):
+    env: EnvConfig = msgspec.field(default_factory=EnvConfig)
+    policy: PolicyConfig = msgspec.field(default_factory=PolicyConfig)
+    ppo: PPOConfig = msgspec.field(default_factory=PPOConfig)
+    train: TrainConfig = msgspec.field(default_factory=TrainConfig)
+
+
+class Derived(Struct, frozen=True):
+    """Values computed from a Config, checked once."""
+
+    batch_size: int
+    minibatch_size: int
+    num_updates: int
+
+
+def derive(config: Config) -> Derived:
+    """Cross-field checks and derived values; raises ConfigError naming the field."""
+    batch = config.env.num_envs * config.ppo.num_steps
+    if batch % config.ppo.num_minibatches:
+        raise ConfigError(
+            f"ppo.num_minibatches = {config.ppo.num_minibatches} must divide the batch "
+            f"(env.num_envs x ppo.num_steps = {batch})")
+    if config.train.total_steps < batch:
+        raise ConfigError(
+            f"train.total_steps = {config.train.total_steps} is smaller than one batch "
+            f"(env.num_envs x ppo.num_steps = {batch})")
+    if not config.policy.hidden_sizes:
+        raise ConfigError("policy.hidden_sizes must name at least one layer width")
+    if config.train.target_return is not None and not math.isfinite(config.train.target_return):
+        raise ConfigError("train.target_return must be a finite number or left out")
+    return Derived(batch_size=batch, minibatch_size=batch // config.ppo.num_minibatches,
+                   num_updates=config.train.total_steps // batch)
+
+
+def _describe(error: msgspec.ValidationError, source: str) -> str:
+    """msgspec's '... - at `$.ppo.gamma`' as 'source: ppo.gamma: ...'."""
+    text = str(error)
+    message, _, where = text.rpartition(" - at `")
+    if not message:
+        return f"{source}: {text}"
+    path = where.rstrip("`").removeprefix("$").lstrip(".")
+    message = message.replace("Object contains unknown field", "unknown key")
+    return f"{source}: {path or 'top level'}: {message}"
+
+
+def _parse_value(text: str) -> Any:
+    """A --set value as TOML (numbers, booleans, arrays, quoted strings); bare words are strings."""
+    try:
+        return tomllib.loads(f"value = {text}")["value"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def apply_override(data: dict[str, Any], assignment: str) -> None:
+    """Apply one `--set section.key=value` to the raw config mapping."""
+    key, sep, value = assignment.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"--set {assignment!r}: expected section.key=value, e.g. ppo.learning_rate=1e-3")
+    parts = key.split(".")
+    if len(parts) != 2 or not all(parts):
+        raise ConfigError(f"--set {assignment!r}: the key must be section.key "
+                          f"(sections: {', '.join(Config.__struct_fields__)})")
+    section = data.setdefault(parts[0], {})
+    if not isinstance(section, dict):
+        raise ConfigError(f"--set {assignment!r}: {parts[0]} is not a section")
+    section[parts[1]] = _parse_value(value.strip())
+
+
+def load_config(path: str | os.PathLike[str] | None = None, overrides: list[str] = (),
+                extra: dict[str, dict[str, Any]] | None = None) -> Config:
+    """Config from a TOML file (optional), then `extra` (from dedicated flags), then `--set`s."""
+    data: dict[str, Any] = {}
+    source = "config"
+    if path is not None:
+        source = str(path)
+        try:
+            with open(path, "rb") as handle:
+                data = tomllib.load(handle)
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path} does not exist") from None
+        except OSError as error:
+            raise ConfigError(f"config file {path} cannot be read: {error.strerror}") from None
+        except tomllib.TOMLDecodeError as error:
+            raise ConfigError(f"{path}: not valid TOML: {error}") from None
+    for section, values in (extra or {}).items():
+        data.setdefault(section, {}).update(values)
+    for assignment in overrides:
+        apply_override(data, assignment)
+        source = "config (with --set)" if path is None else f"{path} (with --set)"
+    try:
+        return msgspec.convert(data, Config)
+    except msgspec.ValidationError as error:
+        raise ConfigError(_describe(error, source)) from None
+
+
+def to_dict(config: Config) -> dict[str, Any]:
+    return msgspec.to_builtins(config)

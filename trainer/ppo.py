@@ -1,0 +1,96 @@
+"""PPO's two computations: advantages (GAE) and the clipped update. Both are pure in the
+sense that matters: they read their inputs and return or update only what they are given."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from operant.trainer.config import PPOConfig
+
+
+def compute_gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor,
+                next_value: torch.Tensor, gamma: float, gae_lambda: float,
+                advantages: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation over a whole rollout, all envs at once.
+
+    Shapes: rewards, values, dones (T, N); next_value (N,) is V(obs after the last step).
+    `dones[t]` means the episode ended at step t (terminated or truncated; a truncated step's
+    reward already includes gamma * V(final observation)), so nothing flows across it.
+    Returns (advantages, returns), both (T, N); writes into `advantages` when given.
+    """
+    steps = rewards.shape[0]
+    if advantages is None:
+        advantages = torch.empty_like(rewards)
+    not_done = 1.0 - dones.to(rewards.dtype)
+    last = torch.zeros_like(next_value)
+    following_value = next_value
+    for t in range(steps - 1, -1, -1):
+        delta = rewards[t] + gamma * following_value * not_done[t] - values[t]
+        last = delta + gamma * gae_lambda * not_done[t] * last
+        advantages[t] = last
+        following_value = values[t]
+    return advantages, advantages + values
+
+
+def ppo_update(policy: nn.Module, optimizer: torch.optim.Optimizer, config: PPOConfig,
+               b_obs: torch.Tensor, b_actions: torch.Tensor, b_logprobs: torch.Tensor,
+               b_advantages: torch.Tensor, b_returns: torch.Tensor, b_values: torch.Tensor,
+               minibatch_size: int, generator: torch.Generator) -> dict[str, float]:
+    """Clipped-surrogate PPO epochs over one flattened batch (`b_` tensors are (B, ...)).
+
+    Returns the last epoch's mean losses and statistics (policy_loss, value_loss, entropy,
+    approx_kl, clip_fraction) and the batch's explained variance, or raises FloatingPointError
+    on a non-finite loss (the caller keeps the last good state).
+    """
+    batch = b_obs.shape[0]
+    sums = torch.zeros(5)
+    count = 0
+    epochs_run = 0
+    for _ in range(config.update_epochs):
+        permutation = torch.randperm(batch, generator=generator)
+        sums.zero_()
+        count = 0
+        for start in range(0, batch, minibatch_size):
+            mb = permutation[start:start + minibatch_size]
+            logprob, entropy, value = policy.evaluate(b_obs[mb], b_actions[mb])
+            log_ratio = logprob - b_logprobs[mb]
+            ratio = log_ratio.exp()
+            mb_advantages = b_advantages[mb]
+            if config.norm_adv:
+                mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+            policy_loss = torch.max(
+                -mb_advantages * ratio,
+                -mb_advantages * ratio.clamp(1 - config.clip_coef, 1 + config.clip_coef),
+            ).mean()
+            if config.clip_vloss:
+                unclipped = (value - b_returns[mb]) ** 2
+                clipped_value = b_values[mb] + (value - b_values[mb]).clamp(
+                    -config.clip_coef, config.clip_coef)
+                value_loss = 0.5 * torch.max(unclipped, (clipped_value - b_returns[mb]) ** 2).mean()
+            else:
+                value_loss = 0.5 * ((value - b_returns[mb]) ** 2).mean()
+            entropy_mean = entropy.mean()
+            loss = policy_loss - config.ent_coef * entropy_mean + config.vf_coef * value_loss
+            if not torch.isfinite(loss):
+                raise FloatingPointError(
+                    f"non-finite PPO loss (policy {policy_loss.item()}, value {value_loss.item()})")
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            nn.utils.clip_grad_norm_(policy.parameters(), config.max_grad_norm)
+            optimizer.step()
+            with torch.no_grad():
+                approx_kl = ((ratio - 1) - log_ratio).mean()
+                clip_fraction = ((ratio - 1.0).abs() > config.clip_coef).float().mean()
+                sums += torch.stack([policy_loss.detach(), value_loss.detach(),
+                                     entropy_mean.detach(), approx_kl, clip_fraction])
+            count += 1
+        epochs_run += 1
+        if config.target_kl is not None and float(sums[3]) / count > config.target_kl:
+            break
+    means = (sums / count).tolist()
+    variance = b_returns.var()
+    explained = float("nan") if variance == 0 else float(1 - (b_returns - b_values).var() / variance)
+    return {"policy_loss": means[0], "value_loss": means[1], "entropy": means[2],
+            "approx_kl": means[3], "clip_fraction": means[4], "explained_variance": explained,
+            "epochs": float(epochs_run)}
