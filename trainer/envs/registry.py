@@ -108,10 +108,11 @@ def resolve_impl(env_id: str, impl: str) -> str:
         raise EnvError(f"unknown env impl {impl!r}; choose one of: {', '.join(IMPLS)}")
     key = env_id.removeprefix("operant/")
     entry = ENVS.get(key)
-    if impl == "reference":
-        return impl
-    if impl == "auto":
-        return "native" if entry is not None and entry.native is not None else "reference"
+    if impl == "auto" and entry is not None and entry.native is not None:
+        return "native"
+    if impl in ("auto", "reference"):
+        _check_gymnasium_id(key)
+        return "reference"
     if entry is None:
         lookup(env_id)
     if impl == "native" and entry.native is None:
@@ -119,6 +120,16 @@ def resolve_impl(env_id: str, impl: str) -> str:
     if impl == "torch":
         raise EnvError(f"{key} has no torch implementation yet; use env.impl = \"native\"")
     return impl
+
+
+def _check_gymnasium_id(env_id: str) -> None:
+    import gymnasium
+
+    try:
+        gymnasium.spec(env_id)
+    except gymnasium.error.Error as error:
+        raise EnvError(f"unknown env id {env_id!r}: neither operant ({', '.join(ENVS)}) nor "
+                       f"Gymnasium has it ({error})") from None
 
 
 def make_env(env_id: str, num_envs: int, impl: str = "auto", copy: bool = True, **kwargs):
