@@ -42,6 +42,7 @@ from atomics cimport (
     op_store_release_u64,
 )
 
+import errno
 import math
 import os
 import struct
@@ -210,9 +211,10 @@ cdef class MetricsWriter:
             try:
                 os.posix_fallocate(fd, 0, layout.file_size)
             except OSError as error:
-                if error.errno == 28:  # ENOSPC: the file could not be written later either
+                # A filesystem without fallocate keeps the ftruncate size; any other error
+                # (ENOSPC above all) would strike later as SIGBUS, so it stops us here.
+                if error.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
                     raise
-                # Filesystems without fallocate support: the ftruncate size stands.
             os.pwrite(fd, header, 0)
             os.pwrite(fd, blob, layout.schema_offset)
             for metric in schema.metrics:

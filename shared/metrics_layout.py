@@ -348,8 +348,8 @@ class Layout(msgspec.Struct, frozen=True, kw_only=True):
 def compute_layout(schema: Schema, schema_length: int, history_capacity: int) -> Layout:
     """Regions in file order, each starting on its own cache line, the file a whole number of
     pages: header | schema | values | snapshot | texts | reason | history."""
-    if history_capacity < 1:
-        raise ValueError("history_capacity must be at least 1")
+    if not 1 <= history_capacity < 2**32:
+        raise ValueError("history_capacity must be between 1 and 2**32 - 1")
     schema_offset = HEADER_SIZE
     values_offset = _align(schema_offset + schema_length, CACHE_LINE)
     snapshot_offset = _align(values_offset + schema.value_count * VALUE_STRIDE, CACHE_LINE)

@@ -301,14 +301,19 @@ class MetricsReader:
     def __del__(self) -> None:
         self.close()
 
-    def check(self) -> None:
-        """Raise MetricsFileError if the file was shrunk (reading past its end would kill the
-        process with SIGBUS), replaced by another file, or removed since it was opened."""
+    def _check_size(self) -> None:
+        # A file shrunk under the mapping would kill this process with SIGBUS on the next
+        # read past its new end; no Operant writer ever shrinks one.
         if self._mm is None:
             raise MetricsFileError(f"{self.path}: the reader is closed")
         if os.fstat(self._fd).st_size < self.layout.file_size:
             raise self._fail("was truncated while being read (not by an Operant writer); "
                              "open it again")
+
+    def check(self) -> None:
+        """Raise MetricsFileError if the file was shrunk, replaced by another file, or removed
+        since it was opened."""
+        self._check_size()
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
@@ -459,27 +464,31 @@ class MetricsReader:
 
         A record's seq names the record it holds, so one that was overwritten by a later lap
         of the ring, before or while it was copied, is left out and counted in `skipped`.
+        Records are copied newest first: a reader that fell a whole ring behind a fast writer
+        then races the writer's overwrites from the far end and keeps the newest records.
         """
-        self.check()
+        self._check_size()
         layout, q, mm = self.layout, self._q, self._mm
         head = q[fmt.HISTORY_HEAD_OFFSET // 8]
         start = max(since_head, head - layout.history_capacity, 0)
-        skipped = max(0, start - since_head)
         unpack = self._history_struct.unpack
+        data_size = 8 * layout.history_fields
         records = []
-        for index in range(start, head):
+        for index in range(head - 1, start - 1, -1):
             offset = layout.history_record(index)
             word = offset // 8
             want = fmt.history_seq_complete(index)
             if q[word] != want:
-                skipped += 1
-                continue
+                # Overwritten already, and so is every older record: the ring is written in
+                # index order.
+                break
             data = mm[offset + fmt.HISTORY_RECORD_HEADER_SIZE:
-                      offset + fmt.HISTORY_RECORD_HEADER_SIZE + 8 * layout.history_fields]
-            # A complete record's seq only ever changes to a later record's: any change means
+                      offset + fmt.HISTORY_RECORD_HEADER_SIZE + data_size]
+            # A whole record's seq only ever changes to a later record's: any change means
             # this copy may be torn, and the record is gone.
             if q[word] != want:
-                skipped += 1
-                continue
+                break
             records.append(HistoryRecord(index, unpack(data)))
-        return History(records=tuple(records), head=head, skipped=skipped)
+        records.reverse()
+        return History(records=tuple(records), head=head,
+                       skipped=max(0, head - since_head - len(records)))

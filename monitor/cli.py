@@ -1,0 +1,154 @@
+"""`operant monitor`: one run's live state from its metrics file.
+
+`--once` prints one human snapshot, `--json` one JSON document for scripts and servers (the
+keys in DESIGN.md's "Interfaces" are a contract). The interactive Textual view is a separate
+module; this one stays import-light (no torch, no numpy, no Textual) so it starts fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+import msgspec
+
+from operant.shared import metrics_layout as fmt
+from operant.shared.reader import MetricsFileError, MetricsReader, Snapshot
+from operant.shared.runs import METRICS_FILE, RunNotFoundError, resolve_run, runs_root
+
+PROG = "operant monitor"
+# Top-level keys of `--json` besides the run's own metrics, which also appear under "metrics".
+CONTRACT_METRICS = ("global_step", "sps", "episode_return_mean")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG, description="Watch a training run: its status, counters, gauges and losses.")
+    parser.add_argument("run", nargs="?", metavar="RUN_ID",
+                        help="the run to show (see `operant runs`); default: the latest")
+    parser.add_argument("--latest", action="store_true", help="show the most recent run")
+    parser.add_argument("--runs-dir", metavar="DIR",
+                        help="runs root (default: $OPERANT_RUNS_DIR, else "
+                             "$XDG_STATE_HOME/operant/runs)")
+    parser.add_argument("--once", action="store_true",
+                        help="print one snapshot and exit instead of watching")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON document (implies --once)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    if args.run and args.latest:
+        return _error("give a RUN_ID or --latest, not both")
+    if not (args.once or args.json):
+        print(f"{PROG}: the interactive monitor is not built yet; use --once", file=sys.stderr)
+        return 2
+    root = runs_root(args.runs_dir)
+    try:
+        run_dir = resolve_run(root, args.run)
+    except RunNotFoundError as error:
+        return _error(str(error))
+    try:
+        with MetricsReader(run_dir / METRICS_FILE) as reader:
+            snapshot = reader.snapshot()
+            schema = reader.schema
+    except MetricsFileError as error:
+        return _error(f"{error} (run {run_dir.name})")
+    if args.json:
+        sys.stdout.write(msgspec.json.encode(json_document(snapshot, schema)).decode() + "\n")
+    else:
+        print(human_report(snapshot, schema, run_dir))
+    return 0
+
+
+def _error(message: str) -> int:
+    print(f"{PROG}: {message}", file=sys.stderr)
+    return 1
+
+
+def json_document(snapshot: Snapshot, schema: fmt.Schema) -> dict[str, object]:
+    """The `--json` document: the contract keys first (null when the run does not publish
+    them), then the run's state, then every metric by name. NaN and infinities become null."""
+    metrics = snapshot.metrics()
+    document: dict[str, object] = {
+        "run_id": snapshot.run_id,
+        "status": snapshot.status,
+    }
+    for name in CONTRACT_METRICS:
+        document[name] = metrics.get(name)
+    document.update(
+        env_id=snapshot.env_id,
+        state=snapshot.state,
+        interrupted=snapshot.interrupted,
+        reason=snapshot.reason,
+        pid=snapshot.pid,
+        hostname=snapshot.hostname,
+        created_unix_s=snapshot.created_wall_ns / 1e9,
+        heartbeat_age_s=snapshot.heartbeat_age_s,
+        heartbeat_interval_s=snapshot.heartbeat_interval_s,
+        history_head=snapshot.history_head,
+        format_version=snapshot.format_version,
+        path=snapshot.path,
+        metrics=metrics,
+        units={name: unit for name, unit in units(schema).items() if unit},
+    )
+    return document
+
+
+def units(schema: fmt.Schema) -> dict[str, str]:
+    found = {metric.name: metric.unit for metric in schema.metrics}
+    found.update((field.name, field.unit) for field in schema.snapshot)
+    return found
+
+
+def format_value(value: object) -> str:
+    """Counters with thousands separators, floats to 6 significant digits, unset gauges '-'."""
+    if isinstance(value, bool) or value is None:
+        return "-" if value is None else str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "-"
+        return f"{value:,.6g}" if abs(value) < 1e15 else f"{value:.6g}"
+    return str(value)
+
+
+def format_age(seconds: float) -> str:
+    """A duration the way people say it: 4s, 12m, 3h, 2d; '-' when unknown."""
+    if not math.isfinite(seconds) or seconds < 0:
+        return "-"
+    for unit_seconds, limit, unit in ((1, 60, "s"), (60, 3600, "m"), (3600, 86400, "h")):
+        if seconds < limit:
+            return f"{int(seconds // unit_seconds)}{unit}"
+    return f"{int(seconds // 86400)}d"
+
+
+def human_report(snapshot: Snapshot, schema: fmt.Schema, run_dir: Path) -> str:
+    status = snapshot.status
+    if snapshot.interrupted:
+        status += " (interrupted)"
+    lines = [
+        f"run     {snapshot.run_id}  {snapshot.env_id}".rstrip(),
+        f"status  {status}: pid {snapshot.pid} on {snapshot.hostname or '?'}, heartbeat "
+        f"{snapshot.heartbeat_age_s:.1f} s ago (every {snapshot.heartbeat_interval_s:g} s), "
+        f"started {format_age(time.time() - snapshot.created_wall_ns / 1e9)} ago",
+    ]
+    if snapshot.reason:
+        lines.append(f"reason  {snapshot.reason}")
+    lines.append(f"dir     {run_dir}")
+    metrics = snapshot.metrics()
+    unit_of = units(schema)
+    if metrics:
+        width = max(len(name) for name in metrics)
+        lines.append("")
+        for name, value in metrics.items():
+            unit = unit_of.get(name, "")
+            lines.append(f"  {name:<{width}}  {format_value(value):>14} {unit}".rstrip())
+    if snapshot.snapshot is None and schema.snapshot:
+        lines.append("  (the snapshot block could not be read whole: writer died mid-publish?)")
+    return "\n".join(lines)
