@@ -1,0 +1,235 @@
+"""The monitor's arithmetic: numbers, units, durations, rates, curve and bar scaling.
+
+Pure functions over plain values, so each is unit-tested without an app and the widgets stay
+thin. Nothing here imports Textual; `-` stands for a value the run has not published (NaN,
+None, infinities).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+MISSING = "-"
+# Eighth blocks from empty to full: one cell of a curve holds 0..8 eighths of its height.
+BLOCKS = " ▁▂▃▄▅▆▇█"
+_SI = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
+_BINARY = ((1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB"))
+
+
+def is_number(value: object) -> bool:
+    """A finite int or float (bools and NaN are not numbers here)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return math.isfinite(value)
+
+
+def compact(value: object, digits: int = 3) -> str:
+    """A number in at most about six characters: 999, 12.3k, 4.56M, -1.2, 0.0123, 1.2e-05."""
+    if not is_number(value):
+        return MISSING
+    number = float(value)
+    magnitude = abs(number)
+    for scale, suffix in _SI:
+        if magnitude >= scale * 0.9995:
+            return f"{_sig(number / scale, digits)}{suffix}"
+    if isinstance(value, int):
+        return str(value)
+    if magnitude == 0:
+        return "0"
+    if magnitude < 1e-3:
+        return f"{number:.{max(digits - 2, 0)}e}"
+    return _sig(number, digits)
+
+
+def _sig(number: float, digits: int) -> str:
+    """`digits` significant digits, trailing zeros kept off: 12.3, 4.5, 100."""
+    if number == 0:
+        return "0"
+    exponent = math.floor(math.log10(abs(number)))
+    decimals = max(digits - 1 - exponent, 0)
+    text = f"{number:.{decimals}f}"
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return text
+
+
+def count(value: object) -> str:
+    """A counter with thousands separators: 1,234,567."""
+    if not is_number(value):
+        return MISSING
+    return f"{int(value):,}"
+
+
+def real(value: object, digits: int = 4) -> str:
+    """A gauge to `digits` significant digits, in plain or scientific notation."""
+    if not is_number(value):
+        return MISSING
+    number = float(value)
+    if number == 0:
+        return "0"
+    if 1e-3 <= abs(number) < 1e6:
+        return _sig(number, digits)
+    return f"{number:.{digits - 1}e}"
+
+
+def size(value: object) -> str:
+    """A size in binary units: 512 B, 3.4 KiB, 1.25 GiB."""
+    if not is_number(value) or value < 0:
+        return MISSING
+    for scale, unit in _BINARY:
+        if value >= scale:
+            return f"{_sig(value / scale, 3)} {unit}"
+    return f"{int(value)} B"
+
+
+def duration(seconds: object) -> str:
+    """How long, the way htop says it: 45s, 12m03s, 3h04m, 2d05h; '-' when unknown."""
+    if not is_number(seconds) or seconds < 0:
+        return MISSING
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    minutes, secs = divmod(whole, 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours:02d}h"
+
+
+def short_time(seconds: object) -> str:
+    """A short duration with its unit: 850 µs, 12.3 ms, 1.20 s, then `duration`."""
+    if not is_number(seconds) or seconds < 0:
+        return MISSING
+    if seconds == 0:
+        return "0 s"
+    if seconds < 1e-3:
+        return f"{_sig(seconds * 1e6, 3)} µs"
+    if seconds < 1:
+        return f"{_sig(seconds * 1e3, 3)} ms"
+    if seconds < 60:
+        return f"{seconds:.2f} s"
+    return duration(seconds)
+
+
+def percent(value: object) -> str:
+    """A percentage: 7%, 12.5% below 100 keeps one decimal only when it says something."""
+    if not is_number(value):
+        return MISSING
+    return f"{value:.0f}%" if abs(value) >= 10 or value == int(value) else f"{value:.1f}%"
+
+
+def metric(value: object, unit: str = "", kind: str = "gauge") -> str:
+    """A table cell for any metric: by kind and unit, so metrics this monitor was not written
+    for still read well."""
+    if isinstance(value, str):
+        return value
+    if kind == "counter" and is_number(value):
+        return count(value)
+    if unit in ("bytes", "B"):
+        return size(value)
+    if unit == "s":
+        return short_time(value)
+    if unit == "%":
+        return percent(value)
+    return real(value)
+
+
+def rate(previous: tuple[float, float] | None, current: tuple[float, float]) -> float:
+    """Per-second change between two (time_s, value) samples of a counter; NaN when it cannot
+    be told (no earlier sample, no time between them, or the counter went backwards)."""
+    if previous is None:
+        return math.nan
+    elapsed = current[0] - previous[0]
+    change = current[1] - previous[1]
+    if elapsed <= 0 or change < 0:
+        return math.nan
+    return change / elapsed
+
+
+def finite(values: Iterable[float]) -> list[float]:
+    return [value for value in values if is_number(value)]
+
+
+def resample(values: Sequence[float], width: int) -> list[float]:
+    """`values` fitted to `width` columns: each column is the mean of the finite values that
+    fall into it (NaN when none do); a short series is left as it is, not stretched."""
+    if width <= 0:
+        return []
+    length = len(values)
+    if length <= width:
+        return [float(value) for value in values]
+    columns = []
+    for column in range(width):
+        start = column * length // width
+        stop = (column + 1) * length // width
+        bucket = finite(values[start:stop])
+        columns.append(sum(bucket) / len(bucket) if bucket else math.nan)
+    return columns
+
+
+def value_range(values: Iterable[float]) -> tuple[float, float] | None:
+    """(low, high) of the finite values, widened when flat so a constant curve sits mid-way;
+    None when there are none."""
+    numbers = finite(values)
+    if not numbers:
+        return None
+    low, high = min(numbers), max(numbers)
+    if high == low:
+        pad = abs(high) * 0.5 or 1.0
+        return low - pad, high + pad
+    return low, high
+
+
+def sparkline(values: Sequence[float], width: int, height: int = 1) -> list[str]:
+    """A curve drawn with eighth blocks: `height` strings of `width` cells, top row first.
+
+    Every value is scaled between the series' low and high; the lowest still gets one eighth,
+    so a column with data is never blank, and a NaN column is blank. The curve fills the width
+    from the right when there are fewer values than columns, as htop's graphs do.
+    """
+    if width <= 0 or height <= 0:
+        return []
+    columns = resample(values, width)
+    bounds = value_range(columns)
+    rows = [[" "] * width for _ in range(height)]
+    if bounds is None:
+        return ["".join(row) for row in rows]
+    low, high = bounds
+    levels = height * 8
+    offset = width - len(columns)
+    for index, value in enumerate(columns):
+        if not is_number(value):
+            continue
+        eighths = max(1, round((value - low) / (high - low) * levels))
+        for row in range(height):
+            # Row 0 is the top: it holds what is left above the rows below it.
+            filled = eighths - (height - 1 - row) * 8
+            rows[row][offset + index] = BLOCKS[max(0, min(8, filled))]
+    return ["".join(row) for row in rows]
+
+
+def shares(parts: Sequence[tuple[str, float]]) -> list[tuple[str, float, float]]:
+    """(name, seconds, fraction of the total) for each part with a finite, non-negative time;
+    fractions add up to 1 (all 0 when nothing was timed yet)."""
+    timed = [(name, float(seconds)) for name, seconds in parts
+             if is_number(seconds) and seconds >= 0]
+    total = sum(seconds for _, seconds in timed)
+    return [(name, seconds, seconds / total if total > 0 else 0.0) for name, seconds in timed]
+
+
+def allocate(fractions: Sequence[float], width: int) -> list[int]:
+    """Whole cells for each fraction of a bar `width` cells wide (largest remainder), so the
+    segments always add up to the width when the fractions add up to 1."""
+    if width <= 0 or not fractions:
+        return [0] * len(fractions)
+    exact = [max(0.0, fraction) * width for fraction in fractions]
+    cells = [math.floor(value) for value in exact]
+    left = min(width, round(sum(exact))) - sum(cells)
+    order = sorted(range(len(exact)), key=lambda i: (cells[i] - exact[i], i))
+    for index in order[:max(0, left)]:
+        cells[index] += 1
+    return cells
