@@ -85,7 +85,8 @@ static inline void op_store_words_relaxed(uint64_t *dst, const uint64_t *src, in
 }
 
 static inline void op_store_f64s_relaxed(uint64_t *dst, const double *src, int64_t n) {
-    for (int64_t i = 0; i < n; i++) __atomic_store_n(dst + i, op_f64_bits(src[i]), __ATOMIC_RELAXED);
+    for (int64_t i = 0; i < n; i++)
+        __atomic_store_n(dst + i, op_f64_bits(src[i]), __ATOMIC_RELAXED);
 }
 
 #endif

@@ -301,8 +301,8 @@ cdef class MetricsWriter:
         # The record's own seq names the record it holds (2i+1 writing, 2i+2 whole), so a
         # reader can tell a record overwritten by a later lap of the ring from the one it asked.
         cdef uint64_t index = self.next_history_index
-        cdef uint64_t *record = <uint64_t *>(
-            self.history + <Py_ssize_t>(index % <uint64_t>self.history_capacity) * self.history_stride)
+        cdef Py_ssize_t slot = <Py_ssize_t>(index % <uint64_t>self.history_capacity)
+        cdef uint64_t *record = <uint64_t *>(self.history + slot * self.history_stride)
         op_store_relaxed_u64(record, 2 * index + 1)
         op_fence_release()
         op_store_f64s_relaxed(record + 1, values, self.history_fields)
@@ -319,8 +319,9 @@ cdef class MetricsWriter:
         if self.base == NULL:
             raise ValueError("the metrics writer is closed")
         if slot < 0 or slot >= self.value_count or self.value_kinds[slot] != kind:
-            raise IndexError(f"slot {slot} is not a {'counter' if kind == KIND_COUNTER else 'gauge'}"
-                             " in this schema (use schema.slot(name))")
+            kind_name = "counter" if kind == KIND_COUNTER else "gauge"
+            raise IndexError(f"slot {slot} is not a {kind_name} in this schema "
+                             "(use schema.slot(name))")
 
     def set_counter(self, Py_ssize_t slot, uint64_t value):
         self._check_value_slot(slot, KIND_COUNTER)

@@ -55,7 +55,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.runs_dir and not root.is_dir():
         print(f"{PROG}: --runs-dir {root} is not a directory", file=sys.stderr)
         return 1
-    rows = [describe_run(run_dir) for run_dir in list_run_dirs(root)]
+    try:
+        rows = [describe_run(run_dir) for run_dir in list_run_dirs(root)]
+    except OSError as error:
+        print(f"{PROG}: cannot list {root} ({error.strerror})", file=sys.stderr)
+        return 1
     if args.json:
         sys.stdout.write(msgspec.json.encode(rows).decode() + "\n")
         return 0
@@ -72,7 +76,10 @@ def describe_run(run_dir: Path) -> RunRow:
     row = RunRow(run_id=run_dir.name, path=str(path))
     if not path.exists():
         row.error = "no metrics file yet"
-        row.age_s = max(0.0, time.time() - run_dir.stat().st_mtime)
+        try:
+            row.age_s = max(0.0, time.time() - run_dir.stat().st_mtime)
+        except OSError:
+            row.error = "removed while listing"
         return row
     try:
         with MetricsReader(path) as reader:

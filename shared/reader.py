@@ -142,6 +142,10 @@ class MetricsReader:
             raise MetricsFileError(f"{self.path}: cannot open ({error.strerror})") from None
         try:
             self._open()
+        except OSError as error:
+            self.close()
+            raise MetricsFileError(f"{self.path}: cannot read ({error.strerror or error})") \
+                from None
         except BaseException:
             self.close()
             raise
@@ -268,7 +272,6 @@ class MetricsReader:
         self._views = [self._q, self._d, view]
         self._snapshot_seq_word = layout.snapshot_offset // 8
         self._snapshot_start = layout.snapshot_offset + fmt.SNAPSHOT_HEADER_SIZE
-        self._snapshot_end = self._snapshot_start + 8 * layout.snapshot_words
         self._snapshot_struct = struct.Struct(f"<{layout.snapshot_words}d")
         self._history_struct = struct.Struct(f"<{layout.history_fields}d")
         self._snapshot_names = tuple(field.name for field in schema.snapshot)
@@ -301,40 +304,39 @@ class MetricsReader:
     def __del__(self) -> None:
         self.close()
 
-    def _check_size(self) -> None:
-        # A file shrunk under the mapping would kill this process with SIGBUS on the next
-        # read past its new end; no Operant writer ever shrinks one.
-        if self._mm is None:
-            raise MetricsFileError(f"{self.path}: the reader is closed")
-        if os.fstat(self._fd).st_size < self.layout.file_size:
-            raise self._fail("was truncated while being read (not by an Operant writer); "
-                             "open it again")
-
     def check(self) -> None:
         """Raise MetricsFileError if the file was shrunk, replaced by another file, or removed
         since it was opened."""
-        self._check_size()
+        if self._mm is None:
+            raise MetricsFileError(f"{self.path}: the reader is closed")
+        # A file shrunk under the mapping would kill this process with SIGBUS on the next
+        # read past its new end; no Operant writer ever shrinks one.
+        if os.fstat(self._fd).st_size < self.layout.file_size:
+            raise self._fail("was truncated while being read (not by an Operant writer); "
+                             "open it again")
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
             raise self._fail("was removed since it was opened") from None
+        except OSError as error:
+            raise self._fail(f"cannot be checked ({error.strerror})") from None
         if (st.st_dev, st.st_ino) != self._identity:
             raise self._fail("was replaced by a new file since it was opened (a new run in "
                              "the same directory?); open it again")
 
     # --- seqlocked reads -----------------------------------------------------------------
 
-    def _read_seqlocked(self, seq_word: int, start: int, end: int) -> bytes | None:
-        """The bytes [start, end) as of one even value of the seq word, or None if no whole
-        copy could be taken within the retry budget."""
-        q, mm = self._q, self._mm
+    def _read_seqlocked(self, seq_word: int, read, *args):
+        """`read(*args)` as of one even value of the seq word (a copy of the guarded words), or
+        None if no whole copy could be taken within the retry budget."""
+        q = self._q
         attempts, deadline = 0, 0.0
         while True:
             begin = q[seq_word]
             if not begin & 1:
-                data = mm[start:end]
+                value = read(*args)
                 if q[seq_word] == begin:
-                    return data
+                    return value
             self.retries += 1
             attempts += 1
             if attempts % SEQLOCK_FAST_ATTEMPTS == 0:
@@ -347,12 +349,12 @@ class MetricsReader:
     def snapshot_block(self) -> tuple[float, ...] | None:
         """The seqlock block's values in schema.snapshot order, all from one publish_snapshot
         call; None if no whole copy could be taken. The cheapest read there is."""
-        data = self._read_seqlocked(self._snapshot_seq_word, self._snapshot_start,
-                                    self._snapshot_end)
-        return None if data is None else self._snapshot_struct.unpack(data)
+        return self._read_seqlocked(self._snapshot_seq_word, self._snapshot_struct.unpack_from,
+                                    self._mm, self._snapshot_start)
 
     def _read_text(self, offset: int, size: int, what: str) -> str:
-        data = self._read_seqlocked(offset // 8, offset + 8, offset + size)
+        data = self._read_seqlocked(offset // 8, self._mm.__getitem__,
+                                    slice(offset + 8, offset + size))
         if data is None:
             return ""
         length = int.from_bytes(data[:4], "little")
@@ -445,9 +447,9 @@ class MetricsReader:
             process = psutil.Process(self.pid)
             started = process.create_time()
             process_state = process.status()
-        except psutil.NoSuchProcess:
+        except psutil.NoSuchProcess:  # gone, or a zombie waiting to be reaped
             return STATUS_CRASHED
-        except psutil.AccessDenied:
+        except psutil.Error:  # not ours to inspect: the heartbeat decides
             return None
         if abs(started - self.pid_start_time) > PID_START_TOLERANCE_S:
             return STATUS_CRASHED  # the pid now belongs to another process
@@ -467,12 +469,11 @@ class MetricsReader:
         Records are copied newest first: a reader that fell a whole ring behind a fast writer
         then races the writer's overwrites from the far end and keeps the newest records.
         """
-        self._check_size()
+        self.check()
         layout, q, mm = self.layout, self._q, self._mm
         head = q[fmt.HISTORY_HEAD_OFFSET // 8]
         start = max(since_head, head - layout.history_capacity, 0)
-        unpack = self._history_struct.unpack
-        data_size = 8 * layout.history_fields
+        unpack_from = self._history_struct.unpack_from
         records = []
         for index in range(head - 1, start - 1, -1):
             offset = layout.history_record(index)
@@ -482,13 +483,12 @@ class MetricsReader:
                 # Overwritten already, and so is every older record: the ring is written in
                 # index order.
                 break
-            data = mm[offset + fmt.HISTORY_RECORD_HEADER_SIZE:
-                      offset + fmt.HISTORY_RECORD_HEADER_SIZE + data_size]
+            values = unpack_from(mm, offset + fmt.HISTORY_RECORD_HEADER_SIZE)
             # A whole record's seq only ever changes to a later record's: any change means
             # this copy may be torn, and the record is gone.
             if q[word] != want:
                 break
-            records.append(HistoryRecord(index, unpack(data)))
+            records.append(HistoryRecord(index, values))
         records.reverse()
         return History(records=tuple(records), head=head,
                        skipped=max(0, head - since_head - len(records)))

@@ -74,7 +74,9 @@ def test_snapshot_block_is_never_torn(tmp_path, stop_on_exit):
 
 def test_history_records_are_never_torn_across_wraparound(tmp_path, stop_on_exit):
     path = tmp_path / "metrics.bin"
-    capacity, fields = 16, 8
+    # Small next to a million records (the ring laps thousands of times), yet big enough that
+    # a reader sharing one core with the writer still gets a ring's worth per time slice.
+    capacity, fields = 1024, 8
     writer = start_writer("history", str(path), str(capacity), str(fields))
     stop_on_exit(writer)
     reader = MetricsReader(path)
