@@ -87,6 +87,8 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
     snapshot: dict[str, float] | None
     """The seqlock block by field name; None while it cannot be read whole (a writer that
     died mid-publish)."""
+    schema: fmt.Schema
+    """What the file holds: names, kinds, units and descriptions of every value."""
 
     def metrics(self) -> dict[str, int | float | str]:
         """Every named value in one mapping: counters, gauges, texts and snapshot fields."""
@@ -415,6 +417,7 @@ class MetricsReader:
             gauges=gauges,
             texts=texts,
             snapshot=None if block is None else dict(zip(self._snapshot_names, block)),
+            schema=self.schema,
         )
 
     def _heartbeat_age(self, wall_ns: int, mono_ns: int) -> float:

@@ -177,7 +177,7 @@ def test_monitor_bad_input(runs, tmp_path):
     assert_one_line_error(operant("monitor", "newer", "--once", "--runs-dir", str(runs)),
                           "format 9.0", "upgrade operant")
     assert_one_line_error(operant("monitor", "cartpole-a", "--runs-dir", str(runs)),
-                          "interactive monitor is not built yet; use --once", code=2)
+                          "needs a terminal", "--once", code=2)
 
 
 def test_reader_commands_never_import_torch(runs):
