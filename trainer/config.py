@@ -105,6 +105,9 @@ class TrainConfig(Struct, forbid_unknown_fields=True, kw_only=True):
     """Run directory name; None makes one from the env id and the time."""
     log_every: Positive = 1
     """Print a progress line every this many updates (progress.jsonl gets every update)."""
+    publish_metrics: bool = True
+    """Publish live state into the run's metrics.bin for monitors, `operant runs` and the
+    exporter. Off only to measure what publication costs."""
 
 
 class Config(Struct, forbid_unknown_fields=True, kw_only=True):

@@ -4,6 +4,7 @@ Exit codes:
   0  training finished (budget spent, or train.target_return reached)
   1  training failed (an error or a non-finite loss; the run directory says why)
   2  bad input: flags, config file, config values, env id (nothing was started)
+  130  interrupted by SIGINT (Ctrl-C); the metrics file says finished, interrupted
 """
 
 from __future__ import annotations
@@ -93,6 +94,17 @@ class ProgressLog:
         self.file.close()
 
 
+def _fan_out(progress: ProgressLog, publisher) -> Any:
+    if publisher is None:
+        return progress
+
+    def log(record: dict[str, Any]) -> None:
+        publisher.publish(record)
+        progress(record)
+
+    return log
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # Heavy imports after argument parsing, so --help and usage errors are instant.
@@ -125,25 +137,49 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return EXIT_USAGE
 
-    log_out = sys.stdout
-    progress = ProgressLog(run_dir / runs.PROGRESS_FILE, log_out, args.log_format,
+    progress = ProgressLog(run_dir / runs.PROGRESS_FILE, sys.stdout, args.log_format,
                            config.train.log_every, derived.num_updates, args.quiet)
+    publisher = None
     try:
-        trainer = Trainer(config, log=progress, run_dir=run_dir)
+        trainer = Trainer(config, run_dir=run_dir)
         write_json_atomic(run_dir / runs.RUN_FILE, run_metadata(config, run_id, trainer.impl))
+        if config.train.publish_metrics:
+            from operant.trainer.telemetry import Publisher
+
+            # The metrics file appears complete (os.replace), then `latest` points at it.
+            publisher = Publisher(run_dir / runs.METRICS_FILE, run_id, config.env.id,
+                                  trainer.impl, config.train.device, config.train.total_steps)
         runs.update_latest(root, run_id)
+        trainer.log = _fan_out(progress, publisher)
         if args.log_format == "plain" and not args.quiet:
             print(f"run {run_id}: {config.env.id} ({trainer.impl}), {config.env.num_envs} envs, "
                   f"{derived.num_updates} updates of {derived.batch_size} steps -> {run_dir}",
                   flush=True)
+        if publisher is not None:
+            publisher.start()
         started = time.perf_counter()
         last = trainer.run()
         trainer.save_model(run_dir / "model.pt")
+        if publisher is not None:
+            publisher.finish()
     except FloatingPointError as error:
+        if publisher is not None:
+            publisher.fail(f"non-finite values: {error}")
         print(f"operant-train: training failed: {error}", file=sys.stderr)
         return EXIT_FAILED
+    except KeyboardInterrupt:
+        if publisher is not None:
+            publisher.finish(interrupted=True, reason="interrupted by SIGINT")
+        print(f"operant-train: interrupted; run directory {run_dir}", file=sys.stderr)
+        return 130
+    except BaseException as error:
+        if publisher is not None:
+            publisher.fail(f"{type(error).__name__}: {error}")
+        raise
     finally:
         progress.close()
+        if publisher is not None:
+            publisher.close()
     summary = {
         "run_id": run_id, "global_step": last.get("global_step", 0),
         "episode_return_mean": last.get("episode_return_mean"),

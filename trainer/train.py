@@ -150,7 +150,11 @@ class Trainer:
             fraction = 1.0 - self.update / derived.num_updates
             for group in self.optimizer.param_groups:
                 group["lr"] = fraction * config.ppo.learning_rate
+        # "publish" is the time spent publishing the previous update (it happens after its
+        # record is made), so it survives the reset.
+        published_ns = self.timer.totals["publish"]
         self.timer.reset()
+        self.timer.totals["publish"] = published_ns
         update_started = time.perf_counter()
         next_value = self.collect()
 
@@ -213,7 +217,7 @@ class Trainer:
             started = time.perf_counter_ns()
             if self.log is not None:
                 self.log(record)
-            self.timer.totals["publish"] += time.perf_counter_ns() - started
+            self.timer.totals["publish"] = time.perf_counter_ns() - started
             if self.solved_at is not None and self.config.train.target_return is not None:
                 break
         return self.last_record
