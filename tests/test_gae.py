@@ -47,3 +47,35 @@ def test_writes_into_given_buffer():
                          torch.zeros(2), 1.0, 1.0, advantages=out)
     assert adv.data_ptr() == out.data_ptr()
     assert out[:, 0].tolist() == [4.0, 3.0, 2.0, 1.0]
+
+
+def test_stacked_actor_critic_equals_two_separate_mlps():
+    """The stacked layout is only a layout: rows are exactly two independent MLPs."""
+    from operant.trainer.policy import ActorCritic
+
+    torch.manual_seed(0)
+    policy = ActorCritic(4, 3, [16, 8])
+    obs = torch.randn(5, 4)
+
+    def mlp(row, width):
+        x = obs
+        for index, (weight, bias) in enumerate(zip(policy.weights, policy.biases)):
+            x = x @ weight[row] + bias[row]
+            if index < len(policy.weights) - 1:
+                x = torch.tanh(x)
+        return x[:, :width]
+
+    logits, values = policy.heads(obs)
+    torch.testing.assert_close(logits, mlp(0, 3), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(values, mlp(1, 1)[:, 0], rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(policy.value(obs), values, rtol=1e-6, atol=1e-6)
+    # Gradients reach the flat buffer; the critic's unused head columns stay exactly zero.
+    from operant.trainer.policy import FlatParameters
+
+    flat = FlatParameters(policy)
+    flat.zero_grad()
+    logprob, entropy, value = policy.evaluate(obs, torch.tensor([0, 1, 2, 0, 1]))
+    (logprob.sum() + value.sum() + entropy.sum()).backward()
+    assert flat.grad.abs().sum() > 0
+    assert policy.weights[-1].grad[1, :, 1:].abs().sum() == 0
+    assert policy.weights[0].data_ptr() == flat.param.data_ptr()

@@ -1,8 +1,16 @@
-"""The actor-critic: separate MLPs for the policy and the value, CleanRL's initialisation.
+"""The actor-critic: an actor MLP and a critic MLP of the same shape, evaluated together.
+
+The two networks are stored stacked — layer l's weights are one (2, in, out) tensor, actor in
+row 0 and critic in row 1 — so one batched matmul (`baddbmm`) evaluates a layer of both. The
+arithmetic is exactly that of two separate MLPs (each row only ever multiplies its own
+weights); what changes is the number of operator calls, which is what bounds small networks
+on a CPU. The output layer is max(num_actions, 1) wide for both: the critic reads column 0,
+and its other columns get no gradient and stay zero.
 
 Sampling and log-probabilities are written out by hand rather than through
 torch.distributions: the same arithmetic without argument validation or object churn on the
-per-step path.
+per-step path. All parameters live in one flat buffer (`FlatParameters`) so the optimiser,
+the gradient clip and the NaN check each touch one tensor.
 """
 
 from __future__ import annotations
@@ -12,51 +20,121 @@ import math
 import torch
 from torch import nn
 
-ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
+ACTIVATIONS = {"tanh": torch.tanh, "relu": torch.relu}
+ACTOR, CRITIC = 0, 1
 
 
-def _layer(inputs: int, outputs: int, std: float) -> nn.Linear:
-    layer = nn.Linear(inputs, outputs)
-    nn.init.orthogonal_(layer.weight, std)
-    nn.init.constant_(layer.bias, 0.0)
-    return layer
-
-
-def mlp(inputs: int, hidden: list[int], outputs: int, activation: str, out_std: float) -> nn.Sequential:
-    layers: list[nn.Module] = []
-    width = inputs
-    for size in hidden:
-        layers += [_layer(width, size, math.sqrt(2)), ACTIVATIONS[activation]()]
-        width = size
-    layers.append(_layer(width, outputs, out_std))
-    return nn.Sequential(*layers)
+def _orthogonal(inputs: int, outputs: int, std: float) -> torch.Tensor:
+    """An (inputs, outputs) weight as nn.Linear(inputs, outputs) with orthogonal init would
+    have it, transposed for `x @ W`."""
+    weight = torch.empty(outputs, inputs)
+    nn.init.orthogonal_(weight, std)
+    return weight.t().contiguous()
 
 
 class ActorCritic(nn.Module):
-    """Discrete actions: a categorical over `num_actions` logits."""
+    """Discrete actions: a categorical over `num_actions` logits. CleanRL's initialisation
+    (orthogonal, sqrt(2) hidden gain, 0.01 actor head, 1.0 critic head, zero biases)."""
 
     def __init__(self, obs_dim: int, num_actions: int, hidden: list[int], activation: str = "tanh"):
         super().__init__()
-        self.actor = mlp(obs_dim, hidden, num_actions, activation, out_std=0.01)
-        self.critic = mlp(obs_dim, hidden, 1, activation, out_std=1.0)
+        self.num_actions = num_actions
+        self.activation = ACTIVATIONS[activation]
+        widths = [obs_dim, *hidden]
+        out = max(num_actions, 1)
+        weights, biases = [], []
+        for inputs, outputs in zip(widths[:-1], widths[1:]):
+            actor = _orthogonal(inputs, outputs, math.sqrt(2))
+            critic = _orthogonal(inputs, outputs, math.sqrt(2))
+            weights.append(torch.stack([actor, critic]))
+            biases.append(torch.zeros(2, 1, outputs))
+        head = torch.zeros(2, widths[-1], out)
+        head[ACTOR] = _orthogonal(widths[-1], num_actions, 0.01)
+        head[CRITIC, :, :1] = _orthogonal(widths[-1], 1, 1.0)
+        weights.append(head)
+        biases.append(torch.zeros(2, 1, out))
+        self.weights = nn.ParameterList([nn.Parameter(w) for w in weights])
+        self.biases = nn.ParameterList([nn.Parameter(b) for b in biases])
+        # Plain tuples for the per-step path: indexing a ParameterList costs more than the
+        # layer's arithmetic at these sizes.
+        self._layers = tuple(zip(self.weights, self.biases))
+        self._last = len(self._layers) - 1
+
+    def heads(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits (B, num_actions), values (B,)) for observations (B, obs_dim)."""
+        x = obs.unsqueeze(0).expand(2, *obs.shape)
+        for index, (weight, bias) in enumerate(self._layers):
+            x = torch.baddbmm(bias, x, weight)
+            if index < self._last:
+                x = self.activation(x)
+        return x[ACTOR, :, :self.num_actions], x[CRITIC, :, 0]
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.critic(obs).squeeze(-1)
+        """Critic only: the same stacked layers restricted to row 1."""
+        x = obs
+        for index, (weight, bias) in enumerate(self._layers):
+            x = torch.addmm(bias[CRITIC], x, weight[CRITIC])
+            if index < self._last:
+                x = self.activation(x)
+        return x[:, 0]
 
     def act(self, obs: torch.Tensor, generator: torch.Generator | None = None):
         """Sample actions; returns (actions, log-probabilities, values)."""
-        logits = self.actor(obs)
+        logits, values = self.heads(obs)
         log_probs = torch.log_softmax(logits, dim=-1)
         actions = torch.multinomial(log_probs.exp(), 1, generator=generator).squeeze(-1)
         logprob = log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-        return actions, logprob, self.value(obs)
+        return actions, logprob, values
 
     def evaluate(self, obs: torch.Tensor, actions: torch.Tensor):
         """Log-probabilities of `actions`, entropies and values, for the PPO loss."""
-        log_probs = torch.log_softmax(self.actor(obs), dim=-1)
+        logits, values = self.heads(obs)
+        log_probs = torch.log_softmax(logits, dim=-1)
         logprob = log_probs.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
         entropy = -(log_probs.exp() * log_probs).sum(-1)
-        return logprob, entropy, self.value(obs)
+        return logprob, entropy, values
 
     def greedy(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.actor(obs).argmax(-1)
+        return self.heads(obs)[0].argmax(-1)
+
+
+class FlatParameters:
+    """Re-home a module's parameters and gradients as views into two flat buffers.
+
+    `flat.param` and `flat.grad` are ordinary tensors; every parameter's `.data` and `.grad`
+    are views into them, and backward accumulates into those views in place (grads are
+    zeroed with `zero_grad()`, never set to None). An optimiser built over `[flat.param]`
+    therefore updates the whole module with one fused kernel, and clipping or checking the
+    gradient is one reduction.
+    """
+
+    def __init__(self, module: nn.Module):
+        self.params = [p for p in module.parameters() if p.requires_grad]
+        total = sum(p.numel() for p in self.params)
+        device = self.params[0].device
+        self.param = torch.zeros(total, device=device, requires_grad=True)
+        self.param.grad = torch.zeros(total, device=device)
+        offset = 0
+        with torch.no_grad():
+            for p in self.params:
+                count = p.numel()
+                self.param[offset:offset + count].copy_(p.reshape(-1))
+                p.data = self.param.data[offset:offset + count].view_as(p)
+                p.grad = self.param.grad[offset:offset + count].view_as(p)
+                offset += count
+
+    @property
+    def grad(self) -> torch.Tensor:
+        return self.param.grad
+
+    def zero_grad(self) -> None:
+        self.param.grad.zero_()
+
+    def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
+        """Scale the gradient to norm <= max_norm (as torch.nn.utils.clip_grad_norm_)."""
+        norm = torch.linalg.vector_norm(self.param.grad)
+        self.param.grad.mul_(torch.clamp(max_norm / (norm + 1e-6), max=1.0))
+        return norm
+
+    def all_finite(self) -> bool:
+        return bool(torch.isfinite(self.param).all())

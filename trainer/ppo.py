@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from operant.trainer.config import PPOConfig
+from operant.trainer.policy import FlatParameters
 
 
 def compute_gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor,
@@ -33,11 +34,14 @@ def compute_gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor
     return advantages, advantages + values
 
 
-def ppo_update(policy: nn.Module, optimizer: torch.optim.Optimizer, config: PPOConfig,
+def ppo_update(policy: nn.Module, flat: FlatParameters, optimizer: torch.optim.Optimizer,
+               config: PPOConfig,
                b_obs: torch.Tensor, b_actions: torch.Tensor, b_logprobs: torch.Tensor,
                b_advantages: torch.Tensor, b_returns: torch.Tensor, b_values: torch.Tensor,
                minibatch_size: int, generator: torch.Generator) -> dict[str, float]:
     """Clipped-surrogate PPO epochs over one flattened batch (`b_` tensors are (B, ...)).
+
+    `optimizer` steps `flat.param`, the buffer every parameter of `policy` is a view of.
 
     Returns the last epoch's mean losses and statistics (policy_loss, value_loss, entropy,
     approx_kl, clip_fraction) and the batch's explained variance, or raises FloatingPointError
@@ -75,9 +79,9 @@ def ppo_update(policy: nn.Module, optimizer: torch.optim.Optimizer, config: PPOC
             if not torch.isfinite(loss):
                 raise FloatingPointError(
                     f"non-finite PPO loss (policy {policy_loss.item()}, value {value_loss.item()})")
-            optimizer.zero_grad(set_to_none=True)
+            flat.zero_grad()
             loss.backward()
-            nn.utils.clip_grad_norm_(policy.parameters(), config.max_grad_norm)
+            flat.clip_grad_norm_(config.max_grad_norm)
             optimizer.step()
             with torch.no_grad():
                 approx_kl = ((ratio - 1) - log_ratio).mean()

@@ -22,7 +22,7 @@ import torch
 
 from operant.trainer.config import Config, Derived, derive, to_dict
 from operant.trainer.envs import make_env, resolve_impl
-from operant.trainer.policy import ActorCritic
+from operant.trainer.policy import ActorCritic, FlatParameters
 from operant.trainer.ppo import compute_gae, ppo_update
 
 PHASES = ("env", "forward", "store", "gae", "update", "publish")
@@ -76,8 +76,10 @@ class Trainer:
         num_actions = int(self.env.single_action_space.n)
         self.policy = ActorCritic(obs_dim, num_actions, config.policy.hidden_sizes,
                                   config.policy.activation).to(self.device)
-        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.ppo.learning_rate,
-                                          eps=config.ppo.adam_eps)
+        self.flat = FlatParameters(self.policy)
+        # One tensor, so Adam is a single fused kernel (CPU and CUDA alike).
+        self.optimizer = torch.optim.Adam([self.flat.param], lr=config.ppo.learning_rate,
+                                          eps=config.ppo.adam_eps, fused=True)
 
         # Env buffers seen as tensors: the same memory the kernel writes (no copies).
         self.env_obs = _as_tensor(self.env.obs)
@@ -166,7 +168,7 @@ class Trainer:
         gae_done = clock()
         obs_dim = self.obs.shape[-1]
         stats = ppo_update(
-            self.policy, self.optimizer, config.ppo,
+            self.policy, self.flat, self.optimizer, config.ppo,
             b_obs=self.obs.reshape(-1, obs_dim), b_actions=self.actions.reshape(-1),
             b_logprobs=self.logprobs.reshape(-1), b_advantages=advantages.reshape(-1),
             b_returns=returns.reshape(-1), b_values=self.values.reshape(-1),
