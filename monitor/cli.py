@@ -1,14 +1,16 @@
 """`operant monitor`: one run's live state from its metrics file.
 
 `--once` prints one human snapshot, `--json` one JSON document for scripts and servers (the
-keys in DESIGN.md's "Interfaces" are a contract). The interactive Textual view is a separate
-module; this one stays import-light (no torch, no numpy, no Textual) so it starts fast.
+keys in DESIGN.md's "Interfaces" are a contract). Without them it starts the interactive
+Textual view (operant.monitor.app), imported only then: this module stays import-light (no
+torch, no numpy, no Textual) so the headless paths start fast.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -22,6 +24,8 @@ from operant.shared.runs import METRICS_FILE, RunNotFoundError, resolve_run, run
 PROG = "operant monitor"
 # Top-level keys of `--json` besides the run's own metrics, which also appear under "metrics".
 CONTRACT_METRICS = ("global_step", "sps", "episode_return_mean")
+# Set by `textual serve` for the process it runs: the view goes to a browser, not a terminal.
+WEB_DRIVER_ENV = "TEXTUAL_DRIVER"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,6 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="print one snapshot and exit instead of watching")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON document (implies --once)")
+    parser.add_argument("--follow", action="store_true",
+                        help="with --latest: switch to a newer run when one starts")
+    parser.add_argument("--refresh", type=float, default=1.0, metavar="SECONDS",
+                        help="how often the interactive view reads the run (default: 1)")
     return parser
 
 
@@ -45,8 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.run and args.latest:
         return _error("give a RUN_ID or --latest, not both")
     if not (args.once or args.json):
-        print(f"{PROG}: the interactive monitor is not built yet; use --once", file=sys.stderr)
-        return 2
+        return interactive(args)
     root = runs_root(args.runs_dir)
     try:
         run_dir = resolve_run(root, args.run)
@@ -63,6 +70,28 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(human_report(snapshot, schema, run_dir))
     return 0
+
+
+def interactive(args: argparse.Namespace) -> int:
+    """The Textual view. Everything a user can get wrong is checked before Textual is
+    imported, so a typo fails in milliseconds with one line."""
+    if args.follow and args.run:
+        return _error("--follow follows the latest run: use it with --latest, not a RUN_ID")
+    if not 0.05 <= args.refresh <= 3600:
+        return _error(f"--refresh {args.refresh:g}: give a number of seconds from 0.05 to 3600")
+    if not sys.stdout.isatty() and WEB_DRIVER_ENV not in os.environ:
+        print(f"{PROG}: the interactive view needs a terminal; use --once or --json for "
+              "scripts", file=sys.stderr)
+        return 2
+    root = runs_root(args.runs_dir)
+    try:
+        run_dir = resolve_run(root, args.run)
+    except RunNotFoundError as error:
+        return _error(str(error))
+    from operant.monitor.app import run_app
+
+    return run_app(root, None if args.follow else run_dir.name, follow=args.follow,
+                   refresh_s=args.refresh)
 
 
 def _error(message: str) -> int:

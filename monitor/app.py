@@ -1,0 +1,347 @@
+"""The interactive monitor: a Textual app that draws the RunViews its data source posts.
+
+The app owns no reading: it is handed a `SnapshotSource` (operant.monitor.source) and only
+draws what arrives, so a test passes a fake source and a real run passes a ReaderSource. Keys:
+q detaches, r picks another run, p pauses the screen, ? shows help; the command palette
+(ctrl+p) can attach to any run by name.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.command import DiscoveryHit, Hit, Hits, Provider
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen, Screen
+from textual.widgets import DataTable, Footer, Static
+
+from operant.monitor import format as fmt
+from operant.monitor.runs_cmd import RunRow
+from operant.monitor.source import (
+    ReaderSource,
+    RunUpdate,
+    RunView,
+    SnapshotSource,
+    SourceFailed,
+)
+from operant.monitor.widgets import (
+    BigNumber,
+    Curve,
+    MetricsTable,
+    PhaseBar,
+    describe_status,
+    phase_parts,
+    process_text,
+    title_text,
+)
+
+# History fields drawn as curves when the run records them, in this order, with their titles.
+CURVES = (
+    ("episode_return_mean", "episode return", "#8ae234"),
+    ("sps", "steps/s", "#729fcf"),
+    ("policy_loss", "policy loss", "#ef2929"),
+    ("value_loss", "value loss", "#fcaf3e"),
+    ("entropy", "entropy", "#ad7fa8"),
+    ("approx_kl", "approx KL", "#34e2e2"),
+)
+# Fields never worth a curve of their own (they only grow).
+_NOT_CURVES = {"global_step", "episodes", "updates", "elapsed_s"}
+MAX_CURVES = len(CURVES)
+
+HELP = """\
+[b]operant monitor[/b] reads a run's metrics file, read-only: quitting or
+killing the monitor never touches the trainer.
+
+[b]Keys[/b]
+  [b]q[/b]       detach: the run keeps training (operant monitor --latest
+          attaches again)
+  [b]r[/b]       pick another run to watch (the list of operant runs)
+  [b]p[/b]       pause the screen; p again shows the newest values
+  [b]?[/b]       this help
+  [b]ctrl+p[/b]  command palette: type a run id to attach to it
+  [b]esc[/b]     close this window
+
+[b]Status[/b]
+  [b]running[/b]   the trainer's heartbeat is fresh
+  [b]finished[/b]  the run ended (budget spent or stopped on request)
+  [b]failed[/b]    the trainer caught an error: reason and last values
+  [b]crashed[/b]   the trainer is gone without a final state (killed, OOM)
+  [b]stalled[/b]   the trainer is there but its heartbeat stopped
+  [b]waiting[/b]   the run has no metrics file yet
+When the file cannot be read (replaced, removed, corrupt) the last
+values stay on screen with the reason, and the monitor keeps trying.
+"""
+
+
+def choose_curves(fields: list[str]) -> list[tuple[str, str, str]]:
+    """(field, title, color) of the curves to draw for a run that records `fields`: the
+    well-known ones it has, else its first other fields, so any run gets curves."""
+    known = [curve for curve in CURVES if curve[0] in fields]
+    if known:
+        return known
+    colors = [color for _, _, color in CURVES]
+    others = [name for name in fields if name not in _NOT_CURVES][:MAX_CURVES]
+    return [(name, name.replace("_", " "), colors[i % len(colors)])
+            for i, name in enumerate(others)]
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,question_mark,q", "dismiss", "Close")]
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="help"):
+            yield Static(HELP, id="help-text")
+
+
+class RunPicker(ModalScreen[str | None]):
+    """The runs under the runs root, as `operant runs` lists them; Enter attaches."""
+
+    BINDINGS = [Binding("escape,r", "dismiss(None)", "Close")]
+
+    def __init__(self, rows: list[RunRow], current: str) -> None:
+        super().__init__()
+        self.rows = rows
+        self.current = current
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="picker"):
+            yield Static("Attach to a run: ↑↓ choose, enter attaches, esc closes",
+                         id="picker-title")
+            yield DataTable(id="runs", cursor_type="row", zebra_stripes=True)
+
+    def on_mount(self) -> None:
+        table = self.query_one("#runs", DataTable)
+        table.add_columns("run id", "env", "status", "steps", "steps/s", "age")
+        for row in reversed(self.rows):  # newest first
+            table.add_row(row.run_id, row.env_id or "-", row.status,
+                          fmt.count(row.global_step), fmt.compact(row.sps),
+                          fmt.duration(row.age_s), key=row.run_id)
+        if not self.rows:
+            self.query_one("#picker-title", Static).update(
+                "No runs under the runs root yet (esc closes)")
+        ids = [row.run_id for row in reversed(self.rows)]
+        if self.current in ids:
+            table.move_cursor(row=ids.index(self.current))
+        table.focus()
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        self.dismiss(event.row_key.value)
+
+
+class RunCommands(Provider):
+    """Command palette entries: one `Attach to run ...` per run under the runs root."""
+
+    async def startup(self) -> None:
+        app = self.app
+        self.rows = app.source.runs() if isinstance(app, MonitorApp) else []
+
+    def _commands(self):
+        app = self.app
+        for row in reversed(self.rows):
+            yield (f"Attach to run {row.run_id}", partial(app.attach, row.run_id),
+                   f"{row.env_id or '-'}, {row.status}, {fmt.count(row.global_step)} steps")
+
+    async def discover(self) -> Hits:
+        for text, command, help_text in self._commands():
+            yield DiscoveryHit(text, command, help=help_text)
+
+    async def search(self, query: str) -> Hits:
+        matcher = self.matcher(query)
+        for text, command, help_text in self._commands():
+            score = matcher.match(text)
+            if score > 0:
+                yield Hit(score, matcher.highlight(text), command, help=help_text)
+
+
+class RunScreen(Screen):
+    """The run: title, process line, banner, big numbers, curves, metrics table, phases.
+    It starts the source once its widgets exist, so no view arrives before them."""
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="title")
+        yield Static(id="process")
+        yield Static(id="banner")
+        with Horizontal(id="numbers"):
+            yield BigNumber("steps", id="steps")
+            yield BigNumber("steps/s", id="sps")
+            yield BigNumber("episodes", id="episodes")
+            yield BigNumber("mean return", id="return")
+        with Horizontal(id="body"):
+            yield Vertical(id="curves")
+            yield MetricsTable(id="table")
+        yield PhaseBar(id="phases")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        app = self.app
+        if isinstance(app, MonitorApp):
+            app.source.start(app)
+
+    def on_unmount(self) -> None:
+        app = self.app
+        if isinstance(app, MonitorApp):
+            app.source.stop()
+
+
+class MonitorApp(App[str | None]):
+    """Draws one run at a time; `exit()` returns the run id watched last."""
+
+    CSS_PATH = "monitor.tcss"
+    TITLE = "operant monitor"
+    ENABLE_COMMAND_PALETTE = True
+    COMMANDS = App.COMMANDS | {RunCommands}
+    BINDINGS = [
+        Binding("q", "detach", "Detach"),
+        Binding("r", "pick_run", "Runs"),
+        Binding("p", "toggle_pause", "Pause"),
+        Binding("question_mark", "help", "Help", key_display="?"),
+    ]
+
+    def __init__(self, source: SnapshotSource) -> None:
+        super().__init__()
+        self.source = source
+        self.view: RunView | None = None
+        """The view on screen."""
+        self.paused = False
+        self.pending: RunView | None = None
+        """The newest view that arrived while paused."""
+        self._curve_fields: list[str] | None = None
+        self._step_sample: tuple[float, float] | None = None
+        self._computed_sps = float("nan")
+        self.main = RunScreen()
+
+    def get_default_screen(self) -> RunScreen:
+        return self.main
+
+    def get_system_commands(self, screen: Screen):
+        yield from super().get_system_commands(screen)
+        yield SystemCommand("Attach to another run", "Pick a run to watch (same as r)",
+                            self.action_pick_run)
+        yield SystemCommand("Pause or resume", "Freeze the screen (same as p)",
+                            self.action_toggle_pause)
+
+    # --- data ------------------------------------------------------------------------------
+
+    def on_run_update(self, message: RunUpdate) -> None:
+        if not self.is_running:
+            return  # shutting down: views still queued have no widgets left to draw on
+        if self.paused:
+            self.pending = message.view
+            return
+        self.show(message.view)
+
+    def on_source_failed(self, message: SourceFailed) -> None:
+        self.exit(return_code=1,
+                  message=f"operant monitor: the data source stopped on a bug:\n"
+                          f"{message.details}")
+
+    def show(self, view: RunView) -> None:
+        previous, self.view = self.view, view
+        if previous is None or previous.run_id != view.run_id:
+            self._step_sample = None
+            self._computed_sps = float("nan")
+        if view.notice:
+            self.notify(view.notice, title="operant monitor")
+        self._show_header(view)
+        metrics = view.metrics
+        steps = metrics.get("global_step")
+        sps = metrics.get("sps")
+        if fmt.is_number(steps) and view.status == "running" and not view.problem:
+            sample = (view.taken_at, float(steps))
+            if self._step_sample is not None and sample[0] > self._step_sample[0]:
+                self._computed_sps = fmt.rate(self._step_sample, sample)
+            self._step_sample = sample
+        if not fmt.is_number(sps):
+            sps = self._computed_sps
+        total = metrics.get("total_steps")
+        self.main.query_one("#steps", BigNumber).show(
+            fmt.count(steps), fmt.compact(steps),
+            f"of {fmt.compact(total)} ({fmt.percent(100 * steps / total)})"
+            if fmt.is_number(steps) and fmt.is_number(total) and total > 0 else "")
+        self.main.query_one("#sps", BigNumber).show(fmt.count(sps), fmt.compact(sps))
+        length = metrics.get("episode_length_mean")
+        self.main.query_one("#episodes", BigNumber).show(
+            fmt.count(metrics.get("episodes")), fmt.compact(metrics.get("episodes")),
+            f"length {fmt.real(length, 3)}" if fmt.is_number(length) else "")
+        low, high = metrics.get("episode_return_min"), metrics.get("episode_return_max")
+        mean = metrics.get("episode_return_mean")
+        self.main.query_one("#return", BigNumber).show(
+            fmt.real(mean, 4), fmt.compact(mean),
+            f"{fmt.real(low, 3)}…{fmt.real(high, 3)}"
+            if fmt.is_number(low) and fmt.is_number(high) else "")
+        self._show_curves(view)
+        self.main.query_one("#table", MetricsTable).show(view)
+        self.main.query_one("#phases", PhaseBar).phases = phase_parts(metrics)
+
+    def _show_header(self, view: RunView) -> None:
+        self.main.query_one("#title", Static).update(title_text(view, self.paused))
+        self.main.query_one("#process", Static).update(process_text(view))
+        severity, sentence = describe_status(view)
+        banner = self.main.query_one("#banner", Static)
+        banner.update(sentence)
+        banner.set_classes(severity)
+        self.sub_title = f"{view.run_id} {view.status}"
+
+    def _show_curves(self, view: RunView) -> None:
+        fields = list(view.history)
+        container = self.main.query_one("#curves", Vertical)
+        if fields != self._curve_fields:
+            self._curve_fields = fields
+            container.remove_children()
+            container.mount_all(Curve(title, color=color, id=f"curve-{name}")
+                                for name, title, color in choose_curves(fields))
+            # Mounting completes after this handler: fill the curves once they exist, with
+            # whatever view is on screen by then.
+            self.call_after_refresh(self._fill_curves)
+            return
+        self._fill_curves()
+
+    def _fill_curves(self) -> None:
+        history = self.view.history if self.view is not None else {}
+        for curve in self.main.query(Curve):
+            name = (curve.id or "")[len("curve-"):]
+            curve.data = history.get(name, ())
+
+    # --- actions ---------------------------------------------------------------------------
+
+    def action_detach(self) -> None:
+        self.exit(self.view.run_id if self.view is not None else None)
+
+    def action_toggle_pause(self) -> None:
+        self.paused = not self.paused
+        if not self.paused and self.pending is not None:
+            view, self.pending = self.pending, None
+            self.show(view)
+        elif self.view is not None:
+            self._show_header(self.view)
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def action_pick_run(self) -> None:
+        current = self.view.run_id if self.view is not None else ""
+        self.push_screen(RunPicker(self.source.runs(), current), self._picked)
+
+    def _picked(self, run_id: str | None) -> None:
+        if run_id and (self.view is None or run_id != self.view.run_id):
+            self.attach(run_id)
+
+    def attach(self, run_id: str) -> None:
+        """Watch another run from the next view on."""
+        self.notify(f"attaching to {run_id}", title="operant monitor")
+        self.source.attach(run_id)
+
+
+def run_app(root: Path, run: str | None, *, follow: bool = False, refresh_s: float = 1.0) -> int:
+    """Watch run `run` (None: whichever run `latest` names, switching when `follow`) until the
+    user detaches; the exit status of `operant monitor`."""
+    app = MonitorApp(ReaderSource(root, run, follow=follow, interval_s=refresh_s))
+    watched = app.run()
+    if app.return_code:
+        return app.return_code
+    if watched:
+        print(f"detached from {watched}; training goes on. Reattach: operant monitor {watched}")
+    return 0

@@ -1,0 +1,358 @@
+"""Where the monitor's data comes from: frozen `RunView`s, posted to the app as messages.
+
+`SnapshotSource` is the protocol the app depends on; `ReaderSource` is the real one, a daemon
+thread that reads a run's metrics file through `operant.shared.reader.MetricsReader` every
+`interval_s` and posts a `RunUpdate`. Tests pass a fake that posts views they build by hand.
+
+The thread keeps the UI responsive whatever the file does (a slow disk, a file replaced or
+corrupt), and everything the app draws is already computed here, off the UI thread. Nothing in
+this module writes anywhere: the reader opens the file read-only, `latest` is only read.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+import threading
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+import msgspec
+import psutil
+from textual.message import Message
+from textual.message_pump import MessagePump
+
+from operant.monitor.runs_cmd import RunRow, describe_run
+from operant.shared import metrics_layout as fmt
+from operant.shared.reader import MetricsFileError, MetricsReader
+from operant.shared.runs import (
+    LATEST_NAME,
+    METRICS_FILE,
+    RunNotFoundError,
+    list_run_dirs,
+    resolve_run,
+)
+
+DEFAULT_INTERVAL_S = 1.0
+# Points kept per curve: a run's whole history at one point per update for long runs, and a
+# bound on memory and on the work of drawing when the monitor stays attached for days.
+MAX_CURVE_POINTS = 20_000
+# psutil's start time and the one in the file's header can differ by clock-step noise.
+_START_TOLERANCE_S = 1.0
+
+# Statuses beyond the reader's (running, finished, failed, crashed, stalled).
+STATUS_WAITING = "waiting"
+"""The run directory exists but its metrics file does not yet."""
+STATUS_UNKNOWN = "unknown"
+"""The metrics file could not be read since the monitor attached."""
+
+
+class MetricInfo(msgspec.Struct, frozen=True):
+    name: str
+    kind: str
+    """counter, gauge, text, or snapshot (a field of the seqlocked block)."""
+    unit: str = ""
+    description: str = ""
+
+
+class ProcessInfo(msgspec.Struct, frozen=True):
+    cpu_percent: float
+    """Of one core; NaN until a second sample."""
+    rss_bytes: float
+    measured_by: str
+    """`psutil` (this host looked at the trainer) or `trainer` (the trainer's own gauges)."""
+
+
+class RunView(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything the monitor draws about one run at one moment."""
+
+    run_id: str
+    run_dir: str
+    env_id: str = ""
+    status: str = STATUS_WAITING
+    """running, finished, failed, crashed, stalled (the reader's liveness) or waiting."""
+    state: str = ""
+    """The state word as written (initializing, running, finished, failed)."""
+    interrupted: bool = False
+    reason: str = ""
+    pid: int = 0
+    hostname: str = ""
+    uptime_s: float = math.nan
+    """Since the run started; for an ended run, how long it ran."""
+    heartbeat_age_s: float = math.nan
+    heartbeat_interval_s: float = math.nan
+    metrics: dict[str, int | float | str] = {}
+    columns: tuple[MetricInfo, ...] = ()
+    """Every metric in the schema, in schema order: the metrics table's rows."""
+    history: dict[str, tuple[float, ...]] = {}
+    """Each history field's whole curve, oldest first."""
+    history_head: int = 0
+    process: ProcessInfo | None = None
+    problem: str = ""
+    """Why the values on screen may be old (file unreadable, removed); empty when fresh."""
+    notice: str = ""
+    """Something that just happened (switched runs, file replaced) to tell the user once."""
+    following: bool = False
+    taken_at: float = 0.0
+    """The source's clock when this view was taken (Unix seconds)."""
+
+
+class RunUpdate(Message):
+    """A new view of the run being watched."""
+
+    def __init__(self, view: RunView) -> None:
+        super().__init__()
+        self.view = view
+
+
+class SourceFailed(Message):
+    """The source hit a bug and stopped; `details` is the traceback."""
+
+    def __init__(self, details: str) -> None:
+        super().__init__()
+        self.details = details
+
+
+class SnapshotSource(Protocol):
+    """What the app needs from a data source."""
+
+    interval_s: float
+
+    def start(self, target: MessagePump) -> None:
+        """Begin posting RunUpdate messages to `target` (the first one promptly)."""
+
+    def stop(self) -> None:
+        """Stop posting; return quickly."""
+
+    def attach(self, run_id: str) -> None:
+        """Watch run `run_id` from now on (stops following `latest`)."""
+
+    def runs(self) -> list[RunRow]:
+        """Every run under the runs root, as `operant runs` lists them."""
+
+
+class ReaderSource:
+    """Views of one run (or of whichever run `latest` names) from its metrics file.
+
+    `poll()` takes one view synchronously (tests call it directly); `start()` calls it from a
+    daemon thread every `interval_s`.
+    """
+
+    def __init__(self, root: Path, run: str | None = None, *, follow: bool = False,
+                 interval_s: float = DEFAULT_INTERVAL_S,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.root = root
+        self.interval_s = interval_s
+        self.clock = clock
+        self._run = None if run == LATEST_NAME else run
+        self._follow = follow and self._run is None
+        self._run_dir: Path | None = None
+        self._reader: MetricsReader | None = None
+        self._columns: tuple[MetricInfo, ...] = ()
+        self._curves: dict[str, deque[float]] = {}
+        self._history_head = 0
+        self._created_ns = 0
+        self._process: psutil.Process | None = None
+        self._last: RunView | None = None
+        self._notice = ""
+        self._lock = threading.Lock()
+        self._requested: str | None = None
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._hostname = socket.gethostname()
+
+    # --- the thread ----------------------------------------------------------------------
+
+    def start(self, target: MessagePump) -> None:
+        self._thread = threading.Thread(target=self._loop, args=(target,),
+                                        name="operant-monitor-source", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=2 * self.interval_s + 1.0)
+        self._close_reader()
+
+    def attach(self, run_id: str) -> None:
+        with self._lock:
+            self._requested = run_id
+        self._wake.set()
+
+    def runs(self) -> list[RunRow]:
+        return [describe_run(run_dir) for run_dir in list_run_dirs(self.root)]
+
+    def _loop(self, target: MessagePump) -> None:
+        while not self._stopping.is_set():
+            self._wake.clear()
+            try:
+                view = self.poll()
+            except Exception:  # a bug: hand it to the app rather than die unseen
+                target.post_message(SourceFailed(traceback.format_exc()))
+                return
+            target.post_message(RunUpdate(view))
+            self._wake.wait(self.interval_s)
+
+    # --- one look ------------------------------------------------------------------------
+
+    def poll(self) -> RunView:
+        """Read the run once and return what to draw."""
+        with self._lock:
+            requested, self._requested = self._requested, None
+        if requested is not None:
+            self._run, self._follow = requested, False
+            self._switch(None, f"attached to run {requested}")
+        try:
+            run_dir = self._resolve()
+        except RunNotFoundError as error:
+            return self._stale(str(error))
+        if run_dir != self._run_dir:
+            if self._run_dir is not None and self._follow:
+                self._notice = f"following latest: switched to the newer run {run_dir.name}"
+            self._switch(run_dir, "")
+        if self._reader is None:
+            path = run_dir / METRICS_FILE
+            if not path.exists():
+                if self._last is None:
+                    return self._finish(RunView(
+                        run_id=run_dir.name, run_dir=str(run_dir), following=self._follow,
+                        problem=f"waiting for the trainer to create {path}"), remember=False)
+                return self._stale(f"{path}: the metrics file is gone (run directory "
+                                   "cleaned up?)")
+            try:
+                self._open(path)
+            except MetricsFileError as error:
+                return self._stale(str(error))
+        reader = self._reader
+        try:
+            snapshot = reader.snapshot()
+            history = reader.history(self._history_head)
+        except MetricsFileError as error:
+            # Open the file again at the next look: a file replaced by a new one is read
+            # from its start then; one that stays unreadable keeps its last values on screen.
+            self._close_reader()
+            self._wake.set()
+            return self._stale(str(error))
+        self._add_history(history)
+        now = self.clock()
+        created = snapshot.created_wall_ns / 1e9
+        if snapshot.status in ("running", "stalled"):
+            uptime = now - created
+        else:
+            uptime = snapshot.heartbeat_wall_ns / 1e9 - created
+        metrics = snapshot.metrics()
+        return self._finish(RunView(
+            run_id=snapshot.run_id or run_dir.name,
+            run_dir=str(run_dir),
+            env_id=snapshot.env_id,
+            status=snapshot.status,
+            state=snapshot.state,
+            interrupted=snapshot.interrupted,
+            reason=snapshot.reason,
+            pid=snapshot.pid,
+            hostname=snapshot.hostname,
+            uptime_s=max(0.0, uptime),
+            heartbeat_age_s=snapshot.heartbeat_age_s,
+            heartbeat_interval_s=snapshot.heartbeat_interval_s,
+            metrics=metrics,
+            columns=self._columns,
+            history={name: tuple(curve) for name, curve in self._curves.items()},
+            history_head=history.head,
+            process=self._process_info(snapshot.status, snapshot.hostname, metrics),
+            following=self._follow,
+        ))
+
+    def _resolve(self) -> Path:
+        if self._run is None and not self._follow and self._run_dir is not None:
+            return self._run_dir  # --latest without --follow stays on the run it found
+        return resolve_run(self.root, self._run)
+
+    def _open(self, path: Path) -> None:
+        reader = MetricsReader(path)
+        schema = reader.schema
+        columns = [MetricInfo(m.name, m.kind, m.unit, m.description) for m in schema.metrics
+                   if m.kind in (fmt.KIND_COUNTER, fmt.KIND_GAUGE, fmt.KIND_TEXT)]
+        columns += [MetricInfo(f.name, "snapshot", f.unit, f.description)
+                    for f in schema.snapshot]
+        if self._last is not None and reader.created_wall_ns != self._created_ns:
+            self._notice = "the metrics file was replaced by a new one; reading the new file"
+            self._reset_curves()
+        self._created_ns = reader.created_wall_ns
+        self._reader = reader
+        self._columns = tuple(columns)
+        self._curves = {f.name: self._curves.get(f.name, deque(maxlen=MAX_CURVE_POINTS))
+                        for f in schema.history}
+        self._process = None
+        if schema.hostname == self._hostname and reader.pid:
+            try:
+                process = psutil.Process(reader.pid)
+                if abs(process.create_time() - reader.pid_start_time) <= _START_TOLERANCE_S:
+                    process.cpu_percent()  # the first call only starts the measurement
+                    self._process = process
+            except psutil.Error:
+                self._process = None
+
+    def _add_history(self, history) -> None:
+        names = list(self._curves)
+        for record in history.records:
+            for name, value in zip(names, record.values):
+                self._curves[name].append(value)
+        self._history_head = history.head
+
+    def _process_info(self, status: str, hostname: str,
+                      metrics: dict[str, int | float | str]) -> ProcessInfo | None:
+        if self._process is not None and status in ("running", "stalled"):
+            try:
+                with self._process.oneshot():
+                    return ProcessInfo(self._process.cpu_percent(),
+                                       float(self._process.memory_info().rss), "psutil")
+            except psutil.Error:
+                self._process = None
+        cpu, rss = metrics.get("cpu_percent"), metrics.get("rss_bytes")
+        if isinstance(cpu, (int, float)) or isinstance(rss, (int, float)):
+            return ProcessInfo(float(cpu) if isinstance(cpu, (int, float)) else math.nan,
+                               float(rss) if isinstance(rss, (int, float)) else math.nan,
+                               "trainer")
+        return None
+
+    def _switch(self, run_dir: Path | None, notice: str) -> None:
+        self._close_reader()
+        self._run_dir = run_dir
+        self._last = None
+        self._columns = ()
+        self._reset_curves()
+        if notice:
+            self._notice = notice
+
+    def _reset_curves(self) -> None:
+        self._curves = {}
+        self._history_head = 0
+
+    def _close_reader(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+    def _stale(self, problem: str) -> RunView:
+        """The last values, marked with why they are not fresh."""
+        if self._last is None:
+            run_dir = self._run_dir
+            name = run_dir.name if run_dir is not None else (self._run or LATEST_NAME)
+            view = RunView(run_id=name, run_dir=str(run_dir or self.root),
+                           status=STATUS_UNKNOWN, problem=problem, following=self._follow)
+        else:
+            view = msgspec.structs.replace(self._last, problem=problem, following=self._follow)
+        return self._finish(view, remember=False)
+
+    def _finish(self, view: RunView, remember: bool = True) -> RunView:
+        view = msgspec.structs.replace(view, taken_at=self.clock(), notice=self._notice)
+        self._notice = ""
+        if remember:
+            self._last = view
+        return view

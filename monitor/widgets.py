@@ -1,0 +1,223 @@
+"""The monitor's widgets, each thin: a reactive value, a render, CSS in monitor.tcss.
+
+What the numbers and curves say is computed in operant.monitor.format; which words describe a
+run's state is `describe_status` here, a pure function of a RunView.
+"""
+
+from __future__ import annotations
+
+import math
+
+from rich.text import Text
+from textual.reactive import reactive
+from textual.renderables.digits import Digits as DigitsRenderable
+from textual.widget import Widget
+from textual.widgets import DataTable, Digits
+
+from operant.monitor import format as fmt
+from operant.monitor.source import STATUS_UNKNOWN, STATUS_WAITING, RunView
+
+# The well-known phases in loop order; other `phase_*_s` metrics follow them.
+PHASE_ORDER = ("env", "forward", "store", "gae", "update", "publish")
+PHASE_COLORS = ("#4e9a06", "#3465a4", "#c4a000", "#75507b", "#cc0000", "#06989a",
+                "#ad7fa8", "#e9b96e")
+STATUS_STYLES = {
+    "running": "bold #4e9a06", "finished": "bold #3465a4", "failed": "bold #cc0000",
+    "crashed": "bold #cc0000", "stalled": "bold #c4a000", STATUS_WAITING: "bold #888888",
+    STATUS_UNKNOWN: "bold #c4a000",
+}
+
+
+def describe_status(view: RunView) -> tuple[str, str]:
+    """(severity, sentence) for the banner: what state the run is in, in plain words, and
+    what the values on screen are. Severity is '', 'information', 'warning' or 'error';
+    '' means there is nothing to say beyond the status in the title."""
+    if view.status == STATUS_WAITING:
+        return "information", f"Waiting: {view.problem}."
+    if view.problem:
+        kept = (" Showing the last values read." if view.columns else "")
+        return "error", f"Cannot read the metrics file: {view.problem}.{kept} Retrying."
+    ran = fmt.duration(view.uptime_s)
+    if view.status == "finished":
+        how = ("stopped on request (SIGINT/SIGTERM)" if view.interrupted
+               else "finished")
+        return "information", f"Run {how} after {ran}. These are its final values."
+    if view.status == "failed":
+        reason = view.reason or "no reason given"
+        return "error", f"Run FAILED after {ran}: {reason}. These are its last values."
+    if view.status == "crashed":
+        return "error", (f"Trainer CRASHED: pid {view.pid} is gone without saying it "
+                         f"finished (last heartbeat {fmt.duration(view.heartbeat_age_s)} ago). "
+                         "These are its last values.")
+    if view.status == "stalled":
+        return "warning", (f"STALLED: no heartbeat for {fmt.duration(view.heartbeat_age_s)} "
+                           f"(expected every {fmt.short_time(view.heartbeat_interval_s)}); "
+                           "the trainer is stopped or hung.")
+    if view.state == "initializing":
+        return "information", "The trainer is starting up."
+    return "", ""
+
+
+def title_text(view: RunView, paused: bool) -> Text:
+    """The top line: run, env, status, uptime, and whether the screen is frozen."""
+    text = Text(no_wrap=True, overflow="ellipsis")
+    text.append(" operant ", style="bold reverse")
+    if paused:
+        # First, where a narrow terminal still shows it.
+        text.append(" PAUSED (p resumes) ", style="bold reverse #c4a000")
+    text.append(f" {view.run_id}", style="bold")
+    if view.env_id:
+        text.append(f"  {view.env_id}")
+    status = view.status + (" (unreadable)" if view.problem and view.columns else "")
+    text.append("  ● ", style=STATUS_STYLES.get(view.status, "bold"))
+    text.append(status, style=STATUS_STYLES.get(view.status, "bold"))
+    if fmt.is_number(view.uptime_s):
+        label = "up" if view.status in ("running", "stalled") else "ran"
+        text.append(f"  {label} {fmt.duration(view.uptime_s)}")
+    if view.following:
+        text.append("  following latest", style="italic")
+    return text
+
+
+def process_text(view: RunView) -> Text:
+    """The second line: the trainer process and the heartbeat."""
+    text = Text(no_wrap=True, overflow="ellipsis")
+    if view.pid:
+        text.append(f" pid {view.pid}")
+        if view.hostname:
+            text.append(f"@{view.hostname}")
+    process = view.process
+    if process is not None:
+        text.append(f"  CPU {fmt.percent(process.cpu_percent)}")
+        text.append(f"  RSS {fmt.size(process.rss_bytes)}")
+    if fmt.is_number(view.heartbeat_age_s):
+        text.append(f"  heartbeat {fmt.short_time(view.heartbeat_age_s)} ago")
+    updates = view.metrics.get("updates")
+    if fmt.is_number(updates):
+        text.append(f"  update {fmt.count(updates)}")
+    return text
+
+
+class BigNumber(Digits):
+    """One headline number in large digits, its name in the border: the full number where it
+    fits, else its compact form (12.3k)."""
+
+    def __init__(self, label: str, *, id: str | None = None) -> None:
+        super().__init__(fmt.MISSING, id=id)
+        self.border_title = label
+        self._forms = (fmt.MISSING, fmt.MISSING)
+
+    def show(self, full: str, short: str, note: str = "") -> None:
+        self._forms = (full, short)
+        self._fit()
+        self.border_subtitle = note
+
+    def _fit(self) -> None:
+        full, short = self._forms
+        width = self.content_size.width
+        value = full if not width or DigitsRenderable.get_width(full) <= width else short
+        if value != self.value:
+            self.update(value)
+
+    def on_resize(self) -> None:
+        self._fit()
+
+
+class Curve(Widget):
+    """A history curve: its name, last value and range on the first line, the curve below."""
+
+    data: reactive[tuple[float, ...]] = reactive((), layout=False)
+
+    def __init__(self, title: str, *, color: str, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.title = title
+        self.color = color
+
+    def render(self) -> Text:
+        width, height = self.size.width, self.size.height
+        values = self.data
+        numbers = fmt.finite(values)
+        text = Text(no_wrap=True, overflow="ellipsis")
+        text.append(self.title, style=f"bold {self.color}")
+        if numbers:
+            text.append(f" {fmt.real(numbers[-1])}", style="bold")
+            text.append(f"  {fmt.real(min(numbers), 3)}…{fmt.real(max(numbers), 3)}",
+                        style="dim")
+        else:
+            text.append("  no data yet", style="dim")
+        if height == 1:
+            # No room for a row of its own: the curve follows the title on its line.
+            room = width - text.cell_len - 2
+            if room >= 8:
+                text.append("  ")
+                text.append(fmt.sparkline(values, room)[0], style=self.color)
+            return text
+        for row in fmt.sparkline(values, width, height - 1):
+            text.append("\n")
+            text.append(row, style=self.color)
+        return text
+
+
+def phase_parts(metrics: dict[str, int | float | str]) -> tuple[tuple[str, float], ...]:
+    """(phase, seconds) from every `phase_<name>_s` metric, the known phases first."""
+    found = {name[len("phase_"):-len("_s")]: value for name, value in metrics.items()
+             if name.startswith("phase_") and name.endswith("_s") and fmt.is_number(value)}
+    ordered = [name for name in PHASE_ORDER if name in found]
+    ordered += sorted(name for name in found if name not in PHASE_ORDER)
+    return tuple((name, float(found[name])) for name in ordered)
+
+
+class PhaseBar(Widget):
+    """Where one update's time goes: a stacked bar, then a legend with shares and times."""
+
+    phases: reactive[tuple[tuple[str, float], ...]] = reactive((), layout=True)
+
+    def render(self) -> Text:
+        width = self.size.width
+        parts = fmt.shares(self.phases)
+        text = Text()
+        if not parts or sum(seconds for _, seconds, _ in parts) <= 0:
+            text.append("update phases: not timed yet", style="dim")
+            return text
+        total = sum(seconds for _, seconds, _ in parts)
+        cells = fmt.allocate([share for _, _, share in parts], width)
+        for index, ((_name, _seconds, _share), count) in enumerate(zip(parts, cells)):
+            text.append("█" * count, style=PHASE_COLORS[index % len(PHASE_COLORS)])
+        text.append("\n")
+        text.append(f"update {fmt.short_time(total)}:", style="bold")
+        for index, (name, seconds, share) in enumerate(parts):
+            text.append(" ■", style=PHASE_COLORS[index % len(PHASE_COLORS)])
+            text.append(f"{name} {fmt.percent(share * 100)}")
+            if width >= 120:
+                text.append(f" {fmt.short_time(seconds)}", style="dim")
+        return text
+
+
+class MetricsTable(DataTable):
+    """Every metric in the run's schema, known or not, with its value and unit."""
+
+    def on_mount(self) -> None:
+        self.cursor_type = "row"
+        self.zebra_stripes = True
+        self.add_column("metric", key="metric")
+        self.add_column("value", width=14, key="value")
+        self.add_column("unit", key="unit")
+        self._shown: tuple = ()
+        self._cells: dict[str, str] = {}
+
+    def show(self, view: RunView) -> None:
+        if view.columns != self._shown:
+            self.clear()
+            self._cells = {}
+            for info in view.columns:
+                cell = fmt.metric(view.metrics.get(info.name, math.nan), info.unit, info.kind)
+                self._cells[info.name] = cell
+                self.add_row(info.name, Text(cell, justify="right"), info.unit,
+                             key=info.name)
+            self._shown = view.columns
+            return
+        for info in view.columns:
+            cell = fmt.metric(view.metrics.get(info.name, math.nan), info.unit, info.kind)
+            if self._cells.get(info.name) != cell:
+                self._cells[info.name] = cell
+                self.update_cell(info.name, "value", Text(cell, justify="right"))
