@@ -1,10 +1,20 @@
-/* Pure C helpers shared by every environment kernel: a per-env RNG and the in-kernel
- * reduction of finished episodes. No allocation, no globals, no Python: each function works
- * on memory the caller (a kernel's buffers) owns. */
+/* Pure C helpers shared by every environment kernel: a per-env RNG, the in-kernel reduction
+ * of finished episodes, Gymnasium's scalar arithmetic where C would differ from it, and the
+ * batch loop itself (validate actions, step, autoreset, reduce) that every kernel runs with its
+ * own three env functions. No allocation, no globals, no Python: each function works on memory
+ * the caller (a kernel's buffers) owns. */
 #ifndef OPERANT_KERNEL_COMMON_H
 #define OPERANT_KERNEL_COMMON_H
 
+#include <math.h>
 #include <stdint.h>
+#include <string.h>
+
+#if defined(__GNUC__)
+#define OP_ALWAYS_INLINE static inline __attribute__((always_inline))
+#else
+#define OP_ALWAYS_INLINE static inline
+#endif
 
 /* SplitMix64 (Steele, Lea, Flood 2014): one 64-bit word of state per env, passes BigCrush,
  * and hashes (seed, env index) into well-separated streams. */
@@ -65,6 +75,144 @@ static inline void op_episode_done(double *stats, double *ring_returns, double *
     ring_returns[slot] = episode_return;
     ring_lengths[slot] = episode_length;
     *ring_head += 1;
+}
+
+/* NumPy and Python compute `x ** 2` on a scalar with libm's pow(), which differs from x*x in
+ * the last bit for about 0.1% of inputs; the dynamics that use `** 2` must do the same to stay
+ * bit-identical (Acrobot is chaotic: one ulp grows into a different trajectory). The exponent
+ * is read through a volatile so the compiler cannot fold pow(x, 2) into x*x. */
+static inline double op_pow2(double x) {
+    volatile double two = 2.0;
+    return pow(x, two);
+}
+
+static inline float op_pow2f(float x) {
+    volatile float two = 2.0f;
+    return powf(x, two);
+}
+
+/* Python's (and NumPy's) float modulo: the result takes the sign of the divisor. */
+static inline double op_py_mod(double a, double b) {
+    double mod = fmod(a, b);
+    if (mod != 0.0) {
+        if ((b < 0.0) != (mod < 0.0)) mod += b;
+    } else {
+        mod = copysign(0.0, b);
+    }
+    return mod;
+}
+
+/* Everything a kernel's batch loop touches besides the meaning of its state: pointers into the
+ * numpy arrays the kernel object holds (so they outlive it), set once at construction. */
+typedef struct {
+    int64_t num_envs;
+    int64_t max_episode_steps;
+    int64_t obs_dim;
+    int64_t action_dim;               /* 0: one int64 action per env; else float32 (N, action_dim) */
+    int64_t num_actions;              /* discrete: valid actions are 0 .. num_actions - 1 */
+    double *state;                    /* kernel-owned (state_dim, N): row k, env i at k * N + i */
+    uint64_t *rng;                    /* kernel-owned (N,) */
+    const int64_t *discrete_actions;  /* IN (N,) */
+    const float *continuous_actions;  /* IN (N, action_dim) */
+    float *obs;                       /* OUT (N, obs_dim) */
+    float *final_obs;                 /* OUT (N, obs_dim): rows of envs that ended this step */
+    float *rewards;                   /* OUT (N,) */
+    uint8_t *terminated;              /* OUT (N,) */
+    uint8_t *truncated;               /* OUT (N,) */
+    double *episode_return;           /* kernel-owned (N,) */
+    int64_t *episode_length;          /* kernel-owned (N,) */
+    double *stats;                    /* kernel-owned (OP_STAT_SIZE,) */
+    double *recent_returns;           /* kernel-owned ring */
+    double *recent_lengths;           /* kernel-owned ring */
+    uint64_t *recent_head;            /* kernel-owned (1,) */
+    uint64_t recent_capacity;
+} op_batch;
+
+/* The three functions that make an environment: draw env i's initial state from its stream
+ * (b->rng[i]); write env i's observation row from its state; advance env i by its action and
+ * return the reward, setting *terminated. */
+typedef void (*op_reset_fn)(op_batch *b, int64_t i);
+typedef void (*op_obs_fn)(op_batch *b, int64_t i);
+typedef double (*op_step_fn)(op_batch *b, int64_t i, int *terminated);
+
+/* The observation of envs whose observation is their state (CartPole, MountainCar): env i's
+ * state column, as float32. */
+static inline void op_write_state_obs(op_batch *b, int64_t i) {
+    int64_t k;
+    for (k = 0; k < b->obs_dim; k++) {
+        b->obs[i * b->obs_dim + k] = (float)b->state[k * b->num_envs + i];
+    }
+}
+
+/* Index of the first env whose action is outside the action space (discrete) or not finite
+ * (continuous: out-of-range values are the env's business, as in Gymnasium), else -1. */
+static inline int64_t op_first_invalid_action(const op_batch *b) {
+    int64_t i, n = b->num_envs;
+    if (b->action_dim == 0) {
+        for (i = 0; i < n; i++) {
+            int64_t action = b->discrete_actions[i];
+            if (action < 0 || action >= b->num_actions) return i;
+        }
+    } else {
+        int64_t k, count = n * b->action_dim;
+        for (k = 0; k < count; k++) {
+            if (!isfinite(b->continuous_actions[k])) return k / b->action_dim;
+        }
+    }
+    return -1;
+}
+
+/* Start a new episode in every env; with `reseed`, env i's stream is first set from (seed, i).
+ * Always inlined so the env functions, known constants at each call site, are inlined too. */
+OP_ALWAYS_INLINE void op_batch_reset(op_batch *b, int reseed, uint64_t seed,
+                                     op_reset_fn reset_one, op_obs_fn write_obs) {
+    int64_t i;
+    for (i = 0; i < b->num_envs; i++) {
+        if (reseed) b->rng[i] = op_rng_seed(seed, (uint64_t)i);
+        reset_one(b, i);
+        write_obs(b, i);
+        b->episode_return[i] = 0.0;
+        b->episode_length[i] = 0;
+        b->rewards[i] = 0.0f;
+        b->terminated[i] = 0;
+        b->truncated[i] = 0;
+    }
+}
+
+OP_ALWAYS_INLINE void op_batch_write_obs(op_batch *b, op_obs_fn write_obs) {
+    int64_t i;
+    for (i = 0; i < b->num_envs; i++) write_obs(b, i);
+}
+
+/* One step of every env, Gymnasium's SAME_STEP autoreset: an env that ends shows the ending's
+ * reward and flags, its terminal observation in final_obs, and already the next episode's first
+ * observation in obs. Returns -1, or the first env with an invalid action (then nothing moved). */
+OP_ALWAYS_INLINE int64_t op_batch_step(op_batch *b, op_step_fn step_one, op_obs_fn write_obs,
+                                       op_reset_fn reset_one) {
+    int64_t i, n = b->num_envs, obs_dim = b->obs_dim;
+    int64_t bad = op_first_invalid_action(b);
+    if (bad >= 0) return bad;
+    for (i = 0; i < n; i++) {
+        int terminated = 0, truncated;
+        double reward = step_one(b, i, &terminated);
+        write_obs(b, i);
+        b->rewards[i] = (float)reward;
+        b->episode_return[i] += reward;
+        b->episode_length[i] += 1;
+        truncated = b->episode_length[i] >= b->max_episode_steps;
+        b->terminated[i] = (uint8_t)(terminated != 0);
+        b->truncated[i] = (uint8_t)truncated;
+        if (terminated || truncated) {
+            memcpy(b->final_obs + i * obs_dim, b->obs + i * obs_dim, (size_t)obs_dim * sizeof(float));
+            op_episode_done(b->stats, b->recent_returns, b->recent_lengths, b->recent_head,
+                            b->recent_capacity, b->episode_return[i], (double)b->episode_length[i]);
+            b->episode_return[i] = 0.0;
+            b->episode_length[i] = 0;
+            reset_one(b, i);
+            write_obs(b, i);
+        }
+    }
+    return -1;
 }
 
 #endif

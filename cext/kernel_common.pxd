@@ -1,5 +1,8 @@
-# Declarations of kernel_common.h for the env kernels (cimport this, never restate it).
-from libc.stdint cimport uint64_t
+# Declarations of kernel_common.h for the env kernels (cimport this, never restate it), and
+# `op_batch_bind`, which kernel_common.pxi's kernel class calls to allocate the kernel-owned
+# arrays, check the caller's buffers and point the C struct at both. (Kernels are separate
+# extension modules; an inline function here is compiled into each of them.)
+from libc.stdint cimport int64_t, uint8_t, uint64_t
 
 cdef extern from "kernel_common.h" nogil:
     uint64_t op_rng_next(uint64_t *state)
@@ -17,3 +20,130 @@ cdef extern from "kernel_common.h" nogil:
     void op_episode_done(double *stats, double *ring_returns, double *ring_lengths,
                          uint64_t *ring_head, uint64_t ring_capacity,
                          double episode_return, double episode_length)
+    double op_pow2(double x)
+    float op_pow2f(float x)
+    double op_py_mod(double a, double b)
+
+    ctypedef struct op_batch:
+        int64_t num_envs
+        int64_t max_episode_steps
+        int64_t obs_dim
+        int64_t action_dim
+        int64_t num_actions
+        double *state
+        uint64_t *rng
+        const int64_t *discrete_actions
+        const float *continuous_actions
+        float *obs
+        float *final_obs
+        float *rewards
+        uint8_t *terminated
+        uint8_t *truncated
+        double *episode_return
+        int64_t *episode_length
+        double *stats
+        double *recent_returns
+        double *recent_lengths
+        uint64_t *recent_head
+        uint64_t recent_capacity
+
+    ctypedef void (*op_reset_fn)(op_batch *b, int64_t i) noexcept nogil
+    ctypedef void (*op_obs_fn)(op_batch *b, int64_t i) noexcept nogil
+    ctypedef double (*op_step_fn)(op_batch *b, int64_t i, int *terminated) noexcept nogil
+
+    void op_write_state_obs(op_batch *b, int64_t i)
+    int64_t op_first_invalid_action(const op_batch *b)
+    void op_batch_reset(op_batch *b, bint reseed, uint64_t seed, op_reset_fn reset_one,
+                        op_obs_fn write_obs)
+    void op_batch_write_obs(op_batch *b, op_obs_fn write_obs)
+    int64_t op_batch_step(op_batch *b, op_step_fn step_one, op_obs_fn write_obs,
+                          op_reset_fn reset_one)
+
+
+cdef inline tuple op_batch_bind(op_batch *b, int num_envs, int state_dim, int obs_dim,
+                                int action_dim, int num_actions, int max_episode_steps,
+                                actions, obs, rewards, terminated, truncated, final_obs,
+                                int recent_capacity=1024):
+    """Allocate a kernel's own arrays, check the caller's buffers, and fill `b`.
+
+    `action_dim` 0 means one int64 action per env in 0 .. num_actions - 1; otherwise actions
+    are float32 (num_envs, action_dim). Returns the kernel-owned arrays (state, rng_state,
+    episode_return, episode_length, stats, recent_returns, recent_lengths, recent_head); the
+    kernel must keep them and the caller's buffers referenced for as long as `b` is used.
+    """
+    import numpy as np
+
+    if num_envs <= 0:
+        raise ValueError(f"num_envs must be positive, got {num_envs}")
+    if max_episode_steps <= 0:
+        raise ValueError(f"max_episode_steps must be positive, got {max_episode_steps}")
+    if action_dim == 0:
+        expected_actions = (np.dtype(np.int64), (num_envs,))
+    else:
+        expected_actions = (np.dtype(np.float32), (num_envs, action_dim))
+    for name, array, (dtype, shape) in (
+            ("actions", actions, expected_actions),
+            ("obs", obs, (np.dtype(np.float32), (num_envs, obs_dim))),
+            ("rewards", rewards, (np.dtype(np.float32), (num_envs,))),
+            ("terminated", terminated, (np.dtype(np.bool_), (num_envs,))),
+            ("truncated", truncated, (np.dtype(np.bool_), (num_envs,))),
+            ("final_obs", final_obs, (np.dtype(np.float32), (num_envs, obs_dim)))):
+        if not isinstance(array, np.ndarray) or array.dtype != dtype or array.shape != shape \
+                or not array.flags.c_contiguous or not array.flags.writeable:
+            raise ValueError(f"buffer {name} must be a writeable C-contiguous {dtype} array of "
+                             f"shape {shape}, got {getattr(array, 'dtype', type(array).__name__)} "
+                             f"{getattr(array, 'shape', '')}")
+    state = np.zeros((state_dim, num_envs), dtype=np.float64)
+    rng_state = np.zeros(num_envs, dtype=np.uint64)
+    episode_return = np.zeros(num_envs, dtype=np.float64)
+    episode_length = np.zeros(num_envs, dtype=np.int64)
+    stats = np.zeros(OP_STAT_SIZE, dtype=np.float64)
+    recent_returns = np.zeros(recent_capacity, dtype=np.float64)
+    recent_lengths = np.zeros(recent_capacity, dtype=np.float64)
+    recent_head = np.zeros(1, dtype=np.uint64)
+
+    cdef double[:, ::1] state_view = state
+    cdef uint64_t[::1] rng_view = rng_state
+    cdef double[::1] return_view = episode_return
+    cdef int64_t[::1] length_view = episode_length
+    cdef double[::1] stats_view = stats
+    cdef double[::1] ring_returns_view = recent_returns
+    cdef double[::1] ring_lengths_view = recent_lengths
+    cdef uint64_t[::1] head_view = recent_head
+    cdef float[:, ::1] obs_view = obs
+    cdef float[:, ::1] final_obs_view = final_obs
+    cdef float[::1] rewards_view = rewards
+    cdef uint8_t[::1] terminated_view = terminated.view(np.uint8)
+    cdef uint8_t[::1] truncated_view = truncated.view(np.uint8)
+    cdef int64_t[::1] discrete_view
+    cdef float[:, ::1] continuous_view
+
+    b.num_envs = num_envs
+    b.max_episode_steps = max_episode_steps
+    b.obs_dim = obs_dim
+    b.action_dim = action_dim
+    b.num_actions = num_actions
+    b.discrete_actions = NULL
+    b.continuous_actions = NULL
+    if action_dim == 0:
+        discrete_view = actions
+        b.discrete_actions = &discrete_view[0]
+    else:
+        continuous_view = actions
+        b.continuous_actions = &continuous_view[0, 0]
+    b.state = &state_view[0, 0]
+    b.rng = &rng_view[0]
+    b.obs = &obs_view[0, 0]
+    b.final_obs = &final_obs_view[0, 0]
+    b.rewards = &rewards_view[0]
+    b.terminated = &terminated_view[0]
+    b.truncated = &truncated_view[0]
+    b.episode_return = &return_view[0]
+    b.episode_length = &length_view[0]
+    b.stats = &stats_view[0]
+    b.recent_returns = &ring_returns_view[0]
+    b.recent_lengths = &ring_lengths_view[0]
+    b.recent_head = &head_view[0]
+    b.recent_capacity = recent_capacity
+    return (state, rng_state, episode_return, episode_length, stats, recent_returns,
+            recent_lengths, recent_head)

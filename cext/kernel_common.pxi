@@ -1,0 +1,76 @@
+# The kernel class every env kernel module shares. Kernels are separate extension modules and
+# Cython cannot give them a common base class across modules, so each one includes this file at
+# module level (`include "kernel_common.pxi"`) after defining:
+#   STATE_DIM, OBS_DIM          rows of `state`, columns of `obs`
+#   ACTION_DIM, NUM_ACTIONS     ACTION_DIM 0: one int64 action per env in 0 .. NUM_ACTIONS - 1;
+#                               otherwise float32 actions shaped (N, ACTION_DIM)
+#   MAX_EPISODE_STEPS           Gymnasium's time limit for the env
+#   _reset_one, _write_obs, _step_one
+#                               the env's three functions (kernel_common.h: op_reset_fn,
+#                               op_obs_fn, op_step_fn)
+# and then subclasses BatchKernel under the env's name, with a docstring naming its state rows.
+# The env functions are module-level cdef functions, so op_batch_step (always inlined) turns
+# them into direct, inlinable calls: no indirection per env per step.
+
+from libc.stdint cimport int64_t
+
+from kernel_common cimport (
+    op_batch,
+    op_batch_bind,
+    op_batch_reset,
+    op_batch_step,
+    op_batch_write_obs,
+)
+
+
+cdef class BatchKernel:
+    """N environments stepped together, Gymnasium's dynamics in C.
+
+    The caller owns the buffers `actions` (IN: int64 (N,) or float32 (N, act_dim)), `obs`,
+    `final_obs` (OUT: float32 (N, obs_dim)), `rewards` (OUT: float32 (N,)), `terminated`,
+    `truncated` (OUT: bool (N,)), hands them over once here, and keeps writing actions into the
+    same memory; `step()` writes the outputs in place, with the GIL released, no allocation and
+    no Python object per step. Autoreset is Gymnasium's SAME_STEP mode (kernel_common.h,
+    op_batch_step). The kernel owns `state` (float64 (state_dim, N)), `rng_state` (one
+    SplitMix64 word per env), `episode_return`/`episode_length`, and the finished-episode
+    reduction `stats` with the ring `recent_returns`/`recent_lengths`/`recent_head`: numpy
+    arrays that tests and checkpoints may read and write in place (never rebind them).
+    """
+
+    cdef op_batch _batch
+    cdef readonly int num_envs, max_episode_steps
+    cdef readonly object state, rng_state, episode_return, episode_length
+    cdef readonly object stats, recent_returns, recent_lengths, recent_head
+    cdef object _buffers  # the caller's buffers, kept alive as long as the kernel
+
+    def __init__(self, int num_envs, actions, obs, rewards, terminated, truncated, final_obs,
+                 int max_episode_steps=MAX_EPISODE_STEPS):
+        (self.state, self.rng_state, self.episode_return, self.episode_length, self.stats,
+         self.recent_returns, self.recent_lengths, self.recent_head) = op_batch_bind(
+            &self._batch, num_envs, STATE_DIM, OBS_DIM, ACTION_DIM, NUM_ACTIONS,
+            max_episode_steps, actions, obs, rewards, terminated, truncated, final_obs)
+        self._buffers = (actions, obs, rewards, terminated, truncated, final_obs)
+        self.num_envs = num_envs
+        self.max_episode_steps = max_episode_steps
+
+    def reset(self, seed=None):
+        """Start a new episode in every env and write `obs`; a seed first re-seeds env i's
+        stream from (seed, i), no seed continues the streams."""
+        op_batch_reset(&self._batch, seed is not None, 0 if seed is None else seed,
+                       _reset_one, _write_obs)
+
+    def write_obs(self):
+        """Rewrite `obs` from `state` (after a test or a checkpoint injected state)."""
+        op_batch_write_obs(&self._batch, _write_obs)
+
+    def step(self):
+        """Advance every env by its action in the bound action buffer. Returns -1, or the index
+        of the first env whose action is invalid (outside a discrete space; NaN or infinite in
+        a continuous one), and then no env has moved."""
+        cdef int64_t result
+        with nogil:
+            result = self.step_nogil()
+        return result
+
+    cdef int64_t step_nogil(self) noexcept nogil:
+        return op_batch_step(&self._batch, _step_one, _write_obs, _reset_one)
