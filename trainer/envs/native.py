@@ -3,11 +3,15 @@
 The env allocates every buffer once and hands it to the kernel at construction; the kernel
 writes observations, rewards and flags into them in place. Two ways in:
 
-- `step(actions)`: Gymnasium's API for other libraries. Validates the actions, copies them
-  into the bound action buffer, and returns copies of the outputs when `copy=True`
-  (Gymnasium's default) or the live buffers themselves when `copy=False`.
+- `step(actions)`: Gymnasium's API for other libraries. Checks the actions' shape and dtype,
+  copies them into the bound action buffer (continuous actions as float32), and returns copies
+  of the outputs when `copy=True` (Gymnasium's default) or the live buffers when `copy=False`.
 - `step_bound()`: for the trainer. The caller has already written the actions into
   `self.actions` (a torch tensor can share that memory); nothing is allocated or copied.
+
+Either way the kernel refuses action values outside the space (discrete) or not finite
+(continuous; out-of-range values are clipped by the env itself, as in Gymnasium) before any env
+moves, and this raises InvalidActionError naming the env and the value.
 
 Autoreset is Gymnasium's SAME_STEP mode: an env that ends on a step already holds its next
 episode's first observation in `obs`; the terminal observation is in `final_obs` (and in
@@ -24,25 +28,38 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from operant.trainer.envs.registry import EnvEntry, EpisodeStats, InvalidActionError
+from operant.trainer.envs.registry import (
+    EnvEntry,
+    EpisodeStats,
+    InvalidActionError,
+    check_action_batch,
+    invalid_action_message,
+)
+
+
+def recent_from_ring(ring: np.ndarray, head: int, count: int) -> np.ndarray:
+    """The last `count` values written to a ring whose total write count is `head`, oldest first."""
+    capacity = ring.shape[0]
+    count = max(0, min(count, head, capacity))
+    return ring[np.arange(head - count, head) % capacity]
 
 
 class NativeVectorEnv(VectorEnv):
     """N copies of one environment stepped by a compiled kernel."""
 
     metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
+    impl = "native"
 
     def __init__(self, entry: EnvEntry, num_envs: int, copy: bool = True,
                  max_episode_steps: int | None = None):
         if entry.native is None:
             raise ValueError(f"{entry.id} has no native implementation")
-        if not isinstance(num_envs, int) or num_envs <= 0:
+        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs <= 0:
             raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
         self.entry = entry
         self.num_envs = num_envs
         self.copy = copy
-        self.single_observation_space = entry.observation_space()
-        self.single_action_space = entry.action_space()
+        self.single_observation_space, self.single_action_space = entry.spaces()
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
         self.spec = None
@@ -96,28 +113,18 @@ class NativeVectorEnv(VectorEnv):
         """Step with the actions already in `self.actions`; outputs land in the buffers."""
         bad = self.kernel.step()
         if bad >= 0:
-            raise InvalidActionError(
-                f"action {self.actions[bad].tolist()!r} for env {bad} is outside the action space "
-                f"{self.single_action_space}")
+            raise InvalidActionError(invalid_action_message(
+                self.single_action_space, bad, self.actions[bad].tolist()))
 
     def _load_actions(self, actions) -> None:
         try:
             array = np.asarray(actions)
         except (TypeError, ValueError) as error:
-            raise InvalidActionError(f"actions must be an array, got {type(actions).__name__}: {error}") from None
-        expected = self.actions.shape
-        if array.shape != expected:
             raise InvalidActionError(
-                f"actions must have shape {expected} (one per env), got {array.shape}")
-        if self.discrete:
-            if array.dtype.kind not in "iu":
-                raise InvalidActionError(
-                    f"actions for {self.single_action_space} must be integers, got dtype {array.dtype}")
-            np.copyto(self.actions, array, casting="unsafe")
-        else:
-            if array.dtype.kind not in "fiu":
-                raise InvalidActionError(f"actions must be numbers, got dtype {array.dtype}")
-            np.copyto(self.actions, array, casting="unsafe")
+                f"actions must be an array, got {type(actions).__name__}: {error}") from None
+        check_action_batch(array.shape, array.dtype.kind in "iu", array.dtype.kind == "f",
+                           self.actions.shape, self.single_action_space, str(array.dtype))
+        np.copyto(self.actions, array, casting="unsafe")
 
     # Episode statistics reduced inside the kernel: Python sees sums and counts.
     def drain_episode_stats(self) -> EpisodeStats:
@@ -129,11 +136,7 @@ class NativeVectorEnv(VectorEnv):
 
     def recent_returns(self, count: int) -> np.ndarray:
         """Returns of the last `count` finished episodes (fewer if fewer have finished)."""
-        head = int(self.kernel.recent_head[0])
-        capacity = self.kernel.recent_returns.shape[0]
-        count = min(count, head, capacity)
-        slots = (np.arange(head - count, head) % capacity)
-        return self.kernel.recent_returns[slots]
+        return recent_from_ring(self.kernel.recent_returns, int(self.kernel.recent_head[0]), count)
 
     def close_extras(self, **kwargs) -> None:
         pass

@@ -14,16 +14,19 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from operant.trainer.envs.registry import EnvError, EpisodeStats, InvalidActionError
+from operant.trainer.envs.native import recent_from_ring
+from operant.trainer.envs.registry import EnvError, EpisodeStats, check_action_batch
 
 RECENT_CAPACITY = 1024
 
 
 class ReferenceVectorEnv(VectorEnv):
-    """Gymnasium's vector env (its own vectorised class when it has one, else sync) in
-    SAME_STEP autoreset mode, exposing `actions`/`obs`/... buffers and `step_bound()`."""
+    """Gymnasium's SyncVectorEnv in SAME_STEP autoreset mode (Gymnasium's own vectorised
+    classes, such as CartPoleVectorEnv, only autoreset NEXT_STEP), exposing
+    `actions`/`obs`/... buffers and `step_bound()`."""
 
     metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
+    impl = "reference"
 
     def __init__(self, env_id: str, num_envs: int, copy: bool = True,
                  max_episode_steps: int | None = None):
@@ -72,9 +75,8 @@ class ReferenceVectorEnv(VectorEnv):
 
     def step(self, actions):
         array = np.asarray(actions)
-        if array.shape != self.actions.shape:
-            raise InvalidActionError(
-                f"actions must have shape {self.actions.shape} (one per env), got {array.shape}")
+        check_action_batch(array.shape, array.dtype.kind in "iu", array.dtype.kind == "f",
+                           self.actions.shape, self.single_action_space, str(array.dtype))
         np.copyto(self.actions, array, casting="unsafe")
         info = self._step()
         if self.copy:
@@ -126,9 +128,7 @@ class ReferenceVectorEnv(VectorEnv):
         return result
 
     def recent_returns(self, count: int) -> np.ndarray:
-        head = self._recent_head
-        count = min(count, head, RECENT_CAPACITY)
-        return self._recent_returns[np.arange(head - count, head) % RECENT_CAPACITY]
+        return recent_from_ring(self._recent_returns, self._recent_head, count)
 
     def close_extras(self, **kwargs) -> None:
         self.inner.close()

@@ -1,19 +1,29 @@
 """The one place that maps env ids to implementations.
 
-Adding an environment touches only `ENVS` below (and its kernel in cext/). Implementations:
-`native` (Cython kernel), `torch` (batched tensor ops on any device), `reference`
-(Gymnasium's own env through its vector API: any installed Gymnasium id), and `auto`
-(native when the kernel exists, else reference).
+Adding an environment touches only `ENVS` below (plus its kernel in cext/ and its dynamics in
+torch_envs.py). Implementations (`env.impl`):
+
+- `native`: the Cython batch kernel (operant.cext), numpy buffers, CPU;
+- `torch`: the same dynamics as batched tensor ops on any torch device (torch_envs.py);
+- `reference`: Gymnasium's own env through its vector API: any installed Gymnasium id;
+- `auto`: native when the kernel is built, else reference. The chosen implementation is the
+  env's `impl` attribute, for the trainer to log.
+
+Spaces, episode limits and reward thresholds are Gymnasium's own (read from its spec and env
+class), so they cannot drift from the environments they mirror.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import gymnasium
 import numpy as np
 from gymnasium import spaces
+from gymnasium.envs.registration import EnvSpec, load_env_creator
 
 IMPLS = ("auto", "native", "torch", "reference")
 
@@ -62,34 +72,63 @@ def _kernel(module: str, name: str) -> Callable[..., Any] | None:
 
 @dataclass(frozen=True)
 class EnvEntry:
+    """An environment Operant implements itself, under its Gymnasium id."""
+
     id: str
-    observation_space: Callable[[], spaces.Space]
-    action_space: Callable[[], spaces.Space]
-    max_episode_steps: int
     native_kernel: tuple[str, str] | None = None
-    reward_threshold: float | None = None
+    """(module in operant.cext, class) of the Cython kernel."""
+    torch_env: str | None = None
+    """Class in operant.trainer.envs.torch_envs with the same dynamics as tensor ops."""
+
+    @property
+    def spec(self) -> EnvSpec:
+        return gymnasium.spec(self.id)
+
+    @property
+    def max_episode_steps(self) -> int:
+        return self.spec.max_episode_steps
+
+    @property
+    def reward_threshold(self) -> float | None:
+        return self.spec.reward_threshold
+
+    def spaces(self) -> tuple[spaces.Space, spaces.Space]:
+        """Fresh copies of Gymnasium's single-env observation and action spaces."""
+        env = load_env_creator(self.spec.entry_point)()
+        try:
+            return env.observation_space, env.action_space
+        finally:
+            env.close()
+
+    def observation_space(self) -> spaces.Space:
+        return self.spaces()[0]
+
+    def action_space(self) -> spaces.Space:
+        return self.spaces()[1]
 
     @property
     def native(self) -> Callable[..., Any] | None:
         return _kernel(*self.native_kernel) if self.native_kernel else None
 
+    @property
+    def torch(self) -> Callable[..., Any] | None:
+        """The torch env class (imports torch; call only when the torch impl is wanted)."""
+        if self.torch_env is None:
+            return None
+        from operant.trainer.envs import torch_envs
 
-def _cartpole_obs_space() -> spaces.Box:
-    high = np.array([2.4 * 2, np.finfo(np.float32).max, 12 * 2 * np.pi / 360 * 2,
-                     np.finfo(np.float32).max], dtype=np.float32)
-    return spaces.Box(-high, high, dtype=np.float32)
+        return getattr(torch_envs, self.torch_env)
 
 
-ENVS: dict[str, EnvEntry] = {
-    "CartPole-v1": EnvEntry(
-        id="CartPole-v1",
-        observation_space=_cartpole_obs_space,
-        action_space=lambda: spaces.Discrete(2),
-        max_episode_steps=500,
-        native_kernel=("cartpole", "CartPoleKernel"),
-        reward_threshold=475.0,
-    ),
-}
+ENVS: dict[str, EnvEntry] = {entry.id: entry for entry in (
+    EnvEntry("CartPole-v1", ("cartpole", "CartPoleKernel"), "TorchCartPole"),
+    EnvEntry("MountainCar-v0", ("mountain_car", "MountainCarKernel"), "TorchMountainCar"),
+    EnvEntry("MountainCarContinuous-v0",
+             ("mountain_car_continuous", "MountainCarContinuousKernel"),
+             "TorchMountainCarContinuous"),
+    EnvEntry("Pendulum-v1", ("pendulum", "PendulumKernel"), "TorchPendulum"),
+    EnvEntry("Acrobot-v1", ("acrobot", "AcrobotKernel"), "TorchAcrobot"),
+)}
 
 
 def lookup(env_id: str) -> EnvEntry:
@@ -98,53 +137,106 @@ def lookup(env_id: str) -> EnvEntry:
     try:
         return ENVS[key]
     except KeyError:
-        raise EnvError(f"unknown env id {env_id!r}; operant has: {', '.join(ENVS)} "
+        raise EnvError(f"unknown env id {env_id!r}; operant implements: {', '.join(ENVS)} "
                        f"(any Gymnasium id trains with env.impl = \"reference\")") from None
 
 
+@functools.cache
+def _gymnasium_refusal(env_id: str) -> str | None:
+    """Why Gymnasium has no env `env_id` (its own words: they name the current version of a
+    deprecated id), or None when it has one."""
+    try:
+        gymnasium.spec(env_id)
+    except gymnasium.error.Error as error:
+        return str(error)
+    return None
+
+
 def resolve_impl(env_id: str, impl: str) -> str:
-    """Which implementation `impl` means for `env_id`; raises EnvError when unavailable."""
+    """Which implementation `impl` means for `env_id`: "native", "torch" or "reference".
+
+    Raises EnvError, naming what was asked and what exists, for an unknown impl, an id that
+    neither Operant nor Gymnasium knows, or an implementation this env does not have.
+    """
     if impl not in IMPLS:
         raise EnvError(f"unknown env impl {impl!r}; choose one of: {', '.join(IMPLS)}")
     key = env_id.removeprefix("operant/")
     entry = ENVS.get(key)
-    if impl == "auto" and entry is not None and entry.native is not None:
-        return "native"
-    if impl in ("auto", "reference"):
-        _check_gymnasium_id(key)
+    if impl in ("reference", "auto") and entry is None:
+        refusal = _gymnasium_refusal(key)
+        if refusal is not None:
+            raise EnvError(f"unknown env id {env_id!r}: operant implements {', '.join(ENVS)}, "
+                           f"and Gymnasium says: {refusal}")
         return "reference"
+    if impl == "reference":
+        return impl
+    if impl == "auto":
+        return "native" if entry.native is not None else "reference"
     if entry is None:
+        if _gymnasium_refusal(key) is None:
+            raise EnvError(f"{key} has no {impl} implementation (operant implements "
+                           f"{', '.join(ENVS)}); use env.impl = \"reference\" to train it "
+                           "through Gymnasium")
         lookup(env_id)
     if impl == "native" and entry.native is None:
-        raise EnvError(f"{key} has no native kernel in this build; use env.impl = \"reference\"")
-    if impl == "torch":
-        raise EnvError(f"{key} has no torch implementation yet; use env.impl = \"native\"")
+        raise EnvError(f"{key} has no native kernel in this build (operant.cext."
+                       f"{entry.native_kernel[0] if entry.native_kernel else '?'} did not "
+                       "import); rebuild, or use env.impl = \"torch\" or \"reference\"")
+    if impl == "torch" and entry.torch_env is None:
+        raise EnvError(f"{key} has no torch implementation; use env.impl = \"native\" or "
+                       "\"reference\"")
     return impl
 
 
-def _check_gymnasium_id(env_id: str) -> None:
-    import gymnasium
-
-    try:
-        gymnasium.spec(env_id)
-    except gymnasium.error.Error as error:
-        raise EnvError(f"unknown env id {env_id!r}: neither operant ({', '.join(ENVS)}) nor "
-                       f"Gymnasium has it ({error})") from None
-
-
-def make_env(env_id: str, num_envs: int, impl: str = "auto", copy: bool = True, **kwargs):
-    """A vector env for `env_id` with the chosen implementation."""
+def make_env(env_id: str, num_envs: int, impl: str = "auto", copy: bool = True,
+             device: Any = None, **kwargs):
+    """A vector env for `env_id` with the chosen implementation (its `impl` attribute says
+    which). `device` is for impl "torch" (default CPU); native and reference envs live on the
+    CPU and refuse any other device."""
     chosen = resolve_impl(env_id, impl)
+    key = env_id.removeprefix("operant/")
+    if chosen == "torch":
+        entry = lookup(key)
+        return entry.torch(entry, num_envs, device=device, copy=copy, **kwargs)
+    if device is not None and str(device) != "cpu":
+        raise EnvError(f"device={device!r} needs env.impl = \"torch\"; the {chosen} "
+                       f"implementation of {key} runs on the CPU")
     if chosen == "native":
         from operant.trainer.envs.native import NativeVectorEnv
 
-        return NativeVectorEnv(lookup(env_id), num_envs, copy=copy, **kwargs)
+        return NativeVectorEnv(lookup(key), num_envs, copy=copy, **kwargs)
     from operant.trainer.envs.reference import ReferenceVectorEnv
 
-    return ReferenceVectorEnv(env_id.removeprefix("operant/"), num_envs, copy=copy, **kwargs)
+    return ReferenceVectorEnv(key, num_envs, copy=copy, **kwargs)
 
 
 def gymnasium_vector_entry_point(num_envs: int = 1, *, env_id: str, impl: str = "auto",
                                  copy: bool = True, **kwargs):
     """What `gymnasium.make_vec("operant/<id>", vectorization_mode="vector_entry_point")` calls."""
     return make_env(env_id, num_envs, impl=impl, copy=copy, **kwargs)
+
+
+def check_action_batch(shape: tuple[int, ...], is_integer: bool, is_floating: bool,
+                       expected_shape: tuple[int, ...], space: spaces.Space,
+                       dtype_name: str) -> None:
+    """Refuse a batch of actions by its shape and dtype alone (no value is read).
+
+    Discrete spaces take integers; Box spaces take floating point (cast to float32).
+    """
+    if tuple(shape) != tuple(expected_shape):
+        raise InvalidActionError(
+            f"actions must have shape {tuple(expected_shape)} (one per env), got {tuple(shape)}")
+    if isinstance(space, spaces.Discrete):
+        if not is_integer:
+            raise InvalidActionError(f"actions for {space} must be integers, got dtype {dtype_name}")
+    elif not is_floating:
+        raise InvalidActionError(
+            f"actions for {space} must be floating point, got dtype {dtype_name}")
+
+
+def invalid_action_message(space: spaces.Space, env_index: int, action: Any) -> str:
+    """The error for a refused action value: what it was, which env, and why."""
+    if isinstance(space, spaces.Discrete):
+        return f"action {action!r} for env {env_index} is outside the action space {space}"
+    return (f"action {action!r} for env {env_index} is not finite (NaN or infinity); {space} "
+            "takes finite values (out-of-range ones are clipped as in Gymnasium)")
