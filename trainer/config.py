@@ -47,6 +47,22 @@ class PolicyConfig(Struct, forbid_unknown_fields=True, kw_only=True):
     """Width of each hidden layer."""
     activation: Literal["tanh", "relu"] = "tanh"
     """Hidden-layer nonlinearity."""
+    log_std_init: float = 0.0
+    """Continuous actions: initial log standard deviation of the Gaussian (state-independent,
+    learned). Larger explores more."""
+
+
+class NormalizeConfig(Struct, forbid_unknown_fields=True, kw_only=True):
+    """Running normalisation of what the policy sees; its statistics are saved with the model."""
+
+    obs: bool = False
+    """Normalise observations by their running mean and standard deviation."""
+    reward: bool = False
+    """Divide rewards by the running standard deviation of the discounted return."""
+    clip_obs: PositiveFloat = 10.0
+    """Clip normalised observations to +-this."""
+    clip_reward: PositiveFloat = 10.0
+    """Clip normalised rewards to +-this."""
 
 
 class PPOConfig(Struct, forbid_unknown_fields=True, kw_only=True):
@@ -110,11 +126,27 @@ class TrainConfig(Struct, forbid_unknown_fields=True, kw_only=True):
     exporter. Off only to measure what publication costs."""
 
 
+class CheckpointConfig(Struct, forbid_unknown_fields=True, kw_only=True):
+    """When the trainer writes checkpoints into the run's checkpoints/ folder. It always
+    writes one when it stops on SIGTERM/SIGINT and when it finishes, and one at the next update
+    boundary after SIGUSR1; a resumed run may change these settings."""
+
+    every_updates: Positive | None = None
+    """Also write one after every this many updates; None: not by update count."""
+    every_seconds: PositiveFloat | None = 600.0
+    """Also write one when this many seconds have passed since the last; None: not by time.
+    A crash (SIGKILL, power loss) loses at most this much training."""
+    keep: Positive = 3
+    """Keep the newest this many checkpoints; older ones are deleted."""
+
+
 class Config(Struct, forbid_unknown_fields=True, kw_only=True):
     env: EnvConfig = msgspec.field(default_factory=EnvConfig)
     policy: PolicyConfig = msgspec.field(default_factory=PolicyConfig)
+    normalize: NormalizeConfig = msgspec.field(default_factory=NormalizeConfig)
     ppo: PPOConfig = msgspec.field(default_factory=PPOConfig)
     train: TrainConfig = msgspec.field(default_factory=TrainConfig)
+    checkpoint: CheckpointConfig = msgspec.field(default_factory=CheckpointConfig)
 
 
 class Derived(Struct, frozen=True):

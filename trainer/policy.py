@@ -32,13 +32,28 @@ def _orthogonal(inputs: int, outputs: int, std: float) -> torch.Tensor:
     return weight.t().contiguous()
 
 
-class ActorCritic(nn.Module):
-    """Discrete actions: a categorical over `num_actions` logits. CleanRL's initialisation
-    (orthogonal, sqrt(2) hidden gain, 0.01 actor head, 1.0 critic head, zero biases)."""
+LOG_2PI = math.log(2 * math.pi)
 
-    def __init__(self, obs_dim: int, num_actions: int, hidden: list[int], activation: str = "tanh"):
+
+class ActorCritic(nn.Module):
+    """CleanRL's initialisation (orthogonal, sqrt(2) hidden gain, 0.01 actor head, 1.0 critic
+    head, zero biases).
+
+    Discrete actions (`continuous=False`): a categorical over `num_actions` logits.
+    Continuous actions (`continuous=True`, `num_actions` = action dimensions): a diagonal
+    Gaussian whose mean is the actor's output and whose log standard deviation is one learned
+    parameter per dimension, independent of the state. Samples are unbounded; the trainer
+    clips them to the action space before the env sees them, and PPO's ratio uses the
+    unclipped sample (as CleanRL's ppo_continuous_action does).
+    """
+
+    def __init__(self, obs_dim: int, num_actions: int, hidden: list[int], activation: str = "tanh",
+                 continuous: bool = False, log_std_init: float = 0.0):
         super().__init__()
         self.num_actions = num_actions
+        self.continuous = continuous
+        if continuous:
+            self.log_std = nn.Parameter(torch.full((num_actions,), float(log_std_init)))
         self.activation = ACTIVATIONS[activation]
         widths = [obs_dim, *hidden]
         out = max(num_actions, 1)
@@ -80,22 +95,35 @@ class ActorCritic(nn.Module):
 
     def act(self, obs: torch.Tensor, generator: torch.Generator | None = None):
         """Sample actions; returns (actions, log-probabilities, values)."""
-        logits, values = self.heads(obs)
-        log_probs = torch.log_softmax(logits, dim=-1)
+        out, values = self.heads(obs)
+        if self.continuous:
+            noise = torch.randn(out.shape, generator=generator, device=out.device, dtype=out.dtype)
+            actions = out + self.log_std.exp() * noise
+            return actions, self._gaussian_logprob(out, actions), values
+        log_probs = torch.log_softmax(out, dim=-1)
         actions = torch.multinomial(log_probs.exp(), 1, generator=generator).squeeze(-1)
         logprob = log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
         return actions, logprob, values
 
+    def _gaussian_logprob(self, mean: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        z = (actions - mean) * torch.exp(-self.log_std)
+        return (-0.5 * z * z - self.log_std - 0.5 * LOG_2PI).sum(-1)
+
     def evaluate(self, obs: torch.Tensor, actions: torch.Tensor):
         """Log-probabilities of `actions`, entropies and values, for the PPO loss."""
-        logits, values = self.heads(obs)
-        log_probs = torch.log_softmax(logits, dim=-1)
+        out, values = self.heads(obs)
+        if self.continuous:
+            entropy = (0.5 + 0.5 * LOG_2PI + self.log_std).sum().expand(out.shape[0])
+            return self._gaussian_logprob(out, actions), entropy, values
+        log_probs = torch.log_softmax(out, dim=-1)
         logprob = log_probs.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
         entropy = -(log_probs.exp() * log_probs).sum(-1)
         return logprob, entropy, values
 
     def greedy(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.heads(obs)[0].argmax(-1)
+        """The most likely action: argmax of the logits, or the Gaussian's mean."""
+        out = self.heads(obs)[0]
+        return out if self.continuous else out.argmax(-1)
 
 
 class FlatParameters:

@@ -21,7 +21,10 @@ import numpy as np
 import torch
 
 from operant.trainer.config import Config, Derived, derive, to_dict
-from operant.trainer.envs import make_env, resolve_impl
+from gymnasium import spaces
+
+from operant.trainer.envs import EnvError, make_env, resolve_impl
+from operant.trainer.normalize import ObservationNormalizer, RewardNormalizer
 from operant.trainer.policy import ActorCritic, FlatParameters
 from operant.trainer.ppo import compute_gae, ppo_update
 
@@ -73,9 +76,28 @@ class Trainer:
                             **env_kwargs)
         self.env.reset(seed=config.train.seed)
         obs_dim = self.env.single_observation_space.shape[0]
-        num_actions = int(self.env.single_action_space.n)
+        action_space = self.env.single_action_space
+        self.continuous = isinstance(action_space, spaces.Box)
+        if self.continuous:
+            action_shape: tuple[int, ...] = tuple(action_space.shape)
+            num_actions = int(np.prod(action_shape))
+            # Samples are unbounded; the env sees them clipped to its bounds.
+            self.action_low = torch.as_tensor(action_space.low, device=self.device)
+            self.action_high = torch.as_tensor(action_space.high, device=self.device)
+        elif isinstance(action_space, spaces.Discrete):
+            action_shape, num_actions = (), int(action_space.n)
+        else:
+            raise EnvError(f"{config.env.id} has {action_space} actions; operant trains "
+                           "Discrete and Box action spaces")
         self.policy = ActorCritic(obs_dim, num_actions, config.policy.hidden_sizes,
-                                  config.policy.activation).to(self.device)
+                                  config.policy.activation, continuous=self.continuous,
+                                  log_std_init=config.policy.log_std_init).to(self.device)
+        norm = config.normalize
+        self.obs_normalizer = (ObservationNormalizer(obs_dim, norm.clip_obs).to(self.device)
+                               if norm.obs else None)
+        self.reward_normalizer = (
+            RewardNormalizer(config.env.num_envs, config.ppo.gamma, norm.clip_reward).to(self.device)
+            if norm.reward else None)
         self.flat = FlatParameters(self.policy)
         # One tensor, so Adam is a single fused kernel (CPU and CUDA alike).
         self.optimizer = torch.optim.Adam([self.flat.param], lr=config.ppo.learning_rate,
@@ -92,7 +114,8 @@ class Trainer:
         steps, num_envs = config.ppo.num_steps, config.env.num_envs
         device = self.device
         self.obs = torch.zeros((steps, num_envs, obs_dim), device=device)
-        self.actions = torch.zeros((steps, num_envs), dtype=torch.long, device=device)
+        self.actions = torch.zeros((steps, num_envs, *action_shape), device=device,
+                                   dtype=torch.float32 if self.continuous else torch.long)
         self.logprobs = torch.zeros((steps, num_envs), device=device)
         self.rewards = torch.zeros((steps, num_envs), device=device)
         self.dones = torch.zeros((steps, num_envs), device=device)
@@ -106,6 +129,9 @@ class Trainer:
         self.timer = PhaseTimer()
         self.solved_at: float | None = None
         self.last_record: dict[str, Any] = {}
+        # Seconds trained before this process started: a resumed run's clock continues.
+        self.elapsed_offset_s = 0.0
+        self.started: float | None = None
 
     # -- rollout -------------------------------------------------------------------------
     @torch.inference_mode()
@@ -117,13 +143,15 @@ class Trainer:
         on_cpu = self.device.type == "cpu"
         for t in range(ppo.num_steps):
             started = clock()
-            obs = self.env_obs if on_cpu else self.env_obs.to(self.device, non_blocking=True)
+            obs = self._observe(self.env_obs, update=True)
             actions, logprob, value = self.policy.act(obs, self.generator)
             forwarded = clock()
             self.obs[t].copy_(obs)
             self.actions[t].copy_(actions)
             self.logprobs[t].copy_(logprob)
             self.values[t].copy_(value)
+            if self.continuous:
+                actions = torch.clamp(actions, self.action_low, self.action_high)
             self.env_actions.copy_(actions)
             stored = clock()
             self.env.step_bound()
@@ -132,9 +160,11 @@ class Trainer:
             rewards.copy_(self.env_rewards)
             torch.logical_or(self.env_terminated, self.env_truncated, out=self.done_mask)
             self.dones[t].copy_(self.done_mask)
+            if self.reward_normalizer is not None:
+                rewards.copy_(self.reward_normalizer(rewards, self.dones[t]))
             if self.env.truncated.any():
                 # A time limit is not a terminal state: bootstrap from the final observation.
-                final = self.env_final_obs if on_cpu else self.env_final_obs.to(self.device)
+                final = self._observe(self.env_final_obs)
                 truncated = self.env_truncated if on_cpu else self.env_truncated.to(self.device)
                 rewards.add_(ppo.gamma * self.policy.value(final) * truncated)
             finished = clock()
@@ -142,8 +172,15 @@ class Trainer:
             totals["store"] += (stored - forwarded) + (finished - stepped)
             totals["env"] += stepped - stored
         self.global_step += ppo.num_steps * self.config.env.num_envs
-        obs = self.env_obs if on_cpu else self.env_obs.to(self.device)
-        return self.policy.value(obs)
+        return self.policy.value(self._observe(self.env_obs))
+
+    def _observe(self, env_obs: torch.Tensor, update: bool = False) -> torch.Tensor:
+        """An env observation buffer as the policy sees it: on its device, normalised if
+        configured (`update` folds it into the running statistics)."""
+        obs = env_obs if env_obs.device == self.device else env_obs.to(self.device, non_blocking=True)
+        if self.obs_normalizer is not None:
+            obs = self.obs_normalizer(obs, update=update)
+        return obs
 
     # -- one update ----------------------------------------------------------------------
     def train_update(self) -> dict[str, Any]:
@@ -167,9 +204,11 @@ class Trainer:
                                           advantages=self.advantages)
         gae_done = clock()
         obs_dim = self.obs.shape[-1]
+        batch = derived.batch_size
         stats = ppo_update(
             self.policy, self.flat, self.optimizer, config.ppo,
-            b_obs=self.obs.reshape(-1, obs_dim), b_actions=self.actions.reshape(-1),
+            b_obs=self.obs.reshape(-1, obs_dim),
+            b_actions=self.actions.reshape(batch, *self.actions.shape[2:]),
             b_logprobs=self.logprobs.reshape(-1), b_advantages=advantages.reshape(-1),
             b_returns=returns.reshape(-1), b_values=self.values.reshape(-1),
             minibatch_size=derived.minibatch_size, generator=self.cpu_generator)
@@ -213,7 +252,7 @@ class Trainer:
 
     def run(self, should_stop: Callable[[], bool] = lambda: False) -> dict[str, Any]:
         """Train for the configured budget (or to target_return); returns the last record."""
-        self.started = time.perf_counter()
+        self.started = time.perf_counter() - self.elapsed_offset_s
         while self.update < self.derived.num_updates and not should_stop():
             record = self.train_update()
             started = time.perf_counter_ns()
@@ -224,9 +263,45 @@ class Trainer:
                 break
         return self.last_record
 
+    def elapsed_s(self) -> float:
+        """Seconds this run has trained, across resumes."""
+        if self.started is None:
+            return self.elapsed_offset_s
+        return time.perf_counter() - self.started
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue this run bit for bit: weights, optimizer, normaliser
+        statistics, counters, the trainer's generators and the envs' state, as tensors and
+        plain containers (operant.trainer.checkpoint says what and why)."""
+        from operant.trainer.checkpoint import trainer_state
+
+        return trainer_state(self)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from `state_dict()` output; raises CheckpointError if it does not fit."""
+        from operant.trainer.checkpoint import load_trainer_state
+
+        load_trainer_state(self, state)
+
+    def check_finite(self) -> None:
+        """The NaN guard after an update: raise FloatingPointError naming the first parameter
+        that holds a NaN or an infinity (one reduction when all are finite)."""
+        if self.flat.all_finite():
+            return
+        for name, parameter in self.policy.named_parameters():
+            if not bool(torch.isfinite(parameter).all()):
+                raise FloatingPointError(
+                    f"non-finite values in parameter {name} after update {self.update}")
+
     def save_model(self, path: Path) -> None:
-        torch.save({"policy": self.policy.state_dict(), "config": to_dict(self.config),
-                    "global_step": self.global_step}, path)
+        """The policy with what it needs to act: its config and normalisation statistics."""
+        model: dict[str, Any] = {"policy": self.policy.state_dict(), "config": to_dict(self.config),
+                                 "global_step": self.global_step}
+        if self.obs_normalizer is not None:
+            model["obs_normalizer"] = self.obs_normalizer.state_dict()
+        if self.reward_normalizer is not None:
+            model["reward_normalizer"] = self.reward_normalizer.state_dict()
+        torch.save(model, path)
 
 
 def run_metadata(config: Config, run_id: str, impl: str) -> dict[str, Any]:
