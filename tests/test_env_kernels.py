@@ -1,0 +1,179 @@
+"""What every env implementation promises besides its dynamics: determinism per seed and per
+env, episode statistics, time limits, no allocation per native step, no host sync per torch
+step."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import gymnasium
+import numpy as np
+import pytest
+import torch
+
+from operant.trainer.envs import ENVS, make_env
+
+IMPLS = ["native", "torch"]
+
+
+def _actions(env, rng, count):
+    if env.discrete:
+        return rng.integers(0, env.single_action_space.n, size=count)
+    high = float(env.single_action_space.high[0])
+    return rng.uniform(-high, high, size=(count, *env.single_action_space.shape)).astype(np.float32)
+
+
+def _load(env, actions):
+    if env.impl == "torch":
+        env.actions.copy_(torch.from_numpy(actions))
+    else:
+        env.actions[:] = actions
+
+
+def _host(value):
+    return value.cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+
+
+def _rollout(env_id, impl, seed, num_envs=64, steps=250):
+    env = make_env(env_id, num_envs, impl=impl, copy=False)
+    first_obs = _host(env.reset(seed=seed)[0]).copy()
+    rng = np.random.default_rng(0)
+    observations, rewards = [first_obs], []
+    for _ in range(steps):
+        _load(env, _actions(env, rng, num_envs))
+        env.step_bound()
+        observations.append(_host(env.obs).copy())
+        rewards.append(_host(env.rewards).copy())
+    return np.stack(observations), np.stack(rewards), env.drain_episode_stats()
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("env_id", list(ENVS))
+def test_same_seed_same_trajectories_and_every_env_has_its_own_stream(env_id, impl):
+    obs, rewards, stats = _rollout(env_id, impl, seed=5)
+    again_obs, again_rewards, again_stats = _rollout(env_id, impl, seed=5)
+    np.testing.assert_array_equal(obs, again_obs)
+    np.testing.assert_array_equal(rewards, again_rewards)
+    assert stats == again_stats
+    assert not np.array_equal(obs, _rollout(env_id, impl, seed=6)[0])
+    # No two envs start alike (MountainCar's velocity starts at 0 for all; its position differs).
+    initial = obs[0]
+    assert len(np.unique(initial, axis=0)) == initial.shape[0]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("env_id", list(ENVS))
+def test_reset_without_seed_continues_the_streams(env_id, impl):
+    env = make_env(env_id, 16, impl=impl, copy=True)
+    first = _host(env.reset(seed=1)[0])
+    second = _host(env.reset()[0])
+    assert not np.array_equal(first, second)
+    np.testing.assert_array_equal(_host(env.reset(seed=1)[0]), first)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("env_id", list(ENVS))
+def test_truncation_at_gymnasiums_time_limit_and_episode_statistics(env_id, impl):
+    limit = gymnasium.spec(env_id).max_episode_steps
+    env = make_env(env_id, 4, impl=impl, copy=False)
+    assert env.max_episode_steps == limit
+    env.reset(seed=0)
+    # Every env is one step from the limit with a known return so far.
+    lengths = env.kernel.episode_length if impl == "native" else env.episode_length
+    returns = env.kernel.episode_return if impl == "native" else env.episode_return
+    lengths[:] = limit - 1
+    returns[:] = torch.tensor([-3.0, 1.0, 2.0, 10.0]) if impl == "torch" \
+        else np.array([-3.0, 1.0, 2.0, 10.0])
+    rng = np.random.default_rng(0)
+    _load(env, _actions(env, rng, 4))
+    env.step_bound()
+    truncated = _host(env.truncated)
+    rewards = _host(env.rewards).astype(np.float64)
+    assert truncated.all()
+    stats = env.drain_episode_stats()
+    expected_returns = np.array([-3.0, 1.0, 2.0, 10.0]) + rewards
+    assert stats.episodes == 4
+    assert stats.length_sum == 4 * limit and stats.length_min == stats.length_max == limit
+    assert stats.return_sum == pytest.approx(expected_returns.sum(), abs=1e-5)
+    assert stats.return_min == pytest.approx(expected_returns.min(), abs=1e-5)
+    assert stats.return_max == pytest.approx(expected_returns.max(), abs=1e-5)
+    np.testing.assert_allclose(env.recent_returns(10), expected_returns, atol=1e-5)
+    # A drain empties the statistics; the new episodes start from zero.
+    assert env.drain_episode_stats().episodes == 0
+    assert (_host(lengths) == 0).all() and (_host(returns) == 0).all()
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_recent_returns_ring_keeps_the_latest_in_env_order(impl):
+    env = make_env("CartPole-v1", 3, impl=impl, copy=False)
+    env.reset(seed=0)
+    returns = env.kernel.episode_return if impl == "native" else env.episode_return
+    lengths = env.kernel.episode_length if impl == "native" else env.episode_length
+    expected = []
+    for round_index in range(400):  # 1,200 episodes: the 1,024-slot ring wraps
+        lengths[:] = 499
+        values = [round_index * 3.0, round_index * 3.0 + 1, round_index * 3.0 + 2]
+        returns[:] = torch.tensor(values, dtype=torch.float64) if impl == "torch" \
+            else np.array(values)
+        _load(env, np.array([0, 1, 0]))
+        env.step_bound()
+        expected.extend(value + 1.0 for value in values)
+    np.testing.assert_array_equal(env.recent_returns(5), expected[-5:])
+    np.testing.assert_array_equal(env.recent_returns(5000), expected[-1024:])
+    assert env.drain_episode_stats().episodes == 1200
+
+
+@pytest.mark.parametrize("env_id", list(ENVS))
+def test_native_step_allocates_nothing(env_id):
+    env = make_env(env_id, 4096, impl="native", copy=False)
+    env.reset(seed=1)
+    env.actions[:] = _actions(env, np.random.default_rng(0), 4096)
+    for _ in range(50):
+        env.step_bound()
+    kernel = env.kernel
+    tracemalloc.start()
+    before, _ = tracemalloc.get_traced_memory()
+    for _ in range(1000):
+        kernel.step()
+    after, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    # Any per-step allocation would show up 1,000 times over; what remains is the
+    # interpreter's own bookkeeping for the loop (a few dozen bytes, independent of steps).
+    assert after - before < 256
+    assert peak - before < 1024
+
+
+@pytest.mark.parametrize("env_id", list(ENVS))
+def test_torch_step_never_reads_the_device_from_the_host(env_id, monkeypatch):
+    """With deferred action checks (the default on accelerators) `step` and `step_bound` must
+    not synchronise: every way a tensor's value reaches Python raises here."""
+    env = make_env(env_id, 32, impl="torch", copy=False, action_checks="deferred")
+    env.reset(seed=0)
+    actions = torch.from_numpy(_actions(env, np.random.default_rng(0), 32))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("host sync inside a torch env step")
+
+    for name in ("item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__float__",
+                 "__index__"):
+        monkeypatch.setattr(torch.Tensor, name, refuse)
+    for _ in range(60):
+        env.step(actions)
+        env.step_bound()
+    monkeypatch.undo()
+    assert env.drain_episode_stats().episodes >= 0
+
+
+@pytest.mark.parametrize("env_id", list(ENVS))
+def test_torch_buffers_stay_in_place_on_their_device(env_id):
+    """The buffers live on the requested device and keep their identity across steps, so the
+    trainer can hold references to them."""
+    env = make_env(env_id, 8, impl="torch", device="cpu", copy=False)
+    buffers = [env.actions, env.obs, env.rewards, env.terminated, env.truncated, env.final_obs]
+    pointers = [buffer.data_ptr() for buffer in buffers]
+    obs, _ = env.reset(seed=0)
+    assert obs.data_ptr() == env.obs.data_ptr()
+    env.step(env.actions.clone())
+    assert [buffer.data_ptr() for buffer in buffers] == pointers
+    assert all(buffer.device == torch.device("cpu") for buffer in buffers)
+    assert env.obs.dtype == torch.float32 and env.state.dtype == torch.float64

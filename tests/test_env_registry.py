@@ -1,0 +1,179 @@
+"""The env registry, its Gymnasium registration, and the errors a user can cause: unknown ids
+and implementations, and actions of the wrong shape, dtype or value."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import gymnasium
+import numpy as np
+import pytest
+import torch
+
+import operant.trainer.envs  # noqa: F401  (registers operant/<id> with Gymnasium)
+from operant.trainer.envs import ENVS, EnvError, InvalidActionError, make_env, resolve_impl
+from operant.trainer.envs.registry import lookup
+
+IMPLS = ["native", "torch", "reference", "auto"]
+CONTINUOUS = ["MountainCarContinuous-v0", "Pendulum-v1"]
+DISCRETE = ["CartPole-v1", "MountainCar-v0", "Acrobot-v1"]
+
+
+def _host(value):
+    return value.cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("env_id", list(ENVS))
+def test_make_vec_builds_every_env_with_every_impl(env_id, impl):
+    env = gymnasium.make_vec(f"operant/{env_id}", num_envs=5,
+                             vectorization_mode="vector_entry_point", impl=impl)
+    expected_impl = "native" if impl == "auto" else impl
+    assert env.impl == expected_impl
+    gym_env = gymnasium.make(env_id)
+    assert env.single_observation_space == gym_env.observation_space
+    assert env.single_action_space == gym_env.action_space
+    assert env.metadata["autoreset_mode"] == gymnasium.vector.AutoresetMode.SAME_STEP
+    obs, info = env.reset(seed=3)
+    assert tuple(obs.shape) == (5, *gym_env.observation_space.shape)
+    if impl == "torch":
+        assert isinstance(obs, torch.Tensor) and obs.dtype == torch.float32
+    else:
+        assert isinstance(obs, np.ndarray) and obs.dtype == np.float32
+    env.action_space.seed(0)
+    for _ in range(3):
+        obs, rewards, terminated, truncated, info = env.step(env.action_space.sample())
+    for row in _host(obs):
+        assert gym_env.observation_space.contains(row)
+    assert _host(rewards).shape == (5,) and _host(terminated).dtype == np.bool_
+    assert env.spec.id == f"operant/{env_id}"
+    env.close()
+
+
+def test_torch_impl_through_make_vec_takes_a_device_and_returns_tensors_there():
+    env = gymnasium.make_vec("operant/Pendulum-v1", num_envs=4,
+                             vectorization_mode="vector_entry_point", impl="torch", device="cpu")
+    obs, _ = env.reset(seed=0)
+    obs, rewards, terminated, truncated, info = env.step(torch.zeros(4, 1))
+    assert all(t.device == torch.device("cpu") for t in (obs, rewards, terminated, truncated))
+    assert set(info) == {"final_obs", "_final_obs"}
+    assert rewards.dtype == torch.float32 and terminated.dtype == torch.bool
+
+
+def test_auto_prefers_native_and_falls_back_to_reference(monkeypatch):
+    assert resolve_impl("CartPole-v1", "auto") == "native"
+    assert resolve_impl("operant/Acrobot-v1", "auto") == "native"
+    # A Gymnasium id operant does not implement trains through Gymnasium.
+    assert resolve_impl("Taxi-v4", "auto") == "reference"
+    unbuilt = dataclasses.replace(ENVS["CartPole-v1"], native_kernel=("not_built", "Kernel"))
+    monkeypatch.setitem(ENVS, "CartPole-v1", unbuilt)
+    assert resolve_impl("CartPole-v1", "auto") == "reference"
+    with pytest.raises(EnvError, match=r"CartPole-v1 has no native kernel in this build"):
+        resolve_impl("CartPole-v1", "native")
+
+
+def test_unknown_env_id_names_it_and_what_exists():
+    with pytest.raises(EnvError, match=r"unknown env id 'NoSuchEnv-v0'.*CartPole-v1"):
+        make_env("NoSuchEnv-v0", 2, impl="native")
+    with pytest.raises(EnvError, match=r"unknown env id 'NoSuchEnv-v0'"):
+        make_env("NoSuchEnv-v0", 2, impl="auto")
+    with pytest.raises(EnvError, match=r"unknown env id 'NoSuchEnv-v0'"):
+        make_env("NoSuchEnv-v0", 2, impl="reference")
+    # Gymnasium's own words point to the current version of a deprecated id.
+    with pytest.raises(EnvError, match=r"Gymnasium says: .*Please use `Taxi-v4`"):
+        make_env("Taxi-v3", 2, impl="reference")
+    with pytest.raises(EnvError, match=r"unknown env id 'operant/NoSuchEnv-v0'"):
+        lookup("operant/NoSuchEnv-v0")
+
+
+def test_unknown_or_unavailable_impl_names_what_was_asked():
+    with pytest.raises(EnvError, match=r"unknown env impl 'cuda'; choose one of: auto, native"):
+        make_env("CartPole-v1", 2, impl="cuda")
+    with pytest.raises(EnvError, match=r"Taxi-v4 has no torch implementation.*reference"):
+        make_env("Taxi-v4", 2, impl="torch")
+    with pytest.raises(EnvError, match=r"Taxi-v4 has no native implementation"):
+        make_env("Taxi-v4", 2, impl="native")
+    with pytest.raises(EnvError, match=r"device='cuda' needs env.impl = \"torch\""):
+        make_env("CartPole-v1", 2, impl="native", device="cuda")
+    with pytest.raises(EnvError, match=r"Taxi-v4 has Discrete\(500\) observations"):
+        make_env("Taxi-v4", 2, impl="reference")
+
+
+def _env(env_id, impl, num_envs=3):
+    env = make_env(env_id, num_envs, impl=impl)
+    env.reset(seed=0)
+    return env
+
+
+def _state(env):
+    return _host(env.kernel.state if env.impl == "native" else env.state).copy()
+
+
+@pytest.mark.parametrize("impl", ["native", "torch", "reference"])
+@pytest.mark.parametrize("env_id", DISCRETE)
+def test_bad_discrete_actions_are_refused_by_shape_dtype_and_value(env_id, impl):
+    env = _env(env_id, impl)
+    n = env.single_action_space.n
+    with pytest.raises(InvalidActionError, match=r"shape \(3,\) \(one per env\), got \(4,\)"):
+        env.step(np.zeros(4, dtype=np.int64))
+    with pytest.raises(InvalidActionError, match=r"shape \(3,\) \(one per env\), got \(3, 1\)"):
+        env.step(np.zeros((3, 1), dtype=np.int64))
+    with pytest.raises(InvalidActionError, match=rf"Discrete\({n}\) must be integers, got dtype float32"):
+        env.step(np.zeros(3, dtype=np.float32))
+    with pytest.raises(InvalidActionError, match=r"must be integers, got dtype bool"):
+        env.step(np.zeros(3, dtype=np.bool_))
+    if impl == "reference":
+        return  # Gymnasium's own envs judge values themselves
+    before = _state(env)
+    with pytest.raises(InvalidActionError, match=rf"action {n} for env 1 is outside the action space Discrete\({n}\)"):
+        env.step(np.array([0, n, 1]))
+    with pytest.raises(InvalidActionError, match=r"action -1 for env 2 is outside"):
+        env.step(np.array([0, 1, -1]))
+    np.testing.assert_array_equal(_state(env), before)  # a refused step moves nothing
+    env.step(np.array([0, 1, n - 1]))
+    assert not np.array_equal(_state(env), before)
+
+
+@pytest.mark.parametrize("impl", ["native", "torch", "reference"])
+@pytest.mark.parametrize("env_id", CONTINUOUS)
+def test_bad_continuous_actions_are_refused_by_shape_dtype_and_value(env_id, impl):
+    env = _env(env_id, impl)
+    with pytest.raises(InvalidActionError, match=r"shape \(3, 1\) \(one per env\), got \(3,\)"):
+        env.step(np.zeros(3, dtype=np.float32))
+    with pytest.raises(InvalidActionError, match=r"must be floating point, got dtype int64"):
+        env.step(np.zeros((3, 1), dtype=np.int64))
+    if impl == "reference":
+        return
+    before = _state(env)
+    with pytest.raises(InvalidActionError, match=r"action \[nan\] for env 1 is not finite"):
+        env.step(np.array([[0.0], [np.nan], [0.0]], dtype=np.float32))
+    with pytest.raises(InvalidActionError, match=r"action \[-inf\] for env 2 is not finite"):
+        env.step(np.array([[0.0], [0.0], [-np.inf]], dtype=np.float32))
+    np.testing.assert_array_equal(_state(env), before)
+    # Out of range is Gymnasium's business: it clips the force (and MountainCarContinuous
+    # charges the unclipped action), so the env must accept it; float64 is cast to float32.
+    env.step(np.array([[5.0], [-5.0], [0.5]], dtype=np.float64))
+    assert not np.array_equal(_state(env), before)
+
+
+@pytest.mark.parametrize("env_id", ["Acrobot-v1", "Pendulum-v1"])
+def test_torch_deferred_checks_raise_at_the_next_read_naming_the_action(env_id):
+    env = make_env(env_id, 4, impl="torch", copy=False, action_checks="deferred")
+    env.reset(seed=0)
+    bad = torch.tensor([0, 1, 7, 2]) if env.discrete else torch.tensor([[0.0], [1.0], [np.nan],
+                                                                        [0.0]])
+    env.step(bad)  # no host sync, so no error yet
+    env.step_bound()
+    assert torch.isfinite(env.state).all()  # stepped with the invalid action replaced
+    expected = r"action 7 for env 2 is outside" if env.discrete else \
+        r"action \[nan\] for env 2 is not finite"
+    with pytest.raises(InvalidActionError, match=expected + r".*since the last check"):
+        env.drain_episode_stats()
+    env.check_actions()  # reported once
+
+
+def test_reference_impl_steps_continuous_actions():
+    env = make_env("Pendulum-v1", 2, impl="reference")
+    env.reset(seed=0)
+    obs, rewards, terminated, truncated, _ = env.step(np.array([[1.0], [-1.0]], dtype=np.float32))
+    assert obs.shape == (2, 3) and rewards.dtype == np.float32 and (rewards < 0).all()
