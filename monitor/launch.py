@@ -1,0 +1,105 @@
+"""`operant train ... --detach | --monitor`: start the trainer in the background, then (with
+--monitor) watch it in the foreground.
+
+The trainer is `operant-train` with the same arguments, started in its own session
+(`start_new_session`) with stdin from /dev/null and stdout/stderr to the run directory's
+`train.log`: Ctrl-C in this terminal, closing it, or killing the monitor never reaches the
+trainer. The log is opened before the trainer creates its run directory (it must exist when
+the process starts), so it begins as a hidden file in the runs root and is renamed into the
+run directory as soon as that exists; the trainer keeps writing to the same open file.
+
+trainer/main.py calls `launch` once it has resolved the runs root and run id from its config,
+so both processes agree on where the run lives without this module reading any config.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from operant.shared.runs import LOG_FILE, METRICS_FILE
+
+MONITOR_FLAG = "--monitor"
+DETACH_FLAG = "--detach"
+# How long to wait for the trainer's metrics file: imports, env compilation and the first
+# allocation happen before it exists.
+STARTUP_TIMEOUT_S = 120.0
+_POLL_S = 0.05
+
+
+def trainer_command(argv: list[str], run_id: str) -> list[str]:
+    """operant-train's command line: the user's arguments without --monitor/--detach, and the
+    run id this launcher waits for."""
+    args = [arg for arg in argv if arg not in (MONITOR_FLAG, DETACH_FLAG)]
+    if not any(arg == "--run-id" or arg.startswith("--run-id=") for arg in args):
+        args += ["--run-id", run_id]
+    return [sys.executable, "-m", "operant.trainer.main", *args]
+
+
+def launch(argv: list[str], root: Path, run_id: str, *, monitor: bool,
+           timeout_s: float = STARTUP_TIMEOUT_S) -> int:
+    """Start the trainer for run `run_id` under `root` in the background; print how to attach;
+    with `monitor`, run the monitor on it until the user detaches. Returns the exit status."""
+    if MONITOR_FLAG in argv and DETACH_FLAG in argv:
+        print(f"operant train: give {MONITOR_FLAG} or {DETACH_FLAG}, not both", file=sys.stderr)
+        return 2
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        early_log = root / f".{run_id}.{LOG_FILE}"
+        log = open(early_log, "ab")
+    except OSError as error:
+        print(f"operant train: cannot write a log under {root}: {error.strerror}",
+              file=sys.stderr)
+        return 2
+    with log:
+        trainer = subprocess.Popen(trainer_command(argv, run_id), stdin=subprocess.DEVNULL,
+                                   stdout=log, stderr=subprocess.STDOUT,
+                                   start_new_session=True, close_fds=True)
+    run_dir = root / run_id
+    log_path = _wait_for_metrics(trainer, run_dir, early_log, timeout_s)
+    if log_path is None:
+        return _report_early_exit(trainer, run_dir, early_log, timeout_s)
+    print(f"run {run_id} is training in the background (pid {trainer.pid})\n"
+          f"  log:    {log_path}\n"
+          f"  watch:  operant monitor {run_id}   (or: operant monitor --latest)\n"
+          f"  stop:   kill -TERM {trainer.pid}", flush=True)
+    if not monitor:
+        return 0
+    from operant.monitor import cli
+
+    return cli.main([run_id, "--runs-dir", str(root)])
+
+
+def _wait_for_metrics(trainer: subprocess.Popen, run_dir: Path, early_log: Path,
+                      timeout_s: float) -> Path | None:
+    """The log's final path once the run's metrics file exists; None if the trainer exited
+    before making it or the timeout passed."""
+    log_path = early_log
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if log_path == early_log and run_dir.is_dir():
+            log_path = run_dir / LOG_FILE
+            os.replace(early_log, log_path)
+        if (run_dir / METRICS_FILE).exists():
+            return log_path
+        if trainer.poll() is not None or time.monotonic() > deadline:
+            return None
+        time.sleep(_POLL_S)
+
+
+def _report_early_exit(trainer: subprocess.Popen, run_dir: Path, early_log: Path,
+                       timeout_s: float) -> int:
+    log_path = run_dir / LOG_FILE if (run_dir / LOG_FILE).exists() else early_log
+    if trainer.returncode is None:
+        print(f"operant train: the trainer (pid {trainer.pid}) made no metrics file in "
+              f"{timeout_s:g} s; it keeps running, see {log_path}", file=sys.stderr)
+        return 1
+    output = log_path.read_text(errors="replace").strip()
+    if log_path == early_log:
+        early_log.unlink()  # nothing else of this run exists: leave no trace
+    sys.stderr.write((output + "\n") if output else
+                     f"operant train: the trainer exited with status {trainer.returncode}\n")
+    return trainer.returncode or 1
