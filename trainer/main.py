@@ -46,6 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-format", choices=("plain", "json"), default="plain",
                         help="plain: one compact line per update; json: one JSON object per line")
     parser.add_argument("--quiet", action="store_true", help="no progress lines, only the summary")
+    parser.add_argument("--detach", action="store_true",
+                        help="train in the background (log in the run directory), print the run id")
+    parser.add_argument("--monitor", action="store_true",
+                        help="train in the background and watch it here (q detaches)")
     return parser
 
 
@@ -122,10 +126,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"operant-train: {error}", file=sys.stderr)
         return EXIT_USAGE
 
-    from operant.trainer.train import Trainer, run_metadata, write_json_atomic
-
     root = runs.runs_root(config.train.runs_dir)
     run_id = config.train.run_id or runs.make_run_id(config.env.id)
+    if args.detach or args.monitor:
+        from operant.monitor.launch import launch
+
+        return launch(sys.argv[1:] if argv is None else argv, root, run_id, monitor=args.monitor)
+    from operant.trainer.train import Trainer, run_metadata, write_json_atomic
     try:
         run_dir = runs.create_run_dir(root, run_id)
     except FileExistsError:
