@@ -141,8 +141,9 @@ class Curve(Widget):
         text.append(self.title, style=f"bold {self.color}")
         if numbers:
             text.append(f" {fmt.real(numbers[-1])}", style="bold")
-            text.append(f"  {fmt.real(min(numbers), 3)}…{fmt.real(max(numbers), 3)}",
-                        style="dim")
+            if height > 1:
+                text.append(f"  {fmt.real(min(numbers), 3)}…{fmt.real(max(numbers), 3)}",
+                            style="dim")
         else:
             text.append("  no data yet", style="dim")
         if height == 1:
