@@ -79,15 +79,15 @@ def interactive(args: argparse.Namespace) -> int:
         return _error("--follow follows the latest run: use it with --latest, not a RUN_ID")
     if not 0.05 <= args.refresh <= 3600:
         return _error(f"--refresh {args.refresh:g}: give a number of seconds from 0.05 to 3600")
-    if not sys.stdout.isatty() and WEB_DRIVER_ENV not in os.environ:
-        print(f"{PROG}: the interactive view needs a terminal; use --once or --json for "
-              "scripts", file=sys.stderr)
-        return 2
     root = runs_root(args.runs_dir)
     try:
         run_dir = resolve_run(root, args.run)
     except RunNotFoundError as error:
         return _error(str(error))
+    if not sys.stdout.isatty() and WEB_DRIVER_ENV not in os.environ:
+        print(f"{PROG}: the interactive view needs a terminal; use --once or --json for "
+              "scripts", file=sys.stderr)
+        return 2
     from operant.monitor.app import run_app
 
     return run_app(root, None if args.follow else run_dir.name, follow=args.follow,

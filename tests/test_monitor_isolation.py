@@ -1,0 +1,126 @@
+"""What the monitor must never do: import torch, make the headless paths load Textual, write
+into a run directory, or start before a user's mistake is reported."""
+
+import asyncio
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # the tests' helper modules (importlib mode)
+from monitor_fixtures import Run  # noqa: E402
+
+from operant.monitor import cli  # noqa: E402
+from operant.monitor.app import HelpScreen, MonitorApp, RunPicker  # noqa: E402
+from operant.monitor.source import ReaderSource  # noqa: E402
+
+
+def python(code: str) -> str:
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def test_the_app_never_imports_torch():
+    probe = ("import sys\n"
+             "import operant.monitor.app, operant.monitor.cli, operant.monitor.launch\n"
+             "print('torch' in sys.modules, 'textual' in sys.modules)\n")
+    assert python(probe) == "False True"
+
+
+def test_once_and_json_never_import_textual(tmp_path):
+    run = Run(tmp_path)
+    run.publish(3)
+    probe = ("import sys\n"
+             "from operant.cli import main\n"
+             f"assert main(['monitor', '--latest', '--once', '--runs-dir', {str(tmp_path)!r}])"
+             " == 0\n"
+             f"assert main(['monitor', '--latest', '--json', '--runs-dir', {str(tmp_path)!r}])"
+             " == 0\n"
+             "print('textual' in sys.modules, 'torch' in sys.modules)\n")
+    try:
+        assert python(probe).splitlines()[-1] == "False False"
+    finally:
+        run.close()
+
+
+def tree_state(root: Path) -> dict[str, tuple]:
+    """Every path under root with its type, size, modification and change times and, for
+    files, a hash of the contents: what any write, rename, chmod or new file would change."""
+    state = {}
+    for directory, folders, files in os.walk(root):
+        for name in folders + files:
+            path = Path(directory, name)
+            st = path.lstat()
+            digest = (hashlib.sha256(path.read_bytes()).hexdigest()
+                      if path.is_file() and not path.is_symlink() else "")
+            state[str(path.relative_to(root))] = (st.st_mode, st.st_size, st.st_mtime_ns,
+                                                  st.st_ctime_ns, digest)
+    return state
+
+
+def test_the_monitor_never_writes_into_a_run_directory(tmp_path):
+    finished = Run(tmp_path, "cartpole-finished", latest=False)
+    finished.publish(20)
+    finished.finish()
+    finished.close()
+    crashed = Run(tmp_path, "cartpole-crashed")
+    crashed.publish(5)
+    before = tree_state(tmp_path)
+
+    async def every_key():
+        app = MonitorApp(ReaderSource(tmp_path, "cartpole-finished", interval_s=0.05))
+        async with app.run_test(size=(120, 40)) as pilot:
+            while app.view is None or not app.view.columns:
+                await pilot.pause(0.02)
+            for keys, screen in ((["r"], RunPicker), (["escape"], None),
+                                 (["question_mark"], HelpScreen), (["escape"], None),
+                                 (["p"], None), (["p"], None)):
+                await pilot.press(*keys)
+                await pilot.pause(0.1)
+                if screen is not None:
+                    assert isinstance(app.screen, screen)
+            app.attach("cartpole-crashed")
+            while app.view.run_id != "cartpole-crashed":
+                await pilot.pause(0.02)
+            await pilot.pause(0.3)  # several more reads of a file whose writer is alive
+            await pilot.press("q")
+        assert app.return_value == "cartpole-crashed"
+
+    try:
+        asyncio.run(every_key())
+        for args in (["--latest", "--once"], ["cartpole-finished", "--json"]):
+            assert cli.main([*args, "--runs-dir", str(tmp_path)]) == 0
+        assert tree_state(tmp_path) == before
+    finally:
+        crashed.close()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["cartpole-x", "--follow"], "--follow follows the latest run"),
+    (["--latest", "--refresh", "0"], "--refresh 0: give a number of seconds"),
+    (["--latest"], "no runs yet under"),
+    (["nope"], "no run 'nope'"),
+])
+def test_interactive_mistakes_fail_in_one_line_before_textual(tmp_path, capsys, args,
+                                                              message, monkeypatch):
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    assert cli.main([*args, "--runs-dir", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and err.startswith("operant monitor: ")
+
+
+def test_interactive_without_a_terminal_points_to_once(tmp_path, capsys, monkeypatch):
+    run = Run(tmp_path)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: False)
+    monkeypatch.delenv(cli.WEB_DRIVER_ENV, raising=False)
+    try:
+        assert cli.main(["--latest", "--runs-dir", str(tmp_path)]) == 2
+    finally:
+        run.close()
+    err = capsys.readouterr().err
+    assert "needs a terminal; use --once or --json" in err and err.count("\n") == 1
