@@ -356,6 +356,17 @@ cdef class MetricsWriter:
         else:
             self.c_append_history(NULL)
 
+    def skip_history(self, uint64_t count):
+        """Number the history from record `count` instead of 0: a resumed run (a new file for
+        an old run) continues its history where the run's previous file left off. Only before
+        the first append; records 0 .. count - 1 read as overwritten (their slots hold seq 0).
+        The caller re-appends the newest of them it still has (from progress.jsonl)."""
+        self._check_open()
+        if self.next_history_index != 0:
+            raise ValueError("skip_history must come before the first append_history")
+        self.next_history_index = count
+        op_store_release_u64(self.head_word, count)
+
     def heartbeat(self):
         """Record that the writer is alive now (wall-clock and monotonic ns)."""
         self._check_open()

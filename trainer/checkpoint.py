@@ -56,6 +56,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from operant.trainer.resume import ResumeError
+
 FORMAT = "operant-checkpoint"
 VERSION = 1
 POINTER = "latest"
@@ -77,7 +79,7 @@ _TORCH_ENV_TENSORS = ("state", "rng_state", "episode_return", "episode_length", 
                       "_invalid_value", "obs")
 
 
-class CheckpointError(Exception):
+class CheckpointError(ResumeError):
     """A checkpoint that cannot be used: missing, unreadable, corrupt, foreign, or written for
     another configuration. The message is one line naming the file and what to do."""
 
@@ -360,7 +362,7 @@ def read_pointer(directory: Path) -> Path | None:
         raise CheckpointError(f"{pointer}: does not name a checkpoint ({name[:80]!r}); point it "
                               "at one of the ckpt-*.pt files beside it, or delete it")
     path = directory / name
-    if not path.is_file():
+    if not path.exists():
         raise CheckpointError(f"{pointer}: names {name}, which does not exist; point it at one "
                               "of the ckpt-*.pt files beside it, or delete it")
     return path

@@ -1,10 +1,14 @@
 """`operant-train`: headless PPO training.
 
 Exit codes:
-  0  training finished (budget spent, or train.target_return reached)
-  1  training failed (an error or a non-finite loss; the run directory says why)
-  2  bad input: flags, config file, config values, env id (nothing was started)
-  130  interrupted by SIGINT (Ctrl-C); the metrics file says finished, interrupted
+  0  training finished (budget spent, or train.target_return reached), or stopped by SIGTERM
+     or SIGINT at an update boundary after writing a checkpoint (`--resume` continues it)
+  1  training failed (an error, or a non-finite loss or parameter: the metrics file says
+     why, and the last good checkpoint is kept)
+  2  bad input: flags, config file, config values, env id, a run to resume that does not
+     exist, has no usable checkpoint or is trained by another process (nothing was started
+     and nothing was overwritten)
+  130  interrupted by a second SIGINT, without a final checkpoint
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="operant-train",
         description="Train a policy with PPO, headless. Config: defaults < --config FILE < "
                     "dedicated flags < --set section.key=value.",
-        epilog="Exit codes: 0 finished, 1 training failed, 2 bad input.")
+        epilog="Exit codes: 0 finished (or stopped by SIGTERM/SIGINT, checkpointed), "
+               "1 training failed, 2 bad input, 130 a second SIGINT.")
     parser.add_argument("--config", metavar="FILE.toml", help="TOML config file")
     parser.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append",
                         default=[], help="override one config value, e.g. ppo.learning_rate=1e-3")
@@ -43,6 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, metavar="S", help="train.seed")
     parser.add_argument("--runs-dir", metavar="DIR", help="runs root (train.runs_dir)")
     parser.add_argument("--run-id", metavar="ID", help="run directory name (train.run_id)")
+    parser.add_argument("--resume", metavar="RUN_ID|latest|auto",
+                        help="continue a run from its newest checkpoint, in its directory; auto: "
+                             "continue the configured train.run_id if it has a checkpoint, else "
+                             "start it")
     parser.add_argument("--log-format", choices=("plain", "json"), default="plain",
                         help="plain: one compact line per update; json: one JSON object per line")
     parser.add_argument("--quiet", action="store_true", help="no progress lines, only the summary")
@@ -98,111 +107,45 @@ class ProgressLog:
         self.file.close()
 
 
-def _fan_out(progress: ProgressLog, publisher) -> Any:
-    if publisher is None:
-        return progress
-
-    def log(record: dict[str, Any]) -> None:
-        publisher.publish(record)
-        progress(record)
-
-    return log
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    # Heavy imports after argument parsing, so --help and usage errors are instant.
-    from operant.shared import runs
-    from operant.trainer.config import ConfigError, derive, load_config
-    from operant.trainer.envs import EnvError
+    launching = args.detach or args.monitor
+    # The trainer's handlers go in first (not for a launcher, whose Ctrl-C must just work):
+    # a SIGTERM during the slow imports below still ends in a clean stop.
+    from operant.trainer.signals import StopSignals
 
+    signals = StopSignals()
+    if not launching:
+        signals.install()
+    plan = None
     try:
-        config = load_config(args.config, args.overrides, _flag_values(args))
-        derived = derive(config)
-        from operant.trainer.envs import resolve_impl
+        # Heavy imports after argument parsing, so --help and usage errors are instant.
+        from operant.shared import runs
+        from operant.trainer.config import ConfigError
+        from operant.trainer.envs import EnvError
+        from operant.trainer.resume import ResumeError, plan_run
 
-        impl = resolve_impl(config.env.id, config.env.impl)
-    except (ConfigError, EnvError) as error:
-        print(f"operant-train: {error}", file=sys.stderr)
-        return EXIT_USAGE
+        try:
+            plan = plan_run(args.resume, args.config, args.overrides, _flag_values(args))
+        except (ConfigError, EnvError, ResumeError, runs.RunNotFoundError) as error:
+            print(f"operant-train: {error}", file=sys.stderr)
+            return EXIT_USAGE
+        if launching:
+            from operant.monitor.launch import launch
 
-    root = runs.runs_root(config.train.runs_dir)
-    run_id = config.train.run_id or runs.make_run_id(config.env.id)
-    if args.detach or args.monitor:
-        from operant.monitor.launch import launch
+            plan.release()  # the background trainer takes the run's lock itself
+            return launch(sys.argv[1:] if argv is None else argv, plan.root, plan.run_id,
+                          monitor=args.monitor)
+        from operant.trainer import session
 
-        return launch(sys.argv[1:] if argv is None else argv, root, run_id, monitor=args.monitor)
-    from operant.trainer.train import Trainer, run_metadata, write_json_atomic
-    try:
-        run_dir = runs.create_run_dir(root, run_id)
-    except FileExistsError:
-        print(f"operant-train: run {run_id!r} already exists under {root}; choose another "
-              "--run-id", file=sys.stderr)
-        return EXIT_USAGE
-    except (OSError, ValueError) as error:
-        print(f"operant-train: cannot create the run directory under {root}: {error}",
-              file=sys.stderr)
-        return EXIT_USAGE
-
-    progress = ProgressLog(run_dir / runs.PROGRESS_FILE, sys.stdout, args.log_format,
-                           config.train.log_every, derived.num_updates, args.quiet)
-    publisher = None
-    try:
-        trainer = Trainer(config, run_dir=run_dir)
-        write_json_atomic(run_dir / runs.RUN_FILE, run_metadata(config, run_id, trainer.impl))
-        if config.train.publish_metrics:
-            from operant.trainer.telemetry import Publisher
-
-            # The metrics file appears complete (os.replace), then `latest` points at it.
-            publisher = Publisher(run_dir / runs.METRICS_FILE, run_id, config.env.id,
-                                  trainer.impl, config.train.device, config.train.total_steps)
-        runs.update_latest(root, run_id)
-        trainer.log = _fan_out(progress, publisher)
-        if args.log_format == "plain" and not args.quiet:
-            print(f"run {run_id}: {config.env.id} ({trainer.impl}), {config.env.num_envs} envs, "
-                  f"{derived.num_updates} updates of {derived.batch_size} steps -> {run_dir}",
-                  flush=True)
-        if publisher is not None:
-            publisher.start()
-        started = time.perf_counter()
-        last = trainer.run()
-        trainer.save_model(run_dir / "model.pt")
-        if publisher is not None:
-            publisher.finish()
-    except FloatingPointError as error:
-        if publisher is not None:
-            publisher.fail(f"non-finite values: {error}")
-        print(f"operant-train: training failed: {error}", file=sys.stderr)
-        return EXIT_FAILED
+        return session.run(args, plan, signals)
     except KeyboardInterrupt:
-        if publisher is not None:
-            publisher.finish(interrupted=True, reason="interrupted by SIGINT")
-        print(f"operant-train: interrupted; run directory {run_dir}", file=sys.stderr)
+        print("operant-train: interrupted", file=sys.stderr)
         return 130
-    except BaseException as error:
-        if publisher is not None:
-            publisher.fail(f"{type(error).__name__}: {error}")
-        raise
     finally:
-        progress.close()
-        if publisher is not None:
-            publisher.close()
-    summary = {
-        "run_id": run_id, "global_step": last.get("global_step", 0),
-        "episode_return_mean": last.get("episode_return_mean"),
-        "elapsed_s": round(time.perf_counter() - started, 3),
-        "sps_mean": last.get("sps_mean"), "solved_at_s": trainer.solved_at,
-        "run_dir": str(run_dir),
-    }
-    if args.log_format == "json":
-        print(json.dumps({"summary": summary}), flush=True)
-    else:
-        solved = (f", solved in {trainer.solved_at:.2f}s" if trainer.solved_at is not None else "")
-        print(f"done: {summary['global_step']:,} steps in {summary['elapsed_s']:.1f}s "
-              f"({_fmt(summary['sps_mean'], ',.0f')} steps/s), mean return of the last 100 "
-              f"episodes {_fmt(summary['episode_return_mean'], '.1f')}{solved} -> {run_dir}",
-              flush=True)
-    return EXIT_OK
+        signals.restore()
+        if plan is not None:
+            plan.release()
 
 
 if __name__ == "__main__":

@@ -131,6 +131,17 @@ class Publisher:
             writer.set_gauge(self._cpu_slot, self._process.cpu_percent())
             writer.set_gauge(self._rss_slot, float(self._process.memory_info().rss))
 
+    def resume(self, records: list[dict[str, Any]]) -> None:
+        """Continue a resumed run in this new file: number the history from the first of
+        `records` (the run's newest progress records, oldest first, at most HISTORY_CAPACITY),
+        replay them, and so show the last one's values, as if this file had been written all
+        along. Readers of the run's previous file see it replaced and reopen."""
+        if not records:
+            return
+        self.writer.skip_history(int(records[0][RECORD_KEYS["updates"]]) - 1)
+        for record in records:
+            self.publish(record)
+
     def finish(self, interrupted: bool = False, reason: str = "") -> None:
         self.writer.set_state(layout.STATE_FINISHED, reason, interrupted=interrupted)
 

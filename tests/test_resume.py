@@ -1,0 +1,324 @@
+"""Checkpoints and resume, end to end through operant-train's main(): exact resume after
+SIGTERM, SIGKILL at random moments, the NaN guard, and every way a resume is refused.
+
+Trainers are forked from a server that has torch imported (trainer_forkserver.py), so each
+start costs milliseconds; everything else (pids, handlers, locks, files, exit status) is a
+real trainer process's.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import random
+import re
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))  # the tests' helper modules (importlib mode)
+from trainer_forkserver import ForkServer  # noqa: E402
+
+from operant.shared import metrics_layout as fmt  # noqa: E402
+from operant.shared.reader import MetricsReader  # noqa: E402
+from operant.trainer import checkpoint  # noqa: E402
+from operant.trainer.config import load_config  # noqa: E402
+
+DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+STEPS_PER_UPDATE = 8 * 32
+SMALL = ["--set", "env.num_envs=8", "--set", "ppo.num_steps=32",
+         "--set", "ppo.num_minibatches=2", "--set", "ppo.update_epochs=2"]
+# Keys of a progress record that measure time rather than training.
+TIMINGS = {"elapsed_s", "sps", "sps_mean", "phase_s"}
+# The run both exactness tests compare against, trained once without interruption.
+UPDATES = 160
+
+
+def budget(tmp: Path) -> list:
+    return ["--runs-dir", tmp, "--total-steps", UPDATES * STEPS_PER_UPDATE, *SMALL, "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def server():
+    with ForkServer() as forkserver:
+        yield forkserver
+
+
+@pytest.fixture(scope="module")
+def whole(server, tmp_path_factory) -> Path:
+    """A run of UPDATES updates that nothing interrupted."""
+    root = tmp_path_factory.mktemp("whole")
+    code, _, err = server.run([*budget(root), "--run-id", "whole"], root / "log")
+    assert code == 0, err
+    return root / "whole"
+
+
+def progress(run_dir: Path) -> list[dict]:
+    path = run_dir / "progress.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines()
+            if line.endswith("}")]
+
+
+def without_timings(records: list[dict]) -> list[dict]:
+    return [{key: value for key, value in record.items() if key not in TIMINGS}
+            for record in records]
+
+
+def final_state(run_dir: Path) -> dict:
+    """The newest checkpoint's trainer state and the model file's weights."""
+    payload = checkpoint.load(checkpoint.find_checkpoint(run_dir / "checkpoints"))
+    model = torch.load(run_dir / "model.pt", weights_only=True)
+    return {"trainer": payload["trainer"], "model": model["policy"]}
+
+
+def assert_identical(a, b, where="") -> None:
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape, where
+        assert torch.equal(a, b), f"{where} differs"
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for key in a:
+            if key != "elapsed_s":
+                assert_identical(a[key], b[key], f"{where}.{key}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for index, (x, y) in enumerate(zip(a, b)):
+            assert_identical(x, y, f"{where}[{index}]")
+    else:
+        assert a == b, f"{where}: {a!r} != {b!r}"
+
+
+def tree_digest(path: Path) -> dict[str, str]:
+    """Every file under `path` by content (what 'nothing was overwritten' compares)."""
+    return {str(file.relative_to(path)): hashlib.sha256(file.read_bytes()).hexdigest()
+            for file in sorted(path.rglob("*")) if file.is_file()}
+
+
+def wait_for_records(run_dir: Path, count: int, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    path = run_dir / "progress.jsonl"
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_bytes().count(b"\n") >= count:
+            return
+        time.sleep(0.005)
+    raise AssertionError(f"{path}: fewer than {count} records after {timeout} s")
+
+
+def test_deploy_example_config_decodes_with_a_fixed_run_id():
+    config = load_config(DEPLOY / "cartpole.toml")
+    assert config.train.run_id == "cartpole"  # what --resume auto needs
+    assert config.env.id == "CartPole-v1" and config.train.total_steps == 10_000_000
+    assert config.checkpoint.every_seconds == 600.0 and config.checkpoint.keep == 3
+
+
+def test_sigterm_then_resume_is_bit_identical_to_one_run(server, whole, tmp_path):
+    updates = UPDATES
+    pid = server.start([*budget(tmp_path), "--run-id", "split"], tmp_path / "split")
+    wait_for_records(tmp_path / "split", updates // 2)
+    signalled = time.monotonic()
+    os.kill(pid, signal.SIGTERM)
+    code = server.wait()
+    stop_seconds = time.monotonic() - signalled
+    assert code == 0, server.stderr.read_text()
+    assert stop_seconds < 10.0  # the unit allows TimeoutStopSec=5min
+    run_dir = tmp_path / "split"
+    stopped_at = len(progress(run_dir))
+    assert updates // 2 <= stopped_at < updates
+    assert (run_dir / "checkpoints" / "latest").read_text() == f"{checkpoint.file_name(stopped_at)}\n"
+    with MetricsReader(run_dir / "metrics.bin") as reader:
+        snapshot = reader.snapshot()
+    assert (snapshot.state, snapshot.interrupted) == ("finished", True)
+    assert snapshot.reason.startswith(f"stopped by SIGTERM at update {stopped_at}")
+    assert snapshot.counters["updates"] == stopped_at
+    assert not (run_dir / "model.pt").exists()
+    print(f"SIGTERM to exit: {stop_seconds:.3f} s (stopped at update {stopped_at})")
+
+    # No --config, no --set: the run's own config comes from the checkpoint.
+    code, _, err = server.run(["--runs-dir", tmp_path, "--resume", "split", "--quiet"],
+                              tmp_path / "resumed")
+    assert code == 0, err
+    assert f"resumed at update {stopped_at}" in err
+
+    split = progress(run_dir)
+    assert [record["update"] for record in split] == list(range(1, updates + 1))
+    assert without_timings(split) == without_timings(progress(whole))
+    assert split[-1]["elapsed_s"] > split[stopped_at - 1]["elapsed_s"]  # the clock continued
+    assert_identical(final_state(whole), final_state(run_dir))
+
+    # The metrics file continues the same history: one record per update, same values.
+    with MetricsReader(whole / "metrics.bin") as a, \
+            MetricsReader(run_dir / "metrics.bin") as b:
+        history_a, history_b = a.history(), b.history()
+        snapshot_a, snapshot_b = a.snapshot(), b.snapshot()
+    assert [r.index for r in history_b.records] == list(range(updates)) and history_b.head == updates
+    fields = [b.schema.history_index(name) for name in ("global_step", "episode_return_mean",
+                                                        "policy_loss", "learning_rate")]
+    assert ([[r.values[i] for i in fields] for r in history_a.records]
+            == [[r.values[i] for i in fields] for r in history_b.records])
+    assert snapshot_b.counters == snapshot_a.counters
+    assert (snapshot_b.state, snapshot_b.interrupted) == ("finished", False)
+    meta = json.loads((run_dir / "run.json").read_text())
+    assert [entry["update"] for entry in meta["resumes"]] == [stopped_at]
+
+
+def test_sigkill_at_random_moments_never_leaves_a_broken_checkpoint(server, whole, tmp_path):
+    """A checkpoint after every update, and SIGKILL at random moments (start-up, updates,
+    checkpoint writes): every checkpoint file is always whole, the pointer always names one,
+    each restart resumes, at most one update is lost, and the run ends bit-identical to one
+    that was never killed."""
+    updates, trials, most_per_trial = UPDATES, 24, 5
+    common = [*budget(tmp_path), "--set", "checkpoint.every_updates=1",
+              "--set", "checkpoint.keep=2"]
+    killed_args = [*common, "--run-id", "killed", "--resume", "auto"]
+    run_dir, checkpoints = tmp_path / "killed", tmp_path / "killed" / "checkpoints"
+    chooser = random.Random(20261122)
+    resumed_at, leftovers, lost, resumes = 0, 0, [], 0
+    for trial in range(trials):
+        pid = server.start(killed_args, tmp_path / f"trial{trial}")
+        # A random moment, but soon enough that 24 trials stay within the run's budget.
+        deadline = time.monotonic() + chooser.uniform(0.01, 0.3)
+        while (time.monotonic() < deadline
+               and len(progress(run_dir)) < resumed_at + most_per_trial):
+            time.sleep(0.002)
+        os.kill(pid, signal.SIGKILL)
+        assert server.wait() == -signal.SIGKILL, f"trial {trial} ended by itself"
+        err = server.stderr.read_text()
+        assert "Traceback" not in err
+        # A kill during start-up comes before this line; any later one resumed right here.
+        match = re.search(r"resumed at update (\d+) from ", err)
+        if match:
+            assert int(match.group(1)) == resumed_at
+            resumes += 1
+        files = checkpoint.checkpoint_files(checkpoints)
+        for path in files:  # every complete-named file is whole and verifies
+            payload = checkpoint.load(path)
+            assert payload["trainer"]["counters"]["update"] == checkpoint.update_of(path)
+        leftovers += sum(1 for path in checkpoints.iterdir() if path.name.endswith(".tmp"))
+        found = checkpoint.find_checkpoint(checkpoints)
+        newest = checkpoint.update_of(found) if found else 0
+        records = progress(run_dir)
+        assert [record["update"] for record in records] == list(range(1, len(records) + 1))
+        # Lost: updates logged before the kill that the next start redoes (at most one).
+        lost.append(len(records) - newest)
+        assert 0 <= len(records) - newest <= 1, (trial, len(records), newest)
+        assert newest >= resumed_at
+        resumed_at = newest
+    assert 0 < resumed_at < updates and resumes >= trials // 2
+
+    code, _, err = server.run(killed_args, tmp_path / "final")
+    assert code == 0, err
+    assert without_timings(progress(run_dir)) == without_timings(progress(whole))
+    assert_identical(final_state(whole), final_state(run_dir))
+    assert len(checkpoint.checkpoint_files(checkpoints)) == 2  # checkpoint.keep
+    print(f"{trials} SIGKILLs: run reached update {resumed_at} of {updates}; updates lost per "
+          f"kill {lost}; {resumes} trials resumed before the kill; temporary files left by "
+          f"kills mid-write: {leftovers}")
+
+
+def test_nan_guard_stops_fails_the_run_and_keeps_the_last_good_checkpoint(server, tmp_path):
+    common = ["--runs-dir", tmp_path, "--run-id", "diverged", "--total-steps",
+              8 * STEPS_PER_UPDATE, *SMALL, "--set", "checkpoint.every_updates=1", "--quiet"]
+    code, _, err = server.run(common, tmp_path / "nan", poison_after_update=4)
+    assert code == 1
+    assert err.strip().splitlines() == [
+        "operant-train: training failed: non-finite values in parameter weights.0 after update "
+        f"4; the last good checkpoint is {tmp_path}/diverged/checkpoints/ckpt-000000003.pt"]
+    run_dir = tmp_path / "diverged"
+    assert [path.name for path in checkpoint.checkpoint_files(run_dir / "checkpoints")] == [
+        "ckpt-000000001.pt", "ckpt-000000002.pt", "ckpt-000000003.pt"]  # keep = 3
+    assert checkpoint.find_checkpoint(run_dir / "checkpoints").name == "ckpt-000000003.pt"
+    assert len(progress(run_dir)) == 3  # the diverged update was never logged
+    with MetricsReader(run_dir / "metrics.bin") as reader:
+        snapshot = reader.snapshot()
+    assert snapshot.status == "failed" and "non-finite values in parameter" in snapshot.reason
+    assert snapshot.counters["updates"] == 3
+    # The kept checkpoint is good: the run continues from it.
+    code, _, err = server.run([*common, "--resume", "auto"], tmp_path / "after")
+    assert code == 0, err
+    assert "resumed at update 3" in err and len(progress(run_dir)) == 8
+
+
+def _rewrite(path: Path, **changes) -> None:
+    """Re-save a checkpoint with some fields changed and a valid digest (so only the change
+    itself can be refused)."""
+    payload = torch.load(path, weights_only=True)
+    payload.update(changes)
+    payload["digest"] = checkpoint.content_digest(payload)
+    torch.save(payload, path)
+
+
+def test_bad_resumes_are_one_line_exit_2_and_overwrite_nothing(server, tmp_path):
+    code, _, err = server.run(["--runs-dir", tmp_path, "--run-id", "good", "--total-steps",
+                               2 * STEPS_PER_UPDATE, *SMALL, "--quiet"], tmp_path / "good")
+    assert code == 0, err
+    run_dir = tmp_path / "good"
+    ckpt = run_dir / "checkpoints" / "ckpt-000000002.pt"
+    original = ckpt.read_bytes()
+
+    def refused(argv: list, message: str, name: str) -> None:
+        before = tree_digest(tmp_path)
+        code, out, err = server.run(["--runs-dir", tmp_path, *argv], tmp_path.parent / name)
+        assert code == 2, (argv, err)
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], (message, err)
+        assert "Traceback" not in err and out == ""
+        assert tree_digest(tmp_path) == before
+
+    refused(["--resume", "nope"], f"no run 'nope' under {tmp_path}", "missing")
+    refused(["--resume", "good", "--set", "policy.hidden_sizes=[32]"],
+            "ckpt-000000002.pt was written with policy.hidden_sizes = [64, 64], but the config "
+            "says [32]", "hidden")
+    refused(["--resume", "good", "--set", "env.num_envs=4"],
+            "was written with env.num_envs = 8, but the config says 4", "envs")
+    refused(["--resume", "auto", *SMALL], "--resume auto needs a fixed run id", "auto")
+    refused(["--run-id", "good", *SMALL], "run 'good' already exists", "exists")
+
+    lock = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        refused(["--resume", "good"], "run 'good' is being trained by another process (pid ",
+                "locked")
+    finally:
+        os.close(lock)
+
+    for damage, message in (
+            (lambda: ckpt.write_bytes(original[:len(original) // 2]), "is corrupt or not a checkpoint"),
+            (lambda: ckpt.write_bytes(b"not a checkpoint\n"), "is corrupt or not a checkpoint"),
+            (lambda: _flip_tensor_byte(ckpt), "is corrupt (its content does not match its digest)"),
+            (lambda: _rewrite(ckpt, metrics_layout=(fmt.VERSION_MAJOR + 1, 0)),
+             f"written for metrics layout {fmt.VERSION_MAJOR + 1}.0"),
+            (lambda: _rewrite(ckpt, version=checkpoint.VERSION + 1),
+             f"checkpoint format {checkpoint.VERSION + 1}, this operant reads {checkpoint.VERSION}; "
+             "upgrade operant"),
+            (lambda: (ckpt.unlink(), ckpt.mkdir()), "is a directory, not a checkpoint"),
+            (lambda: (run_dir / "checkpoints" / "latest").write_text("ckpt-000000009.pt\n"),
+             "names ckpt-000000009.pt, which does not exist")):
+        damage()
+        refused(["--resume", "good"], message, "damaged")
+        if ckpt.is_dir():
+            ckpt.rmdir()
+        ckpt.write_bytes(original)
+        (run_dir / "checkpoints" / "latest").write_text(f"{ckpt.name}\n")
+    # Undamaged again, it resumes (and, already complete, just finishes).
+    code, _, err = server.run(["--runs-dir", tmp_path, "--resume", "latest", "--quiet"],
+                              tmp_path.parent / "fine")
+    assert code == 0, err
+
+
+def _flip_tensor_byte(path: Path) -> None:
+    """Change one byte of tensor data inside the zip archive, which torch.load does not
+    notice (it does not check the archive's CRCs): only the digest can."""
+    data = bytearray(path.read_bytes())
+    marker = data.find(b"/data/0")
+    assert marker > 0
+    # Stored (uncompressed) records: the first tensor's bytes follow its local header.
+    data[marker + 200] ^= 0x01
+    path.write_bytes(bytes(data))

@@ -1,0 +1,244 @@
+"""Which run a trainer process trains, and from where: `operant-train [--resume RUN_ID|latest|auto]`.
+
+- no `--resume`: a new run directory (an existing run id is refused);
+- `--resume RUN_ID` / `--resume latest`: continue that run from its newest checkpoint, in the
+  same directory, with the run's own config (from the checkpoint) unless `--config` is given;
+  `--set` and the dedicated flags apply on top either way;
+- `--resume auto`: what a service restart needs. The config must name the run
+  (`train.run_id`): if that run has a checkpoint, continue it; if not (no directory yet, or a
+  crash before its first checkpoint), start it, in the same directory.
+
+A resumed config may differ from the checkpoint's only in keys that do not change what the
+saved state means (checkpoint.RESUMABLE_CHANGES: the step budget, logging, checkpoint
+settings...); anything else is refused, naming the key.
+
+Everything that can refuse a resume (a missing run, an unreadable or corrupt checkpoint, one
+from another config or format, a run another trainer holds) does so here, before anything in
+the run directory is touched. The run directory is locked (`flock` on the directory itself,
+released when the process ends, however it ends) so that two trainers never write one run.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from operant.shared import runs
+from operant.trainer.config import Config, ConfigError, Derived, derive, load_config
+
+AUTO = "auto"
+
+
+class ResumeError(Exception):
+    """A run cannot be started or continued as asked; the message is one line that says why
+    and what to do. (Defined here, free of torch, so that operant-train can refuse bad input
+    before importing it.)"""
+
+
+class RunInUseError(ResumeError):
+    """Another process trains this run right now."""
+
+
+@dataclass
+class RunPlan:
+    config: Config
+    derived: Derived
+    impl: str
+    root: Path
+    run_id: str
+    run_dir: Path | None = None
+    """The run's directory once it exists and is locked (None until a new run creates it)."""
+    checkpoint: Path | None = None
+    """The checkpoint to resume from; None for a run that starts from scratch."""
+    payload: dict[str, Any] | None = None
+    """The checkpoint's verified contents."""
+    restart: bool = False
+    """The directory exists but holds no checkpoint: start the run again inside it."""
+    lock_fd: int = -1
+
+    @property
+    def resumed_update(self) -> int:
+        return int(self.payload["trainer"]["counters"]["update"]) if self.payload else 0
+
+    def release(self) -> None:
+        if self.lock_fd >= 0:
+            os.close(self.lock_fd)
+            self.lock_fd = -1
+
+
+def lock_run_dir(run_dir: Path) -> int:
+    """Hold an exclusive lock on the run directory for this process's lifetime; returns the
+    descriptor that holds it. RunInUseError if another process holds it."""
+    fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as error:
+        os.close(fd)
+        if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+            raise
+        holder = ""
+        try:
+            pid = json.loads((run_dir / runs.RUN_FILE).read_text()).get("pid")
+            holder = f" (pid {pid})" if pid else ""
+        except (OSError, ValueError):
+            pass
+        raise RunInUseError(f"run {run_dir.name!r} is being trained by another process{holder}; "
+                            "stop it first") from None
+    return fd
+
+
+def _finish(config: Config, root: Path, run_id: str) -> RunPlan:
+    from operant.trainer.envs import resolve_impl
+
+    if not runs.valid_run_id(run_id):
+        raise ConfigError(f"run id {run_id!r} may use only letters, digits, '.', '_' and '-'")
+    config.train.run_id = run_id  # recorded in run.json and every checkpoint
+    derived = derive(config)
+    return RunPlan(config=config, derived=derived,
+                   impl=resolve_impl(config.env.id, config.env.impl), root=root, run_id=run_id)
+
+
+def _attach_checkpoint(plan: RunPlan, run_dir: Path, required: bool) -> RunPlan:
+    """Lock `run_dir`, then find, load and check its checkpoint against the plan's config."""
+    from operant.trainer import checkpoint
+    from operant.trainer.checkpoint import CheckpointError
+
+    plan.run_dir = run_dir
+    plan.lock_fd = lock_run_dir(run_dir)
+    try:
+        path = checkpoint.find_checkpoint(run_dir / runs.CHECKPOINT_DIR)
+        if path is None:
+            if required:
+                raise CheckpointError(
+                    f"run {run_dir.name!r} has no checkpoint to resume from (it stopped before "
+                    f"writing one); start it again with --resume auto --run-id {run_dir.name}")
+            plan.restart = True
+            return plan
+        payload = checkpoint.load(path)
+        checkpoint.check_compatible(path, payload["config"], plan.config)
+        saved_impl = payload["trainer"]["env"]["impl"]
+        if saved_impl != plan.impl:
+            raise CheckpointError(f"{path.name} was written with the {saved_impl} env "
+                                  f"implementation, this config resolves to {plan.impl}; set "
+                                  f"env.impl = \"{saved_impl}\" to resume it")
+    except BaseException:
+        plan.release()
+        raise
+    plan.checkpoint, plan.payload = path, payload
+    return plan
+
+
+def _merge(base: dict[str, Any], flags: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    merged = {section: dict(values) for section, values in base.items() if isinstance(values, dict)}
+    for section, values in flags.items():
+        merged.setdefault(section, {}).update(values)
+    return merged
+
+
+def plan_run(resume: str | None, config_path: str | None, overrides: list[str],
+             flags: dict[str, dict[str, Any]]) -> RunPlan:
+    """Decide what this process trains. Raises ConfigError, EnvError, CheckpointError,
+    RunInUseError or runs.RunNotFoundError, each with a one-line message, before anything is
+    written (a new run's directory is created later, by the caller, with `create`)."""
+    given = load_config(config_path, overrides, flags)
+    root = runs.runs_root(given.train.runs_dir)
+    if resume is None:
+        return _finish(given, root, given.train.run_id or runs.make_run_id(given.env.id))
+    if resume == AUTO:
+        if not given.train.run_id:
+            raise ConfigError("--resume auto needs a fixed run id: set train.run_id in the config "
+                              "or pass --run-id")
+        plan = _finish(given, root, given.train.run_id)
+        run_dir = root / plan.run_id
+        if not run_dir.is_dir():
+            return plan
+        return _attach_checkpoint(plan, run_dir, required=False)
+    run_dir = runs.resolve_run(root, None if resume == runs.LATEST_NAME else resume)
+    if given.train.run_id and given.train.run_id != run_dir.name:
+        raise ConfigError(f"train.run_id = {given.train.run_id!r} names another run than "
+                          f"--resume {resume} ({run_dir.name!r})")
+    if config_path is None:
+        # The run's own config, from its newest checkpoint, with the flags and --set on top.
+        # Read unlocked here: checkpoints are replaced whole, and the locked read below is the
+        # one that counts.
+        from operant.trainer import checkpoint
+
+        path = checkpoint.find_checkpoint(run_dir / runs.CHECKPOINT_DIR)
+        if path is not None:
+            saved = checkpoint.load(path)["config"]
+            try:
+                given = load_config(None, overrides, _merge(saved, flags))
+            except ConfigError as error:
+                raise ConfigError(f"the config saved in {path}: {error}") from None
+    plan = _finish(given, root, run_dir.name)
+    return _attach_checkpoint(plan, run_dir, required=True)
+
+
+def create(plan: RunPlan) -> Path:
+    """The run directory of a plan that has none yet: created and locked. FileExistsError for
+    a run id that is taken."""
+    if plan.run_dir is None:
+        plan.run_dir = runs.create_run_dir(plan.root, plan.run_id)
+        plan.lock_fd = lock_run_dir(plan.run_dir)
+    return plan.run_dir
+
+
+# --- progress.jsonl on resume --------------------------------------------------------------
+
+def cut_progress(path: Path, length: int) -> int:
+    """Drop what `path` holds past `length` bytes (records of updates the resumed run redoes,
+    or a line cut short by a crash); returns the bytes dropped. A file shorter than `length`
+    (lost records) is left as it is."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return 0
+    if size <= length:
+        return 0
+    with open(path, "r+b") as handle:
+        handle.truncate(length)
+        handle.flush()
+        os.fsync(handle.fileno())
+    return size - length
+
+
+def progress_tail(path: Path, count: int) -> list[dict[str, Any]]:
+    """The last `count` records of a progress log, oldest first: the newest contiguous run of
+    updates (a damaged line ends it), read from the end of the file."""
+    try:
+        handle = open(path, "rb")
+    except FileNotFoundError:
+        return []
+    with handle:
+        handle.seek(0, os.SEEK_END)
+        position = handle.tell()
+        chunks: list[bytes] = []
+        newlines = 0
+        while position > 0 and newlines <= count:
+            size = min(1 << 16, position)
+            position -= size
+            handle.seek(position)
+            chunk = handle.read(size)
+            chunks.append(chunk)
+            newlines += chunk.count(b"\n")
+    lines = b"".join(reversed(chunks)).split(b"\n")
+    if position > 0:
+        lines = lines[1:]  # the first may be the end of an older line
+    records: list[dict[str, Any]] = []
+    for line in reversed([line for line in lines if line.strip()][-count:]):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            break
+        if not isinstance(record, dict) or not isinstance(record.get("update"), int):
+            break
+        if records and record["update"] != records[-1]["update"] - 1:
+            break
+        records.append(record)
+    records.reverse()
+    return records

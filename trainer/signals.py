@@ -1,0 +1,72 @@
+"""How the trainer answers signals: a clean stop at the next update boundary, never mid-update.
+
+- SIGTERM (systemd's stop, `kill`) and SIGINT (Ctrl-C) only set a flag. The training loop
+  looks at it between updates; the trainer then writes a checkpoint, marks its metrics file
+  finished and interrupted, tells systemd STOPPING=1, and exits 0.
+- A second SIGINT (Ctrl-C again, impatiently) raises KeyboardInterrupt where the main thread
+  is: the trainer exits at once with status 130, without a new checkpoint (the previous
+  ones stay whole: they are written whole or not at all).
+- SIGUSR1 asks for a checkpoint at the next update boundary, and training goes on
+  (`systemctl kill -s USR1 operant-train@NAME`).
+
+Nothing is installed at import: `install()` is called by operant-train's main() and
+`restore()` puts the previous handlers back.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType
+from typing import Any
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+CHECKPOINT_SIGNAL = signal.SIGUSR1
+
+
+class StopSignals:
+    """The flags the handlers set; read by the training loop at update boundaries."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        """The first stop signal received, or None."""
+        self.checkpoint_requested = False
+        self._previous: dict[int, Any] = {}
+
+    def install(self) -> bool:
+        """Install the handlers (main thread only, where Python delivers signals). True if
+        they were installed."""
+        if threading.current_thread() is not threading.main_thread():
+            return False
+        for signum in (*STOP_SIGNALS, CHECKPOINT_SIGNAL):
+            self._previous[signum] = signal.signal(signum, self._handle)
+        return True
+
+    def restore(self) -> None:
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
+        self._previous.clear()
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if signum == CHECKPOINT_SIGNAL:
+            self.checkpoint_requested = True
+            return
+        if self.received is not None:
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            return
+        self.received = signum
+
+    @property
+    def stop_requested(self) -> bool:
+        return self.received is not None
+
+    @property
+    def name(self) -> str:
+        """The stop signal's name (SIGTERM, SIGINT), or '' if none arrived."""
+        return signal.Signals(self.received).name if self.received is not None else ""
+
+    def take_checkpoint_request(self) -> bool:
+        """True once per SIGUSR1 (or burst of them)."""
+        requested, self.checkpoint_requested = self.checkpoint_requested, False
+        return requested
