@@ -1,0 +1,284 @@
+"""The monitor against a real training run, in real terminals.
+
+One run is started the way users start one in the background (`operant train --detach`),
+and an unmonitored twin with the same seed trains beside it. Then:
+- the real `operant monitor --latest` runs in tmux, driven with send-keys and read with
+  capture-pane;
+- monitors are started, SIGKILLed and restarted 20 times during the run (one is SIGSTOPped
+  for seconds), and the run must end exactly as its unmonitored twin did: training is
+  deterministic on CPU for a seed, so every progress record but its timings must match.
+SPS with and without monitors is a benchmark (benchmarks/bench_monitor.py), not a test.
+"""
+
+import fcntl
+import json
+import os
+import pty
+import re
+import select
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+from operant.shared.reader import MetricsReader
+from operant.shared.runs import LOG_FILE, METRICS_FILE, PROGRESS_FILE
+
+SEED = 11
+# Long enough to outlast the tmux test and 20 monitor restarts.
+TOTAL_STEPS = 400_000
+# Both trainers share the first CPU and the monitors get the others, so the run outlasts the
+# restarts whatever the machine's speed (the twin pays the same, and the results do not
+# depend on speed).
+_CPUS = sorted(os.sched_getaffinity(0))
+TRAINER_CPUS = set(_CPUS[:1]) if len(_CPUS) > 1 else set(_CPUS)
+MONITOR_CPUS = set(_CPUS[1:]) if len(_CPUS) > 1 else set(_CPUS)
+
+
+def on_trainer_cpus() -> None:
+    os.sched_setaffinity(0, TRAINER_CPUS)
+TIMING_KEYS = {"elapsed_s", "sps", "sps_mean", "phase_s"}
+RESTARTS = 20
+
+
+def operant(*args: str) -> list[str]:
+    return [sys.executable, "-m", "operant", *args]
+
+
+class Training:
+    """The detached run, its unmonitored twin, and where they live."""
+
+    def __init__(self, root: Path):
+        self.root = root / "monitored"
+        self.reference_root = root / "reference"
+        started = subprocess.run(
+            operant("train", "--detach", "--total-steps", str(TOTAL_STEPS), "--seed", str(SEED),
+                    "--runs-dir", str(self.root)),
+            capture_output=True, text=True, timeout=180, preexec_fn=on_trainer_cpus)
+        assert started.returncode == 0, started.stderr
+        self.launch_output = started.stdout
+        match = re.search(r"^run (\S+) is training in the background \(pid (\d+)\)$",
+                          started.stdout, re.M)
+        assert match, started.stdout
+        self.run_id, self.pid = match.group(1), int(match.group(2))
+        self.dir = self.root / self.run_id
+        self.reference = subprocess.Popen(
+            [sys.executable, "-m", "operant.trainer.main", "--total-steps", str(TOTAL_STEPS),
+             "--seed", str(SEED), "--runs-dir", str(self.reference_root), "--run-id", "twin",
+             "--quiet"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            preexec_fn=on_trainer_cpus)
+
+    def step(self) -> int:
+        with MetricsReader(self.dir / METRICS_FILE) as reader:
+            return reader.counter("global_step")
+
+    def trainer_alive(self) -> bool:
+        try:
+            return psutil.Process(self.pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    def wait(self, timeout_s: float = 240.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self.trainer_alive():
+            assert time.monotonic() < deadline, "the monitored run did not finish"
+            time.sleep(0.2)
+        assert self.reference.wait(timeout=max(1.0, deadline - time.monotonic())) == 0, \
+            self.reference.stderr.read()
+
+    def stop(self) -> None:
+        for pid in (self.pid, self.reference.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.reference.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def training(tmp_path_factory):
+    run = Training(tmp_path_factory.mktemp("e2e"))
+    yield run
+    run.stop()
+
+
+def test_detach_prints_the_run_and_logs_into_its_directory(training):
+    out = training.launch_output
+    assert f"watch:  operant monitor {training.run_id}" in out
+    assert f"log:    {training.dir / LOG_FILE}" in out
+    assert (training.dir / LOG_FILE).is_file()
+    assert not list(training.root.glob(".*" + LOG_FILE))  # the early log was moved in
+    # Its own session: the terminal's Ctrl-C and hangup never reach it.
+    assert os.getsid(training.pid) == training.pid != os.getsid(0)
+    assert os.readlink(training.root / "latest") == training.run_id
+
+
+# --- tmux ------------------------------------------------------------------------------------
+
+class Tmux:
+    def __init__(self, command: list[str]):
+        # A server of its own (-L), so the user's tmux sessions are never touched; its
+        # window is tmux's default 80x24, the smallest size the monitor is made for.
+        self.socket = f"operant-test-{uuid.uuid4().hex[:8]}"
+        shell = " ".join(command) + "; echo MONITOR-EXIT=$?; sleep 60"
+        self.tmux("new-session", "-d", "-s", "monitor", shell)
+
+    def tmux(self, *args: str) -> str:
+        result = subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True,
+                                text=True, timeout=20)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    def screen(self) -> str:
+        return self.tmux("capture-pane", "-p", "-t", "monitor")
+
+    def keys(self, *keys: str) -> None:
+        for key in keys:
+            self.tmux("send-keys", "-t", "monitor", key)
+            # Apart, so that escape followed by a letter is not read as alt+letter.
+            time.sleep(0.3)
+
+    def until(self, *words: str, timeout_s: float = 20.0) -> str:
+        return self.until_true(lambda screen: all(word in screen for word in words),
+                               timeout_s, words)
+
+    def until_true(self, predicate, timeout_s: float = 20.0, what: object = "") -> str:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            screen = self.screen()
+            if predicate(screen):
+                return screen
+            assert time.monotonic() < deadline, f"never saw {what}; screen:\n{screen}"
+            time.sleep(0.1)
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True,
+                       timeout=20)
+
+
+def update_number(screen: str) -> int:
+    """The update count on the monitor's process line."""
+    match = re.search(r"ago  update ([\d,]+)", screen)
+    return int(match.group(1).replace(",", "")) if match else -1
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+def test_operant_monitor_latest_in_tmux(training):
+    tmux = Tmux(operant("monitor", "--latest", "--runs-dir", str(training.root)))
+    try:
+        # A capture may catch a frame half drawn: wait for every part of one.
+        screen = tmux.until(training.run_id, "running", "global_step", "ago  update ",
+                            "q Detach")
+        for words in ("CartPole-v1", "episode return", "steps/s", "mean return",
+                      f"pid {training.pid}"):
+            assert words in screen, words
+        first = update_number(screen)
+        later = tmux.until_true(lambda screen: update_number(screen) > first)
+        assert "env " in later and "forward " in later  # the phase legend
+        tmux.keys("?")
+        tmux.until("Keys", "detach: the run keeps training")
+        tmux.keys("Escape", "r")
+        tmux.until("Attach to a run", training.run_id)
+        tmux.keys("Escape", "p")
+        paused = tmux.until("PAUSED (p resumes)")
+        time.sleep(1.5)
+        assert tmux.screen().splitlines()[2:] == paused.splitlines()[2:]  # frozen
+        tmux.keys("p")
+        resumed = update_number(paused)
+        tmux.until_true(lambda screen: "PAUSED" not in screen
+                        and update_number(screen) > resumed)
+        tmux.keys("q")
+        done = tmux.until("MONITOR-EXIT=0")
+        assert f"detached from {training.run_id}; training goes on" in done
+        assert training.trainer_alive()
+    finally:
+        tmux.close()
+
+
+# --- crash isolation -------------------------------------------------------------------------
+
+class PtyMonitor:
+    """`operant monitor --latest` in a pseudo-terminal of 80x24, its screen output drained."""
+
+    def __init__(self, root: Path):
+        master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+        self.process = subprocess.Popen(
+            operant("monitor", "--latest", "--runs-dir", str(root)), stdin=slave, stdout=slave,
+            stderr=slave, env=dict(os.environ, TERM="xterm-256color"), start_new_session=True,
+            preexec_fn=lambda: os.sched_setaffinity(0, MONITOR_CPUS))
+        os.close(slave)
+        self.master = master
+        self.output = b""
+
+    def drain(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            ready, _, _ = select.select([self.master], [], [], left)
+            if ready:
+                try:
+                    self.output += os.read(self.master, 65536)
+                except OSError:  # the monitor is gone
+                    return
+
+    def drawn(self, word: str, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while word.encode() not in self.output and time.monotonic() < deadline:
+            self.drain(0.05)
+        return word.encode() in self.output
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=10)
+        os.close(self.master)
+
+
+def progress(run_dir: Path) -> list[dict]:
+    """Every update's record, timings left out."""
+    records = []
+    for line in (run_dir / PROGRESS_FILE).read_text().splitlines():
+        record = json.loads(line)
+        records.append({key: value for key, value in record.items()
+                        if key not in TIMING_KEYS})
+    return records
+
+
+def test_killing_monitors_never_touches_training(training):
+    steps_seen = []
+    for restart in range(RESTARTS):
+        assert training.trainer_alive(), f"the run ended after {restart} restarts: raise TOTAL_STEPS"
+        monitor = PtyMonitor(training.root)
+        # Every other monitor is killed once it has drawn the run, the others wherever
+        # they are in starting up.
+        if restart % 2 == 0:
+            assert monitor.drawn(training.run_id, timeout_s=20), monitor.output[-500:]
+        else:
+            monitor.drain(0.01 * restart)
+        if restart == RESTARTS // 2:
+            monitor.process.send_signal(signal.SIGSTOP)
+            before = training.step()
+            time.sleep(2.5)
+            assert training.step() > before  # the trainer goes on while the monitor is stopped
+            monitor.process.send_signal(signal.SIGCONT)
+        monitor.kill()
+        steps_seen.append(training.step())
+    assert training.trainer_alive(), "the run ended before the last restart: raise TOTAL_STEPS"
+    assert steps_seen == sorted(steps_seen) and steps_seen[-1] > steps_seen[0]
+
+    training.wait()
+    monitored, reference = progress(training.dir), progress(training.reference_root / "twin")
+    assert monitored[-1]["global_step"] == reference[-1]["global_step"]
+    assert monitored[-1]["episode_return_mean"] == reference[-1]["episode_return_mean"]
+    assert monitored == reference
+    with MetricsReader(training.dir / METRICS_FILE) as reader:
+        snapshot = reader.snapshot()
+    assert (snapshot.status, snapshot.interrupted) == ("finished", False)
+    assert snapshot.counters["global_step"] == monitored[-1]["global_step"]
