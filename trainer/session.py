@@ -196,7 +196,8 @@ def run(args: Any, plan: RunPlan, signals: StopSignals) -> int:
         if publisher is not None:
             publisher.start()
         started = time.perf_counter()
-        last = trainer.run(should_stop=supervisor.at_boundary)
+        # A resumed run that is already complete trains nothing: its last record is the log's.
+        last = trainer.run(should_stop=supervisor.at_boundary) or (tail[-1] if tail else {})
         supervisor.ensure_ready()
         stopped_by = signals.name
         if stopped_by:
