@@ -18,11 +18,8 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))  # the tests' helper modules (importlib mode)
-from trainer_forkserver import ForkServer  # noqa: E402
-
-from operant.monitor.exporter import Collector, metric_name, wants_openmetrics  # noqa: E402
-from operant.shared.reader import STATUSES, MetricsReader  # noqa: E402
+from operant.monitor.exporter import Collector, metric_name, wants_openmetrics
+from operant.shared.reader import STATUSES, MetricsReader
 
 OPENMETRICS = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
 SMALL = ["--set", "env.num_envs=8", "--set", "ppo.num_steps=32",
@@ -136,90 +133,90 @@ def exporter(tmp_path):
         process.wait()
 
 
-def test_exporter_serves_a_live_run_that_matches_the_reader(tmp_path, exporter):
+def test_exporter_serves_a_live_run_that_matches_the_reader(tmp_path, exporter, trainer_server):
     process, port = exporter
     run_dir = tmp_path / "live"
-    with ForkServer() as server:
-        pid = server.start(["--runs-dir", tmp_path, "--run-id", "live", *SMALL,
-                            "--total-steps", 256 * 5000, "--quiet"], tmp_path.parent / "live")
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not (
-                (run_dir / "progress.jsonl").exists()
-                and (run_dir / "progress.jsonl").read_bytes().count(b"\n") >= 3):
-            time.sleep(0.01)
+    server = trainer_server
+    pid = server.start(["--runs-dir", tmp_path, "--run-id", "live", *SMALL,
+                        "--total-steps", 256 * 5000, "--quiet"], tmp_path.parent / "live")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (
+            (run_dir / "progress.jsonl").exists()
+            and (run_dir / "progress.jsonl").read_bytes().count(b"\n") >= 3):
+        time.sleep(0.01)
 
-        content_type, text = scrape(port, OPENMETRICS)
-        assert content_type == "application/openmetrics-text; version=1.0.0; charset=utf-8"
-        samples, types = parse(text, openmetrics=True)
-        run = {"run": "live", "rank": "0"}
-        assert types["operant_global_step"] == "counter" and types["operant_sps"] == "gauge"
-        assert types["operant_run"] == "info"
-        assert value(samples, "operant_run_status", status="running", **run) == 1
-        assert sum(value(samples, "operant_run_status", status=status, **run)
-                   for status in STATUSES) == 1
-        assert value(samples, "operant_global_step_total", **run) >= 3 * 256
-        info = [labels for (name, labels) in samples if name == "operant_run_info"]
-        assert dict(info[0]) == {**run, "env_id": "CartPole-v1", "hostname": socket.gethostname(),
-                                 "writer": dict(info[0])["writer"], "env_impl": "native",
-                                 "device": "cpu"}
+    content_type, text = scrape(port, OPENMETRICS)
+    assert content_type == "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    samples, types = parse(text, openmetrics=True)
+    run = {"run": "live", "rank": "0"}
+    assert types["operant_global_step"] == "counter" and types["operant_sps"] == "gauge"
+    assert types["operant_run"] == "info"
+    assert value(samples, "operant_run_status", status="running", **run) == 1
+    assert sum(value(samples, "operant_run_status", status=status, **run)
+               for status in STATUSES) == 1
+    assert value(samples, "operant_global_step_total", **run) >= 3 * 256
+    info = [labels for (name, labels) in samples if name == "operant_run_info"]
+    assert dict(info[0]) == {**run, "env_id": "CartPole-v1", "hostname": socket.gethostname(),
+                             "writer": dict(info[0])["writer"], "env_impl": "native",
+                             "device": "cpu"}
 
-        content_type, text = scrape(port)
-        assert content_type == "text/plain; version=0.0.4; charset=utf-8"
-        samples, types = parse(text, openmetrics=False)
-        assert types["operant_global_step_total"] == "counter"
-        assert types["operant_run_info"] == "gauge"
+    content_type, text = scrape(port)
+    assert content_type == "text/plain; version=0.0.4; charset=utf-8"
+    samples, types = parse(text, openmetrics=False)
+    assert types["operant_global_step_total"] == "counter"
+    assert types["operant_run_info"] == "gauge"
 
-        # Frozen (SIGSTOP), the run's values hold still: the exporter's equal the reader's.
-        os.kill(pid, signal.SIGSTOP)
+    # Frozen (SIGSTOP), the run's values hold still: the exporter's equal the reader's.
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_until_stopped(pid)
+        with MetricsReader(run_dir / "metrics.bin") as reader:
+            snapshot = reader.snapshot()
+        samples, _ = parse(scrape(port, OPENMETRICS)[1], openmetrics=True)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert snapshot.status == "stalled"  # a stopped process is stalled, to both
+    assert value(samples, "operant_run_status", status="stalled", **run) == 1
+    for name, number in snapshot.counters.items():
+        assert value(samples, metric_name(name) + "_total", **run) == number, name
+    for name, number in [*snapshot.gauges.items(), *snapshot.snapshot.items()]:
+        assert same(value(samples, metric_name(name), **run), number), name
+    assert value(samples, "operant_run_start_time_seconds", **run) == \
+        snapshot.created_wall_ns / 1e9
+
+    # Bad requests: 4xx, counted, and the exporter goes on serving.
+    statuses = [
+        raw(port, b"GARBAGE\r\n\r\n"),
+        raw(port, b"GET /metrics HTTP/9.9\r\n\r\n"),
+        raw(port, b"POST /metrics HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc"),
+        raw(port, b"BREW /metrics HTTP/1.1\r\n\r\n"),
+        raw(port, b"GET /nothing-here HTTP/1.1\r\n\r\n"),
+        raw(port, b"GET /" + b"a" * 70000 + b" HTTP/1.1\r\n\r\n"),
+        raw(port, b"\x00\xff\xfe binary \r\n\r\n"),
+    ]
+    assert statuses == [400, 400, 405, 405, 404, 414, 400]
+    with pytest.raises(urllib.error.HTTPError) as error:
+        urllib.request.urlopen(urllib.request.Request(
+            f"http://127.0.0.1:{port}/metrics", method="DELETE"), timeout=10)
+    assert error.value.code == 405 and error.value.headers["Allow"] == "GET, HEAD"
+    samples, _ = parse(scrape(port)[1], openmetrics=False)
+    assert value(samples, "operant_exporter_bad_requests_total") == len(statuses) + 1
+
+    # Read-only and torch-free: no metrics file open for writing, no libtorch mapped.
+    maps = Path(f"/proc/{process.pid}/maps").read_text()
+    assert "libtorch" not in maps and "torch/lib" not in maps
+    for fd in os.listdir(f"/proc/{process.pid}/fd"):
         try:
-            wait_until_stopped(pid)
-            with MetricsReader(run_dir / "metrics.bin") as reader:
-                snapshot = reader.snapshot()
-            samples, _ = parse(scrape(port, OPENMETRICS)[1], openmetrics=True)
-        finally:
-            os.kill(pid, signal.SIGCONT)
-        assert snapshot.status == "stalled"  # a stopped process is stalled, to both
-        assert value(samples, "operant_run_status", status="stalled", **run) == 1
-        for name, number in snapshot.counters.items():
-            assert value(samples, metric_name(name) + "_total", **run) == number, name
-        for name, number in [*snapshot.gauges.items(), *snapshot.snapshot.items()]:
-            assert same(value(samples, metric_name(name), **run), number), name
-        assert value(samples, "operant_run_start_time_seconds", **run) == \
-            snapshot.created_wall_ns / 1e9
+            target = os.readlink(f"/proc/{process.pid}/fd/{fd}")
+            flags = Path(f"/proc/{process.pid}/fdinfo/{fd}").read_text()
+        except FileNotFoundError:
+            continue
+        if target.startswith(str(tmp_path)):
+            mode = int(re.search(r"flags:\s+(\d+)", flags).group(1), 8) & os.O_ACCMODE
+            assert mode == os.O_RDONLY, target
 
-        # Bad requests: 4xx, counted, and the exporter goes on serving.
-        statuses = [
-            raw(port, b"GARBAGE\r\n\r\n"),
-            raw(port, b"GET /metrics HTTP/9.9\r\n\r\n"),
-            raw(port, b"POST /metrics HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc"),
-            raw(port, b"BREW /metrics HTTP/1.1\r\n\r\n"),
-            raw(port, b"GET /nothing-here HTTP/1.1\r\n\r\n"),
-            raw(port, b"GET /" + b"a" * 70000 + b" HTTP/1.1\r\n\r\n"),
-            raw(port, b"\x00\xff\xfe binary \r\n\r\n"),
-        ]
-        assert statuses == [400, 400, 405, 405, 404, 414, 400]
-        with pytest.raises(urllib.error.HTTPError) as error:
-            urllib.request.urlopen(urllib.request.Request(
-                f"http://127.0.0.1:{port}/metrics", method="DELETE"), timeout=10)
-        assert error.value.code == 405 and error.value.headers["Allow"] == "GET, HEAD"
-        samples, _ = parse(scrape(port)[1], openmetrics=False)
-        assert value(samples, "operant_exporter_bad_requests_total") == len(statuses) + 1
-
-        # Read-only and torch-free: no metrics file open for writing, no libtorch mapped.
-        maps = Path(f"/proc/{process.pid}/maps").read_text()
-        assert "libtorch" not in maps and "torch/lib" not in maps
-        for fd in os.listdir(f"/proc/{process.pid}/fd"):
-            try:
-                target = os.readlink(f"/proc/{process.pid}/fd/{fd}")
-                flags = Path(f"/proc/{process.pid}/fdinfo/{fd}").read_text()
-            except FileNotFoundError:
-                continue
-            if target.startswith(str(tmp_path)):
-                mode = int(re.search(r"flags:\s+(\d+)", flags).group(1), 8) & os.O_ACCMODE
-                assert mode == os.O_RDONLY, target
-
-        os.kill(pid, signal.SIGTERM)
-        assert server.wait() == 0
+    os.kill(pid, signal.SIGTERM)
+    assert server.wait() == 0
     samples, _ = parse(scrape(port, OPENMETRICS)[1], openmetrics=True)
     assert value(samples, "operant_run_status", status="finished", **run) == 1
     assert value(samples, "operant_run_interrupted", **run) == 1

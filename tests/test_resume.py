@@ -1,8 +1,8 @@
 """Checkpoints and resume, end to end through operant-train's main(): exact resume after
 SIGTERM, SIGKILL at random moments, the NaN guard, and every way a resume is refused.
 
-Trainers are forked from a server that has torch imported (trainer_forkserver.py), so each
-start costs milliseconds; everything else (pids, handlers, locks, files, exit status) is a
+Trainers are forked from a server that has torch imported (conftest.py's trainer_server,
+trainer_forkserver.py), so each start costs milliseconds; everything else (pids, handlers, locks, files, exit status) is a
 real trainer process's.
 """
 
@@ -15,20 +15,16 @@ import os
 import random
 import re
 import signal
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))  # the tests' helper modules (importlib mode)
-from trainer_forkserver import ForkServer  # noqa: E402
-
-from operant.shared import metrics_layout as fmt  # noqa: E402
-from operant.shared.reader import MetricsReader  # noqa: E402
-from operant.trainer import checkpoint  # noqa: E402
-from operant.trainer.config import load_config  # noqa: E402
+from operant.shared import metrics_layout as fmt
+from operant.shared.reader import MetricsReader
+from operant.trainer import checkpoint
+from operant.trainer.config import load_config
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 STEPS_PER_UPDATE = 8 * 32
@@ -45,9 +41,8 @@ def budget(tmp: Path) -> list:
 
 
 @pytest.fixture(scope="module")
-def server():
-    with ForkServer() as forkserver:
-        yield forkserver
+def server(trainer_server):
+    return trainer_server
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,6 @@ import argparse
 import json
 import math
 import sys
-import time
 from pathlib import Path
 from typing import Any, TextIO
 

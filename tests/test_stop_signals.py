@@ -1,0 +1,180 @@
+"""The trainer as a service: a real operant-train process under a stand-in for systemd's
+notify socket (READY, STATUS, WATCHDOG while advancing, STOPPING), stopped by SIGTERM within
+the unit's stop timeout with a checkpoint; SIGINT twice; nothing installed at import."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+UNIT = Path(__file__).resolve().parent.parent / "deploy" / "operant-train@.service"
+SMALL = ["--set", "env.num_envs=8", "--set", "ppo.num_steps=32",
+         "--set", "ppo.num_minibatches=2", "--set", "ppo.update_epochs=2"]
+
+
+def unit_seconds(key: str) -> float:
+    """A time setting of the trainer unit (`5min`, `30s`) in seconds."""
+    (text,) = re.findall(rf"^{key}=(\S+)$", UNIT.read_text(), re.MULTILINE)
+    number, unit = re.fullmatch(r"(\d+)(min|s)", text).groups()
+    return int(number) * (60 if unit == "min" else 1)
+
+
+def test_importing_installs_no_handler_and_starts_no_thread():
+    code = ("import signal, threading\n"
+            "import operant.trainer.main, operant.trainer.session, operant.trainer.signals\n"
+            "import operant.trainer.checkpoint, operant.trainer.resume, operant.monitor.exporter\n"
+            "assert all(signal.getsignal(s) is signal.SIG_DFL for s in "
+            "(signal.SIGTERM, signal.SIGUSR1))\n"
+            "assert signal.getsignal(signal.SIGINT) is signal.default_int_handler\n"
+            "assert threading.active_count() == 1\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+
+
+def test_stop_signals_set_flags_and_a_second_sigint_interrupts():
+    from operant.trainer.signals import StopSignals
+
+    stop = StopSignals()
+    assert stop.install()
+    try:
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert stop.take_checkpoint_request() and not stop.take_checkpoint_request()
+        assert not stop.stop_requested
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.stop_requested and stop.name == "SIGTERM"
+        os.kill(os.getpid(), signal.SIGTERM)  # a repeated SIGTERM changes nothing
+        assert stop.name == "SIGTERM"
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)  # the handler runs at the next bytecode boundary
+    finally:
+        stop.restore()
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_second_sigint_exits_at_once_without_a_new_checkpoint(tmp_path, trainer_server):
+    # Updates of about a second, so both signals land inside one update.
+    slow = ["--set", "env.num_envs=64", "--set", "ppo.num_steps=256",
+            "--set", "ppo.update_epochs=8", "--set", "checkpoint.every_updates=1"]
+    server = trainer_server
+    pid = server.start(["--runs-dir", tmp_path, "--run-id", "impatient", *slow,
+                        "--total-steps", 64 * 256 * 100, "--quiet"], tmp_path / "log")
+    checkpoint = tmp_path / "impatient" / "checkpoints" / "latest"
+    deadline = time.monotonic() + 60
+    while not checkpoint.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    kept = checkpoint.read_text()
+    os.kill(pid, signal.SIGINT)
+    time.sleep(0.05)
+    os.kill(pid, signal.SIGINT)
+    assert server.wait() == 130
+    assert checkpoint.read_text() == kept
+    assert "operant-train: interrupted; the last checkpoint is " in server.stderr.read_text()
+    from operant.shared.reader import MetricsReader
+
+    with MetricsReader(tmp_path / "impatient" / "metrics.bin") as reader:
+        snapshot = reader.snapshot()
+    assert (snapshot.state, snapshot.interrupted) == ("finished", True)
+    assert "second SIGINT" in snapshot.reason
+
+
+class Receiver:
+    """A datagram socket standing in for systemd's notify socket, with arrival times."""
+
+    def __init__(self) -> None:
+        self.name = f"operant-test-{os.getpid()}-{time.monotonic_ns()}"
+        self.socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.socket.bind("\0" + self.name)
+        self.socket.settimeout(0.05)
+        self.messages: list[tuple[float, str]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._receive, daemon=True)
+        self._thread.start()
+
+    def _receive(self) -> None:
+        while not self._stop.is_set():
+            try:
+                data = self.socket.recv(4096)
+            except TimeoutError:
+                continue
+            self.messages.append((time.monotonic(), data.decode()))
+
+    def count(self, prefix: str) -> int:
+        return sum(1 for _, text in list(self.messages) if text.startswith(prefix))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.socket.close()
+
+
+def test_real_trainer_notifies_systemd_and_stops_on_sigterm_with_a_checkpoint(tmp_path):
+    timeout_stop_s = unit_seconds("TimeoutStopSec")
+    receiver = Receiver()
+    env = dict(os.environ, NOTIFY_SOCKET="@" + receiver.name, WATCHDOG_USEC="400000")
+    env.pop("WATCHDOG_PID", None)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "operant.trainer.main", "--runs-dir", str(tmp_path), "--run-id",
+         "service", *SMALL, "--total-steps", str(256 * 100_000), "--log-format", "json",
+         "--set", "checkpoint.every_seconds=0.5"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        # STATUS= goes out at most once a second (SystemdNotifier.status_interval_s).
+        while (receiver.count("WATCHDOG=1") < 4 or receiver.count("STATUS=") < 1) \
+                and time.monotonic() < deadline:
+            assert process.poll() is None, process.stderr.read()
+            time.sleep(0.01)
+        signalled = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=timeout_stop_s)
+        stop_seconds = time.monotonic() - signalled
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        receiver.close()
+    assert process.returncode == 0, err
+    assert stop_seconds < min(timeout_stop_s, 30.0)
+    print(f"SIGTERM to exit of a real trainer process: {stop_seconds:.2f} s "
+          f"(TimeoutStopSec={timeout_stop_s:.0f} s)")
+
+    texts = [text for _, text in receiver.messages]
+    times = [t for t, _ in receiver.messages]
+    assert re.fullmatch(r"READY=1\nSTATUS=training: update 1/100000, step 256, [\d,]+ steps/s, "
+                        r"return \S+", texts[0]), texts[0]
+    stopping = [i for i, text in enumerate(texts) if text.startswith("STOPPING=1")]
+    assert len(stopping) == 1
+    records = [json.loads(line) for line in out.splitlines() if line.startswith('{"update"')]
+    summary = json.loads(out.splitlines()[-1])["summary"]
+    last = records[-1]
+    assert texts[stopping[0]] == (f"STOPPING=1\nSTATUS=SIGTERM: checkpointing at step "
+                                  f"{last['global_step']:,}")
+    assert texts[stopping[0] + 1].startswith("EXTEND_TIMEOUT_USEC=")
+    between = texts[1:stopping[0]]
+    statuses = [text for text in between if text.startswith("STATUS=")]
+    assert statuses and all(re.fullmatch(r"STATUS=training: update \d+/100000, step [\d,]+, "
+                                         r"[\d,]+ steps/s, return \S+", text) for text in statuses)
+    pings = [t for t, text in zip(times, texts) if text == "WATCHDOG=1"]
+    assert len(pings) >= 4 and all(times[0] < t < times[stopping[0]] for t in pings)
+    # Half of WATCHDOG_USEC apart (0.2 s), never faster; none after STOPPING=1.
+    assert min(b - a for a, b in zip(pings, pings[1:])) > 0.15
+    assert not any(text == "WATCHDOG=1" for text in texts[stopping[0]:])
+
+    assert summary["stopped_by"] == "SIGTERM" and summary["global_step"] == last["global_step"]
+    checkpoints = tmp_path / "service" / "checkpoints"
+    assert (checkpoints / "latest").read_text() == f"ckpt-{last['update']:09d}.pt\n"
+    # Periodic checkpoints by wall clock (every 0.5 s) came before the one at the stop.
+    assert len([p for p in checkpoints.iterdir() if p.suffix == ".pt"]) >= 2
