@@ -211,6 +211,7 @@ class MonitorApp(App[str | None]):
         self._curve_fields: list[str] | None = None
         self._step_sample: tuple[float, float] | None = None
         self._computed_sps = float("nan")
+        self._banner: tuple[str, str] | None = None
         self.main = RunScreen()
 
     def get_default_screen(self) -> RunScreen:
@@ -239,6 +240,11 @@ class MonitorApp(App[str | None]):
                           f"{message.details}")
 
     def show(self, view: RunView) -> None:
+        # One repaint for all the widgets a view touches.
+        with self.batch_update():
+            self._show(view)
+
+    def _show(self, view: RunView) -> None:
         previous, self.view = self.view, view
         if previous is None or previous.run_id != view.run_id:
             self._step_sample = None
@@ -277,12 +283,17 @@ class MonitorApp(App[str | None]):
         self.main.query_one("#phases", PhaseBar).phases = phase_parts(metrics)
 
     def _show_header(self, view: RunView) -> None:
-        self.main.query_one("#title", Static).update(title_text(view, self.paused))
-        self.main.query_one("#process", Static).update(process_text(view))
-        severity, sentence = describe_status(view)
-        banner = self.main.query_one("#banner", Static)
-        banner.update(sentence)
-        banner.set_classes(severity)
+        # One-line widgets of a fixed height: no layout pass for new text.
+        self.main.query_one("#title", Static).update(title_text(view, self.paused),
+                                                     layout=False)
+        self.main.query_one("#process", Static).update(process_text(view), layout=False)
+        banner = describe_status(view)
+        if banner != self._banner:
+            self._banner = banner
+            severity, sentence = banner
+            widget = self.main.query_one("#banner", Static)
+            widget.update(sentence)
+            widget.set_classes(severity)
         self.sub_title = f"{view.run_id} {view.status}"
 
     def _show_curves(self, view: RunView) -> None:

@@ -151,7 +151,9 @@ def rate(previous: tuple[float, float] | None, current: tuple[float, float]) -> 
 
 
 def finite(values: Iterable[float]) -> list[float]:
-    return [value for value in values if is_number(value)]
+    """The finite numbers among `values` (history curves hold floats; NaN marks a gap)."""
+    isfinite = math.isfinite
+    return [value for value in values if isfinite(value)]
 
 
 def resample(values: Sequence[float], width: int) -> list[float]:
@@ -166,8 +168,12 @@ def resample(values: Sequence[float], width: int) -> list[float]:
     for column in range(width):
         start = column * length // width
         stop = (column + 1) * length // width
-        bucket = finite(values[start:stop])
-        columns.append(sum(bucket) / len(bucket) if bucket else math.nan)
+        bucket = values[start:stop]
+        total = sum(bucket)  # in C; only a bucket with a gap needs the slow path
+        if not math.isfinite(total):
+            bucket = finite(bucket)
+            total = sum(bucket)
+        columns.append(total / len(bucket) if bucket else math.nan)
     return columns
 
 

@@ -154,6 +154,7 @@ class ReaderSource:
         self._reader: MetricsReader | None = None
         self._columns: tuple[MetricInfo, ...] = ()
         self._curves: dict[str, deque[float]] = {}
+        self._curve_tuples: dict[str, tuple[float, ...]] = {}
         self._history_head = 0
         self._created_ns = 0
         self._process: psutil.Process | None = None
@@ -262,7 +263,7 @@ class ReaderSource:
             heartbeat_interval_s=snapshot.heartbeat_interval_s,
             metrics=metrics,
             columns=self._columns,
-            history={name: tuple(curve) for name, curve in self._curves.items()},
+            history=self._curve_tuples,
             history_head=history.head,
             process=self._process_info(snapshot.status, snapshot.hostname, metrics),
             following=self._follow,
@@ -304,6 +305,10 @@ class ReaderSource:
             for name, value in zip(names, record.values):
                 self._curves[name].append(value)
         self._history_head = history.head
+        if history.records or len(self._curve_tuples) != len(names):
+            # Frozen copies only when something changed: between updates a view hands the
+            # app the very same tuples, and the curves see nothing to redraw.
+            self._curve_tuples = {name: tuple(curve) for name, curve in self._curves.items()}
 
     def _process_info(self, status: str, hostname: str,
                       metrics: dict[str, int | float | str]) -> ProcessInfo | None:
@@ -332,6 +337,7 @@ class ReaderSource:
 
     def _reset_curves(self) -> None:
         self._curves = {}
+        self._curve_tuples = {}
         self._history_head = 0
 
     def _close_reader(self) -> None:

@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import math
 
+from rich.align import Align
+from rich.segment import Segment
 from rich.text import Text
+from textual.geometry import Size
 from textual.reactive import reactive
 from textual.renderables.digits import Digits as DigitsRenderable
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
 from textual.widget import Widget
-from textual.widgets import DataTable, Digits
 
 from operant.monitor import format as fmt
 from operant.monitor.source import STATUS_UNKNOWN, STATUS_WAITING, RunView
@@ -98,29 +102,35 @@ def process_text(view: RunView) -> Text:
     return text
 
 
-class BigNumber(Digits):
+class BigNumber(Widget):
     """One headline number in large digits, its name in the border: the full number where it
-    fits, else its compact form (12.3k)."""
+    fits, else its compact form (12.3k). Its size is set by CSS, so a new value only repaints
+    (Textual's Digits asks for a layout pass whenever the width of its text changes)."""
+
+    text: reactive[str] = reactive(fmt.MISSING)
 
     def __init__(self, label: str, *, id: str | None = None) -> None:
-        super().__init__(fmt.MISSING, id=id)
+        super().__init__(id=id)
         self.border_title = label
         self._forms = (fmt.MISSING, fmt.MISSING)
 
     def show(self, full: str, short: str, note: str = "") -> None:
         self._forms = (full, short)
         self._fit()
-        self.border_subtitle = note
+        if note != self.border_subtitle:
+            self.border_subtitle = note
 
     def _fit(self) -> None:
         full, short = self._forms
         width = self.content_size.width
-        value = full if not width or DigitsRenderable.get_width(full) <= width else short
-        if value != self.value:
-            self.update(value)
+        self.text = full if not width or DigitsRenderable.get_width(full) <= width else short
 
     def on_resize(self) -> None:
         self._fit()
+
+    def render(self) -> Align:
+        style = self.rich_style
+        return Align(DigitsRenderable(self.text, style), "center", style)
 
 
 class Curve(Widget):
@@ -171,12 +181,12 @@ def phase_parts(metrics: dict[str, int | float | str]) -> tuple[tuple[str, float
 class PhaseBar(Widget):
     """Where one update's time goes: a stacked bar, then a legend with shares and times."""
 
-    phases: reactive[tuple[tuple[str, float], ...]] = reactive((), layout=True)
+    phases: reactive[tuple[tuple[str, float], ...]] = reactive(())
 
     def render(self) -> Text:
         width = self.size.width
         parts = fmt.shares(self.phases)
-        text = Text()
+        text = Text(no_wrap=True, overflow="ellipsis")
         if not parts or sum(seconds for _, seconds, _ in parts) <= 0:
             text.append("update phases: not timed yet", style="dim")
             return text
@@ -188,37 +198,66 @@ class PhaseBar(Widget):
         text.append(f"update {fmt.short_time(total)}:", style="bold")
         for index, (name, seconds, share) in enumerate(parts):
             text.append(" ■", style=PHASE_COLORS[index % len(PHASE_COLORS)])
-            text.append(f"{name} {fmt.percent(share * 100)}")
+            text.append(f"{name} {share * 100:.0f}%")
             if width >= 120:
                 text.append(f" {fmt.short_time(seconds)}", style="dim")
         return text
 
 
-class MetricsTable(DataTable):
-    """Every metric in the run's schema, known or not, with its value and unit."""
+def table_rows(view: RunView) -> tuple[tuple[str, str, str], ...]:
+    """(metric, value, unit) for every metric in the run's schema, in schema order, values
+    formatted by kind and unit: the metrics table's content."""
+    return tuple((info.name,
+                  fmt.metric(view.metrics.get(info.name, math.nan), info.unit, info.kind),
+                  info.unit)
+                 for info in view.columns)
 
-    def on_mount(self) -> None:
-        self.cursor_type = "row"
-        self.zebra_stripes = True
-        self.add_column("metric", key="metric")
-        self.add_column("value", width=14, key="value")
-        self.add_column("unit", key="unit")
-        self._shown: tuple = ()
-        self._cells: dict[str, str] = {}
+
+class MetricsTable(ScrollView, can_focus=True):
+    """Every metric in the run's schema, known or not, with its value and unit.
+
+    A line-API widget: a new view re-renders only the visible lines, from plain strings, so
+    a screenful of values that change every second stays cheap to draw.
+    """
+
+    COMPONENT_CLASSES = {"metrics-table--header", "metrics-table--stripe"}
+    HEADER = ("metric", "value", "unit")
+    MAX_VALUE_WIDTH = 16
+
+    rows: reactive[tuple[tuple[str, str, str], ...]] = reactive(())
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._widths = [len(title) for title in self.HEADER]
 
     def show(self, view: RunView) -> None:
-        if view.columns != self._shown:
-            self.clear()
-            self._cells = {}
-            for info in view.columns:
-                cell = fmt.metric(view.metrics.get(info.name, math.nan), info.unit, info.kind)
-                self._cells[info.name] = cell
-                self.add_row(info.name, Text(cell, justify="right"), info.unit,
-                             key=info.name)
-            self._shown = view.columns
-            return
-        for info in view.columns:
-            cell = fmt.metric(view.metrics.get(info.name, math.nan), info.unit, info.kind)
-            if self._cells.get(info.name) != cell:
-                self._cells[info.name] = cell
-                self.update_cell(info.name, "value", Text(cell, justify="right"))
+        self.rows = table_rows(view)
+
+    def watch_rows(self, rows: tuple[tuple[str, str, str], ...]) -> None:
+        self._widths = [min(max(len(row[column]) for row in (self.HEADER, *rows)),
+                            self.MAX_VALUE_WIDTH if column == 1 else 1000)
+                        for column in range(3)]
+        # The header stays on line 0; rows scroll beneath it.
+        self.virtual_size = Size(sum(self._widths) + 3, len(rows) + 1)
+        self.refresh()
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        width = self.size.width
+        rows = self.rows
+        if y == 0:
+            row, style = self.HEADER, self.get_component_rich_style("metrics-table--header")
+        else:
+            index = scroll_y + y - 1
+            if index >= len(rows):
+                return Strip.blank(width, self.rich_style)
+            row = rows[index]
+            style = (self.get_component_rich_style("metrics-table--stripe") if index % 2
+                     else self.rich_style)
+        name_width, value_width, unit_width = self._widths
+        name, value, unit = row
+        if len(value) > value_width:
+            value = value[:value_width - 1] + "…"
+        line = f" {name:<{name_width}} {value:>{value_width}} {unit:<{unit_width}}"
+        strip = Strip([Segment(line, style)])
+        return strip.crop_extend(scroll_x, scroll_x + width, style)

@@ -1,0 +1,185 @@
+"""What the monitor costs: start-up to its first frame, its CPU use while watching a live run at
+the default refresh, and the trainer's steps/s with and without a monitor attached.
+
+    python benchmarks/bench_monitor.py [--rounds 7] [--watch-s 20] [--sps-steps 300000] [--json]
+
+- startup: `operant monitor --latest` (a new process, as a user starts it) in an 80x24
+  pseudo-terminal, from the spawn until the run's id has been drawn: Python, Textual and the
+  first frame with data. Target: 0.5 s.
+- cpu: the same command watching a training run for --watch-s seconds after a 3 s warm-up,
+  the monitor's user+system CPU time over wall time, in % of one core. Target: 5 %.
+- sps: `operant-train` for --sps-steps steps alone and with a monitor attached the whole
+  time, alternating, same seed; the trainer's own mean steps/s.
+
+Each figure is the median over rounds. Run on an otherwise idle machine: the CPU figure is the
+monitor's alone, but the start-up and SPS figures move with any other load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import pty
+import select
+import signal
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import termios
+import time
+from pathlib import Path
+
+import psutil
+
+from operant.shared.runs import METRICS_FILE
+
+SEED = 1
+
+
+def operant(*args: str) -> list[str]:
+    return [sys.executable, "-m", "operant", *args]
+
+
+class Terminal:
+    """A process in an 80x24 pseudo-terminal, its output read as it comes."""
+
+    def __init__(self, command: list[str]):
+        master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+        self.started = time.perf_counter()
+        self.process = subprocess.Popen(command, stdin=slave, stdout=slave, stderr=slave,
+                                        env=dict(os.environ, TERM="xterm-256color"),
+                                        start_new_session=True)
+        os.close(slave)
+        self.master = master
+        self.output = b""
+
+    def read(self, seconds: float) -> None:
+        deadline = time.perf_counter() + seconds
+        while (left := deadline - time.perf_counter()) > 0:
+            ready, _, _ = select.select([self.master], [], [], left)
+            if ready:
+                try:
+                    self.output += os.read(self.master, 1 << 16)
+                except OSError:
+                    return
+
+    def seconds_until(self, text: str, timeout_s: float = 30.0) -> float:
+        needle = text.encode()
+        while needle not in self.output:
+            if time.perf_counter() - self.started > timeout_s:
+                raise RuntimeError(f"{text!r} never appeared")
+            ready, _, _ = select.select([self.master], [], [], 0.5)
+            if ready:
+                self.output += os.read(self.master, 1 << 16)
+        return time.perf_counter() - self.started
+
+    def close(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+        os.close(self.master)
+
+
+def start_trainer(root: Path, steps: int, run_id: str) -> subprocess.Popen:
+    trainer = subprocess.Popen(
+        [sys.executable, "-m", "operant.trainer.main", "--total-steps", str(steps), "--seed",
+         str(SEED), "--runs-dir", str(root), "--run-id", run_id, "--log-format", "json",
+         "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    while not (root / run_id / METRICS_FILE).exists():
+        if trainer.poll() is not None:
+            raise RuntimeError("the trainer exited before creating its metrics file")
+        time.sleep(0.05)
+    return trainer
+
+
+def bench_startup(root: Path, run_id: str, rounds: int) -> list[float]:
+    times = []
+    for _ in range(rounds):
+        terminal = Terminal(operant("monitor", "--latest", "--runs-dir", str(root)))
+        try:
+            times.append(terminal.seconds_until(run_id))
+        finally:
+            terminal.close()
+    return times
+
+
+def bench_cpu(root: Path, run_id: str, watch_s: float) -> float:
+    terminal = Terminal(operant("monitor", "--latest", "--runs-dir", str(root)))
+    try:
+        terminal.seconds_until(run_id)
+        terminal.read(3.0)
+        process = psutil.Process(terminal.process.pid)
+        before, started = process.cpu_times(), time.perf_counter()
+        terminal.read(watch_s)
+        after, elapsed = process.cpu_times(), time.perf_counter() - started
+        used = (after.user - before.user) + (after.system - before.system)
+        return 100.0 * used / elapsed
+    finally:
+        terminal.close()
+
+
+def trainer_sps(root: Path, steps: int, run_id: str, monitored: bool) -> float:
+    trainer = start_trainer(root, steps, run_id)
+    terminal = Terminal(operant("monitor", run_id, "--runs-dir", str(root))) if monitored else None
+    try:
+        out, _ = trainer.communicate(timeout=900)
+    finally:
+        if terminal is not None:
+            terminal.close()
+    summary = json.loads(out.strip().splitlines()[-1])["summary"]
+    return float(summary["sps_mean"])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--watch-s", type=float, default=20.0)
+    parser.add_argument("--sps-steps", type=int, default=300_000)
+    parser.add_argument("--sps-rounds", type=int, default=3)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-monitor-") as tmp:
+        root = Path(tmp)
+        # A run long enough to watch: it is killed once the start-up and CPU figures are in.
+        watched = start_trainer(root, 50_000_000, "watched")
+        try:
+            time.sleep(3.0)  # some history to draw
+            startup = bench_startup(root, "watched", args.rounds)
+            cpu = [bench_cpu(root, "watched", args.watch_s) for _ in range(3)]
+        finally:
+            watched.kill()
+            watched.wait()
+        sps = {"alone": [], "monitored": []}
+        for index in range(args.sps_rounds):
+            for mode in ("alone", "monitored"):
+                sps[mode].append(trainer_sps(root, args.sps_steps, f"sps-{mode}-{index}",
+                                             mode == "monitored"))
+    result = {
+        "startup_s": {"median": statistics.median(startup), "all": startup, "target": 0.5},
+        "cpu_percent_of_one_core": {"median": statistics.median(cpu), "all": cpu,
+                                    "target": 5.0, "refresh_s": 1.0},
+        "trainer_sps": {mode: {"median": statistics.median(values), "all": values}
+                        for mode, values in sps.items()},
+        "cpus": os.cpu_count(),
+    }
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(f"start-up to first frame with data: median {result['startup_s']['median']:.3f} s "
+          f"(target 0.5 s) over {len(startup)} starts: "
+          + ", ".join(f"{t:.3f}" for t in startup))
+    print(f"CPU at the default 1 s refresh: median {statistics.median(cpu):.2f} % of one core "
+          f"(target 5 %), {args.watch_s:g} s windows: " + ", ".join(f"{c:.2f}" for c in cpu))
+    alone = statistics.median(sps["alone"])
+    monitored = statistics.median(sps["monitored"])
+    print(f"trainer steps/s: alone {alone:,.0f}, with a monitor {monitored:,.0f} "
+          f"({100 * (monitored / alone - 1):+.1f} %)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
