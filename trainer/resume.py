@@ -44,6 +44,10 @@ class RunInUseError(ResumeError):
     """Another process trains this run right now."""
 
 
+class RunExistsError(ResumeError):
+    """A new run was asked for under a run id that is taken."""
+
+
 @dataclass
 class RunPlan:
     config: Config
@@ -103,13 +107,13 @@ def _finish(config: Config, root: Path, run_id: str) -> RunPlan:
                    impl=resolve_impl(config.env.id, config.env.impl), root=root, run_id=run_id)
 
 
-def _attach_checkpoint(plan: RunPlan, run_dir: Path, required: bool) -> RunPlan:
-    """Lock `run_dir`, then find, load and check its checkpoint against the plan's config."""
+def _read_checkpoint(run_dir: Path, required: bool) -> tuple[int, Path | None, dict | None]:
+    """Lock `run_dir`, then find and load its checkpoint: (lock descriptor, path, payload);
+    (descriptor, None, None) when it has none and none is `required`."""
     from operant.trainer import checkpoint
     from operant.trainer.checkpoint import CheckpointError
 
-    plan.run_dir = run_dir
-    plan.lock_fd = lock_run_dir(run_dir)
+    fd = lock_run_dir(run_dir)
     try:
         path = checkpoint.find_checkpoint(run_dir / runs.CHECKPOINT_DIR)
         if path is None:
@@ -117,9 +121,24 @@ def _attach_checkpoint(plan: RunPlan, run_dir: Path, required: bool) -> RunPlan:
                 raise CheckpointError(
                     f"run {run_dir.name!r} has no checkpoint to resume from (it stopped before "
                     f"writing one); start it again with --resume auto --run-id {run_dir.name}")
-            plan.restart = True
-            return plan
-        payload = checkpoint.load(path)
+            return fd, None, None
+        return fd, path, checkpoint.load(path)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _attach(plan: RunPlan, run_dir: Path, fd: int, path: Path | None,
+            payload: dict[str, Any] | None) -> RunPlan:
+    """Give the plan its locked directory and checkpoint, checked against its config."""
+    from operant.trainer import checkpoint
+    from operant.trainer.checkpoint import CheckpointError
+
+    plan.run_dir, plan.lock_fd = run_dir, fd
+    if path is None:
+        plan.restart = True
+        return plan
+    try:
         checkpoint.check_compatible(path, payload["config"], plan.config)
         saved_impl = payload["trainer"]["env"]["impl"]
         if saved_impl != plan.impl:
@@ -142,13 +161,18 @@ def _merge(base: dict[str, Any], flags: dict[str, dict[str, Any]]) -> dict[str, 
 
 def plan_run(resume: str | None, config_path: str | None, overrides: list[str],
              flags: dict[str, dict[str, Any]]) -> RunPlan:
-    """Decide what this process trains. Raises ConfigError, EnvError, CheckpointError,
-    RunInUseError or runs.RunNotFoundError, each with a one-line message, before anything is
-    written (a new run's directory is created later, by the caller, with `create`)."""
+    """Decide what this process trains. Raises ConfigError, EnvError, ResumeError (a
+    CheckpointError, RunInUseError or RunExistsError) or runs.RunNotFoundError, each with a
+    one-line message, before anything is written (a new run's directory is created later,
+    by the caller, with `create`)."""
     given = load_config(config_path, overrides, flags)
     root = runs.runs_root(given.train.runs_dir)
     if resume is None:
-        return _finish(given, root, given.train.run_id or runs.make_run_id(given.env.id))
+        plan = _finish(given, root, given.train.run_id or runs.make_run_id(given.env.id))
+        if (root / plan.run_id).exists():
+            raise RunExistsError(f"run {plan.run_id!r} already exists under {root}; resume it "
+                                 f"with --resume {plan.run_id}, or choose another --run-id")
+        return plan
     if resume == AUTO:
         if not given.train.run_id:
             raise ConfigError("--resume auto needs a fixed run id: set train.run_id in the config "
@@ -157,26 +181,24 @@ def plan_run(resume: str | None, config_path: str | None, overrides: list[str],
         run_dir = root / plan.run_id
         if not run_dir.is_dir():
             return plan
-        return _attach_checkpoint(plan, run_dir, required=False)
+        return _attach(plan, run_dir, *_read_checkpoint(run_dir, required=False))
     run_dir = runs.resolve_run(root, None if resume == runs.LATEST_NAME else resume)
     if given.train.run_id and given.train.run_id != run_dir.name:
         raise ConfigError(f"train.run_id = {given.train.run_id!r} names another run than "
                           f"--resume {resume} ({run_dir.name!r})")
-    if config_path is None:
-        # The run's own config, from its newest checkpoint, with the flags and --set on top.
-        # Read unlocked here: checkpoints are replaced whole, and the locked read below is the
-        # one that counts.
-        from operant.trainer import checkpoint
-
-        path = checkpoint.find_checkpoint(run_dir / runs.CHECKPOINT_DIR)
-        if path is not None:
-            saved = checkpoint.load(path)["config"]
+    fd, path, payload = _read_checkpoint(run_dir, required=True)
+    try:
+        if config_path is None:
+            # The run's own config, from its checkpoint, with the flags and --set on top.
             try:
-                given = load_config(None, overrides, _merge(saved, flags))
+                given = load_config(None, overrides, _merge(payload["config"], flags))
             except ConfigError as error:
                 raise ConfigError(f"the config saved in {path}: {error}") from None
-    plan = _finish(given, root, run_dir.name)
-    return _attach_checkpoint(plan, run_dir, required=True)
+        plan = _finish(given, root, run_dir.name)
+    except BaseException:
+        os.close(fd)
+        raise
+    return _attach(plan, run_dir, fd, path, payload)
 
 
 def create(plan: RunPlan) -> Path:
