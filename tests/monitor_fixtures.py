@@ -6,19 +6,23 @@ As a script it is a trainer stand-in (a process that owns a metrics file):
     python monitor_fixtures.py ROOT RUN_ID MODE [UPDATES]
 
 MODE `live` publishes UPDATES updates, prints `ready`, then keeps heartbeating and appending
-one update every 0.1 s until stdin closes or says `finish`/`fail`; `crash` publishes and exits
-without a final state (what SIGKILL leaves behind).
+one update every 0.1 s until stdin closes or says `finish`/`fail`; `run` does the same until
+it is killed; `crash` publishes and exits without a final state (what SIGKILL leaves behind).
+Neither runs longer than RUN_AT_MOST_S, so a test that dies leaves nothing running for long.
 """
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import select
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
+from rich.console import Console
 
 from operant.cext.metrics import MetricsWriter
 from operant.monitor.runs_cmd import RunRow
@@ -42,6 +46,7 @@ TEXTS = [("optimizer_note", "")]
 SNAPSHOT = [("phase_env_s", "s"), ("phase_forward_s", "s"), ("phase_store_s", "s"),
             ("phase_gae_s", "s"), ("phase_update_s", "s"), ("phase_publish_s", "s")]
 TOTAL_STEPS = 500 * 1024
+RUN_AT_MOST_S = 120.0
 HISTORY = ["global_step", "sps", "episode_return_mean", "episode_length_mean", "policy_loss",
            "value_loss", "entropy", "approx_kl", "clip_fraction", "elapsed_s"]
 STEPS_PER_UPDATE = 1024
@@ -195,6 +200,16 @@ class FakeSource:
         self.target.post_message(RunUpdate(view))
 
 
+def screen_text(app) -> str:
+    """What a terminal would show of the app's current screen, as plain text lines."""
+    width, height = app.size
+    console = Console(width=width, height=height, file=io.StringIO(), force_terminal=True,
+                      color_system=None, record=True, legacy_windows=False, safe_box=False)
+    console.print(app.screen._compositor.render_update(
+        full=True, screen_stack=app._background_screens))
+    return console.export_text()
+
+
 # --- the trainer stand-in ---------------------------------------------------------------
 
 def _main(argv: list[str]) -> int:
@@ -207,7 +222,12 @@ def _main(argv: list[str]) -> int:
         os._exit(0)
     run.writer.start_heartbeat()
     print("ready", flush=True)
-    while True:
+    deadline = time.monotonic() + RUN_AT_MOST_S
+    while time.monotonic() < deadline:
+        if mode == "run":
+            time.sleep(0.1)
+            run.publish()
+            continue
         ready, _, _ = select.select([sys.stdin], [], [], 0.1)
         if ready:
             line = sys.stdin.readline().strip()
@@ -218,23 +238,11 @@ def _main(argv: list[str]) -> int:
                 run.fail(line[5:] or "failed")
                 break
         run.publish()
+    else:
+        run.finish()
     run.close()
     return 0
 
 
 if __name__ == "__main__":
     sys.exit(_main(sys.argv[1:]))
-
-
-def screen_text(app) -> str:
-    """What a terminal would show of the app's current screen, as plain text lines."""
-    import io
-
-    from rich.console import Console
-
-    width, height = app.size
-    console = Console(width=width, height=height, file=io.StringIO(), force_terminal=True,
-                      color_system=None, record=True, legacy_windows=False, safe_box=False)
-    console.print(app.screen._compositor.render_update(
-        full=True, screen_stack=app._background_screens))
-    return console.export_text()
