@@ -28,6 +28,7 @@ DETACH_FLAG = "--detach"
 # allocation happen before it exists.
 STARTUP_TIMEOUT_S = 120.0
 _POLL_S = 0.05
+LOG_TAIL_LINES = 10
 
 
 def trainer_command(argv: list[str], run_id: str) -> list[str]:
@@ -46,20 +47,24 @@ def launch(argv: list[str], root: Path, run_id: str, *, monitor: bool,
     if MONITOR_FLAG in argv and DETACH_FLAG in argv:
         print(f"operant train: give {MONITOR_FLAG} or {DETACH_FLAG}, not both", file=sys.stderr)
         return 2
+    run_dir = root / run_id
+    # A resumed run already has its directory (and its old log and metrics file): append to
+    # the log, and wait for the metrics file the new trainer makes, not the old one.
+    resuming = run_dir.is_dir()
+    early_log = run_dir / LOG_FILE if resuming else root / f".{run_id}.{LOG_FILE}"
     try:
         root.mkdir(parents=True, exist_ok=True)
-        early_log = root / f".{run_id}.{LOG_FILE}"
         log = open(early_log, "ab")
     except OSError as error:
         print(f"operant train: cannot write a log under {root}: {error.strerror}",
               file=sys.stderr)
         return 2
+    old_metrics = _identity(run_dir / METRICS_FILE)
     with log:
         trainer = subprocess.Popen(trainer_command(argv, run_id), stdin=subprocess.DEVNULL,
                                    stdout=log, stderr=subprocess.STDOUT,
                                    start_new_session=True, close_fds=True)
-    run_dir = root / run_id
-    log_path = _wait_for_metrics(trainer, run_dir, early_log, timeout_s)
+    log_path = _wait_for_metrics(trainer, run_dir, early_log, old_metrics, timeout_s)
     if log_path is None:
         return _report_early_exit(trainer, run_dir, early_log, timeout_s)
     print(f"run {run_id} is training in the background (pid {trainer.pid})\n"
@@ -73,17 +78,26 @@ def launch(argv: list[str], root: Path, run_id: str, *, monitor: bool,
     return cli.main([run_id, "--runs-dir", str(root)])
 
 
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
 def _wait_for_metrics(trainer: subprocess.Popen, run_dir: Path, early_log: Path,
-                      timeout_s: float) -> Path | None:
-    """The log's final path once the run's metrics file exists; None if the trainer exited
-    before making it or the timeout passed."""
+                      old_metrics: tuple[int, int] | None, timeout_s: float) -> Path | None:
+    """The log's final path once the trainer has made the run's metrics file; None if it
+    exited before that or the timeout passed."""
     log_path = early_log
     deadline = time.monotonic() + timeout_s
     while True:
-        if log_path == early_log and run_dir.is_dir():
+        if log_path.parent != run_dir and run_dir.is_dir():
             log_path = run_dir / LOG_FILE
             os.replace(early_log, log_path)
-        if (run_dir / METRICS_FILE).exists():
+        metrics = _identity(run_dir / METRICS_FILE)
+        if metrics is not None and metrics != old_metrics:
             return log_path
         if trainer.poll() is not None or time.monotonic() > deadline:
             return None
@@ -97,9 +111,16 @@ def _report_early_exit(trainer: subprocess.Popen, run_dir: Path, early_log: Path
         print(f"operant train: the trainer (pid {trainer.pid}) made no metrics file in "
               f"{timeout_s:g} s; it keeps running, see {log_path}", file=sys.stderr)
         return 1
-    output = log_path.read_text(errors="replace").strip()
-    if log_path == early_log:
+    lines = log_path.read_text(errors="replace").strip().splitlines()
+    if log_path.parent == run_dir:
+        # The run exists (resumed, or the trainer failed after making it): its log stays,
+        # and may hold earlier sessions too, so only its end is shown.
+        lines = lines[-LOG_TAIL_LINES:] + [
+            f"operant train: the trainer exited with status {trainer.returncode}; its log "
+            f"is {log_path}"]
+    else:
         early_log.unlink()  # nothing else of this run exists: leave no trace
+    output = "\n".join(lines)
     sys.stderr.write((output + "\n") if output else
                      f"operant train: the trainer exited with status {trainer.returncode}\n")
     return trainer.returncode or 1

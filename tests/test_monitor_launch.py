@@ -118,3 +118,27 @@ def test_monitor_watches_in_the_foreground_and_q_leaves_training_running(tmp_pat
         tmux("kill-server")
         if pid is not None:
             kill(pid)
+
+
+def test_resuming_waits_for_the_new_metrics_file_and_appends_to_the_log(
+        tmp_path, monkeypatch, capsys):
+    run_dir = tmp_path / "resumed-1"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / LOG_FILE).write_text("the first session's log\n")
+    (run_dir / METRICS_FILE).write_text("the first session's metrics file")
+    old_inode = (run_dir / METRICS_FILE).stat().st_ino
+    # The stand-in for a resumed trainer replaces the metrics file after a moment.
+    resumed = [sys.executable, "-c",
+               "import os, sys, time; print('resuming', flush=True); time.sleep(0.5); "
+               f"open({str(run_dir / 'new')!r}, 'w').write('new'); "
+               f"os.replace({str(run_dir / 'new')!r}, {str(run_dir / METRICS_FILE)!r}); "
+               "time.sleep(30)"]
+    monkeypatch.setattr(launch, "trainer_command", lambda argv, run_id: resumed)
+    assert launch.launch(["--detach", "--resume", "latest"], tmp_path, "resumed-1",
+                         monitor=False) == 0
+    pid = int(capsys.readouterr().out.split("(pid ")[1].split(")")[0])
+    try:
+        assert (run_dir / METRICS_FILE).stat().st_ino != old_inode
+        assert (run_dir / LOG_FILE).read_text() == "the first session's log\nresuming\n"
+    finally:
+        kill(pid)
