@@ -11,6 +11,7 @@ from __future__ import annotations
 from functools import partial
 from pathlib import Path
 
+import msgspec
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.command import DiscoveryHit, Hit, Hits, Provider
@@ -229,10 +230,14 @@ class MonitorApp(App[str | None]):
     def on_run_update(self, message: RunUpdate) -> None:
         if not self.is_running:
             return  # shutting down: views still queued have no widgets left to draw on
+        view = message.view
         if self.paused:
-            self.pending = message.view
+            if view.notice:  # news about the run is not a value: say it even while paused
+                self.notify(view.notice, title="operant monitor")
+                view = msgspec.structs.replace(view, notice="")
+            self.pending = view
             return
-        self.show(message.view)
+        self.show(view)
 
     def on_source_failed(self, message: SourceFailed) -> None:
         self.exit(return_code=1,

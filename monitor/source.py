@@ -187,7 +187,10 @@ class ReaderSource:
         self._wake.set()
 
     def runs(self) -> list[RunRow]:
-        return [describe_run(run_dir) for run_dir in list_run_dirs(self.root)]
+        try:
+            return [describe_run(run_dir) for run_dir in list_run_dirs(self.root)]
+        except OSError:  # the runs root is unreadable or went away: nothing to pick from
+            return []
 
     def _loop(self, target: MessagePump) -> None:
         while not self._stopping.is_set():

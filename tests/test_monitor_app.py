@@ -258,6 +258,14 @@ async def test_a_notice_is_shown_once():
         source.push(make_view())
         await pilot.pause(0.1)
         assert screen_text(app).count("switched to the newer run x") == 1
+        # While paused the values wait, but news about the run is told at once, and once.
+        await pilot.press("p")
+        source.push(make_view(updates=130, notice="the metrics file was replaced"))
+        await until(pilot, lambda: "the metrics file was replaced" in screen_text(app))
+        assert big(app, "steps") == "122,880"
+        await pilot.press("p")
+        await until(pilot, lambda: big(app, "steps") == "133,120")
+        assert screen_text(app).count("the metrics file was replaced") == 1
 
 
 @pilot_test
