@@ -1,18 +1,17 @@
 """Builds the Cython kernels in cext/; everything else is declared in pyproject.toml.
 
-Flags are portable on purpose: no -march=native in a build that ships (wheels must run on
-other CPUs). OPERANT_NATIVE_ARCH=1 opts in for local benchmarks only.
+Compiler flags live in setup_flags.py (shared with the C-loop benchmark).
 """
 
 import glob
 import os
+import sys
 
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-compile_args = ["-O3", "-fno-math-errno"]
-if os.environ.get("OPERANT_NATIVE_ARCH") == "1":
-    compile_args.append("-march=native")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from setup_flags import COMPILE_ARGS  # noqa: E402
 
 # Every cext/*.pyx is one extension module operant.cext.<name>.
 kernels = sorted(os.path.splitext(os.path.basename(p))[0] for p in glob.glob("cext/*.pyx"))
@@ -22,7 +21,7 @@ extensions = [
         f"operant.cext.{name}",
         [f"cext/{name}.pyx"],
         include_dirs=["cext"],
-        extra_compile_args=compile_args,
+        extra_compile_args=COMPILE_ARGS,
     )
     for name in kernels
 ]
