@@ -331,6 +331,7 @@ def write_atomic(path: Path, write: Callable[[Any], None], beat: Callable[[], No
     """Create `path` whole or not at all: temporary file in the same directory, fsync,
     rename, fsync the directory."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)  # left by an earlier process that had our pid
     try:
         with open(tmp, "xb") as handle:
             write(_BeatingWriter(handle, beat))

@@ -83,7 +83,7 @@ class Supervisor:
         if (self.signals.take_checkpoint_request()
                 or self.checkpointer.due(self.trainer.update)):
             self.checkpoint()
-        return False
+        return self.signals.stop_requested  # a signal during that checkpoint stops here too
 
     def checkpoint(self) -> Path | None:
         """A checkpoint of the current update (none for update 0, nor twice for one update)."""
