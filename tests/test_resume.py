@@ -223,10 +223,14 @@ def test_nan_guard_stops_fails_the_run_and_keeps_the_last_good_checkpoint(server
               8 * STEPS_PER_UPDATE, *SMALL, "--set", "checkpoint.every_updates=1", "--quiet"]
     code, _, err = server.run(common, tmp_path / "nan", poison_after_update=4)
     assert code == 1
-    assert err.strip().splitlines() == [
-        "operant-train: training failed: non-finite values in parameter weights.0 after update "
-        f"4; the last good checkpoint is {tmp_path}/diverged/checkpoints/ckpt-000000003.pt"]
+    (line,) = err.strip().splitlines()
     run_dir = tmp_path / "diverged"
+    kept = checkpoint.load(checkpoint.find_checkpoint(run_dir / "checkpoints"))
+    first_parameter = next(iter(kept["trainer"]["modules"]["policy"]))  # the one poisoned
+    assert line == (
+        f"operant-train: training failed: non-finite values in parameter {first_parameter} "
+        f"after update 4; the last good checkpoint is "
+        f"{tmp_path}/diverged/checkpoints/ckpt-000000003.pt")
     assert [path.name for path in checkpoint.checkpoint_files(run_dir / "checkpoints")] == [
         "ckpt-000000001.pt", "ckpt-000000002.pt", "ckpt-000000003.pt"]  # keep = 3
     assert checkpoint.find_checkpoint(run_dir / "checkpoints").name == "ckpt-000000003.pt"
