@@ -171,7 +171,10 @@ class RunScreen(Screen):
             yield BigNumber("episodes", id="episodes")
             yield BigNumber("mean return", id="return")
         with Horizontal(id="body"):
-            yield Vertical(id="curves")
+            # The trainer's curves from the start: no mounting when the first view arrives.
+            with Vertical(id="curves"):
+                for name, title, color in CURVES:
+                    yield Curve(title, color=color, id=f"curve-{name}")
             yield MetricsTable(id="table")
         yield PhaseBar(id="phases")
         yield Footer()
@@ -210,6 +213,8 @@ class MonitorApp(App[str | None]):
         self.pending: RunView | None = None
         """The newest view that arrived while paused."""
         self._curve_fields: list[str] | None = None
+        self._curve_names = [name for name, _, _ in CURVES]
+        """The curves on screen: the trainer's until a run records other fields."""
         self._step_sample: tuple[float, float] | None = None
         self._computed_sps = float("nan")
         self._banner: tuple[str, str] | None = None
@@ -303,16 +308,19 @@ class MonitorApp(App[str | None]):
 
     def _show_curves(self, view: RunView) -> None:
         fields = list(view.history)
-        container = self.main.query_one("#curves", Vertical)
-        if fields != self._curve_fields:
+        if fields and fields != self._curve_fields:
             self._curve_fields = fields
-            container.remove_children()
-            container.mount_all(Curve(title, color=color, id=f"curve-{name}")
-                                for name, title, color in choose_curves(fields))
-            # Mounting completes after this handler: fill the curves once they exist, with
-            # whatever view is on screen by then.
-            self.call_after_refresh(self._fill_curves)
-            return
+            wanted = choose_curves(fields)
+            if [name for name, _, _ in wanted] != self._curve_names:
+                self._curve_names = [name for name, _, _ in wanted]
+                container = self.main.query_one("#curves", Vertical)
+                container.remove_children()
+                container.mount_all(Curve(title, color=color, id=f"curve-{name}")
+                                    for name, title, color in wanted)
+                # Mounting completes after this handler: fill the curves once they exist,
+                # with whatever view is on screen by then.
+                self.call_after_refresh(self._fill_curves)
+                return
         self._fill_curves()
 
     def _fill_curves(self) -> None:

@@ -170,9 +170,12 @@ class ReaderSource:
     # --- the thread ----------------------------------------------------------------------
 
     def start(self, target: MessagePump) -> None:
-        self._thread = threading.Thread(target=self._loop, args=(target,),
-                                        name="operant-monitor-source", daemon=True)
-        self._thread.start()
+        # The first look is taken here, before the app's first paint, so the first frame
+        # already shows the run; the thread takes every later one.
+        if self._post(target):
+            self._thread = threading.Thread(target=self._loop, args=(target,),
+                                            name="operant-monitor-source", daemon=True)
+            self._thread.start()
 
     def stop(self) -> None:
         self._stopping.set()
@@ -193,15 +196,21 @@ class ReaderSource:
             return []
 
     def _loop(self, target: MessagePump) -> None:
-        while not self._stopping.is_set():
-            self._wake.clear()
-            try:
-                view = self.poll()
-            except Exception:  # a bug: hand it to the app rather than die unseen
-                target.post_message(SourceFailed(traceback.format_exc()))
-                return
-            target.post_message(RunUpdate(view))
+        while True:
             self._wake.wait(self.interval_s)
+            if self._stopping.is_set() or not self._post(target):
+                return
+
+    def _post(self, target: MessagePump) -> bool:
+        """Take one look and post it; False (and the traceback posted) on a bug."""
+        self._wake.clear()
+        try:
+            view = self.poll()
+        except Exception:  # a bug: hand it to the app rather than die unseen
+            target.post_message(SourceFailed(traceback.format_exc()))
+            return False
+        target.post_message(RunUpdate(view))
+        return True
 
     # --- one look ------------------------------------------------------------------------
 
