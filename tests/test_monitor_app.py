@@ -11,8 +11,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))  # the tests' helper modules (importlib mode)
-from monitor_fixtures import FakeSource, Run, make_view, screen_text  # noqa: E402
+from monitor_fixtures import FakeSource, Run, make_view, screen_text
 
 from operant.monitor.app import HelpScreen, MonitorApp, RunPicker, choose_curves
 from operant.monitor.source import ReaderSource, SourceFailed

@@ -10,12 +10,11 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))  # the tests' helper modules (importlib mode)
-from monitor_fixtures import Run  # noqa: E402
+from monitor_fixtures import Run
 
-from operant.monitor import cli  # noqa: E402
-from operant.monitor.app import HelpScreen, MonitorApp, RunPicker  # noqa: E402
-from operant.monitor.source import ReaderSource  # noqa: E402
+from operant.monitor import cli
+from operant.monitor.app import HelpScreen, MonitorApp, RunPicker
+from operant.monitor.source import ReaderSource
 
 
 def python(code: str) -> str:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from operant.monitor import launch  # noqa: E402
-from operant.shared.runs import LOG_FILE, METRICS_FILE  # noqa: E402
+from operant.monitor import launch
+from operant.shared.runs import LOG_FILE, METRICS_FILE
 
 STAND_IN = Path(__file__).parent / "monitor_fixtures.py"
 

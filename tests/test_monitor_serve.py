@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))  # the tests' helper modules (importlib mode)
-from monitor_fixtures import Run  # noqa: E402
+from monitor_fixtures import Run
 
 aiohttp = pytest.importorskip("aiohttp", reason="textual-dev (the test extra) brings aiohttp")
 pytest.importorskip("textual_dev", reason="`textual serve` comes from textual-dev")

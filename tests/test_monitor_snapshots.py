@@ -2,14 +2,12 @@
 comes from the fake source at monitor_fixtures.FROZEN_NOW, so uptime and heartbeat ages are
 the same on every run. Update them with `pytest --snapshot-update` and look at the diff."""
 
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))  # the tests' helper modules (importlib mode)
-from monitor_fixtures import FakeSource, make_view  # noqa: E402
+from monitor_fixtures import FakeSource, make_view
 
-from operant.monitor.app import MonitorApp  # noqa: E402
-from operant.monitor.widgets import Curve  # noqa: E402
+from operant.monitor.app import MonitorApp
+from operant.monitor.widgets import Curve
 
 
 async def drawn(pilot):
