@@ -514,3 +514,25 @@ def test_source_poll_reads_a_real_file_with_an_injected_clock(tmp_path):
     finally:
         source.stop()
         run.close()
+
+
+@pilot_test
+async def test_real_command_palette_attaches_to_a_run_by_name(tmp_path):
+    first = Run(tmp_path, "cartpole-1")
+    first.publish(3)
+    second = Run(tmp_path, "pendulum-2", latest=False)
+    second.publish(6)
+    app = reader_app(tmp_path, run="cartpole-1")
+    try:
+        async with app.run_test(size=(100, 30)) as pilot:
+            await until(pilot, lambda: app.view is not None and app.view.columns)
+            await pilot.press("ctrl+p")
+            await pilot.pause()
+            await pilot.press(*"attach to run pendulum")
+            await pilot.pause(0.3)
+            await pilot.press("enter")
+            await until(pilot, lambda: app.view.run_id == "pendulum-2")
+            assert big(app, "steps") == "6,144" and not app.view.following
+    finally:
+        first.close()
+        second.close()
