@@ -312,7 +312,7 @@ def test_curves_for_runs_that_record_other_fields():
 # --- against real metrics files ------------------------------------------------------------
 
 def reader_app(root, run=None, follow=False):
-    return MonitorApp(ReaderSource(root, run, follow=follow, interval_s=0.05))
+    return MonitorApp(ReaderSource(root, run, follow=follow, interval_s=0.1))
 
 
 @pilot_test
