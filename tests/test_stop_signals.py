@@ -115,8 +115,17 @@ class Receiver:
         return sum(1 for _, text in list(self.messages) if text.startswith(prefix))
 
     def close(self) -> None:
+        """Stop receiving, after taking every datagram already queued (the trainer's last
+        messages may still be in the socket's buffer when it exits)."""
         self._stop.set()
         self._thread.join()
+        self.socket.setblocking(False)
+        while True:
+            try:
+                data = self.socket.recv(4096)
+            except BlockingIOError:
+                break
+            self.messages.append((time.monotonic(), data.decode()))
         self.socket.close()
 
 
