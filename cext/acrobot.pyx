@@ -27,6 +27,7 @@ from libc.stdint cimport int64_t
 
 from kernel_common cimport (
     op_batch,
+    op_batch_step,
     op_pow2,
     op_rng_uniform,
 )
@@ -137,6 +138,10 @@ cdef double _step_one(op_batch *b, int64_t i, int *terminated) noexcept nogil:
         b.state[k * n + i] = y[k]
     terminated[0] = -cos(y[0]) - cos(y[1] + y[0]) > 1.0
     return 0.0 if terminated[0] else -1.0
+
+
+cdef int64_t _step(op_batch *b) noexcept nogil:
+    return op_batch_step(b, _step_one, _write_obs, _reset_one)
 
 
 include "kernel_common.pxi"

@@ -51,13 +51,16 @@ cdef extern from "kernel_common.h" nogil:
     ctypedef void (*op_obs_fn)(op_batch *b, int64_t i) noexcept nogil
     ctypedef double (*op_step_fn)(op_batch *b, int64_t i, int *terminated) noexcept nogil
 
-    void op_write_state_obs(op_batch *b, int64_t i)
+    void op_write_state_obs(op_batch *b, int64_t i, int64_t obs_dim)
     int64_t op_first_invalid_action(const op_batch *b)
     void op_batch_reset(op_batch *b, bint reseed, uint64_t seed, op_reset_fn reset_one,
                         op_obs_fn write_obs)
     void op_batch_write_obs(op_batch *b, op_obs_fn write_obs)
     int64_t op_batch_step(op_batch *b, op_step_fn step_one, op_obs_fn write_obs,
                           op_reset_fn reset_one)
+    ctypedef void (*op_step_all_fn)(op_batch *b) noexcept nogil
+    int64_t op_batch_step_all(op_batch *b, op_step_all_fn step_all, op_obs_fn write_obs,
+                              op_reset_fn reset_one)
 
 
 cdef inline tuple op_batch_bind(op_batch *b, int num_envs, int state_dim, int obs_dim,

@@ -5,22 +5,17 @@
 #   ACTION_DIM, NUM_ACTIONS     ACTION_DIM 0: one int64 action per env in 0 .. NUM_ACTIONS - 1;
 #                               otherwise float32 actions shaped (N, ACTION_DIM)
 #   MAX_EPISODE_STEPS           Gymnasium's time limit for the env
-#   _reset_one, _write_obs, _step_one
-#                               the env's three functions (kernel_common.h: op_reset_fn,
-#                               op_obs_fn, op_step_fn)
+#   _reset_one, _write_obs      the env's reset and observation (kernel_common.h: op_reset_fn,
+#                               op_obs_fn)
+#   _step                       one step of the batch: op_batch_step with the env's step
+#                               function, or op_batch_step_all for dynamics that vectorise
 # and then subclasses BatchKernel under the env's name, with a docstring naming its state rows.
-# The env functions are module-level cdef functions, so op_batch_step (always inlined) turns
+# The env functions are module-level cdef functions, so the always-inlined batch loop turns
 # them into direct, inlinable calls: no indirection per env per step.
 
 from libc.stdint cimport int64_t
 
-from kernel_common cimport (
-    op_batch,
-    op_batch_bind,
-    op_batch_reset,
-    op_batch_step,
-    op_batch_write_obs,
-)
+from kernel_common cimport op_batch, op_batch_bind, op_batch_reset, op_batch_write_obs
 
 
 cdef class BatchKernel:
@@ -73,4 +68,4 @@ cdef class BatchKernel:
         return result
 
     cdef int64_t step_nogil(self) noexcept nogil:
-        return op_batch_step(&self._batch, _step_one, _write_obs, _reset_one)
+        return _step(&self._batch)

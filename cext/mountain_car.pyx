@@ -20,6 +20,7 @@ from libc.stdint cimport int64_t
 
 from kernel_common cimport (
     op_batch,
+    op_batch_step,
     op_rng_uniform,
     op_write_state_obs,
 )
@@ -47,7 +48,7 @@ cdef void _reset_one(op_batch *b, int64_t i) noexcept nogil:
 
 
 cdef void _write_obs(op_batch *b, int64_t i) noexcept nogil:
-    op_write_state_obs(b, i)
+    op_write_state_obs(b, i, 2)
 
 
 cdef double _step_one(op_batch *b, int64_t i, int *terminated) noexcept nogil:
@@ -65,6 +66,10 @@ cdef double _step_one(op_batch *b, int64_t i, int *terminated) noexcept nogil:
     b.state[n + i] = velocity
     terminated[0] = position >= GOAL_POSITION and velocity >= GOAL_VELOCITY
     return -1.0
+
+
+cdef int64_t _step(op_batch *b) noexcept nogil:
+    return op_batch_step(b, _step_one, _write_obs, _reset_one)
 
 
 include "kernel_common.pxi"

@@ -29,6 +29,7 @@ from libc.stdint cimport int64_t
 
 from kernel_common cimport (
     op_batch,
+    op_batch_step,
     op_pow2,
     op_rng_uniform,
     op_write_state_obs,
@@ -60,7 +61,7 @@ cdef void _reset_one(op_batch *b, int64_t i) noexcept nogil:
 
 
 cdef void _write_obs(op_batch *b, int64_t i) noexcept nogil:
-    op_write_state_obs(b, i)
+    op_write_state_obs(b, i, 2)
 
 
 ctypedef fused real:
@@ -115,6 +116,10 @@ cdef double _step_one(op_batch *b, int64_t i, int *terminated) noexcept nogil:
                      terminated)
     # The reward charges the unclipped action.
     return (100.0 if terminated[0] else 0.0) - op_pow2(action) * 0.1
+
+
+cdef int64_t _step(op_batch *b) noexcept nogil:
+    return op_batch_step(b, _step_one, _write_obs, _reset_one)
 
 
 include "kernel_common.pxi"

@@ -25,6 +25,7 @@ from libc.stdint cimport int64_t
 
 from kernel_common cimport (
     op_batch,
+    op_batch_step,
     op_pow2,
     op_pow2f,
     op_py_mod,
@@ -80,6 +81,10 @@ cdef double _step_one(op_batch *b, int64_t i, int *terminated) noexcept nogil:
     b.state[n + i] = newthdot
     terminated[0] = 0
     return -costs
+
+
+cdef int64_t _step(op_batch *b) noexcept nogil:
+    return op_batch_step(b, _step_one, _write_obs, _reset_one)
 
 
 include "kernel_common.pxi"

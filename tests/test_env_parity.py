@@ -6,7 +6,8 @@ injected into Gymnasium's after every autoreset. That run is recorded once per e
 implementations replay it: same actions, same initial states, and, because the torch envs
 evaluate the native kernels' SplitMix64 streams, the same states after every autoreset, which
 the replay checks too. Observations, rewards and flags must equal Gymnasium's within float32
-tolerance (the native kernels in fact agree bit for bit on this machine).
+tolerance (the native kernels other than CartPole, whose pole-angle sine and cosine are a
+polynomial within 1 ulp of libm, in fact agree bit for bit).
 
 Acrobot is chaotic: the 1-ulp differences between torch's sin/cos and libm's grow into a
 different trajectory after a few dozen steps, so its torch replay restarts every step from
@@ -216,3 +217,25 @@ def test_native_and_torch_agree(env_id):
     assert torch_stats.return_sum == pytest.approx(native_stats.return_sum, rel=1e-9)
     np.testing.assert_allclose(batched.recent_returns(100), native.recent_returns(100),
                                rtol=1e-9)
+
+
+def test_cartpole_angles_past_the_polynomial_range_step_with_libm():
+    """The CartPole kernel's vectorised sine/cosine covers |theta| <= 0.3125; larger angles
+    (reachable only by injecting a state) take libm's path, which matches Gymnasium exactly."""
+    env = make_env("CartPole-v1", 64, impl="native", copy=False)
+    env.reset(seed=0)
+    rng = np.random.default_rng(1)
+    states = rng.uniform([-2.0, -2.0, -3.0, -3.0], [2.0, 2.0, 3.0, 3.0], size=(64, 4)).T
+    states[2, :32] = rng.uniform(0.3125, 3.0, size=32) * rng.choice([-1.0, 1.0], size=32)
+    env.kernel.state[:] = states
+    actions = rng.integers(0, 2, size=64)
+    env.actions[:] = actions
+    env.step_bound()
+    for i in range(64):
+        gym_env = gymnasium.make("CartPole-v1").unwrapped
+        gym_env.reset(seed=0)
+        gym_env.state = states[:, i].copy()
+        obs, reward, terminated, _, _ = gym_env.step(int(actions[i]))
+        assert env.terminated[i] == terminated
+        observed = env.final_obs[i] if terminated else env.obs[i]
+        np.testing.assert_array_equal(observed, obs)
