@@ -166,3 +166,44 @@ class FlatParameters:
 
     def all_finite(self) -> bool:
         return bool(torch.isfinite(self.param).all())
+
+
+class FlatAdam(nn.Module):
+    """Adam (Kingma & Ba 2015) on one flat parameter tensor, with the arithmetic of
+    torch.optim.Adam's single-tensor path (lerp for the first moment, bias corrections, eps
+    added after the square root).
+
+    Why not torch.optim.Adam: constructing any torch.optim optimizer imports torch._dynamo,
+    which costs about 1.6 s of start-up on the development machine — a third of the time it
+    takes to solve CartPole. Over one flat tensor Adam is five in-place operations anyway.
+    Its moments and step count are buffers, so checkpoints carry them like any module state.
+    """
+
+    def __init__(self, param: torch.Tensor, lr: float, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8):
+        super().__init__()
+        self.param = param
+        self.lr = lr
+        self.beta1, self.beta2 = betas
+        self.eps = eps
+        self.register_buffer("exp_avg", torch.zeros_like(param, requires_grad=False))
+        self.register_buffer("exp_avg_sq", torch.zeros_like(param, requires_grad=False))
+        self.register_buffer("step_count", torch.zeros((), dtype=torch.int64, device=param.device))
+        self.steps = 0
+
+    @torch.no_grad()
+    def step(self) -> None:
+        grad = self.param.grad
+        self.steps += 1
+        self.step_count.fill_(self.steps)
+        self.exp_avg.lerp_(grad, 1 - self.beta1)
+        self.exp_avg_sq.mul_(self.beta2).addcmul_(grad, grad, value=1 - self.beta2)
+        bias_correction1 = 1 - self.beta1 ** self.steps
+        bias_correction2_sqrt = math.sqrt(1 - self.beta2 ** self.steps)
+        denom = (self.exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(self.eps)
+        self.param.addcdiv_(self.exp_avg, denom, value=-self.lr / bias_correction1)
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        result = super().load_state_dict(state_dict, strict=strict, assign=assign)
+        self.steps = int(self.step_count)
+        return result

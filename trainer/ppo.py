@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from operant.trainer.config import PPOConfig
-from operant.trainer.policy import FlatParameters
+from operant.trainer.policy import FlatAdam, FlatParameters
 
 
 def compute_gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor,
@@ -34,7 +34,7 @@ def compute_gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor
     return advantages, advantages + values
 
 
-def ppo_update(policy: nn.Module, flat: FlatParameters, optimizer: torch.optim.Optimizer,
+def ppo_update(policy: nn.Module, flat: FlatParameters, optimizer: FlatAdam,
                config: PPOConfig,
                b_obs: torch.Tensor, b_actions: torch.Tensor, b_logprobs: torch.Tensor,
                b_advantages: torch.Tensor, b_returns: torch.Tensor, b_values: torch.Tensor,

@@ -25,7 +25,7 @@ from gymnasium import spaces
 
 from operant.trainer.envs import EnvError, make_env, resolve_impl
 from operant.trainer.normalize import ObservationNormalizer, RewardNormalizer
-from operant.trainer.policy import ActorCritic, FlatParameters
+from operant.trainer.policy import ActorCritic, FlatAdam, FlatParameters
 from operant.trainer.ppo import compute_gae, ppo_update
 
 PHASES = ("env", "forward", "store", "gae", "update", "publish")
@@ -99,9 +99,9 @@ class Trainer:
             RewardNormalizer(config.env.num_envs, config.ppo.gamma, norm.clip_reward).to(self.device)
             if norm.reward else None)
         self.flat = FlatParameters(self.policy)
-        # One tensor, so Adam is a single fused kernel (CPU and CUDA alike).
-        self.optimizer = torch.optim.Adam([self.flat.param], lr=config.ppo.learning_rate,
-                                          eps=config.ppo.adam_eps, fused=True)
+        # Adam over the one flat tensor: five in-place ops per step, on any device.
+        self.optimizer = FlatAdam(self.flat.param, lr=config.ppo.learning_rate,
+                                  eps=config.ppo.adam_eps)
 
         # Env buffers seen as tensors: the same memory the kernel writes (no copies).
         self.env_obs = _as_tensor(self.env.obs)
@@ -187,8 +187,7 @@ class Trainer:
         config, derived = self.config, self.derived
         if config.ppo.anneal_lr:
             fraction = 1.0 - self.update / derived.num_updates
-            for group in self.optimizer.param_groups:
-                group["lr"] = fraction * config.ppo.learning_rate
+            self.optimizer.lr = fraction * config.ppo.learning_rate
         # "publish" is the time spent publishing the previous update (it happens after its
         # record is made), so it survives the reset.
         published_ns = self.timer.totals["publish"]
@@ -237,7 +236,7 @@ class Trainer:
             "episode_return_max": episode.return_max if episode.episodes else None,
             "episode_length_mean": episode.length_mean if episode.episodes else None,
             "episodes_this_update": episode.episodes,
-            "learning_rate": self.optimizer.param_groups[0]["lr"],
+            "learning_rate": self.optimizer.lr,
             **{key: (None if isinstance(value, float) and not math.isfinite(value) else value)
                for key, value in stats.items()},
             "phase_s": {name: round(value, 6) for name, value in self.timer.seconds().items()},
