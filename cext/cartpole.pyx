@@ -64,14 +64,14 @@ cdef extern from *:
     }
 
     /* Every env's step, branch-free so that it vectorises (restrict parameters, not locals:
-       GCC trusts only those). IN: state, actions; OUT: state, rewards, terminated. Uses the
+       GCC trusts only those). IN: state, actions; OUT: state, obs, rewards, terminated. Uses the
        polynomial sine and cosine; an angle outside their range keeps its state here and is
        marked 2 (or 3) for cartpole_step_all to step with libm's. */
     OP_VECTOR_CLONES static void cartpole_advance_all(
             int64_t n, double *__restrict__ xs, double *__restrict__ x_dots,
             double *__restrict__ thetas, double *__restrict__ theta_dots,
             const int64_t *__restrict__ actions, uint8_t *__restrict__ terminated,
-            float *__restrict__ rewards) {
+            float *__restrict__ rewards, float *__restrict__ obs) {
         int64_t i;
         for (i = 0; i < n; i++) {
             cartpole_state s = {xs[i], x_dots[i], thetas[i], theta_dots[i]}, next;
@@ -79,10 +79,18 @@ cdef extern from *:
             int64_t in_range = fabs(s.theta) <= OP_SINCOS_POLY_RANGE;
             op_sincos_poly(s.theta, &sintheta, &costheta);
             next = cartpole_next(s, actions[i], sintheta, costheta);
-            xs[i] = op_select(in_range, next.x, s.x);
-            x_dots[i] = op_select(in_range, next.x_dot, s.x_dot);
-            thetas[i] = op_select(in_range, next.theta, s.theta);
-            theta_dots[i] = op_select(in_range, next.theta_dot, s.theta_dot);
+            next.x = op_select(in_range, next.x, s.x);
+            next.x_dot = op_select(in_range, next.x_dot, s.x_dot);
+            next.theta = op_select(in_range, next.theta, s.theta);
+            next.theta_dot = op_select(in_range, next.theta_dot, s.theta_dot);
+            xs[i] = next.x;
+            x_dots[i] = next.x_dot;
+            thetas[i] = next.theta;
+            theta_dots[i] = next.theta_dot;
+            obs[4 * i] = (float)next.x;
+            obs[4 * i + 1] = (float)next.x_dot;
+            obs[4 * i + 2] = (float)next.theta;
+            obs[4 * i + 3] = (float)next.theta_dot;
             terminated[i] = (uint8_t)(cartpole_terminated(next) | ((1 - in_range) << 1));
             rewards[i] = 1.0f;
         }
@@ -92,7 +100,7 @@ cdef extern from *:
         int64_t i, n = b->num_envs;
         double *state = b->state;
         cartpole_advance_all(n, state, state + n, state + 2 * n, state + 3 * n,
-                             b->discrete_actions, b->terminated, b->rewards);
+                             b->discrete_actions, b->terminated, b->rewards, b->obs);
         for (i = 0; i < n; i++) {
             if (b->terminated[i] >= 2) {
                 cartpole_state s = {state[i], state[n + i], state[2 * n + i], state[3 * n + i]};
@@ -102,6 +110,7 @@ cdef extern from *:
                 state[n + i] = next.x_dot;
                 state[2 * n + i] = next.theta;
                 state[3 * n + i] = next.theta_dot;
+                op_write_state_obs(b, i, 4);
                 b->terminated[i] = (uint8_t)cartpole_terminated(next);
             }
         }

@@ -195,18 +195,24 @@ static inline void op_write_state_obs(op_batch *b, int64_t i, int64_t obs_dim) {
 }
 
 /* Index of the first env whose action is outside the action space (discrete) or not finite
- * (continuous: out-of-range values are the env's business, as in Gymnasium), else -1. */
+ * (continuous: out-of-range values are the env's business, as in Gymnasium), else -1. The
+ * common case, all valid, is one branch-free pass that vectorises. */
 static inline int64_t op_first_invalid_action(const op_batch *b) {
-    int64_t i, n = b->num_envs;
+    int64_t i, n = b->num_envs, count = n * b->action_dim, num_actions = b->num_actions;
+    const int64_t *discrete = b->discrete_actions;
+    const float *continuous = b->continuous_actions;
+    int invalid = 0;
     if (b->action_dim == 0) {
+        for (i = 0; i < n; i++) invalid |= (discrete[i] < 0) | (discrete[i] >= num_actions);
+        if (!invalid) return -1;
         for (i = 0; i < n; i++) {
-            int64_t action = b->discrete_actions[i];
-            if (action < 0 || action >= b->num_actions) return i;
+            if (discrete[i] < 0 || discrete[i] >= num_actions) return i;
         }
     } else {
-        int64_t k, count = n * b->action_dim;
-        for (k = 0; k < count; k++) {
-            if (!isfinite(b->continuous_actions[k])) return k / b->action_dim;
+        for (i = 0; i < count; i++) invalid |= !isfinite(continuous[i]);
+        if (!invalid) return -1;
+        for (i = 0; i < count; i++) {
+            if (!isfinite(continuous[i])) return i / b->action_dim;
         }
     }
     return -1;
@@ -278,9 +284,24 @@ OP_ALWAYS_INLINE int64_t op_batch_step(op_batch *b, op_step_fn step_one, op_obs_
     return -1;
 }
 
+/* op_record_step for every env at once, as a loop that vectorises: the step's rewards and
+ * terminated flags are in the outputs already. */
+OP_VECTOR_CLONES static void op_record_steps(
+        int64_t n, int64_t max_episode_steps, const float *__restrict__ rewards,
+        const uint8_t *__restrict__ terminated, uint8_t *__restrict__ truncated,
+        double *__restrict__ episode_return, int64_t *__restrict__ episode_length) {
+    int64_t i;
+    for (i = 0; i < n; i++) {
+        episode_return[i] += (double)rewards[i];
+        episode_length[i] += 1;
+        truncated[i] = (uint8_t)(episode_length[i] >= max_episode_steps);
+    }
+}
+
 /* The same step for envs whose dynamics vectorise (CartPole): `step_all` advances every env in
- * one loop, writing each env's reward (exactly representable in float32, since it is read back
- * from `rewards`) and terminated flag; the bookkeeping is op_batch_step's. */
+ * one loop, writing its state, observation, reward (exactly representable in float32: it is
+ * read back from `rewards`) and terminated flag; the bookkeeping is op_batch_step's, run over
+ * all envs at once, then the autoresets. */
 typedef void (*op_step_all_fn)(op_batch *b);
 
 OP_ALWAYS_INLINE int64_t op_batch_step_all(op_batch *b, op_step_all_fn step_all,
@@ -289,11 +310,10 @@ OP_ALWAYS_INLINE int64_t op_batch_step_all(op_batch *b, op_step_all_fn step_all,
     int64_t bad = op_first_invalid_action(b);
     if (bad >= 0) return bad;
     step_all(b);
+    op_record_steps(b->num_envs, b->max_episode_steps, b->rewards, b->terminated, b->truncated,
+                    b->episode_return, b->episode_length);
     for (i = 0; i < b->num_envs; i++) {
-        write_obs(b, i);
-        if (op_record_step(b, i, (double)b->rewards[i], b->terminated[i])) {
-            op_autoreset(b, i, write_obs, reset_one);
-        }
+        if (b->terminated[i] | b->truncated[i]) op_autoreset(b, i, write_obs, reset_one);
     }
     return -1;
 }
