@@ -109,16 +109,27 @@ class ActorCritic(nn.Module):
         z = (actions - mean) * torch.exp(-self.log_std)
         return (-0.5 * z * z - self.log_std - 0.5 * LOG_2PI).sum(-1)
 
-    def evaluate(self, obs: torch.Tensor, actions: torch.Tensor):
-        """Log-probabilities of `actions`, entropies and values, for the PPO loss."""
+    def evaluate(self, obs: torch.Tensor, actions: torch.Tensor, entropy: bool = True):
+        """Log-probabilities of `actions`, entropies (None unless `entropy`) and values, for
+        the PPO loss."""
         out, values = self.heads(obs)
         if self.continuous:
-            entropy = (0.5 + 0.5 * LOG_2PI + self.log_std).sum().expand(out.shape[0])
-            return self._gaussian_logprob(out, actions), entropy, values
+            entropies = self._gaussian_entropy(out.shape[0]) if entropy else None
+            return self._gaussian_logprob(out, actions), entropies, values
         log_probs = torch.log_softmax(out, dim=-1)
         logprob = log_probs.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
-        entropy = -(log_probs.exp() * log_probs).sum(-1)
-        return logprob, entropy, values
+        entropies = -(log_probs.exp() * log_probs).sum(-1) if entropy else None
+        return logprob, entropies, values
+
+    def _gaussian_entropy(self, batch: int) -> torch.Tensor:
+        return (0.5 + 0.5 * LOG_2PI + self.log_std).sum().expand(batch)
+
+    def entropy(self, obs: torch.Tensor) -> torch.Tensor:
+        """Per-observation policy entropy."""
+        if self.continuous:
+            return self._gaussian_entropy(obs.shape[0])
+        log_probs = torch.log_softmax(self.heads(obs)[0], dim=-1)
+        return -(log_probs.exp() * log_probs).sum(-1)
 
     def greedy(self, obs: torch.Tensor) -> torch.Tensor:
         """The most likely action: argmax of the logits, or the Gaussian's mean."""

@@ -42,52 +42,64 @@ def ppo_update(policy: nn.Module, flat: FlatParameters, optimizer: FlatAdam,
     """Clipped-surrogate PPO epochs over one flattened batch (`b_` tensors are (B, ...)).
 
     `optimizer` steps `flat.param`, the buffer every parameter of `policy` is a view of.
+    Each epoch gathers the batch once in a fresh random order, so minibatches are contiguous
+    slices (`mb_` views) rather than six gathers each. Statistics are computed only where they
+    are reported: the last epoch (every epoch when target_kl needs the KL to stop early).
 
     Returns the last epoch's mean losses and statistics (policy_loss, value_loss, entropy,
-    approx_kl, clip_fraction) and the batch's explained variance, or raises FloatingPointError
-    on a non-finite loss (the caller keeps the last good state).
+    approx_kl, clip_fraction) and the batch's explained variance. A non-finite loss shows up
+    as non-finite parameters, which the caller checks after every update (Trainer.check_finite).
     """
     batch = b_obs.shape[0]
-    sums = torch.zeros(5)
+    sums = torch.zeros(5, device=b_obs.device)
     count = 0
     epochs_run = 0
-    for _ in range(config.update_epochs):
-        permutation = torch.randperm(batch, generator=generator)
+    need_entropy_grad = config.ent_coef > 0
+    for epoch in range(config.update_epochs):
+        keep_stats = config.target_kl is not None or epoch == config.update_epochs - 1
+        permutation = torch.randperm(batch, generator=generator).to(b_obs.device)
+        e_obs, e_actions, e_logprobs, e_advantages, e_returns, e_values = (
+            tensor[permutation] for tensor in
+            (b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values))
         sums.zero_()
         count = 0
         for start in range(0, batch, minibatch_size):
-            mb = permutation[start:start + minibatch_size]
-            logprob, entropy, value = policy.evaluate(b_obs[mb], b_actions[mb])
-            log_ratio = logprob - b_logprobs[mb]
+            mb = slice(start, start + minibatch_size)
+            logprob, entropy, value = policy.evaluate(e_obs[mb], e_actions[mb],
+                                                      entropy=need_entropy_grad)
+            log_ratio = logprob - e_logprobs[mb]
             ratio = log_ratio.exp()
-            mb_advantages = b_advantages[mb]
+            mb_advantages = e_advantages[mb]
             if config.norm_adv:
                 mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
             policy_loss = torch.max(
                 -mb_advantages * ratio,
                 -mb_advantages * ratio.clamp(1 - config.clip_coef, 1 + config.clip_coef),
             ).mean()
+            mb_returns = e_returns[mb]
             if config.clip_vloss:
-                unclipped = (value - b_returns[mb]) ** 2
-                clipped_value = b_values[mb] + (value - b_values[mb]).clamp(
-                    -config.clip_coef, config.clip_coef)
-                value_loss = 0.5 * torch.max(unclipped, (clipped_value - b_returns[mb]) ** 2).mean()
+                mb_values = e_values[mb]
+                unclipped = (value - mb_returns) ** 2
+                clipped_value = mb_values + (value - mb_values).clamp(-config.clip_coef,
+                                                                      config.clip_coef)
+                value_loss = 0.5 * torch.max(unclipped, (clipped_value - mb_returns) ** 2).mean()
             else:
-                value_loss = 0.5 * ((value - b_returns[mb]) ** 2).mean()
-            entropy_mean = entropy.mean()
-            loss = policy_loss - config.ent_coef * entropy_mean + config.vf_coef * value_loss
-            if not torch.isfinite(loss):
-                raise FloatingPointError(
-                    f"non-finite PPO loss (policy {policy_loss.item()}, value {value_loss.item()})")
+                value_loss = 0.5 * ((value - mb_returns) ** 2).mean()
+            loss = policy_loss + config.vf_coef * value_loss
+            if need_entropy_grad:
+                loss = loss - config.ent_coef * entropy.mean()
             flat.zero_grad()
             loss.backward()
             flat.clip_grad_norm_(config.max_grad_norm)
             optimizer.step()
-            with torch.no_grad():
-                approx_kl = ((ratio - 1) - log_ratio).mean()
-                clip_fraction = ((ratio - 1.0).abs() > config.clip_coef).float().mean()
-                sums += torch.stack([policy_loss.detach(), value_loss.detach(),
-                                     entropy_mean.detach(), approx_kl, clip_fraction])
+            if keep_stats:
+                with torch.no_grad():
+                    if entropy is None:
+                        entropy = policy.entropy(e_obs[mb])
+                    approx_kl = ((ratio - 1) - log_ratio).mean()
+                    clip_fraction = ((ratio - 1.0).abs() > config.clip_coef).float().mean()
+                    sums += torch.stack([policy_loss.detach(), value_loss.detach(),
+                                         entropy.mean(), approx_kl, clip_fraction])
             count += 1
         epochs_run += 1
         if config.target_kl is not None and float(sums[3]) / count > config.target_kl:
