@@ -1,11 +1,14 @@
 """What the monitor costs: start-up to its first frame, its CPU use while watching a live run at
 the default refresh, and the trainer's steps/s with and without a monitor attached.
 
-    python benchmarks/bench_monitor.py [--rounds 7] [--watch-s 20] [--sps-steps 300000] [--json]
+    python benchmarks/bench_monitor.py [--parts startup,cpu,sps] [--rounds 7] [--watch-s 20]
+                                       [--sps-steps 300000] [--sps-rounds 3] [--json]
 
 - startup: `operant monitor --latest` (a new process, as a user starts it) in an 80x24
   pseudo-terminal, from the spawn until the run's id has been drawn: Python, Textual and the
-  first frame with data, with the watched trainer stopped meanwhile. Target: 0.5 s.
+  first frame with data, with the watched trainer stopped meanwhile and Python's bytecode
+  cache on (as for an installed package; the first start, which fills it, is not timed).
+  Target: 0.5 s.
 - cpu: the same command watching a training run for --watch-s seconds after a 3 s warm-up,
   the monitor's user+system CPU time over wall time, in % of one core. Target: 5 %.
 - sps: `operant-train` for --sps-steps steps alone and with a monitor attached the whole
@@ -44,6 +47,15 @@ def operant(*args: str) -> list[str]:
     return [sys.executable, "-m", "operant", *args]
 
 
+def user_environment() -> dict[str, str]:
+    """The environment a user's monitor starts in: a terminal, and Python's bytecode cache
+    on (a development shell may turn it off, which recompiles operant's modules at every
+    start; an installed package has them compiled)."""
+    env = dict(os.environ, TERM="xterm-256color")
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
 class Terminal:
     """A process in an 80x24 pseudo-terminal, its output read as it comes."""
 
@@ -52,8 +64,7 @@ class Terminal:
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
         self.started = time.perf_counter()
         self.process = subprocess.Popen(command, stdin=slave, stdout=slave, stderr=slave,
-                                        env=dict(os.environ, TERM="xterm-256color"),
-                                        start_new_session=True)
+                                        env=user_environment(), start_new_session=True)
         os.close(slave)
         self.master = master
         self.output = b""
@@ -98,12 +109,14 @@ def start_trainer(root: Path, steps: int, run_id: str) -> subprocess.Popen:
 
 def bench_startup(root: Path, run_id: str, rounds: int) -> list[float]:
     times = []
-    for _ in range(rounds):
+    for round_ in range(rounds + 1):  # the first start fills the bytecode cache: not timed
         terminal = Terminal(operant("monitor", "--latest", "--runs-dir", str(root)))
         try:
-            times.append(terminal.seconds_until(run_id))
+            seconds = terminal.seconds_until(run_id)
         finally:
             terminal.close()
+        if round_:
+            times.append(seconds)
     return times
 
 
@@ -140,8 +153,14 @@ def main() -> int:
     parser.add_argument("--watch-s", type=float, default=20.0)
     parser.add_argument("--sps-steps", type=int, default=300_000)
     parser.add_argument("--sps-rounds", type=int, default=3)
+    parser.add_argument("--parts", default="startup,cpu,sps",
+                        help="comma-separated: startup, cpu, sps (default: all)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
+    parts = set(args.parts.split(","))
+    startup: list[float] = []
+    cpu: list[float] = []
+    sps: dict[str, list[float]] = {"alone": [], "monitored": []}
     with tempfile.TemporaryDirectory(prefix="bench-monitor-") as tmp:
         root = Path(tmp)
         # A run long enough to watch: it is killed once the start-up and CPU figures are in.
@@ -152,38 +171,45 @@ def main() -> int:
             # against a trainer busy on every core (the monitor then shows it stalled).
             watched.send_signal(signal.SIGSTOP)
             try:
-                startup = bench_startup(root, "watched", args.rounds)
+                if "startup" in parts:
+                    startup = bench_startup(root, "watched", args.rounds)
             finally:
                 watched.send_signal(signal.SIGCONT)
-            cpu = [bench_cpu(root, "watched", args.watch_s) for _ in range(3)]
+            if "cpu" in parts:
+                cpu = [bench_cpu(root, "watched", args.watch_s) for _ in range(3)]
         finally:
             watched.kill()
             watched.wait()
-        sps = {"alone": [], "monitored": []}
-        for index in range(args.sps_rounds):
+        for index in range(args.sps_rounds if "sps" in parts else 0):
             for mode in ("alone", "monitored"):
                 sps[mode].append(trainer_sps(root, args.sps_steps, f"sps-{mode}-{index}",
                                              mode == "monitored"))
-    result = {
-        "startup_s": {"median": statistics.median(startup), "all": startup, "target": 0.5},
-        "cpu_percent_of_one_core": {"median": statistics.median(cpu), "all": cpu,
-                                    "target": 5.0, "refresh_s": 1.0},
-        "trainer_sps": {mode: {"median": statistics.median(values), "all": values}
-                        for mode, values in sps.items()},
-        "cpus": os.cpu_count(),
-    }
+    result: dict[str, object] = {"cpus": os.cpu_count()}
+    if startup:
+        result["startup_s"] = {"median": statistics.median(startup), "all": startup,
+                               "target": 0.5}
+    if cpu:
+        result["cpu_percent_of_one_core"] = {"median": statistics.median(cpu), "all": cpu,
+                                             "target": 5.0, "refresh_s": 1.0}
+    if sps["alone"]:
+        result["trainer_sps"] = {mode: {"median": statistics.median(values), "all": values}
+                                 for mode, values in sps.items()}
     if args.json:
         print(json.dumps(result))
         return 0
-    print(f"start-up to first frame with data: median {result['startup_s']['median']:.3f} s "
-          f"(target 0.5 s) over {len(startup)} starts: "
-          + ", ".join(f"{t:.3f}" for t in startup))
-    print(f"CPU at the default 1 s refresh: median {statistics.median(cpu):.2f} % of one core "
-          f"(target 5 %), {args.watch_s:g} s windows: " + ", ".join(f"{c:.2f}" for c in cpu))
-    alone = statistics.median(sps["alone"])
-    monitored = statistics.median(sps["monitored"])
-    print(f"trainer steps/s: alone {alone:,.0f}, with a monitor {monitored:,.0f} "
-          f"({100 * (monitored / alone - 1):+.1f} %)")
+    if startup:
+        print(f"start-up to first frame with data: median {statistics.median(startup):.3f} s "
+              f"(target 0.5 s) over {len(startup)} starts: "
+              + ", ".join(f"{t:.3f}" for t in startup))
+    if cpu:
+        print(f"CPU at the default 1 s refresh: median {statistics.median(cpu):.2f} % of one "
+              f"core (target 5 %), {args.watch_s:g} s windows: "
+              + ", ".join(f"{c:.2f}" for c in cpu))
+    if sps["alone"]:
+        alone = statistics.median(sps["alone"])
+        monitored = statistics.median(sps["monitored"])
+        print(f"trainer steps/s: alone {alone:,.0f}, with a monitor {monitored:,.0f} "
+              f"({100 * (monitored / alone - 1):+.1f} %)")
     return 0
 
 
