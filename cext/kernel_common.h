@@ -194,25 +194,36 @@ static inline void op_write_state_obs(op_batch *b, int64_t i, int64_t obs_dim) {
     }
 }
 
-/* Index of the first env whose action is outside the action space (discrete) or not finite
- * (continuous: out-of-range values are the env's business, as in Gymnasium), else -1. The
- * common case, all valid, is one branch-free pass that vectorises. */
-static inline int64_t op_first_invalid_action(const op_batch *b) {
-    int64_t i, n = b->num_envs, count = n * b->action_dim, num_actions = b->num_actions;
-    const int64_t *discrete = b->discrete_actions;
-    const float *continuous = b->continuous_actions;
+/* Whether any action is invalid: one branch-free pass (the common case is that none is). */
+OP_VECTOR_CLONES static int op_any_invalid_discrete(int64_t n, const int64_t *__restrict__ actions,
+                                                    int64_t num_actions) {
+    int64_t i;
     int invalid = 0;
+    for (i = 0; i < n; i++) invalid |= (actions[i] < 0) | (actions[i] >= num_actions);
+    return invalid;
+}
+
+OP_VECTOR_CLONES static int op_any_invalid_continuous(int64_t count,
+                                                      const float *__restrict__ actions) {
+    int64_t i;
+    int invalid = 0;
+    for (i = 0; i < count; i++) invalid |= !isfinite(actions[i]);
+    return invalid;
+}
+
+/* Index of the first env whose action is outside the action space (discrete) or not finite
+ * (continuous: out-of-range values are the env's business, as in Gymnasium), else -1. */
+static inline int64_t op_first_invalid_action(const op_batch *b) {
+    int64_t i, n = b->num_envs, count = n * b->action_dim;
     if (b->action_dim == 0) {
-        for (i = 0; i < n; i++) invalid |= (discrete[i] < 0) | (discrete[i] >= num_actions);
-        if (!invalid) return -1;
+        if (!op_any_invalid_discrete(n, b->discrete_actions, b->num_actions)) return -1;
         for (i = 0; i < n; i++) {
-            if (discrete[i] < 0 || discrete[i] >= num_actions) return i;
+            if (b->discrete_actions[i] < 0 || b->discrete_actions[i] >= b->num_actions) return i;
         }
     } else {
-        for (i = 0; i < count; i++) invalid |= !isfinite(continuous[i]);
-        if (!invalid) return -1;
+        if (!op_any_invalid_continuous(count, b->continuous_actions)) return -1;
         for (i = 0; i < count; i++) {
-            if (!isfinite(continuous[i])) return i / b->action_dim;
+            if (!isfinite(b->continuous_actions[i])) return i / b->action_dim;
         }
     }
     return -1;
@@ -257,8 +268,8 @@ OP_ALWAYS_INLINE int op_record_step(op_batch *b, int64_t i, double reward, int t
  * final_obs, reduce the episode into the statistics, start the next one and observe it. */
 OP_ALWAYS_INLINE void op_autoreset(op_batch *b, int64_t i, op_obs_fn write_obs,
                                    op_reset_fn reset_one) {
-    int64_t obs_dim = b->obs_dim;
-    memcpy(b->final_obs + i * obs_dim, b->obs + i * obs_dim, (size_t)obs_dim * sizeof(float));
+    int64_t k, obs_dim = b->obs_dim;
+    for (k = 0; k < obs_dim; k++) b->final_obs[i * obs_dim + k] = b->obs[i * obs_dim + k];
     op_episode_done(b->stats, b->recent_returns, b->recent_lengths, b->recent_head,
                     b->recent_capacity, b->episode_return[i], (double)b->episode_length[i]);
     b->episode_return[i] = 0.0;
