@@ -8,7 +8,7 @@ steps per call); a round runs whole calls for at least `--round-seconds`, after 
 call. Everything runs on one core: the kernels are single-threaded, Gymnasium's vector envs
 step in one thread, and torch is held to one thread with torch.set_num_threads(1).
 
-    python benchmarks/bench_envs.py                 # the full table (about 2-3 minutes)
+    python benchmarks/bench_envs.py                 # the full table (about 70 s)
     python benchmarks/bench_envs.py --env Pendulum-v1 --num-envs 4096 --json out.json
 
 Exit status 1 when a native kernel is below `--min-ratio` (4 by default) times Gymnasium's at
