@@ -72,6 +72,9 @@ class Trainer:
         env_kwargs: dict[str, Any] = {}
         if config.env.max_episode_steps is not None:
             env_kwargs["max_episode_steps"] = config.env.max_episode_steps
+        if self.impl == "torch":
+            # Device-resident envs: observations, rewards and flags never leave the device.
+            env_kwargs["device"] = self.device
         self.env = make_env(config.env.id, config.env.num_envs, impl=self.impl, copy=False,
                             **env_kwargs)
         self.env.reset(seed=config.train.seed)
