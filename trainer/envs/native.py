@@ -44,6 +44,22 @@ def recent_from_ring(ring: np.ndarray, head: int, count: int) -> np.ndarray:
     return ring[np.arange(head - count, head) % capacity]
 
 
+def allocate_buffers(env: VectorEnv, num_envs: int, obs_dim: int) -> None:
+    """The buffers every numpy-backed env exposes, allocated once: `actions` (IN: int64 (N,)
+    for a Discrete space, float32 (N, *shape) for a Box), `obs` and `final_obs` (float32
+    (N, obs_dim)), `rewards` (float32 (N,)), `terminated` and `truncated` (bool (N,))."""
+    env.discrete = isinstance(env.single_action_space, spaces.Discrete)
+    if env.discrete:
+        env.actions = np.zeros(num_envs, dtype=np.int64)
+    else:
+        env.actions = np.zeros((num_envs, *env.single_action_space.shape), dtype=np.float32)
+    env.obs = np.zeros((num_envs, obs_dim), dtype=np.float32)
+    env.rewards = np.zeros(num_envs, dtype=np.float32)
+    env.terminated = np.zeros(num_envs, dtype=np.bool_)
+    env.truncated = np.zeros(num_envs, dtype=np.bool_)
+    env.final_obs = np.zeros((num_envs, obs_dim), dtype=np.float32)
+
+
 class NativeVectorEnv(VectorEnv):
     """N copies of one environment stepped by a compiled kernel."""
 
@@ -63,17 +79,7 @@ class NativeVectorEnv(VectorEnv):
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
         self.spec = None
-        obs_dim = self.single_observation_space.shape[0]
-        self.discrete = isinstance(self.single_action_space, spaces.Discrete)
-        if self.discrete:
-            self.actions = np.zeros(num_envs, dtype=np.int64)
-        else:
-            self.actions = np.zeros((num_envs, *self.single_action_space.shape), dtype=np.float32)
-        self.obs = np.zeros((num_envs, obs_dim), dtype=np.float32)
-        self.rewards = np.zeros(num_envs, dtype=np.float32)
-        self.terminated = np.zeros(num_envs, dtype=np.bool_)
-        self.truncated = np.zeros(num_envs, dtype=np.bool_)
-        self.final_obs = np.zeros((num_envs, obs_dim), dtype=np.float32)
+        allocate_buffers(self, num_envs, self.single_observation_space.shape[0])
         self._done = np.zeros(num_envs, dtype=np.bool_)
         self.max_episode_steps = max_episode_steps or entry.max_episode_steps
         self.kernel = entry.native(num_envs, self.actions, self.obs, self.rewards,

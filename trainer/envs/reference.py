@@ -14,7 +14,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from operant.trainer.envs.native import recent_from_ring
+from operant.trainer.envs.native import allocate_buffers, recent_from_ring
 from operant.trainer.envs.registry import EnvError, EpisodeStats, check_action_batch
 
 RECENT_CAPACITY = 1024
@@ -49,17 +49,7 @@ class ReferenceVectorEnv(VectorEnv):
         if not isinstance(self.single_observation_space, spaces.Box):
             raise EnvError(f"{env_id} has {self.single_observation_space} observations; "
                            "operant trains on flat Box observations")
-        obs_dim = int(np.prod(self.single_observation_space.shape))
-        self.discrete = isinstance(self.single_action_space, spaces.Discrete)
-        if self.discrete:
-            self.actions = np.zeros(num_envs, dtype=np.int64)
-        else:
-            self.actions = np.zeros((num_envs, *self.single_action_space.shape), dtype=np.float32)
-        self.obs = np.zeros((num_envs, obs_dim), dtype=np.float32)
-        self.rewards = np.zeros(num_envs, dtype=np.float32)
-        self.terminated = np.zeros(num_envs, dtype=np.bool_)
-        self.truncated = np.zeros(num_envs, dtype=np.bool_)
-        self.final_obs = np.zeros((num_envs, obs_dim), dtype=np.float32)
+        allocate_buffers(self, num_envs, int(np.prod(self.single_observation_space.shape)))
         self._episode_return = np.zeros(num_envs, dtype=np.float64)
         self._episode_length = np.zeros(num_envs, dtype=np.int64)
         self._stats = np.zeros(8, dtype=np.float64)
