@@ -12,7 +12,8 @@ the default refresh, and the trainer's steps/s with and without a monitor attach
 - cpu: the same command watching a training run for --watch-s seconds after a 3 s warm-up,
   the monitor's user+system CPU time over wall time, in % of one core. Target: 5 %.
 - sps: `operant-train` for --sps-steps steps alone and with a monitor attached the whole
-  time, alternating, same seed; the trainer's own mean steps/s.
+  time, alternating, same seed; the median of the trainer's per-update steps/s over the
+  second half of the run.
 
 Each figure is the median over rounds. Run on an otherwise idle machine: the CPU figure is the
 monitor's alone, but the start-up and SPS figures move with any other load.
@@ -38,7 +39,7 @@ from pathlib import Path
 
 import psutil
 
-from operant.shared.runs import METRICS_FILE
+from operant.shared.runs import METRICS_FILE, PROGRESS_FILE
 
 SEED = 1
 
@@ -98,8 +99,8 @@ class Terminal:
 def start_trainer(root: Path, steps: int, run_id: str) -> subprocess.Popen:
     trainer = subprocess.Popen(
         [sys.executable, "-m", "operant.trainer.main", "--total-steps", str(steps), "--seed",
-         str(SEED), "--runs-dir", str(root), "--run-id", run_id, "--log-format", "json",
-         "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+         str(SEED), "--runs-dir", str(root), "--run-id", run_id, "--quiet"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     while not (root / run_id / METRICS_FILE).exists():
         if trainer.poll() is not None:
             raise RuntimeError("the trainer exited before creating its metrics file")
@@ -136,15 +137,18 @@ def bench_cpu(root: Path, run_id: str, watch_s: float) -> float:
 
 
 def trainer_sps(root: Path, steps: int, run_id: str, monitored: bool) -> float:
+    """The median of the trainer's per-update steps/s over the second half of its updates:
+    by then the monitor has started (its start-up is a burst of CPU), and a median is not
+    moved by a few updates another process happened to slow."""
     trainer = start_trainer(root, steps, run_id)
     terminal = Terminal(operant("monitor", run_id, "--runs-dir", str(root))) if monitored else None
     try:
-        out, _ = trainer.communicate(timeout=900)
+        trainer.communicate(timeout=900)
     finally:
         if terminal is not None:
             terminal.close()
-    summary = json.loads(out.strip().splitlines()[-1])["summary"]
-    return float(summary["sps_mean"])
+    records = [json.loads(line) for line in (root / run_id / PROGRESS_FILE).open()]
+    return statistics.median(record["sps"] for record in records[len(records) // 2:])
 
 
 def main() -> int:

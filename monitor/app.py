@@ -8,6 +8,7 @@ q detaches, r picks another run, p pauses the screen, ? shows help; the command 
 
 from __future__ import annotations
 
+import os
 from functools import partial
 from pathlib import Path
 
@@ -51,6 +52,8 @@ CURVES = (
 # Fields never worth a curve of their own (they only grow).
 _NOT_CURVES = {"global_step", "episodes", "updates", "elapsed_s"}
 MAX_CURVES = len(CURVES)
+# How much the monitor process lowers its own scheduling priority (os.nice) when it starts.
+NICENESS = 10
 
 HELP = """\
 [b]operant monitor[/b] reads a run's metrics file, read-only: quitting or
@@ -362,6 +365,9 @@ class MonitorApp(App[str | None]):
 def run_app(root: Path, run: str | None, *, follow: bool = False, refresh_s: float = 1.0) -> int:
     """Watch run `run` (None: whichever run `latest` names, switching when `follow`) until the
     user detaches; the exit status of `operant monitor`."""
+    # Below the trainer's priority: on a machine whose cores training keeps busy, the
+    # scheduler gives way to the trainer whenever the two want a core at once.
+    os.nice(NICENESS)
     app = MonitorApp(ReaderSource(root, run, follow=follow, interval_s=refresh_s))
     watched = app.run()
     if app.return_code:
