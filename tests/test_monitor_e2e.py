@@ -34,7 +34,7 @@ from operant.shared.runs import LOG_FILE, METRICS_FILE, PROGRESS_FILE
 
 SEED = 11
 # Long enough to outlast the tmux test and 20 monitor restarts.
-TOTAL_STEPS = 400_000
+TOTAL_STEPS = 500_000
 # Both trainers share the first CPU and the monitors get the others, so the run outlasts the
 # restarts whatever the machine's speed (the twin pays the same, and the results do not
 # depend on speed).
