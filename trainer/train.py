@@ -165,8 +165,10 @@ class Trainer:
             self.dones[t].copy_(self.done_mask)
             if self.reward_normalizer is not None:
                 rewards.copy_(self.reward_normalizer(rewards, self.dones[t]))
-            if self.env.truncated.any():
-                # A time limit is not a terminal state: bootstrap from the final observation.
+            # A time limit is not a terminal state: bootstrap from the final observation. On
+            # CPU only when some env was truncated; on an accelerator always, since asking
+            # would make the host wait for the device every step.
+            if not on_cpu or self.env_truncated.any():
                 final = self._observe(self.env_final_obs)
                 truncated = self.env_truncated if on_cpu else self.env_truncated.to(self.device)
                 rewards.add_(ppo.gamma * self.policy.value(final) * truncated)
