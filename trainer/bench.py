@@ -7,7 +7,8 @@ Modes:
             return over the last 100 episodes, per seed.
 
 Every result is one JSON record (config, versions, machine, per-round numbers, median and
-coefficient of variation) printed and, with --output, written to a file. Exit codes: 0 ok,
+coefficient of variation) printed and, with --output, written to a file; --baseline FILE...
+prints this run's medians as ratios to earlier records of the same mode. Exit codes: 0 ok,
 1 a measurement was unstable (CV above --max-cv) or below an enforced --target-sps, 2 bad
 input. A benchmark never runs inside the test suite.
 """
@@ -66,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--enforce-target", action="store_true",
                         help="exit 1 when the median is below --target-sps")
     parser.add_argument("--output", help="write the JSON record here")
+    parser.add_argument("--baseline", nargs="+", default=[], metavar="FILE",
+                        help="earlier --output records of the same mode: print this run's "
+                             "median steps/s as a ratio to each")
     return parser
 
 
@@ -190,10 +194,56 @@ def bench_trainer(args: argparse.Namespace) -> dict[str, Any]:
     return {"runs": runs, "summary": summary}
 
 
+def _load_baselines(paths: list[str], mode: str) -> list[tuple[str, dict[str, Any]]]:
+    """The --baseline records, refused up front (before any measuring) when unusable."""
+    baselines = []
+    for path in paths:
+        try:
+            with open(path) as handle:
+                record = json.load(handle)
+        except FileNotFoundError:
+            raise ValueError(f"baseline {path} does not exist") from None
+        except (OSError, json.JSONDecodeError) as error:
+            raise ValueError(f"baseline {path} is not a bench JSON record ({error})") from None
+        if not isinstance(record, dict) or record.get("mode") != mode:
+            found = record.get("mode") if isinstance(record, dict) else None
+            raise ValueError(f"baseline {path} is a {found!r} record, not {mode!r}")
+        baselines.append((path, record))
+    return baselines
+
+
+def _comparable(record: dict[str, Any]) -> dict[str, float]:
+    """Median steps/s by what was measured: 'trainer', or '<impl> N=<num_envs>'."""
+    if record["mode"] == "trainer":
+        return {"trainer": record["summary"]["sps"]["median"]}
+    impls = [part for part in record["args"]["impl"].split(",") if part]
+    return {f"{impl} N={row['num_envs']}": row[impl]["median"]
+            for row in record["results"] for impl in impls if impl in row}
+
+
+def compare(record: dict[str, Any], baselines: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """This run's medians over each baseline's, for every measurement both have."""
+    ours = _comparable(record)
+    comparisons = []
+    for path, baseline in baselines:
+        theirs = _comparable(baseline)
+        ratios = {key: round(ours[key] / theirs[key], 3) for key in ours
+                  if key in theirs and theirs[key] > 0}
+        comparisons.append({"baseline": path, "ratios": ratios})
+        text = ", ".join(f"{key} {ratio:.2f}x" for key, ratio in ratios.items()) or "nothing in common"
+        print(f"vs {path}: {text}", flush=True)
+    return comparisons
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.rounds < 1:
         print("operant bench: --rounds must be at least 1", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        baselines = _load_baselines(args.baseline, args.mode)
+    except ValueError as error:
+        print(f"operant bench: {error}", file=sys.stderr)
         return EXIT_USAGE
     from operant.trainer.config import ConfigError
     from operant.trainer.envs import EnvError
@@ -205,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, EnvError) as error:
         print(f"operant bench: {error}", file=sys.stderr)
         return EXIT_USAGE
+    if baselines:
+        record["baselines"] = compare(record, baselines)
     text = json.dumps(record, indent=2)
     if args.output:
         with open(args.output, "w") as handle:
