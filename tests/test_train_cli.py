@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from operant.trainer.config import Config, ConfigError, derive, load_config
+from operant.trainer.config import ConfigError, derive, load_config
 from operant.trainer.train import Trainer
 
 
