@@ -41,10 +41,15 @@ class EnvConfig(Struct, forbid_unknown_fields=True, kw_only=True):
 
 
 class PolicyConfig(Struct, forbid_unknown_fields=True, kw_only=True):
-    """The actor-critic network: separate actor and critic MLPs of the same shape."""
+    """The actor-critic network: separate actor and critic MLPs of the same shape, or one
+    shared trunk with an actor head and a value head."""
 
     hidden_sizes: list[Positive] = msgspec.field(default_factory=lambda: [64, 64])
     """Width of each hidden layer."""
+    shared: bool = False
+    """One trunk for actor and critic (two heads on its last layer), as PufferLib's default
+    policy; false: separate actor and critic MLPs, as CleanRL's. Shared costs about half the
+    arithmetic per sample for the same widths."""
     activation: Literal["tanh", "relu"] = "tanh"
     """Hidden-layer nonlinearity."""
     log_std_init: float = 0.0

@@ -88,8 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     continuous = isinstance(space, spaces.Box)
     num_actions = int(np.prod(space.shape)) if continuous else int(space.n)
     obs_dim = env.single_observation_space.shape[0]
-    policy = ActorCritic(obs_dim, num_actions, config.policy.hidden_sizes, config.policy.activation,
-                         continuous=continuous)
+    policy = ActorCritic.from_config(config.policy, obs_dim, num_actions, continuous)
     policy.load_state_dict(model["policy"])
     normalizer = None
     if "obs_normalizer" in model:

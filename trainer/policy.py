@@ -1,6 +1,9 @@
 """The actor-critic: an actor MLP and a critic MLP of the same shape, evaluated together.
 
-The two networks are stored stacked — layer l's weights are one (2, in, out) tensor, actor in
+Shared (`shared=True`, PufferLib's layout): one trunk, and a last layer whose columns are the
+actor's logits then the value — about half the arithmetic for the same widths.
+
+Separate (the default, CleanRL's layout): the two networks are stored stacked — layer l's weights are one (2, in, out) tensor, actor in
 row 0 and critic in row 1 — so one batched matmul (`baddbmm`) evaluates a layer of both. The
 arithmetic is exactly that of two separate MLPs (each row only ever multiplies its own
 weights); what changes is the number of operator calls, which is what bounds small networks
@@ -16,11 +19,14 @@ the gradient clip and the NaN check each touch one tensor.
 from __future__ import annotations
 
 import math
+from functools import partial
+from typing import Any
 
 import torch
 from torch import nn
 
 ACTIVATIONS = {"tanh": torch.tanh, "relu": torch.relu}
+IN_PLACE = {"tanh": torch.Tensor.tanh_, "relu": torch.Tensor.relu_}
 ACTOR, CRITIC = 0, 1
 
 
@@ -48,35 +54,60 @@ class ActorCritic(nn.Module):
     """
 
     def __init__(self, obs_dim: int, num_actions: int, hidden: list[int], activation: str = "tanh",
-                 continuous: bool = False, log_std_init: float = 0.0):
+                 continuous: bool = False, log_std_init: float = 0.0, shared: bool = False):
         super().__init__()
         self.num_actions = num_actions
         self.continuous = continuous
+        self.shared = shared
         if continuous:
             self.log_std = nn.Parameter(torch.full((num_actions,), float(log_std_init)))
         self.activation = ACTIVATIONS[activation]
+        self.activation_ = IN_PLACE[activation]
         widths = [obs_dim, *hidden]
-        out = max(num_actions, 1)
         weights, biases = [], []
-        for inputs, outputs in zip(widths[:-1], widths[1:]):
-            actor = _orthogonal(inputs, outputs, math.sqrt(2))
-            critic = _orthogonal(inputs, outputs, math.sqrt(2))
-            weights.append(torch.stack([actor, critic]))
-            biases.append(torch.zeros(2, 1, outputs))
-        head = torch.zeros(2, widths[-1], out)
-        head[ACTOR] = _orthogonal(widths[-1], num_actions, 0.01)
-        head[CRITIC, :, :1] = _orthogonal(widths[-1], 1, 1.0)
-        weights.append(head)
-        biases.append(torch.zeros(2, 1, out))
+        if shared:
+            # One trunk; the last layer is num_actions actor columns then one value column.
+            for inputs, outputs in zip(widths[:-1], widths[1:]):
+                weights.append(_orthogonal(inputs, outputs, math.sqrt(2)))
+                biases.append(torch.zeros(outputs))
+            weights.append(torch.cat([_orthogonal(widths[-1], num_actions, 0.01),
+                                      _orthogonal(widths[-1], 1, 1.0)], dim=1))
+            biases.append(torch.zeros(num_actions + 1))
+        else:
+            out = max(num_actions, 1)
+            for inputs, outputs in zip(widths[:-1], widths[1:]):
+                actor = _orthogonal(inputs, outputs, math.sqrt(2))
+                critic = _orthogonal(inputs, outputs, math.sqrt(2))
+                weights.append(torch.stack([actor, critic]))
+                biases.append(torch.zeros(2, 1, outputs))
+            head = torch.zeros(2, widths[-1], out)
+            head[ACTOR] = _orthogonal(widths[-1], num_actions, 0.01)
+            head[CRITIC, :, :1] = _orthogonal(widths[-1], 1, 1.0)
+            weights.append(head)
+            biases.append(torch.zeros(2, 1, out))
         self.weights = nn.ParameterList([nn.Parameter(w) for w in weights])
         self.biases = nn.ParameterList([nn.Parameter(b) for b in biases])
         # Plain tuples for the per-step path: indexing a ParameterList costs more than the
         # layer's arithmetic at these sizes.
         self._layers = tuple(zip(self.weights, self.biases))
         self._last = len(self._layers) - 1
+        self._workspaces: dict[tuple[int, torch.device], dict[str, Any]] = {}
+
+    @classmethod
+    def from_config(cls, config, obs_dim: int, num_actions: int, continuous: bool) -> "ActorCritic":
+        """The network a `PolicyConfig` describes."""
+        return cls(obs_dim, num_actions, config.hidden_sizes, config.activation,
+                   continuous=continuous, log_std_init=config.log_std_init, shared=config.shared)
 
     def heads(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(logits (B, num_actions), values (B,)) for observations (B, obs_dim)."""
+        if self.shared:
+            x = obs
+            for index, (weight, bias) in enumerate(self._layers):
+                x = torch.addmm(bias, x, weight)
+                if index < self._last:
+                    x = self.activation(x)
+            return x[:, :self.num_actions], x[:, self.num_actions]
         x = obs.unsqueeze(0).expand(2, *obs.shape)
         for index, (weight, bias) in enumerate(self._layers):
             x = torch.baddbmm(bias, x, weight)
@@ -84,30 +115,125 @@ class ActorCritic(nn.Module):
                 x = self.activation(x)
         return x[ACTOR, :, :self.num_actions], x[CRITIC, :, 0]
 
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
-        """Critic only: the same stacked layers restricted to row 1."""
-        x = obs
+    # -- the rollout path: no allocation after the first call for a batch size ---------------
+    def _workspace(self, batch: int, device: torch.device) -> dict[str, Any]:
+        """Preallocated intermediates for acting on `batch` observations (made once per batch
+        size and device, outside any inference mode so that later in-place writes are allowed
+        in every grad mode)."""
+        key = (batch, device)
+        workspace = self._workspaces.get(key)
+        if workspace is not None:
+            return workspace
+        if len(self._workspaces) >= 4:  # a few batch sizes are in use at a time (rollout, eval)
+            self._workspaces.clear()
+        with torch.inference_mode(False):
+            empty = partial(torch.empty, device=device)
+            widths = [weight.shape[-1] for weight, _ in self._layers]
+            rows = () if self.shared else (2,)
+            actions = max(self.num_actions, 1)
+            workspace = {
+                "layers": [empty((*rows, batch, width)) for width in widths],
+                "critic": [empty((batch, width)) for width in widths],
+                "logits": empty((batch, actions)),
+                "log_probs": empty((batch, actions)),
+                "cdf": empty((batch, actions)),
+                "uniform": empty((batch, 1)),
+                "noise": empty((batch, actions)),
+                "std": empty(actions),
+                "inv_std": empty(actions),
+                "std_offset": empty(actions),
+                "half_log_2pi": torch.full((actions,), 0.5 * LOG_2PI, device=device),
+                "values": empty(batch),
+            }
+        self._workspaces[key] = workspace
+        return workspace
+
+    def _forward_into(self, obs: torch.Tensor, workspace: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """`heads` computed into the workspace (views of its last layer)."""
+        outputs = workspace["layers"]
+        x = obs if self.shared else obs.unsqueeze(0).expand(2, *obs.shape)
         for index, (weight, bias) in enumerate(self._layers):
-            x = torch.addmm(bias[CRITIC], x, weight[CRITIC])
+            if self.shared:
+                torch.addmm(bias, x, weight, out=outputs[index])
+            else:
+                torch.baddbmm(bias, x, weight, out=outputs[index])
+            x = outputs[index]
             if index < self._last:
-                x = self.activation(x)
-        return x[:, 0]
+                self.activation_(x)
+        if self.shared:
+            # The logits are the first columns of a wider row: give them rows of their own.
+            logits = workspace["logits"].copy_(x[:, :self.num_actions])
+            return logits, x[:, self.num_actions]
+        return x[ACTOR, :, :self.num_actions], x[CRITIC, :, 0]
 
-    def act(self, obs: torch.Tensor, generator: torch.Generator | None = None):
-        """Sample actions; returns (actions, log-probabilities, values)."""
-        out, values = self.heads(obs)
-        if self.continuous:
-            noise = torch.randn(out.shape, generator=generator, device=out.device, dtype=out.dtype)
-            actions = out + self.log_std.exp() * noise
-            return actions, self._gaussian_logprob(out, actions), values
-        log_probs = torch.log_softmax(out, dim=-1)
-        actions = torch.multinomial(log_probs.exp(), 1, generator=generator).squeeze(-1)
-        logprob = log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-        return actions, logprob, values
+    def value(self, obs: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Critic only (separate: the stacked layers restricted to row 1; shared: the whole
+        net), written into `out` when given. Call without gradients."""
+        with torch.no_grad():
+            workspace = self._workspace(obs.shape[0], obs.device)
+            if out is None:
+                out = torch.empty(obs.shape[0], device=obs.device, dtype=obs.dtype)
+            if self.shared:
+                return out.copy_(self._forward_into(obs, workspace)[1])
+            x = obs
+            for index, (weight, bias) in enumerate(self._layers):
+                layer = workspace["critic"][index]
+                torch.addmm(bias[CRITIC], x, weight[CRITIC], out=layer)
+                x = layer
+                if index < self._last:
+                    self.activation_(x)
+            return out.copy_(x[:, 0])
 
-    def _gaussian_logprob(self, mean: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        z = (actions - mean) * torch.exp(-self.log_std)
-        return (-0.5 * z * z - self.log_std - 0.5 * LOG_2PI).sum(-1)
+    def act(self, obs: torch.Tensor, generator: torch.Generator | None = None,
+            out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None):
+        """Sample actions; returns (actions, log-probabilities, values), written into `out`
+        (three tensors of shapes (B, ...), (B,), (B,)) when given. Nothing is allocated once
+        this batch size has been seen: every intermediate lives in a workspace.
+
+        Discrete actions are drawn by inverting the categorical's CDF with one uniform per
+        row (`searchsorted`), which is what `torch.multinomial` does, minus its allocations."""
+        batch = obs.shape[0]
+        with torch.no_grad():
+            workspace = self._workspace(batch, obs.device)
+            if out is None:
+                shape = (batch, self.num_actions) if self.continuous else (batch,)
+                out = (torch.empty(shape, device=obs.device,
+                                   dtype=obs.dtype if self.continuous else torch.long),
+                       torch.empty(batch, device=obs.device), torch.empty(batch, device=obs.device))
+            actions, logprob, values = out
+            logits, value = self._forward_into(obs, workspace)
+            values.copy_(value)
+            if self.continuous:
+                std = torch.exp(self.log_std, out=workspace["std"])
+                torch.exp(torch.neg(self.log_std, out=workspace["inv_std"]), out=workspace["inv_std"])
+                actions.normal_(generator=generator)
+                actions.mul_(std).add_(logits)
+                self._gaussian_logprob(logits, actions, out=logprob, workspace=workspace)
+                return out
+            log_probs = torch.log_softmax(logits, -1, out=workspace["log_probs"])
+            cdf = torch.cumsum(torch.exp(log_probs, out=workspace["cdf"]), -1, out=workspace["cdf"])
+            uniform = torch.rand((batch, 1), generator=generator, out=workspace["uniform"])
+            # A CDF that rounds to just under 1 could place u past its end: clamp to the last.
+            index = actions.unsqueeze(-1)
+            torch.searchsorted(cdf, uniform, right=True, out=index)
+            index.clamp_(max=self.num_actions - 1)
+            torch.gather(log_probs, -1, index, out=logprob.unsqueeze(-1))
+            return out
+
+    def _gaussian_logprob(self, mean: torch.Tensor, actions: torch.Tensor,
+                          out: torch.Tensor | None = None,
+                          workspace: dict[str, Any] | None = None) -> torch.Tensor:
+        """Diagonal-Gaussian log-density of `actions`; into `out` through the workspace's
+        noise buffer when given (then without gradients)."""
+        if out is None:
+            z = (actions - mean) * torch.exp(-self.log_std)
+            return (-0.5 * z * z - self.log_std - 0.5 * LOG_2PI).sum(-1)
+        # -(log_std + log(2 pi)/2 + z^2/2), summed: Python scalars would be wrapped in fresh
+        # tensors, so the constant is a workspace buffer and the 1/2 a kernel argument.
+        z = torch.sub(actions, mean, out=workspace["noise"]).mul_(workspace["inv_std"])
+        offset = torch.add(self.log_std, workspace["half_log_2pi"], out=workspace["std_offset"])
+        torch.addcmul(offset, z, z, value=0.5, out=z)
+        return torch.sum(z, -1, out=out).neg_()
 
     def evaluate(self, obs: torch.Tensor, actions: torch.Tensor, entropy: bool = True):
         """Log-probabilities of `actions`, entropies (None unless `entropy`) and values, for

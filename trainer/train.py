@@ -46,6 +46,10 @@ class PhaseTimer:
         return {name: ns / 1e9 for name, ns in self.totals.items()}
 
 
+def _always() -> bool:
+    return True
+
+
 def _as_tensor(buffer) -> torch.Tensor:
     """The env buffer as a tensor sharing its memory (numpy kernels) or itself (torch envs)."""
     return buffer if isinstance(buffer, torch.Tensor) else torch.from_numpy(buffer)
@@ -92,9 +96,8 @@ class Trainer:
         else:
             raise EnvError(f"{config.env.id} has {action_space} actions; operant trains "
                            "Discrete and Box action spaces")
-        self.policy = ActorCritic(obs_dim, num_actions, config.policy.hidden_sizes,
-                                  config.policy.activation, continuous=self.continuous,
-                                  log_std_init=config.policy.log_std_init).to(self.device)
+        self.policy = ActorCritic.from_config(config.policy, obs_dim, num_actions,
+                                              self.continuous).to(self.device)
         norm = config.normalize
         self.obs_normalizer = (ObservationNormalizer(obs_dim, norm.clip_obs).to(self.device)
                                if norm.obs else None)
@@ -125,6 +128,13 @@ class Trainer:
         self.values = torch.zeros((steps, num_envs), device=device)
         self.advantages = torch.zeros((steps, num_envs), device=device)
         self.done_mask = torch.zeros(num_envs, dtype=torch.bool, device=self.env_terminated.device)
+        # Per-step scratch, so the rollout allocates nothing after its first step.
+        self.truncated = torch.zeros(num_envs, device=device)
+        self.final_values = torch.zeros(num_envs, device=device)
+        self.next_value = torch.zeros(num_envs, device=device)
+        self.returns = torch.zeros((steps, num_envs), device=device)
+        self.clipped_actions = (torch.zeros((num_envs, *action_shape), device=device)
+                                if self.continuous else None)
 
         self.global_step = 0
         self.update = 0
@@ -143,18 +153,27 @@ class Trainer:
         ppo = self.config.ppo
         totals = self.timer.totals
         clock = time.perf_counter_ns
-        on_cpu = self.device.type == "cpu"
+        gamma = ppo.gamma
+        # Whether to bootstrap truncated episodes this step. Native and reference envs keep
+        # their flags in host memory, where asking costs nothing (and allocates nothing);
+        # device-resident envs on CPU ask torch; on an accelerator always bootstrap, since
+        # asking would make the host wait for the device every step.
+        if isinstance(self.env.truncated, np.ndarray):
+            some_truncated = self.env.truncated.any
+        elif self.env_truncated.device.type == "cpu":
+            some_truncated = self.env_truncated.any
+        else:
+            some_truncated = _always
         for t in range(ppo.num_steps):
             started = clock()
             obs = self._observe(self.env_obs, update=True)
-            actions, logprob, value = self.policy.act(obs, self.generator)
+            actions = self.policy.act(
+                obs, self.generator, out=(self.actions[t], self.logprobs[t], self.values[t]))[0]
             forwarded = clock()
             self.obs[t].copy_(obs)
-            self.actions[t].copy_(actions)
-            self.logprobs[t].copy_(logprob)
-            self.values[t].copy_(value)
             if self.continuous:
-                actions = torch.clamp(actions, self.action_low, self.action_high)
+                torch.clamp(actions, self.action_low, self.action_high, out=self.clipped_actions)
+                actions = self.clipped_actions
             self.env_actions.copy_(actions)
             stored = clock()
             self.env.step_bound()
@@ -165,19 +184,18 @@ class Trainer:
             self.dones[t].copy_(self.done_mask)
             if self.reward_normalizer is not None:
                 rewards.copy_(self.reward_normalizer(rewards, self.dones[t]))
-            # A time limit is not a terminal state: bootstrap from the final observation. On
-            # CPU only when some env was truncated; on an accelerator always, since asking
-            # would make the host wait for the device every step.
-            if not on_cpu or self.env_truncated.any():
-                final = self._observe(self.env_final_obs)
-                truncated = self.env_truncated if on_cpu else self.env_truncated.to(self.device)
-                rewards.add_(ppo.gamma * self.policy.value(final) * truncated)
+            # A time limit is not a terminal state: bootstrap from the final observation.
+            if some_truncated():
+                final_value = self.policy.value(self._observe(self.env_final_obs),
+                                                out=self.final_values)
+                self.truncated.copy_(self.env_truncated)
+                rewards.addcmul_(final_value, self.truncated, value=gamma)
             finished = clock()
             totals["forward"] += forwarded - started
             totals["store"] += (stored - forwarded) + (finished - stepped)
             totals["env"] += stepped - stored
         self.global_step += ppo.num_steps * self.config.env.num_envs
-        return self.policy.value(self._observe(self.env_obs))
+        return self.policy.value(self._observe(self.env_obs), out=self.next_value)
 
     def _observe(self, env_obs: torch.Tensor, update: bool = False) -> torch.Tensor:
         """An env observation buffer as the policy sees it: on its device, normalised if
