@@ -9,17 +9,63 @@ from torch import nn
 from operant.trainer.config import PPOConfig
 from operant.trainer.policy import FlatAdam, FlatParameters
 
+try:
+    from operant.cext.gae import gae as _gae_kernel
+except ImportError:  # an unbuilt checkout: the torch loop computes the same thing
+    _gae_kernel = None
+
 
 def compute_gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor,
                 next_value: torch.Tensor, gamma: float, gae_lambda: float,
-                advantages: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                advantages: torch.Tensor | None = None,
+                returns: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalised advantage estimation over a whole rollout, all envs at once.
 
     Shapes: rewards, values, dones (T, N); next_value (N,) is V(obs after the last step).
     `dones[t]` means the episode ended at step t (terminated or truncated; a truncated step's
     reward already includes gamma * V(final observation)), so nothing flows across it.
-    Returns (advantages, returns), both (T, N); writes into `advantages` when given.
+    Returns (advantages, returns), both (T, N); writes into `advantages` and `returns` when
+    given. CPU float32 contiguous tensors go to the Cython kernel (operant.cext.gae, on
+    zero-copy numpy views, the GIL released); anything else (CUDA, other dtypes) to the torch
+    loop, `_compute_gae_torch`. Both compute the same float32 operations in the same order.
     """
+    if _gae_kernel is not None and _kernel_can_take(rewards, values, dones, next_value,
+                                                     advantages, returns):
+        if advantages is None:
+            advantages = torch.empty_like(rewards)
+        if returns is None:
+            returns = torch.empty_like(rewards)
+        _gae_kernel(rewards.numpy(), values.numpy(), dones.numpy(), next_value.numpy(),
+                    gamma, gae_lambda, advantages.numpy(), returns.numpy())
+        return advantages, returns
+    return _compute_gae_torch(rewards, values, dones, next_value, gamma, gae_lambda,
+                              advantages, returns)
+
+
+def _kernel_can_take(*tensors: torch.Tensor | None) -> bool:
+    """Whether every given tensor is one the Cython kernel reads in place: CPU, float32,
+    contiguous, not part of an autograd graph. (A plain loop: this runs on every call.)"""
+    for tensor in tensors:
+        if tensor is not None and not (tensor.is_cpu and tensor.dtype == torch.float32
+                                       and tensor.is_contiguous() and not tensor.requires_grad):
+            return False
+    return True
+
+
+def _compute_gae_torch(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor,
+                       next_value: torch.Tensor, gamma: float, gae_lambda: float,
+                       advantages: torch.Tensor | None = None,
+                       returns: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """compute_gae as a vectorised torch loop over steps: any device, any float dtype."""
+    shapes_ok = (rewards.dim() == 2 and rewards.numel() > 0
+                 and next_value.shape == rewards.shape[1:]
+                 and all(tensor is None or tensor.shape == rewards.shape
+                         for tensor in (values, dones, advantages, returns)))
+    if not shapes_ok:
+        raise ValueError(f"GAE needs rewards, values, dones, advantages, returns of one (T, N) "
+                         f"shape, T, N >= 1, and next_value (N,), got {tuple(rewards.shape)}, "
+                         f"{tuple(values.shape)}, {tuple(dones.shape)}, "
+                         f"{tuple(next_value.shape)}")
     steps = rewards.shape[0]
     if advantages is None:
         advantages = torch.empty_like(rewards)
@@ -31,7 +77,10 @@ def compute_gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor
         last = delta + gamma * gae_lambda * not_done[t] * last
         advantages[t] = last
         following_value = values[t]
-    return advantages, advantages + values
+    if returns is None:
+        return advantages, advantages + values
+    torch.add(advantages, values, out=returns)
+    return advantages, returns
 
 
 def ppo_update(policy: nn.Module, flat: FlatParameters, optimizer: FlatAdam,
