@@ -49,7 +49,9 @@
 #   Every measurement runs under `flock $BENCH_LOCK` so that benchmarks on this
 #   2-core machine never overlap; installs do not take the lock. A run that
 #   fails appends a line with "error" instead of numbers. stderr of each run
-#   goes to $LOG_DIR (default /tmp/operant-peers-logs).
+#   goes to $LOG_DIR (default /tmp/operant-peers-logs), which is also the
+#   runs' working directory (importing pufferlib drops a "resources" symlink
+#   into its cwd).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -92,7 +94,8 @@ EOF
 }
 
 install_puffer() {
-    if "$PUFFER_VENV/bin/python" -c "import pufferlib.pufferl, pufferlib.ocean.cartpole.binding" 2>/dev/null; then
+    # (importing pufferlib drops a "resources" symlink into the cwd: check from $LOG_DIR)
+    if (cd "$LOG_DIR" && "$PUFFER_VENV/bin/python" -c "import pufferlib.pufferl, pufferlib.ocean.cartpole.binding") 2>/dev/null; then
         return 0
     fi
     echo "== installing pufferlib $PUFFER_PIN into $PUFFER_VENV" >&2
@@ -136,7 +139,7 @@ run() {
     local peer=$1 config=$2 seed=$3 py=$4; shift 4
     local log="$LOG_DIR/$peer-$config-seed$seed.err" line rc=0
     echo "== $peer $config seed $seed" >&2
-    line=$(cd "${TMPDIR:-/tmp}" && flock "$LOCK" timeout "$RUN_TIMEOUT" "$py" "$@" 2>"$log" | tail -n 1) || rc=$?
+    line=$(cd "$LOG_DIR" && flock "$LOCK" timeout "$RUN_TIMEOUT" "$py" "$@" 2>"$log" | tail -n 1) || rc=$?
     if [ "$rc" -eq 0 ] && [ "${line:0:1}" = "{" ]; then
         echo "$line" | tee -a "$OUT"
     else
