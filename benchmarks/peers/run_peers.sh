@@ -42,7 +42,7 @@
 #
 # Usage
 #   benchmarks/peers/run_peers.sh [OUTPUT.jsonl]   (default benchmarks/results/peers.jsonl)
-#   env: SEEDS="1 2 3"  ONLY=sb3|pufferlib  BENCH_LOCK=/tmp/operant-bench.lock
+#   env: SEEDS="1 2 3" (SEEDS="" installs only)  ONLY=sb3|pufferlib  BENCH_LOCK=/tmp/operant-bench.lock
 #        SB3_DEFAULT_STEPS=200000 SB3_ZOO_STEPS=100000
 #        PUFFER_LSTM_STEPS=2000000 PUFFER_MLP_STEPS=20000000
 #        RUN_TIMEOUT=1800 (seconds per run, inside the lock)
@@ -59,7 +59,7 @@ ROOT=$(cd "$HERE/../.." && pwd)
 OUT=${1:-$ROOT/benchmarks/results/peers.jsonl}
 PEERS_VENV=${PEERS_VENV:-/work/peers-venv}
 PUFFER_VENV=${PUFFER_VENV:-${PEERS_VENV}-puffer}
-SEEDS=${SEEDS:-"1 2 3"}
+SEEDS=${SEEDS-"1 2 3"}
 ONLY=${ONLY:-}
 SKIP_PUFFER=${SKIP_PUFFER:-0}
 LOCK=${BENCH_LOCK:-/tmp/operant-bench.lock}
@@ -75,6 +75,7 @@ SB3_PIN=2.9.2
 SB3_GYMNASIUM_PIN=1.4.0
 SB3_NUMPY_PIN=2.4.6
 PUFFER_PIN=3.0.0
+HEAVYBALL_PIN=2.2.1   # pufferlib's Muon optimizer; unpinned by pufferlib
 PUFFER_SHA256=7df3a3e3f5f894d78d2a1f5374097890aec01473183e748abefe4f3faa10eaa9
 
 mkdir -p "$(dirname "$OUT")" "$LOG_DIR"
@@ -130,7 +131,7 @@ EOF
     nocuda_path=$(printf '%s\n' "$PATH" | tr ':' '\n' | while read -r d; do
         [ -n "$d" ] && [ ! -e "$d/nvcc" ] && printf '%s\n' "$d"; done | paste -sd: -)
     (cd "$src" && PATH="$nocuda_path" MAX_JOBS=2 "$pip" install -q --no-build-isolation \
-        . "torch==$TORCH_PIN")
+        . "torch==$TORCH_PIN" "heavyball==$HEAVYBALL_PIN")
     rm -rf "$work"
 }
 
