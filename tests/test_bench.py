@@ -59,3 +59,115 @@ def test_baseline_of_another_mode_is_refused(tmp_path):
     result = bench("env_only", "--baseline", str(other))
     assert result.returncode == 2
     assert "is a 'trainer' record, not 'env_only'" in result.stderr
+
+
+def test_trainer_record_has_phases_memory_and_bound(tmp_path):
+    out = tmp_path / "trainer.json"
+    result = bench("trainer", "--num-envs", "32", "--num-steps", "32", "--minibatches", "2",
+                   "--total-steps", "4096", "--seeds", "1", "--warmup", "1",
+                   "--max-cv", "10", "--output", str(out), "--plot", str(tmp_path / "plots"))
+    assert result.returncode == 0, result.stderr
+    record = json.loads(out.read_text())
+    (cell,) = record["cells"]
+    assert cell["cell"] == {"num_envs": 32, "num_steps": 32, "num_minibatches": 2}
+    (run,) = cell["runs"]
+    assert run["seed"] == 1 and run["global_step"] == 4096 and run["updates"] == 4
+    assert set(run["phase_s"]) == {"env", "forward", "store", "gae", "update", "publish"}
+    assert all(seconds >= 0 for seconds in run["phase_s"].values()) and run["phase_s"]["update"] > 0
+    assert run["mem_delta_mb"] is not None
+    bound = record["bound"]
+    assert bound["forward_samples_per_s"] > 0 and bound["train_samples_per_s"] > 0
+    expected = 1 / (1 / bound["forward_samples_per_s"]
+                    + bound["epochs"] / bound["train_samples_per_s"])
+    assert abs(bound["bound_steps_per_s"] - expected) / expected < 1e-3
+    assert bound["fraction"] == round(record["summary"]["sps"]["median"] / bound["bound_steps_per_s"], 3)
+    assert record["summary"]["solved"] == "0/1" and not record["best"]["stable"]
+    assert (tmp_path / "plots" / "phases_trainer.png").stat().st_size > 1000
+
+
+def test_trainer_eval_matrix_picks_the_best_cell(tmp_path):
+    out = tmp_path / "eval.json"
+    result = bench("trainer_eval", "--matrix", "--num-envs", "16,64", "--num-steps", "8",
+                   "--rounds", "2", "--round-seconds", "0.05", "--warmup", "1",
+                   "--max-cv", "10", "--output", str(out), "--plot", str(tmp_path / "plots"))
+    assert result.returncode == 0, result.stderr
+    record = json.loads(out.read_text())
+    cells = record["cells"]
+    assert [cell["cell"] for cell in cells] == [{"num_envs": 16, "num_steps": 8},
+                                                {"num_envs": 64, "num_steps": 8}]
+    best = max(cells, key=lambda cell: cell["summary"]["sps"]["median"])
+    assert record["best"] == {"cell": best["cell"], "stable": True}
+    assert abs(sum(cells[0]["summary"]["phase_fraction"].values()) - 1) < 0.01
+    assert {"env", "forward", "store"} <= set(cells[0]["summary"]["phase_fraction"])
+    assert "best stable configuration" in result.stdout
+    assert (tmp_path / "plots" / "matrix_trainer_eval.png").stat().st_size > 1000
+
+
+def test_validate_passes_and_is_recorded(tmp_path):
+    out = tmp_path / "env.json"
+    result = bench("env_only", "--env", "Acrobot-v1", "--num-envs", "16", "--rounds", "1",
+                   "--round-seconds", "0.05", "--no-gymnasium", "--validate",
+                   "--validate-steps", "50", "--max-cv", "10", "--output", str(out))
+    assert result.returncode == 0, result.stderr
+    (report,) = json.loads(out.read_text())["validation"]
+    assert report["ok"] and report["compared"] == 16 * 50 and report["mismatch"] is None
+
+
+class _StrongerPush:
+    """Gymnasium's CartPole with a different force: what a broken kernel looks like."""
+
+    def __new__(cls, env_id):
+        from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+
+        env = CartPoleEnv()
+        env.force_mag = 11.0
+        return env
+
+
+def test_shadow_check_names_the_first_disagreement():
+    from operant.trainer.envs.parity import shadow_check
+
+    report = shadow_check("CartPole-v1", "native", num_envs=4, steps=5, reference=_StrongerPush)
+    assert not report.ok
+    assert report.mismatch.startswith("CartPole-v1 (native) step 0, env 0: observation")
+
+
+def test_validate_mismatch_exits_2_and_measures_nothing(monkeypatch, tmp_path, capsys):
+    from operant.trainer import bench as bench_module
+    from operant.trainer.envs import parity
+
+    monkeypatch.setattr(parity, "_gymnasium_env", _StrongerPush)
+    out = tmp_path / "bad.json"
+    status = bench_module.main(["env_only", "--num-envs", "8", "--rounds", "1",
+                                "--round-seconds", "0.05", "--no-gymnasium", "--validate",
+                                "--validate-steps", "5", "--output", str(out)])
+    assert status == bench_module.EXIT_PARITY == 2
+    record = json.loads(out.read_text())
+    assert not record["validation"][0]["ok"] and "results" not in record
+    assert "disagrees with Gymnasium; nothing was measured" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["trainer", "--num-envs", "16,32"], "several values for num_envs need --matrix"),
+    (["trainer", "--matrix"], "--matrix needs"),
+    (["trainer", "--validate"], "--validate is an env_only option"),
+    (["env_only", "--num-steps", "8"], "are for the trainer modes"),
+    (["trainer", "--num-envs", "6", "--num-steps", "5", "--minibatches", "4", "--no-bound"],
+     "minibatches"),
+])
+def test_trainer_bad_usage_is_one_line(args, message):
+    result = bench(*args)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("impl", ["native", "torch"])
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Acrobot-v1", "MountainCar-v0",
+                                    "MountainCarContinuous-v0", "Pendulum-v1"])
+def test_shadow_check_passes_for_every_env(env_id, impl):
+    from operant.trainer.envs.parity import shadow_check
+
+    report = shadow_check(env_id, impl, num_envs=32, steps=120, seed=3)
+    assert report.ok, report.mismatch
+    assert report.compared == 32 * 120

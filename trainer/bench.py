@@ -1,30 +1,44 @@
 """`operant bench`: throughput, measured the same way every time.
 
 Modes:
-  env_only  env steps/s of one env id per implementation and num_envs, next to Gymnasium's
-            own vectorised env measured in the same run (ratio printed);
-  trainer   end-to-end PPO training: steps/s and wall-clock seconds to reach a target mean
-            return over the last 100 episodes, per seed.
+  env_only      env steps/s of one env id per implementation and num_envs, next to
+                Gymnasium's own vectorised env measured in the same run (ratio printed);
+                --validate first steps every implementation beside Gymnasium's env and
+                compares (operant.trainer.envs.parity);
+  trainer       end-to-end PPO training: steps/s and wall-clock seconds to reach a target
+                mean return over the last 100 episodes, per seed, with the time per phase and
+                this machine's compute bound for the same network and epochs;
+  trainer_eval  the rollout alone (policy forward + sampling + env + storage, no update):
+                what acting costs, per round.
 
-Every result is one JSON record (config, versions, machine, per-round numbers, median and
-coefficient of variation) printed and, with --output, written to a file; --baseline FILE...
-prints this run's medians as ratios to earlier records of the same mode. Exit codes: 0 ok,
-1 a measurement was unstable (CV above --max-cv) or below an enforced --target-sps, 2 bad
-input. A benchmark never runs inside the test suite.
+--matrix sweeps --num-envs x --num-steps x --minibatches (trainer modes) and reports the
+best stable configuration. Every result is one JSON record (config, versions, machine,
+per-round numbers, median and coefficient of variation, phase breakdown, memory growth)
+printed and, with --output, written to a file; --baseline FILE... prints this run's medians
+as ratios to earlier records of the same mode; --plot DIR draws the PNGs docs/performance.md
+shows. Exit codes: 0 ok; 1 a measurement was unstable (CV above --max-cv), below an enforced
+--target-sps, or grew memory by more than --max-mem-delta after warm-up; 2 bad input, or a
+--validate parity mismatch. A benchmark never runs inside the test suite.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
 import statistics
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 EXIT_OK, EXIT_UNSTABLE, EXIT_USAGE = 0, 1, 2
+EXIT_PARITY = 2  # a --validate mismatch: the numbers would be for the wrong dynamics
+MODES = ("env_only", "trainer", "trainer_eval")
+ENV_ONLY_NUM_ENVS = [256, 4096, 16384]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -44,23 +58,47 @@ def _int_list(text: str) -> list[int]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="operant bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("mode", choices=("env_only", "trainer"))
+    parser.add_argument("mode", choices=MODES)
     parser.add_argument("--env", default="CartPole-v1", help="env id")
     parser.add_argument("--impl", default="native", help="comma-separated impls (env_only)")
-    parser.add_argument("--num-envs", type=_int_list, default=[256, 4096, 16384],
-                        help="comma-separated env counts (env_only)")
+    parser.add_argument("--num-envs", type=_int_list,
+                        help="comma-separated env counts (env_only: default 256,4096,16384; "
+                             "trainer modes: the config's, several only with --matrix)")
+    parser.add_argument("--num-steps", type=_int_list,
+                        help="trainer modes: rollout steps per env (ppo.num_steps)")
+    parser.add_argument("--minibatches", type=_int_list,
+                        help="trainer modes: minibatches per epoch (ppo.num_minibatches)")
+    parser.add_argument("--matrix", action="store_true",
+                        help="trainer modes: sweep num-envs x num-steps x minibatches and report "
+                             "the best stable configuration")
+    parser.add_argument("--warmup", type=int, default=2,
+                        help="trainer modes: updates (trainer) or rollouts (trainer_eval) before "
+                             "memory is baselined and rounds are timed")
+    parser.add_argument("--total-steps", type=int,
+                        help="trainer: env steps per run (train.total_steps)")
+    parser.add_argument("--validate", action="store_true",
+                        help="env_only: step each impl beside Gymnasium's env first and exit 2 "
+                             "on any disagreement")
+    parser.add_argument("--validate-steps", type=int, default=200,
+                        help="env_only: steps of the --validate shadow run")
+    parser.add_argument("--max-mem-delta", type=float, metavar="MB",
+                        help="exit 1 if resident memory grows by more than this after warm-up")
+    parser.add_argument("--no-bound", action="store_true",
+                        help="trainer: skip measuring the compute bound")
+    parser.add_argument("--plot", metavar="DIR",
+                        help="write PNG plots (SPS vs num_envs, phase breakdown) into DIR")
     parser.add_argument("--rounds", type=int, default=5, help="measured rounds (median reported)")
     parser.add_argument("--round-seconds", type=float, default=0.5,
                         help="approximate length of one env_only round")
     parser.add_argument("--no-gymnasium", action="store_true",
                         help="env_only: skip Gymnasium's vectorised env")
     parser.add_argument("--seeds", type=_int_list, default=[1, 2, 3],
-                        help="trainer: comma-separated seeds, one run each")
+                        help="trainer: comma-separated seeds, one run each (a round)")
     parser.add_argument("--target-return", type=float, default=475.0,
                         help="trainer: stop a run once the last-100 mean return reaches this")
-    parser.add_argument("--config", help="trainer: TOML config")
+    parser.add_argument("--config", help="trainer modes: TOML config")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
-                        help="trainer: config override section.key=value")
+                        help="trainer modes: config override section.key=value")
     parser.add_argument("--max-cv", type=float, default=0.20,
                         help="coefficient of variation above which a result is unstable")
     parser.add_argument("--target-sps", type=float, help="minimum median steps/s")
@@ -90,9 +128,9 @@ def summarize(values: list[float]) -> dict[str, Any]:
 
 
 def _timed_rounds(step: Callable[[], None], steps_per_call: int, rounds: int,
-                  round_seconds: float) -> list[float]:
+                  round_seconds: float, warm: int = 3) -> list[float]:
     """Calibrate calls per round on a warm-up, then time `rounds` rounds; steps/s each."""
-    for _ in range(3):
+    for _ in range(warm):
         step()
     started = time.perf_counter()
     calls = 0
@@ -117,7 +155,21 @@ def bench_env_only(args: argparse.Namespace) -> dict[str, Any]:
     from operant.trainer.envs import make_env
 
     impls = [part for part in args.impl.split(",") if part]
+    record: dict[str, Any] = {}
+    if args.validate:
+        from operant.trainer.envs.parity import shadow_check
+
+        shadow_envs = min(max(args.num_envs), 1024)
+        reports = [shadow_check(args.env, impl, shadow_envs, args.validate_steps) for impl in impls]
+        record["validation"] = [report.as_dict() for report in reports]
+        for report in reports:
+            verdict = "matches Gymnasium" if report.ok else f"MISMATCH: {report.mismatch}"
+            print(f"validate {args.env} {report.impl}: {report.compared:,} env-steps, "
+                  f"{report.episodes_ended:,} episodes ended: {verdict}", flush=True)
+        if not all(report.ok for report in reports):
+            return record
     results: list[dict[str, Any]] = []
+    before = _rss_mb()
     for num_envs in args.num_envs:
         row: dict[str, Any] = {"num_envs": num_envs}
         rng = np.random.default_rng(0)
@@ -140,7 +192,9 @@ def bench_env_only(args: argparse.Namespace) -> dict[str, Any]:
                 row[f"{impl}_vs_gymnasium"] = round(row[impl]["median"] / row["gymnasium"]["median"], 2)
         results.append(row)
         _print_env_row(args.env, impls, row)
-    return {"results": results}
+    record["results"] = results
+    record["mem_delta_mb"] = round(_rss_mb() - before, 2)
+    return record
 
 
 def _sample_actions(env, rng):
@@ -163,35 +217,248 @@ def _print_env_row(env_id: str, impls: list[str], row: dict[str, Any]) -> None:
     print("  ".join(parts), flush=True)
 
 
+def _cells(args: argparse.Namespace) -> list[dict[str, int]]:
+    """The configurations to measure: one (the config's, with any single-valued overrides),
+    or with --matrix the product of the given lists."""
+    axes = {"num_envs": args.num_envs, "num_steps": args.num_steps,
+            "num_minibatches": args.minibatches}
+    given = {name: values for name, values in axes.items() if values}
+    if not args.matrix:
+        many = [name for name, values in given.items() if len(values) > 1]
+        if many:
+            raise ValueError(f"several values for {', '.join(many)} need --matrix")
+        return [{name: values[0] for name, values in given.items()}]
+    if not given:
+        raise ValueError("--matrix needs --num-envs, --num-steps and/or --minibatches lists")
+    names = list(given)
+    return [dict(zip(names, combo)) for combo in itertools.product(*given.values())]
+
+
+def _cell_overrides(cell: dict[str, int]) -> list[str]:
+    sections = {"num_envs": "env", "num_steps": "ppo", "num_minibatches": "ppo"}
+    return [f"{sections[name]}.{name}={value}" for name, value in cell.items()]
+
+
+def _label(cell: dict[str, Any]) -> str:
+    return " ".join(f"{name}={value}" for name, value in cell.items()) or "config"
+
+
+def _rss_mb() -> float:
+    import psutil
+
+    return psutil.Process().memory_info().rss / 2**20
+
+
+def _load_cell_config(args: argparse.Namespace, cell: dict[str, int], seed: int,
+                      target: bool = True):
+    from operant.trainer.config import derive, load_config
+
+    overrides = [f"train.seed={seed}", *_cell_overrides(cell)]
+    if target:
+        overrides.append(f"train.target_return={args.target_return}")
+    if args.total_steps:
+        overrides.append(f"train.total_steps={args.total_steps}")
+    config = load_config(args.config, [*overrides, *args.overrides])
+    derive(config)  # refuse a bad combination (minibatches not dividing the batch) up front
+    return config
+
+
+def _train_once(args: argparse.Namespace, cell: dict[str, int], seed: int) -> dict[str, Any]:
+    """One training run; the phase seconds summed over every update, resident memory after
+    --warmup updates and at the end."""
+    from operant.trainer.train import PHASES, Trainer
+
+    phases = dict.fromkeys(PHASES, 0.0)
+    memory: dict[str, float] = {}
+
+    def log(record: dict[str, Any]) -> None:
+        for name, seconds in record["phase_s"].items():
+            phases[name] += seconds
+        if record["update"] == args.warmup:
+            memory["after_warmup_mb"] = _rss_mb()
+
+    trainer = Trainer(_load_cell_config(args, cell, seed), log=log)
+    started = time.perf_counter()
+    last = trainer.run()
+    wall = time.perf_counter() - started
+    memory["end_mb"] = _rss_mb()
+    run = {"seed": seed, "global_step": last["global_step"], "updates": last["update"],
+           "wall_s": round(wall, 3), "sps_mean": last["sps_mean"],
+           "solved_at_s": trainer.solved_at, "final_return_mean": last["episode_return_mean"],
+           "phase_s": {name: round(value, 4) for name, value in phases.items()},
+           "mem_delta_mb": (round(memory["end_mb"] - memory["after_warmup_mb"], 2)
+                            if "after_warmup_mb" in memory else None)}
+    solved = f"solved at {trainer.solved_at:.2f}s" if trainer.solved_at else "NOT solved"
+    final = run["final_return_mean"]
+    print(f"  seed {seed}: {run['global_step']:,} steps, {run['sps_mean']:,.0f} steps/s, {solved}, "
+          f"last-100 mean {final if final is None else round(final, 1)}", flush=True)
+    return run
+
+
+def compute_bound(config, seconds: float = 0.5) -> dict[str, Any]:
+    """This machine's ceiling for `config`'s network and epochs, measured now: policy forward
+    (act, at the rollout's batch of num_envs) and PPO train-step (loss, backward, clip, Adam,
+    at the minibatch size) samples/s, and the steps/s they allow together:
+    1 / (1/forward + epochs/train_step). Env stepping, GAE and bookkeeping count as free."""
+    import torch
+
+    from operant.trainer.config import derive
+    from operant.trainer.envs import make_env
+    from operant.trainer.policy import ActorCritic, FlatAdam, FlatParameters
+    from operant.trainer.ppo import ppo_update
+
+    derived = derive(config)
+    if config.train.torch_threads:
+        torch.set_num_threads(config.train.torch_threads)
+    env = make_env(config.env.id, 1, impl="reference")
+    obs_dim = env.single_observation_space.shape[0]
+    continuous = env.single_action_space.shape != ()
+    num_actions = (int(torch.tensor(env.single_action_space.shape).prod()) if continuous
+                   else int(env.single_action_space.n))
+    env.close()
+    torch.manual_seed(0)
+    policy = ActorCritic.from_config(config.policy, obs_dim, num_actions, continuous)
+    flat = FlatParameters(policy)
+    optimizer = FlatAdam(flat.param, lr=config.ppo.learning_rate, eps=config.ppo.adam_eps)
+    generator = torch.Generator().manual_seed(0)
+
+    def rate(work: Callable[[], None], samples: int) -> float:
+        for _ in range(2):
+            work()
+        calls, started = 0, time.perf_counter()
+        while calls < 3 or time.perf_counter() - started < seconds:
+            work()
+            calls += 1
+        return samples * calls / (time.perf_counter() - started)
+
+    obs = torch.randn(config.env.num_envs, obs_dim)
+    out = policy.act(obs, generator)
+
+    def forward() -> None:
+        with torch.inference_mode():
+            policy.act(obs, generator, out=out)
+
+    batch = derived.batch_size
+    b_obs = torch.randn(batch, obs_dim)
+    with torch.inference_mode():
+        b_actions, b_logprobs, b_values = (t.clone() for t in policy.act(b_obs, generator))
+    b_advantages, b_returns = torch.randn(batch), torch.randn(batch)
+    one_epoch = msgspec_replace(config.ppo, update_epochs=1, target_kl=None)
+
+    def train_epoch() -> None:
+        ppo_update(policy, flat, optimizer, one_epoch, b_obs=b_obs, b_actions=b_actions,
+                   b_logprobs=b_logprobs, b_advantages=b_advantages, b_returns=b_returns,
+                   b_values=b_values, minibatch_size=derived.minibatch_size,
+                   generator=torch.Generator().manual_seed(0))
+
+    forward_sps = rate(forward, config.env.num_envs)
+    train_sps = rate(train_epoch, batch)
+    epochs = config.ppo.update_epochs
+    bound = 1.0 / (1.0 / forward_sps + epochs / train_sps)
+    return {"forward_samples_per_s": round(forward_sps, 1),
+            "train_samples_per_s": round(train_sps, 1), "epochs": epochs,
+            "bound_steps_per_s": round(bound, 1)}
+
+
+def msgspec_replace(struct, **changes):
+    import msgspec
+
+    return msgspec.structs.replace(struct, **changes)
+
+
 def bench_trainer(args: argparse.Namespace) -> dict[str, Any]:
-    from operant.trainer.config import load_config
+    cells = []
+    for cell in _cells(args):
+        _load_cell_config(args, cell, args.seeds[0])  # every cell valid before any runs
+        cells.append(cell)
+    results = []
+    for cell in cells:
+        print(f"trainer {_label(cell)}:", flush=True)
+        runs = [_train_once(args, cell, seed) for seed in args.seeds]
+        sps = summarize([run["sps_mean"] for run in runs])
+        solve_times = [run["solved_at_s"] for run in runs if run["solved_at_s"] is not None]
+        phases = {name: round(sum(run["phase_s"][name] for run in runs) / len(runs), 4)
+                  for name in runs[0]["phase_s"]}
+        deltas = [run["mem_delta_mb"] for run in runs if run["mem_delta_mb"] is not None]
+        summary = {"sps": sps, "solved": f"{len(solve_times)}/{len(runs)}",
+                   "all_solved": len(solve_times) == len(runs),
+                   "solve_s_median": round(statistics.median(solve_times), 3) if solve_times else None,
+                   "solve_s_max": round(max(solve_times), 3) if solve_times else None,
+                   "phase_s_mean": phases,
+                   "mem_delta_mb_max": max(deltas) if deltas else None}
+        result = {"cell": cell, "runs": runs, "summary": summary}
+        if not args.no_bound:
+            bound = compute_bound(_load_cell_config(args, cell, args.seeds[0]))
+            bound["fraction"] = round(sps["median"] / bound["bound_steps_per_s"], 3)
+            result["bound"] = bound
+        results.append(result)
+        _print_trainer_summary(result)
+    return _with_best(results, need_solved=True, max_cv=args.max_cv)
+
+
+def _print_trainer_summary(result: dict[str, Any]) -> None:
+    summary = result["summary"]
+    sps = summary["sps"]
+    text = f"  median {sps['median']:,.0f} steps/s (cv {sps['cv']:.1%}); solved {summary['solved']}"
+    if summary["solve_s_median"] is not None:
+        text += f", median {summary['solve_s_median']}s, worst {summary['solve_s_max']}s"
+    if "bound" in result:
+        bound = result["bound"]
+        text += (f"; bound {bound['bound_steps_per_s']:,.0f} steps/s (forward "
+                 f"{bound['forward_samples_per_s']:,.0f}/s, train step "
+                 f"{bound['train_samples_per_s']:,.0f}/s x {bound['epochs']} epochs): "
+                 f"{bound['fraction']:.0%} of it")
+    print(text, flush=True)
+
+
+def bench_trainer_eval(args: argparse.Namespace) -> dict[str, Any]:
+    """The rollout alone: --rounds timed rounds of `Trainer.collect()` after --warmup."""
     from operant.trainer.train import Trainer
 
-    runs = []
-    for seed in args.seeds:
-        overrides = [f"train.seed={seed}", f"train.target_return={args.target_return}",
-                     *args.overrides]
-        config = load_config(args.config, overrides)
+    cells = []
+    for cell in _cells(args):
+        _load_cell_config(args, cell, args.seeds[0], target=False)
+        cells.append(cell)
+    results = []
+    for cell in cells:
+        config = _load_cell_config(args, cell, args.seeds[0], target=False)
         trainer = Trainer(config)
-        started = time.perf_counter()
-        last = trainer.run()
-        wall = time.perf_counter() - started
-        run = {"seed": seed, "global_step": last["global_step"], "wall_s": round(wall, 3),
-               "sps_mean": last["sps_mean"], "solved_at_s": trainer.solved_at,
-               "final_return_mean": last["episode_return_mean"], "phase_s_last": last["phase_s"]}
-        runs.append(run)
-        solved = f"solved at {trainer.solved_at:.2f}s" if trainer.solved_at else "NOT solved"
-        print(f"seed {seed}: {run['global_step']:,} steps, {run['sps_mean']:,.0f} steps/s, "
-              f"{solved}, last-100 mean {run['final_return_mean']:.1f}", flush=True)
-    sps = summarize([run["sps_mean"] for run in runs])
-    solve_times = [run["solved_at_s"] for run in runs if run["solved_at_s"] is not None]
-    summary = {"sps": sps, "solved": f"{len(solve_times)}/{len(runs)}",
-               "solve_s_median": round(statistics.median(solve_times), 3) if solve_times else None,
-               "solve_s_max": round(max(solve_times), 3) if solve_times else None}
-    print(f"trainer: median {sps['median']:,.0f} steps/s (cv {sps['cv']:.1%}); solved "
-          f"{summary['solved']}, median {summary['solve_s_median']}s, worst {summary['solve_s_max']}s",
-          flush=True)
-    return {"runs": runs, "summary": summary}
+        steps = config.ppo.num_steps * config.env.num_envs
+        for _ in range(args.warmup):
+            trainer.collect()
+        before = _rss_mb()
+        trainer.timer.reset()
+        rounds = _timed_rounds(trainer.collect, steps, args.rounds, args.round_seconds, warm=0)
+        total = sum(trainer.timer.totals.values())
+        phases = {name: round(ns / total, 4) for name, ns in trainer.timer.totals.items() if ns}
+        result = {"cell": cell, "summary": {"sps": summarize(rounds), "phase_fraction": phases,
+                                            "all_solved": True,
+                                            "mem_delta_mb_max": round(_rss_mb() - before, 2)}}
+        results.append(result)
+        sps = result["summary"]["sps"]
+        print(f"trainer_eval {_label(cell)}: median {sps['median']:,.0f} steps/s "
+              f"(cv {sps['cv']:.1%}); " + ", ".join(f"{k} {v:.0%}" for k, v in phases.items()),
+              flush=True)
+    return _with_best(results, need_solved=False, max_cv=args.max_cv)
+
+
+def _with_best(results: list[dict[str, Any]], need_solved: bool, max_cv: float) -> dict[str, Any]:
+    """The record's cells, and the best stable one (highest median steps/s among those with
+    a CV within bounds and, for training, every seed solved) as its summary."""
+    record: dict[str, Any] = {"cells": results}
+    stable = [result for result in results
+              if result["summary"]["sps"]["cv"] <= max_cv
+              and (result["summary"]["all_solved"] or not need_solved)]
+    pool = stable or results
+    best = max(pool, key=lambda result: result["summary"]["sps"]["median"])
+    record["best"] = {"cell": best["cell"], "stable": bool(stable)}
+    record["summary"] = best["summary"]
+    if "bound" in best:
+        record["bound"] = best["bound"]
+    if len(results) > 1:
+        print(f"best {'stable ' if stable else '(none stable) '}configuration: {_label(best['cell'])}: "
+              f"{best['summary']['sps']['median']:,.0f} steps/s", flush=True)
+    return record
 
 
 def _load_baselines(paths: list[str], mode: str) -> list[tuple[str, dict[str, Any]]]:
@@ -213,9 +480,10 @@ def _load_baselines(paths: list[str], mode: str) -> list[tuple[str, dict[str, An
 
 
 def _comparable(record: dict[str, Any]) -> dict[str, float]:
-    """Median steps/s by what was measured: 'trainer', or '<impl> N=<num_envs>'."""
-    if record["mode"] == "trainer":
-        return {"trainer": record["summary"]["sps"]["median"]}
+    """Median steps/s by what was measured: '<mode> <cell>', or '<impl> N=<num_envs>'."""
+    if record["mode"] != "env_only":
+        return {f"{record['mode']} {_label(cell['cell'])}": cell["summary"]["sps"]["median"]
+                for cell in record["cells"]}
     impls = [part for part in record["args"]["impl"].split(",") if part]
     return {f"{impl} N={row['num_envs']}": row[impl]["median"]
             for row in record["results"] for impl in impls if impl in row}
@@ -235,11 +503,35 @@ def compare(record: dict[str, Any], baselines: list[tuple[str, dict[str, Any]]])
     return comparisons
 
 
+def _usage_problem(args: argparse.Namespace) -> str | None:
+    if args.rounds < 1:
+        return "--rounds must be at least 1"
+    if args.warmup < 0:
+        return "--warmup must be 0 or more"
+    if args.validate and args.mode != "env_only":
+        return "--validate is an env_only option (training is validated by tests/test_learning.py)"
+    if args.validate_steps < 1:
+        return "--validate-steps must be at least 1"
+    if args.mode == "env_only" and (args.matrix or args.num_steps or args.minibatches):
+        return "--matrix, --num-steps and --minibatches are for the trainer modes"
+    if args.total_steps is not None and args.total_steps < 1:
+        return "--total-steps must be positive"
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            return "--plot needs matplotlib: pip install 'operant-rl[bench]'"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.rounds < 1:
-        print("operant bench: --rounds must be at least 1", file=sys.stderr)
+    problem = _usage_problem(args)
+    if problem:
+        print(f"operant bench: {problem}", file=sys.stderr)
         return EXIT_USAGE
+    if args.mode == "env_only" and args.num_envs is None:
+        args.num_envs = ENV_ONLY_NUM_ENVS
     try:
         baselines = _load_baselines(args.baseline, args.mode)
     except ValueError as error:
@@ -250,35 +542,150 @@ def main(argv: list[str] | None = None) -> int:
 
     record: dict[str, Any] = {"mode": args.mode, "args": vars(args), "machine": machine(),
                               "time": time.time()}
+    run = {"env_only": bench_env_only, "trainer": bench_trainer,
+           "trainer_eval": bench_trainer_eval}[args.mode]
     try:
-        record.update(bench_env_only(args) if args.mode == "env_only" else bench_trainer(args))
-    except (ConfigError, EnvError) as error:
+        record.update(run(args))
+    except (ConfigError, EnvError, ValueError) as error:
         print(f"operant bench: {error}", file=sys.stderr)
         return EXIT_USAGE
-    if baselines:
+    validated = all(report["ok"] for report in record.get("validation", []))
+    if baselines and validated:
         record["baselines"] = compare(record, baselines)
     text = json.dumps(record, indent=2)
     if args.output:
         with open(args.output, "w") as handle:
             handle.write(text + "\n")
+    if not validated:
+        print("operant bench: --validate: the implementation disagrees with Gymnasium; "
+              "nothing was measured", file=sys.stderr)
+        return EXIT_PARITY
+    if args.plot:
+        for path in plot(record, Path(args.plot)):
+            print(f"plot: {path}", flush=True)
+    return _status(record, args)
+
+
+def _status(record: dict[str, Any], args: argparse.Namespace) -> int:
     status = EXIT_OK
     medians = _medians(record)
     if any(cv > args.max_cv for _, cv in medians):
         print(f"operant bench: unstable: a coefficient of variation exceeds {args.max_cv:.0%}",
               file=sys.stderr)
         status = EXIT_UNSTABLE
-    if args.target_sps is not None and args.enforce_target:
-        if any(median < args.target_sps for median, _ in medians):
-            print(f"operant bench: below the target of {args.target_sps:,.0f} steps/s", file=sys.stderr)
+    if args.target_sps is not None and args.enforce_target \
+            and any(median < args.target_sps for median, _ in medians):
+        print(f"operant bench: below the target of {args.target_sps:,.0f} steps/s", file=sys.stderr)
+        status = EXIT_UNSTABLE
+    if args.max_mem_delta is not None:
+        grown = _mem_delta(record)
+        if grown is not None and grown > args.max_mem_delta:
+            print(f"operant bench: resident memory grew by {grown:.1f} MB after warm-up "
+                  f"(--max-mem-delta {args.max_mem_delta:g})", file=sys.stderr)
             status = EXIT_UNSTABLE
     return status
 
 
+def _mem_delta(record: dict[str, Any]) -> float | None:
+    if record["mode"] == "env_only":
+        return record.get("mem_delta_mb")
+    deltas = [cell["summary"]["mem_delta_mb_max"] for cell in record["cells"]
+              if cell["summary"]["mem_delta_mb_max"] is not None]
+    return max(deltas) if deltas else None
+
+
 def _medians(record: dict[str, Any]) -> list[tuple[float, float]]:
-    if record["mode"] == "trainer":
+    """(median, cv) of what decides the exit status: every env_only measurement; the best
+    configuration of a trainer mode (with --matrix, unstable cells are simply not chosen)."""
+    if record["mode"] != "env_only":
         return [(record["summary"]["sps"]["median"], record["summary"]["sps"]["cv"])]
     impls = [part for part in record["args"]["impl"].split(",") if part]
     return [(row[impl]["median"], row[impl]["cv"]) for row in record["results"] for impl in impls]
+
+
+# -- plots ---------------------------------------------------------------------------------
+PHASE_COLORS = {"env": "#4c72b0", "forward": "#55a868", "store": "#c44e52", "gae": "#8172b2",
+                "update": "#ccb974", "publish": "#64b5cd"}
+
+
+def plot(record: dict[str, Any], directory: Path) -> list[Path]:
+    """The PNGs for a record: env_only, steps/s against num_envs per implementation; trainer
+    modes, the phase breakdown per configuration and, for a matrix, steps/s against
+    num_envs per (num_steps, minibatches)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    machine_text = f"{record['machine']['cpus']} CPUs, torch {record['machine']['torch']}"
+    if record["mode"] == "env_only":
+        figure, axes = plt.subplots(figsize=(7, 4.2))
+        rows = record["results"]
+        impls = [part for part in record["args"]["impl"].split(",") if part]
+        xs = [row["num_envs"] for row in rows]
+        for impl in [*impls, "gymnasium"]:
+            if all(impl in row for row in rows):
+                axes.plot(xs, [row[impl]["median"] / 1e6 for row in rows], marker="o",
+                          label=f"operant {impl}" if impl != "gymnasium" else
+                          "Gymnasium vector env")
+        axes.set_xscale("log", base=2)
+        axes.set_xlabel("num_envs")
+        axes.set_ylabel("env steps/s (millions), one core")
+        axes.set_title(f"{record['args']['env']}: env-only throughput ({machine_text})")
+        axes.grid(alpha=0.3)
+        axes.legend()
+        path = directory / f"env_only_{record['args']['env']}.png"
+        figure.tight_layout()
+        figure.savefig(path, dpi=110)
+        plt.close(figure)
+        return [path]
+    cells = record["cells"]
+    key = "phase_s_mean" if record["mode"] == "trainer" else "phase_fraction"
+    figure, axes = plt.subplots(figsize=(8, 0.5 * len(cells) + 1.8))
+    labels = [_label(cell["cell"]) for cell in cells]
+    lefts = [0.0] * len(cells)
+    for name, color in PHASE_COLORS.items():
+        shares = []
+        for cell in cells:
+            phases = cell["summary"].get(key, {})
+            total = sum(phases.values()) or 1.0
+            shares.append(phases.get(name, 0.0) / total)
+        if any(shares):
+            axes.barh(labels, shares, left=lefts, color=color, label=name)
+            lefts = [left + share for left, share in zip(lefts, shares)]
+    axes.set_xlim(0, 1)
+    axes.set_xlabel("fraction of time")
+    axes.set_title(f"{record['mode']}: where the time goes ({machine_text})")
+    axes.legend(ncol=6, fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.35))
+    path = directory / f"phases_{record['mode']}.png"
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    written.append(path)
+    if len(cells) > 1 and all("num_envs" in cell["cell"] for cell in cells):
+        figure, axes = plt.subplots(figsize=(7, 4.2))
+        groups: dict[str, list[tuple[int, float]]] = {}
+        for cell in cells:
+            rest = {k: v for k, v in cell["cell"].items() if k != "num_envs"}
+            groups.setdefault(_label(rest), []).append(
+                (cell["cell"]["num_envs"], cell["summary"]["sps"]["median"] / 1e3))
+        for label, points in groups.items():
+            points.sort()
+            axes.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
+        axes.set_xscale("log", base=2)
+        axes.set_xlabel("num_envs")
+        axes.set_ylabel("steps/s (thousands)")
+        axes.set_title(f"{record['mode']}: steps/s by configuration ({machine_text})")
+        axes.grid(alpha=0.3)
+        axes.legend(fontsize="small")
+        path = directory / f"matrix_{record['mode']}.png"
+        figure.tight_layout()
+        figure.savefig(path, dpi=110)
+        plt.close(figure)
+        written.append(path)
+    return written
 
 
 if __name__ == "__main__":

@@ -223,7 +223,7 @@ class Trainer:
         started = clock()
         advantages, returns = compute_gae(self.rewards, self.values, self.dones, next_value,
                                           config.ppo.gamma, config.ppo.gae_lambda,
-                                          advantages=self.advantages)
+                                          advantages=self.advantages, returns=self.returns)
         gae_done = clock()
         obs_dim = self.obs.shape[-1]
         batch = derived.batch_size
