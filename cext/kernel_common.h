@@ -176,7 +176,18 @@ typedef struct {
     double *recent_lengths;           /* kernel-owned ring */
     uint64_t *recent_head;            /* kernel-owned (1,) */
     uint64_t recent_capacity;
+    int64_t index_offset;             /* env i's RNG stream is (seed, index_offset + i): a kernel
+                                         that steps rows lo.. of a larger batch seeds them as the
+                                         whole batch's kernel would */
 } op_batch;
+
+/* A kernel's whole step as a plain function over its batch, for a native thread to call
+ * (operant.cext.overlap): `step(batch)` is the kernel's step() without the GIL. */
+typedef int64_t (*op_kernel_step_fn)(op_batch *b);
+typedef struct {
+    op_batch *batch;
+    op_kernel_step_fn step;
+} op_stepper;
 
 /* The three functions that make an environment: draw env i's initial state from its stream
  * (b->rng[i]); write env i's observation row from its state; advance env i by its action and
@@ -229,13 +240,14 @@ static inline int64_t op_first_invalid_action(const op_batch *b) {
     return -1;
 }
 
-/* Start a new episode in every env; with `reseed`, env i's stream is first set from (seed, i).
+/* Start a new episode in every env; with `reseed`, env i's stream is first set from
+ * (seed, index_offset + i).
  * Always inlined so the env functions, known constants at each call site, are inlined too. */
 OP_ALWAYS_INLINE void op_batch_reset(op_batch *b, int reseed, uint64_t seed,
                                      op_reset_fn reset_one, op_obs_fn write_obs) {
     int64_t i;
     for (i = 0; i < b->num_envs; i++) {
-        if (reseed) b->rng[i] = op_rng_seed(seed, (uint64_t)i);
+        if (reseed) b->rng[i] = op_rng_seed(seed, (uint64_t)(b->index_offset + i));
         reset_one(b, i);
         write_obs(b, i);
         b->episode_return[i] = 0.0;

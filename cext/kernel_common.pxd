@@ -46,6 +46,7 @@ cdef extern from "kernel_common.h" nogil:
         double *recent_lengths
         uint64_t *recent_head
         uint64_t recent_capacity
+        int64_t index_offset
 
     ctypedef void (*op_reset_fn)(op_batch *b, int64_t i) noexcept nogil
     ctypedef void (*op_obs_fn)(op_batch *b, int64_t i) noexcept nogil
@@ -59,6 +60,10 @@ cdef extern from "kernel_common.h" nogil:
     int64_t op_batch_step(op_batch *b, op_step_fn step_one, op_obs_fn write_obs,
                           op_reset_fn reset_one)
     ctypedef void (*op_step_all_fn)(op_batch *b) noexcept nogil
+    ctypedef int64_t (*op_kernel_step_fn)(op_batch *b) noexcept nogil
+    ctypedef struct op_stepper:
+        op_batch *batch
+        op_kernel_step_fn step
     int64_t op_batch_step_all(op_batch *b, op_step_all_fn step_all, op_obs_fn write_obs,
                               op_reset_fn reset_one)
 
@@ -66,7 +71,7 @@ cdef extern from "kernel_common.h" nogil:
 cdef inline tuple op_batch_bind(op_batch *b, int num_envs, int state_dim, int obs_dim,
                                 int action_dim, int num_actions, int max_episode_steps,
                                 actions, obs, rewards, terminated, truncated, final_obs,
-                                int recent_capacity=1024):
+                                int64_t index_offset=0, int recent_capacity=1024):
     """Allocate a kernel's own arrays, check the caller's buffers, and fill `b`.
 
     `action_dim` 0 means one int64 action per env in 0 .. num_actions - 1; otherwise actions
@@ -148,5 +153,6 @@ cdef inline tuple op_batch_bind(op_batch *b, int num_envs, int state_dim, int ob
     b.recent_lengths = &ring_lengths_view[0]
     b.recent_head = &head_view[0]
     b.recent_capacity = recent_capacity
+    b.index_offset = index_offset
     return (state, rng_state, episode_return, episode_length, stats, recent_returns,
             recent_lengths, recent_head)

@@ -13,9 +13,17 @@
 # The env functions are module-level cdef functions, so the always-inlined batch loop turns
 # them into direct, inlinable calls: no indirection per env per step.
 
+from cpython.pycapsule cimport PyCapsule_New
 from libc.stdint cimport int64_t
 
-from kernel_common cimport op_batch, op_batch_bind, op_batch_reset, op_batch_write_obs
+from kernel_common cimport (
+    op_batch,
+    op_batch_bind,
+    op_batch_reset,
+    op_batch_write_obs,
+    op_kernel_step_fn,
+    op_stepper,
+)
 
 
 cdef class BatchKernel:
@@ -30,27 +38,39 @@ cdef class BatchKernel:
     SplitMix64 word per env), `episode_return`/`episode_length`, and the finished-episode
     reduction `stats` with the ring `recent_returns`/`recent_lengths`/`recent_head`: numpy
     arrays that tests and checkpoints may read and write in place (never rebind them).
+
+    `index_offset` k makes this kernel's env i draw from RNG stream (seed, k + i): a kernel
+    over rows k.. of a larger batch starts the same episodes as the whole batch's would.
     """
 
     cdef op_batch _batch
+    cdef op_stepper _stepper
     cdef readonly int num_envs, max_episode_steps
     cdef readonly object state, rng_state, episode_return, episode_length
     cdef readonly object stats, recent_returns, recent_lengths, recent_head
     cdef object _buffers  # the caller's buffers, kept alive as long as the kernel
 
     def __init__(self, int num_envs, actions, obs, rewards, terminated, truncated, final_obs,
-                 int max_episode_steps=MAX_EPISODE_STEPS):
+                 int max_episode_steps=MAX_EPISODE_STEPS, int64_t index_offset=0):
         (self.state, self.rng_state, self.episode_return, self.episode_length, self.stats,
          self.recent_returns, self.recent_lengths, self.recent_head) = op_batch_bind(
             &self._batch, num_envs, STATE_DIM, OBS_DIM, ACTION_DIM, NUM_ACTIONS,
-            max_episode_steps, actions, obs, rewards, terminated, truncated, final_obs)
+            max_episode_steps, actions, obs, rewards, terminated, truncated, final_obs,
+            index_offset)
         self._buffers = (actions, obs, rewards, terminated, truncated, final_obs)
         self.num_envs = num_envs
         self.max_episode_steps = max_episode_steps
+        self._stepper.batch = &self._batch
+        self._stepper.step = <op_kernel_step_fn>_step
+
+    def stepper(self):
+        """This kernel's step as a C function and its batch, in a capsule for a native thread
+        (operant.cext.overlap.StepThread). Whoever holds the capsule keeps the kernel alive."""
+        return PyCapsule_New(&self._stepper, b"operant.op_stepper", NULL)
 
     def reset(self, seed=None):
         """Start a new episode in every env and write `obs`; a seed first re-seeds env i's
-        stream from (seed, i), no seed continues the streams."""
+        stream from (seed, index_offset + i), no seed continues the streams."""
         op_batch_reset(&self._batch, seed is not None, 0 if seed is None else seed,
                        _reset_one, _write_obs)
 

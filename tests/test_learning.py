@@ -23,13 +23,14 @@ def test_there_is_a_config_for_every_env():
     assert {path.stem for path in CONFIGS} == SHIPPED_ENVS
 
 
-@pytest.mark.parametrize("path", [*CONFIGS, ROOT / "deploy" / "cartpole.toml"],
+@pytest.mark.parametrize("path", [*CONFIGS, *sorted((ROOT / "configs").glob("*/*.toml")),
+                                  ROOT / "deploy" / "cartpole.toml"],
                          ids=lambda path: f"{path.parent.name}/{path.name}")
 def test_config_loads_and_derives(path):
     config = load_config(path)
     derived = derive(config)
     assert derived.num_updates >= 1
-    if path.parent.name == "configs":
+    if path.parent.name in ("configs", "throughput"):
         # The file is named for its env, and trains it on the fast kernel.
         assert config.env.id == path.stem
         assert config.env.impl == "native"
@@ -67,3 +68,15 @@ def test_shipped_config_learns(env_id, steps, threshold):
     first, last = run_for(env_id, steps)
     assert last >= threshold, f"{env_id}: last-100 mean {last:.1f} after {steps:,} steps"
     assert last > first, f"{env_id}: no improvement ({first:.1f} -> {last:.1f})"
+
+
+def test_throughput_config_solves_cartpole():
+    """configs/throughput/CartPole-v1.toml trains to its target (mean of the last 100
+    episodes >= 475) inside its budget; seed 1 solved at 1.26M steps when measured."""
+    config = load_config(ROOT / "configs" / "throughput" / "CartPole-v1.toml",
+                         ["train.seed=1", "train.torch_threads=1", "train.publish_metrics=false"])
+    trainer = Trainer(config)
+    last = trainer.run()
+    assert trainer.solved_at is not None, f"last-100 mean {last['episode_return_mean']}"
+    assert last["episode_return_mean"] >= 475.0
+    assert last["global_step"] < config.train.total_steps

@@ -33,8 +33,9 @@ from operant.shared.reader import MetricsReader
 from operant.shared.runs import LOG_FILE, METRICS_FILE, PROGRESS_FILE
 
 SEED = 11
-# Long enough to outlast the tmux test and 20 monitor restarts.
-TOTAL_STEPS = 500_000
+# Long enough to outlast the tmux test and 20 monitor restarts (about 25 s of training on
+# half a core of the 2-core machine at the default config's ~190K steps/s on a whole one).
+TOTAL_STEPS = 2_500_000
 # Both trainers share the first CPU and the monitors get the others, so the run outlasts the
 # restarts whatever the machine's speed (the twin pays the same, and the results do not
 # depend on speed).

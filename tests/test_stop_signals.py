@@ -134,11 +134,15 @@ def test_real_trainer_notifies_systemd_and_stops_on_sigterm_with_a_checkpoint(tm
     receiver = Receiver()
     env = dict(os.environ, NOTIFY_SOCKET="@" + receiver.name, WATCHDOG_USEC="400000")
     env.pop("WATCHDOG_PID", None)
+    # stdout to a file, not a pipe: nobody reads a pipe until the end, and a full one (64 KiB
+    # of JSON lines, well under a second of updates) would block the trainer mid-run.
+    stdout_path = tmp_path / "stdout.jsonl"
+    stdout_file = stdout_path.open("w")
     process = subprocess.Popen(
         [sys.executable, "-m", "operant.trainer.main", "--runs-dir", str(tmp_path), "--run-id",
          "service", *SMALL, "--total-steps", str(256 * 100_000), "--log-format", "json",
          "--set", "checkpoint.every_seconds=0.5"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        stdout=stdout_file, stderr=subprocess.PIPE, text=True, env=env)
     try:
         deadline = time.monotonic() + 120
         # STATUS= goes out at most once a second (SystemdNotifier.status_interval_s).
@@ -148,13 +152,15 @@ def test_real_trainer_notifies_systemd_and_stops_on_sigterm_with_a_checkpoint(tm
             time.sleep(0.01)
         signalled = time.monotonic()
         process.send_signal(signal.SIGTERM)
-        out, err = process.communicate(timeout=timeout_stop_s)
+        _, err = process.communicate(timeout=timeout_stop_s)
         stop_seconds = time.monotonic() - signalled
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
         receiver.close()
+        stdout_file.close()
+    out = stdout_path.read_text()
     assert process.returncode == 0, err
     assert stop_seconds < min(timeout_stop_s, 30.0)
     print(f"SIGTERM to exit of a real trainer process: {stop_seconds:.2f} s "

@@ -297,8 +297,9 @@ def _train_once(args: argparse.Namespace, cell: dict[str, int], seed: int) -> di
 
 def compute_bound(config, seconds: float = 0.5) -> dict[str, Any]:
     """This machine's ceiling for `config`'s network and epochs, measured now: policy forward
-    (act, at the rollout's batch of num_envs) and PPO train-step (loss, backward, clip, Adam,
-    at the minibatch size) samples/s, and the steps/s they allow together:
+    (act, at the rollout's batch of num_envs) and PPO update (every epoch of loss, backward,
+    clip, Adam at the minibatch size, per sample per epoch) samples/s, and the steps/s they
+    allow together:
     1 / (1/forward + epochs/train_step). Env stepping, GAE and bookkeeping count as free."""
     import torch
 
@@ -343,17 +344,19 @@ def compute_bound(config, seconds: float = 0.5) -> dict[str, Any]:
     with torch.inference_mode():
         b_actions, b_logprobs, b_values = (t.clone() for t in policy.act(b_obs, generator))
     b_advantages, b_returns = torch.randn(batch), torch.randn(batch)
-    one_epoch = msgspec_replace(config.ppo, update_epochs=1, target_kl=None)
+    # Every epoch, exactly as training runs them (statistics on the last one only), with no
+    # KL early stop so the epochs are all paid for: train samples/s is batch x epochs / time.
+    epochs = config.ppo.update_epochs
+    all_epochs = msgspec_replace(config.ppo, target_kl=None)
 
-    def train_epoch() -> None:
-        ppo_update(policy, flat, optimizer, one_epoch, b_obs=b_obs, b_actions=b_actions,
+    def train_update() -> None:
+        ppo_update(policy, flat, optimizer, all_epochs, b_obs=b_obs, b_actions=b_actions,
                    b_logprobs=b_logprobs, b_advantages=b_advantages, b_returns=b_returns,
                    b_values=b_values, minibatch_size=derived.minibatch_size,
-                   generator=torch.Generator().manual_seed(0))
+                   generator=generator)
 
     forward_sps = rate(forward, config.env.num_envs)
-    train_sps = rate(train_epoch, batch)
-    epochs = config.ppo.update_epochs
+    train_sps = rate(train_update, batch * epochs)
     bound = 1.0 / (1.0 / forward_sps + epochs / train_sps)
     return {"forward_samples_per_s": round(forward_sps, 1),
             "train_samples_per_s": round(train_sps, 1), "epochs": epochs,

@@ -34,8 +34,14 @@ class EnvConfig(Struct, forbid_unknown_fields=True, kw_only=True):
     impl: Literal["auto", "native", "torch", "reference"] = "auto"
     """native: Cython kernels; torch: batched tensor ops on train.device; reference:
     Gymnasium's own env; auto: native where built, else reference."""
-    num_envs: Positive = 32
-    """Environments stepped together (the batch width of every rollout step)."""
+    num_envs: Positive = 128
+    """Environments stepped together (the batch width of every rollout step). The CartPole
+    defaults (128 x 16 steps, 2 epochs of 4 minibatches) came from `operant bench trainer
+    --matrix` on a 2-core machine: docs/performance.md."""
+    overlap: bool = False
+    """Overlapped rollout (native impl, even num_envs): step half the envs on a second native
+    thread while the policy works on the other half. Off by default: on a 2-core machine it
+    wins only where stepping costs about as much as the policy (docs/performance.md)."""
     max_episode_steps: Positive | None = None
     """Truncation horizon; None keeps the env's registered limit (500 for CartPole-v1)."""
 
@@ -73,7 +79,7 @@ class NormalizeConfig(Struct, forbid_unknown_fields=True, kw_only=True):
 class PPOConfig(Struct, forbid_unknown_fields=True, kw_only=True):
     """Clipped PPO with GAE (Schulman et al. 2017), as in CleanRL's ppo.py."""
 
-    num_steps: Positive = 64
+    num_steps: Positive = 16
     """Steps each env takes per rollout; the batch is num_steps x env.num_envs."""
     learning_rate: PositiveFloat = 3e-3
     """Adam step size (at the start, when annealed)."""
@@ -85,8 +91,8 @@ class PPOConfig(Struct, forbid_unknown_fields=True, kw_only=True):
     """GAE lambda."""
     num_minibatches: Positive = 4
     """Minibatches per epoch; must divide the batch."""
-    update_epochs: Positive = 4
-    """Passes over each batch."""
+    update_epochs: Positive = 2
+    """Passes over each batch (the update's cost is proportional to it)."""
     norm_adv: bool = True
     """Normalise advantages per minibatch."""
     clip_coef: PositiveFloat = 0.2
@@ -175,6 +181,13 @@ def derive(config: Config) -> Derived:
             f"(env.num_envs x ppo.num_steps = {batch})")
     if not config.policy.hidden_sizes:
         raise ConfigError("policy.hidden_sizes must name at least one layer width")
+    if config.env.overlap and config.env.impl in ("torch", "reference"):
+        raise ConfigError(f'env.overlap = true needs env.impl = "native" (its second thread '
+                          f'steps the compiled kernels), got "{config.env.impl}": set env.impl '
+                          f'or drop overlap')
+    if config.env.overlap and config.env.num_envs % 2:
+        raise ConfigError(f"env.overlap = true splits the envs into two halves: env.num_envs "
+                          f"must be even, got {config.env.num_envs}")
     if config.train.target_return is not None and not math.isfinite(config.train.target_return):
         raise ConfigError("train.target_return must be a finite number or left out")
     return Derived(batch_size=batch, minibatch_size=batch // config.ppo.num_minibatches,

@@ -50,6 +50,19 @@ def _always() -> bool:
     return True
 
 
+def _split_env(config: Config, impl: str, env_kwargs: dict[str, Any]):
+    """The overlapped rollout's env (trainer/envs/overlap.py). derive() has refused the
+    static misconfigurations; what is left is "auto" resolving to Gymnasium's envs."""
+    if impl != "native":
+        raise EnvError(f'env.overlap = true needs the native kernels, and env.impl = '
+                       f'"{config.env.impl}" resolved to {impl!r} (is the extension built?)')
+    from operant.trainer.envs.overlap import SplitNativeVectorEnv
+    from operant.trainer.envs.registry import lookup
+
+    return SplitNativeVectorEnv(lookup(config.env.id.removeprefix("operant/")),
+                                config.env.num_envs, copy=False, **env_kwargs)
+
+
 def _as_tensor(buffer) -> torch.Tensor:
     """The env buffer as a tensor sharing its memory (numpy kernels) or itself (torch envs)."""
     return buffer if isinstance(buffer, torch.Tensor) else torch.from_numpy(buffer)
@@ -79,8 +92,11 @@ class Trainer:
         if self.impl == "torch":
             # Device-resident envs: observations, rewards and flags never leave the device.
             env_kwargs["device"] = self.device
-        self.env = make_env(config.env.id, config.env.num_envs, impl=self.impl, copy=False,
-                            **env_kwargs)
+        if config.env.overlap:
+            self.env = _split_env(config, self.impl, env_kwargs)
+        else:
+            self.env = make_env(config.env.id, config.env.num_envs, impl=self.impl, copy=False,
+                                **env_kwargs)
         self.env.reset(seed=config.train.seed)
         obs_dim = self.env.single_observation_space.shape[0]
         action_space = self.env.single_action_space
@@ -135,6 +151,12 @@ class Trainer:
         self.returns = torch.zeros((steps, num_envs), device=device)
         self.clipped_actions = (torch.zeros((num_envs, *action_shape), device=device)
                                 if self.continuous else None)
+        if config.env.overlap:
+            # Per half: its rows, and views of its env observations, actions and clip scratch.
+            self._halves = tuple(
+                (slice(lo, hi), self.env_obs[lo:hi], self.env_actions[lo:hi],
+                 None if self.clipped_actions is None else self.clipped_actions[lo:hi])
+                for lo, hi in self.env.halves)
 
         self.global_step = 0
         self.update = 0
@@ -147,54 +169,106 @@ class Trainer:
         self.started: float | None = None
 
     # -- rollout -------------------------------------------------------------------------
+    def _truncation_check(self) -> Callable[[], bool]:
+        """Whether to bootstrap truncated episodes this step. Native and reference envs keep
+        their flags in host memory, where asking costs nothing (and allocates nothing);
+        device-resident envs on CPU ask torch; on an accelerator always bootstrap, since
+        asking would make the host wait for the device every step."""
+        if isinstance(self.env.truncated, np.ndarray):
+            return self.env.truncated.any
+        if self.env_truncated.device.type == "cpu":
+            return self.env_truncated.any
+        return _always
+
     @torch.inference_mode()
     def collect(self) -> torch.Tensor:
         """Fill the rollout storage; returns V(obs after the last step)."""
-        ppo = self.config.ppo
+        if self.config.env.overlap:
+            return self._collect_overlapped()
         totals = self.timer.totals
         clock = time.perf_counter_ns
-        gamma = ppo.gamma
-        # Whether to bootstrap truncated episodes this step. Native and reference envs keep
-        # their flags in host memory, where asking costs nothing (and allocates nothing);
-        # device-resident envs on CPU ask torch; on an accelerator always bootstrap, since
-        # asking would make the host wait for the device every step.
-        if isinstance(self.env.truncated, np.ndarray):
-            some_truncated = self.env.truncated.any
-        elif self.env_truncated.device.type == "cpu":
-            some_truncated = self.env_truncated.any
-        else:
-            some_truncated = _always
-        for t in range(ppo.num_steps):
-            started = clock()
-            obs = self._observe(self.env_obs, update=True)
-            actions = self.policy.act(
-                obs, self.generator, out=(self.actions[t], self.logprobs[t], self.values[t]))[0]
-            forwarded = clock()
-            self.obs[t].copy_(obs)
-            if self.continuous:
-                torch.clamp(actions, self.action_low, self.action_high, out=self.clipped_actions)
-                actions = self.clipped_actions
-            self.env_actions.copy_(actions)
-            stored = clock()
+        some_truncated = self._truncation_check()
+        everything = slice(None)
+        for t in range(self.config.ppo.num_steps):
+            self._act(t, everything, self.env_obs, self.env_actions, self.clipped_actions)
+            stepped_from = clock()
             self.env.step_bound()
             stepped = clock()
-            rewards = self.rewards[t]
-            rewards.copy_(self.env_rewards)
-            torch.logical_or(self.env_terminated, self.env_truncated, out=self.done_mask)
-            self.dones[t].copy_(self.done_mask)
-            if self.reward_normalizer is not None:
-                rewards.copy_(self.reward_normalizer(rewards, self.dones[t]))
-            # A time limit is not a terminal state: bootstrap from the final observation.
-            if some_truncated():
-                final_value = self.policy.value(self._observe(self.env_final_obs),
-                                                out=self.final_values)
-                self.truncated.copy_(self.env_truncated)
-                rewards.addcmul_(final_value, self.truncated, value=gamma)
-            finished = clock()
-            totals["forward"] += forwarded - started
-            totals["store"] += (stored - forwarded) + (finished - stepped)
-            totals["env"] += stepped - stored
-        self.global_step += ppo.num_steps * self.config.env.num_envs
+            self._after_step(t, some_truncated)
+            totals["env"] += stepped - stepped_from
+            totals["store"] += clock() - stepped
+        return self._finish_rollout()
+
+    def _collect_overlapped(self) -> torch.Tensor:
+        """collect() with the envs in two halves, A and B, each stepped on the env thread
+        while the policy works on the other: A's step t runs during B's forward t, B's step t
+        during A's forward t + 1. Step t's bookkeeping (rewards, dones, bootstrap) runs over
+        all envs once both halves have taken it, exactly as in collect()."""
+        totals = self.timer.totals
+        clock = time.perf_counter_ns
+        some_truncated = self._truncation_check()
+        env = self.env
+        (a_rows, a_obs, a_actions, a_clipped), (b_rows, b_obs, b_actions, b_clipped) = self._halves
+        for t in range(self.config.ppo.num_steps):
+            self._act(t, a_rows, a_obs, a_actions, a_clipped)
+            if t > 0:
+                waited_from = clock()
+                env.finish_half(1)
+                waited = clock()
+                self._after_step(t - 1, some_truncated)
+                totals["env"] += waited - waited_from
+                totals["store"] += clock() - waited
+            env.start_half(0)
+            self._act(t, b_rows, b_obs, b_actions, b_clipped)
+            waited_from = clock()
+            env.finish_half(0)
+            env.start_half(1)
+            totals["env"] += clock() - waited_from
+        waited_from = clock()
+        env.finish_half(1)
+        waited = clock()
+        self._after_step(self.config.ppo.num_steps - 1, some_truncated)
+        totals["env"] += waited - waited_from
+        totals["store"] += clock() - waited
+        return self._finish_rollout()
+
+    def _act(self, t: int, rows: slice, env_obs: torch.Tensor, env_actions: torch.Tensor,
+             clipped: torch.Tensor | None) -> None:
+        """The policy on `rows` of the envs at step t: sample into the storage, keep the
+        observation, write the actions the envs will take (clipped to a Box's bounds)."""
+        clock = time.perf_counter_ns
+        started = clock()
+        obs = self._observe(env_obs, update=True)
+        actions = self.policy.act(obs, self.generator, out=(
+            self.actions[t, rows], self.logprobs[t, rows], self.values[t, rows]))[0]
+        forwarded = clock()
+        self.obs[t, rows].copy_(obs)
+        if clipped is not None:
+            torch.clamp(actions, self.action_low, self.action_high, out=clipped)
+            actions = clipped
+        env_actions.copy_(actions)
+        totals = self.timer.totals
+        totals["forward"] += forwarded - started
+        totals["store"] += clock() - forwarded
+
+    def _after_step(self, t: int, some_truncated: Callable[[], bool]) -> None:
+        """Step t's outcome into the storage: rewards (normalised if configured; a truncated
+        episode's reward plus gamma * V(final observation), since a time limit is not a
+        terminal state) and dones."""
+        rewards = self.rewards[t]
+        rewards.copy_(self.env_rewards)
+        torch.logical_or(self.env_terminated, self.env_truncated, out=self.done_mask)
+        self.dones[t].copy_(self.done_mask)
+        if self.reward_normalizer is not None:
+            rewards.copy_(self.reward_normalizer(rewards, self.dones[t]))
+        if some_truncated():
+            final_value = self.policy.value(self._observe(self.env_final_obs),
+                                            out=self.final_values)
+            self.truncated.copy_(self.env_truncated)
+            rewards.addcmul_(final_value, self.truncated, value=self.config.ppo.gamma)
+
+    def _finish_rollout(self) -> torch.Tensor:
+        self.global_step += self.config.ppo.num_steps * self.config.env.num_envs
         return self.policy.value(self._observe(self.env_obs), out=self.next_value)
 
     def _observe(self, env_obs: torch.Tensor, update: bool = False) -> torch.Tensor:

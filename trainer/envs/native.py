@@ -82,10 +82,20 @@ class NativeVectorEnv(VectorEnv):
         allocate_buffers(self, num_envs, self.single_observation_space.shape[0])
         self._done = np.zeros(num_envs, dtype=np.bool_)
         self.max_episode_steps = max_episode_steps or entry.max_episode_steps
-        self.kernel = entry.native(num_envs, self.actions, self.obs, self.rewards,
-                                   self.terminated, self.truncated, self.final_obs,
-                                   max_episode_steps=self.max_episode_steps)
+        self.kernels = self._bind_kernels()
         self._seeded = False
+
+    def _bind_kernels(self) -> tuple[Any, ...]:
+        """The kernels that step this env's buffers: here one, over all of them."""
+        self.kernel = self._kernel_over(0, self.num_envs)
+        return (self.kernel,)
+
+    def _kernel_over(self, lo: int, hi: int):
+        """A kernel bound to rows lo:hi of the buffers, its envs seeded as rows lo:hi."""
+        return self.entry.native(hi - lo, self.actions[lo:hi], self.obs[lo:hi],
+                                 self.rewards[lo:hi], self.terminated[lo:hi],
+                                 self.truncated[lo:hi], self.final_obs[lo:hi],
+                                 max_episode_steps=self.max_episode_steps, index_offset=lo)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         """Reset every env. A seed re-seeds env i's stream from (seed, i); no seed on the
@@ -94,11 +104,11 @@ class NativeVectorEnv(VectorEnv):
             if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) \
                     or not 0 <= int(seed) < 2**64:
                 raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
-            self.kernel.reset(int(seed))
+            seed = int(seed)
         elif not self._seeded:
-            self.kernel.reset(secrets.randbits(64))
-        else:
-            self.kernel.reset(None)
+            seed = secrets.randbits(64)
+        for kernel in self.kernels:
+            kernel.reset(seed)
         self._seeded = True
         return (self.obs.copy() if self.copy else self.obs), {}
 
