@@ -270,13 +270,15 @@ def test_killing_monitors_never_touches_training(training):
             assert monitor.drawn(training.run_id, timeout_s=20), monitor.output[-500:]
         else:
             monitor.drain(0.01 * restart)
-        if restart == RESTARTS // 2:
-            monitor.process.send_signal(signal.SIGSTOP)
-            before = training.step()
-            time.sleep(2.5)
-            assert training.step() > before  # the trainer goes on while the monitor is stopped
-            monitor.process.send_signal(signal.SIGCONT)
-        monitor.kill()
+        try:
+            if restart == RESTARTS // 2:
+                monitor.process.send_signal(signal.SIGSTOP)
+                before = training.step()
+                time.sleep(2.5)
+                assert training.step() > before  # the trainer goes on while the monitor is stopped
+                monitor.process.send_signal(signal.SIGCONT)
+        finally:
+            monitor.kill()  # even when an assertion failed: never leave a stopped monitor behind
         steps_seen.append(training.step())
     assert training.trainer_alive(), "the run ended before the last restart: raise TOTAL_STEPS"
     assert steps_seen == sorted(steps_seen) and steps_seen[-1] > steps_seen[0]
