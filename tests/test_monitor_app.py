@@ -403,8 +403,10 @@ async def test_real_file_replaced_by_garbage_then_by_a_new_run(tmp_path):
             garbage = tmp_path / "garbage"
             garbage.write_bytes(b"not a metrics file" * 300)
             os.replace(garbage, run.path)
-            await until(pilot, lambda: "Cannot read the metrics file" in banner(app))
-            assert "not an Operant metrics file" in banner(app)
+            # The monitor may first see only that the file was replaced (its inode changed),
+            # then, reopening it, that the new one is garbage: wait for the second.
+            await until(pilot, lambda: "not an Operant metrics file" in banner(app))
+            assert "Cannot read the metrics file" in banner(app)
             assert big(app, "steps") == "10,240"  # the last values stay
             assert "running (unreadable)" in screen_text(app)
             # A new run writes its file in the same place: read from its start.
