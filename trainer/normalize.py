@@ -3,6 +3,8 @@ NormalizeReward wrappers compute them), on tensors, batched over envs.
 
 Statistics are float64 tensors registered as buffers, so they are saved with the model and
 restored with it: a policy trained on normalised observations is useless without them.
+Nothing here is differentiable (the buffers never require grad), so the per-step calls run
+without a grad-mode context of their own: the rollout calls them under inference mode.
 """
 
 from __future__ import annotations
@@ -11,60 +13,135 @@ import torch
 from torch import nn
 
 
+def _normal_tensors() -> torch.inference_mode:
+    """Workspaces are made as normal tensors even when the first call is under inference
+    mode (the rollout's), so that a later call outside it may still write into them."""
+    return torch.inference_mode(False)
+
+
 class RunningMeanStd(nn.Module):
-    """Mean and variance over every sample seen, merged batch by batch (Chan et al.)."""
+    """Mean and variance over every sample seen, merged batch by batch (Chan et al.).
+
+    `update` allocates nothing after its first call for a batch shape: every intermediate has
+    a workspace tensor, and the batch size is a 0-dim tensor (a Python number in a tensor
+    operation would be wrapped in a new tensor each call). The merge is the textbook
+    formula's, operation for operation; the batch variance is a two-pass sum of squared
+    deviations (equal to torch.var's up to the last bits)."""
 
     def __init__(self, shape: tuple[int, ...] = (), epsilon: float = 1e-4):
         super().__init__()
         self.register_buffer("mean", torch.zeros(shape, dtype=torch.float64))
         self.register_buffer("var", torch.ones(shape, dtype=torch.float64))
         self.register_buffer("count", torch.tensor(epsilon, dtype=torch.float64))
+        self._workspaces: dict[tuple[tuple[int, ...], torch.device], dict[str, torch.Tensor]] = {}
 
-    @torch.no_grad()
+    def _workspace(self, batch: torch.Tensor) -> dict[str, torch.Tensor]:
+        key = (tuple(batch.shape), batch.device)
+        work = self._workspaces.get(key)
+        if work is None:
+            like = dict(dtype=torch.float64, device=self.mean.device)
+            with _normal_tensors():
+                work = {"batch": torch.empty(batch.shape, **like),
+                        **{name: torch.empty(self.mean.shape, **like)
+                           for name in ("batch_mean", "batch_var", "delta", "m2", "scratch")},
+                        "batch_count": torch.tensor(float(batch.shape[0]), **like),
+                        "total": torch.empty((), **like)}
+            self._workspaces[key] = work
+        return work
+
     def update(self, batch: torch.Tensor) -> None:
-        batch = batch.to(torch.float64)
-        batch_mean = batch.mean(0)
-        batch_var = batch.var(0, unbiased=False)
-        batch_count = batch.shape[0]
-        delta = batch_mean - self.mean
-        total = self.count + batch_count
-        self.mean += delta * batch_count / total
-        m2 = self.var * self.count + batch_var * batch_count + delta * delta * self.count * batch_count / total
-        self.var.copy_(m2 / total)
-        self.count.copy_(total)
+        work = self._workspace(batch)
+        batch64, count, batch_count, total = work["batch"], self.count, work["batch_count"], work["total"]
+        batch_mean, batch_var, delta = work["batch_mean"], work["batch_var"], work["delta"]
+        m2, scratch = work["m2"], work["scratch"]
+        batch64.copy_(batch)
+        # The mean as torch.mean computes it (a sum, then a division by the count), without
+        # the scalar tensor torch.mean(out=) allocates for that count.
+        torch.sum(batch64, 0, out=batch_mean).div_(batch_count)
+        # The population variance in two passes, in place over the widened copy (torch.var
+        # allocates for a single column, as the reward statistics are).
+        torch.sum(batch64.sub_(batch_mean).square_(), 0, out=batch_var).div_(batch_count)
+        torch.sub(batch_mean, self.mean, out=delta)
+        torch.add(count, batch_count, out=total)
+        # mean += delta * batch_count / total
+        torch.mul(delta, batch_count, out=scratch).div_(total)
+        self.mean.add_(scratch)
+        # var = (var * count + batch_var * batch_count + delta^2 * count * batch_count / total) / total
+        torch.mul(self.var, count, out=m2).addcmul_(batch_var, batch_count)
+        torch.mul(delta, delta, out=scratch).mul_(count).mul_(batch_count).div_(total)
+        m2.add_(scratch)
+        torch.div(m2, total, out=self.var)
+        count.copy_(total)
 
 
 class ObservationNormalizer(nn.Module):
-    """(obs - mean) / sqrt(var + eps), clipped to +-clip; statistics updated while training."""
+    """(obs - mean) / sqrt(var + eps), clipped to +-clip; statistics updated while training.
+
+    Returns a workspace tensor per batch shape, overwritten by the next call of that shape:
+    use (or copy) the result before normalising the next batch."""
 
     def __init__(self, obs_dim: int, clip: float, epsilon: float = 1e-8):
         super().__init__()
         self.stats = RunningMeanStd((obs_dim,))
         self.clip, self.epsilon = clip, epsilon
+        self.register_buffer("_epsilon", torch.tensor(epsilon, dtype=torch.float64),
+                             persistent=False)
+        self._workspaces: dict[tuple[tuple[int, ...], torch.dtype, torch.device],
+                               tuple[torch.Tensor, ...]] = {}
 
-    @torch.no_grad()
     def forward(self, obs: torch.Tensor, update: bool = False) -> torch.Tensor:
         if update:
             self.stats.update(obs)
-        scale = torch.rsqrt(self.stats.var + self.epsilon)
-        normalized = (obs - self.stats.mean) * scale
-        return normalized.clamp_(-self.clip, self.clip).to(obs.dtype)
+        key = (tuple(obs.shape), obs.dtype, obs.device)
+        work = self._workspaces.get(key)
+        if work is None:
+            with _normal_tensors():
+                work = (torch.empty(obs.shape[1:], dtype=torch.float64, device=obs.device),
+                        torch.empty(obs.shape, dtype=torch.float64, device=obs.device),
+                        torch.empty_like(obs))
+            self._workspaces[key] = work
+        scale, normalized, out = work
+        torch.add(self.stats.var, self._epsilon, out=scale).rsqrt_()
+        # Widened first: an operation mixing float32 and float64 would cast into a temporary.
+        normalized.copy_(obs).sub_(self.stats.mean).mul_(scale)
+        return out.copy_(normalized.clamp_(-self.clip, self.clip))
 
 
 class RewardNormalizer(nn.Module):
-    """Rewards divided by the running standard deviation of each env's discounted return."""
+    """Rewards divided by the running standard deviation of each env's discounted return.
+
+    Like ObservationNormalizer, allocation-free after the first call per shape, and returning
+    a workspace tensor."""
 
     def __init__(self, num_envs: int, gamma: float, clip: float, epsilon: float = 1e-8):
         super().__init__()
         self.stats = RunningMeanStd(())
         self.register_buffer("returns", torch.zeros(num_envs, dtype=torch.float64))
         self.gamma, self.clip, self.epsilon = gamma, clip, epsilon
+        for name, value in (("_gamma", gamma), ("_epsilon", epsilon), ("_one", 1.0)):
+            self.register_buffer(name, torch.tensor(value, dtype=torch.float64), persistent=False)
+        self._workspaces: dict[tuple[torch.dtype, torch.device],
+                               tuple[torch.Tensor, ...]] = {}
 
-    @torch.no_grad()
     def forward(self, rewards: torch.Tensor, dones: torch.Tensor) -> torch.Tensor:
         """Normalise one step's rewards (N,); `dones` (N,) ends each env's return after it."""
-        self.returns.mul_(self.gamma).add_(rewards)
+        key = (rewards.dtype, rewards.device)
+        work = self._workspaces.get(key)
+        if work is None:
+            with _normal_tensors():
+                work = (torch.empty_like(self.returns), torch.empty_like(self.stats.var),
+                        torch.empty((), dtype=rewards.dtype, device=rewards.device),
+                        torch.empty_like(rewards))
+            self._workspaces[key] = work
+        wide, std, narrow_std, scaled = work
+        # float32 inputs widened into float64 workspaces first (a mixed-dtype operation would
+        # cast into a temporary); the values are the same as computing in float64 directly.
+        self.returns.mul_(self._gamma).add_(wide.copy_(rewards))
         self.stats.update(self.returns)
-        self.returns.mul_(1.0 - dones.to(torch.float64))
-        scaled = rewards / torch.sqrt(self.stats.var + self.epsilon)
-        return scaled.clamp_(-self.clip, self.clip).to(rewards.dtype)
+        wide.copy_(dones)
+        self.returns.mul_(torch.sub(self._one, wide, out=wide))
+        torch.add(self.stats.var, self._epsilon, out=std).sqrt_()
+        # float32 rewards over a 0-dim float64 std compute in float32 (`rewards / std` always
+        # did): the std narrowed into a workspace first, or the cast would allocate.
+        narrow_std.copy_(std)
+        return torch.div(rewards, narrow_std, out=scaled).clamp_(-self.clip, self.clip)
