@@ -308,6 +308,7 @@ def compute_bound(config, seconds: float = 1.0) -> dict[str, Any]:
     allow together:
     1 / (1/forward + epochs/train_step). Env stepping, GAE and bookkeeping count as free.
     `seconds` is the measuring time of each of the two rates."""
+    import msgspec
     import torch
 
     from operant.trainer.config import derive
@@ -359,7 +360,7 @@ def compute_bound(config, seconds: float = 1.0) -> dict[str, Any]:
     # Every epoch, exactly as training runs them (statistics on the last one only), with no
     # KL early stop so the epochs are all paid for: train samples/s is batch x epochs / time.
     epochs = config.ppo.update_epochs
-    all_epochs = msgspec_replace(config.ppo, target_kl=None)
+    all_epochs = msgspec.structs.replace(config.ppo, target_kl=None)
 
     def train_update() -> None:
         ppo_update(policy, flat, optimizer, all_epochs, b_obs=b_obs, b_actions=b_actions,
@@ -382,12 +383,6 @@ def _better_bound(first: dict[str, Any], second: dict[str, Any]) -> dict[str, An
     epochs = first["epochs"]
     return {"forward_samples_per_s": forward, "train_samples_per_s": train, "epochs": epochs,
             "bound_steps_per_s": round(1.0 / (1.0 / forward + epochs / train), 1)}
-
-
-def msgspec_replace(struct, **changes):
-    import msgspec
-
-    return msgspec.structs.replace(struct, **changes)
 
 
 def bench_trainer(args: argparse.Namespace) -> dict[str, Any]:
