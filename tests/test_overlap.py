@@ -16,17 +16,11 @@ from operant.trainer.checkpoint import capture_env_state, restore_env_state
 from operant.trainer.config import load_config
 from operant.trainer.envs import InvalidActionError, make_env
 from operant.trainer.envs.overlap import SplitNativeVectorEnv
+from operant.trainer.envs.parity import random_actions
 from operant.trainer.envs.registry import lookup
 from operant.trainer.train import Trainer
 
 OUTPUTS = ("obs", "final_obs", "rewards", "terminated", "truncated")
-
-
-def random_actions(env, rng):
-    space = env.single_action_space
-    if hasattr(space, "n"):
-        return rng.integers(0, space.n, size=env.num_envs)
-    return rng.uniform(space.low, space.high, (env.num_envs, *space.shape)).astype(np.float32)
 
 
 @pytest.mark.parametrize("spin_us", [200.0, 0.0])

@@ -153,6 +153,7 @@ def bench_env_only(args: argparse.Namespace) -> dict[str, Any]:
     import numpy as np
 
     from operant.trainer.envs import make_env
+    from operant.trainer.envs.parity import random_actions
 
     impls = [part for part in args.impl.split(",") if part]
     record: dict[str, Any] = {}
@@ -176,7 +177,7 @@ def bench_env_only(args: argparse.Namespace) -> dict[str, Any]:
         for impl in impls:
             env = make_env(args.env, num_envs, impl=impl, copy=False)
             env.reset(seed=0)
-            env.actions[:] = _sample_actions(env, rng)
+            env.actions[:] = random_actions(env, rng)
             row[impl] = summarize(_timed_rounds(env.step_bound, num_envs, args.rounds,
                                                 args.round_seconds))
             env.close()
@@ -184,7 +185,7 @@ def bench_env_only(args: argparse.Namespace) -> dict[str, Any]:
             reference = gymnasium.make_vec(args.env, num_envs=num_envs,
                                            vectorization_mode="vector_entry_point")
             reference.reset(seed=0)
-            actions = _sample_actions(reference, rng)
+            actions = random_actions(reference, rng)
             row["gymnasium"] = summarize(_timed_rounds(lambda: reference.step(actions), num_envs,
                                                        args.rounds, args.round_seconds))
             reference.close()
@@ -195,16 +196,6 @@ def bench_env_only(args: argparse.Namespace) -> dict[str, Any]:
     record["results"] = results
     record["mem_delta_mb"] = round(_rss_mb() - before, 2)
     return record
-
-
-def _sample_actions(env, rng):
-    import numpy as np
-    from gymnasium import spaces
-
-    space = env.single_action_space
-    if isinstance(space, spaces.Discrete):
-        return rng.integers(0, space.n, size=env.num_envs)
-    return rng.uniform(space.low, space.high, size=(env.num_envs, *space.shape)).astype(np.float32)
 
 
 def _print_env_row(env_id: str, impls: list[str], row: dict[str, Any]) -> None:
@@ -311,65 +302,41 @@ def compute_bound(config, seconds: float = 1.0) -> dict[str, Any]:
     import msgspec
     import torch
 
-    from operant.trainer.config import derive
-    from operant.trainer.envs import make_env
-    from operant.trainer.policy import ActorCritic, FlatAdam, FlatParameters
-    from operant.trainer.ppo import ppo_update
+    from operant.trainer.ppo import compute_gae, ppo_update
+    from operant.trainer.train import Trainer
 
-    derived = derive(config)
-    if config.train.torch_threads:
-        torch.set_num_threads(config.train.torch_threads)
-    env = make_env(config.env.id, 1, impl="reference")
-    obs_dim = env.single_observation_space.shape[0]
-    continuous = env.single_action_space.shape != ()
-    num_actions = (int(torch.tensor(env.single_action_space.shape).prod()) if continuous
-                   else int(env.single_action_space.n))
-    env.close()
-    torch.manual_seed(0)
-    policy = ActorCritic.from_config(config.policy, obs_dim, num_actions, continuous)
-    flat = FlatParameters(policy)
-    optimizer = FlatAdam(flat.param, lr=config.ppo.learning_rate, eps=config.ppo.adam_eps)
+    # The run's own policy, optimizer and rollout storage, filled by one real rollout.
+    trainer = Trainer(config)
+    next_value = trainer.collect()
+    trainer.env.close()
+    ppo, derived = config.ppo, trainer.derived
+    advantages, returns = compute_gae(trainer.rewards, trainer.values, trainer.dones, next_value,
+                                      ppo.gamma, ppo.gae_lambda)
     generator = torch.Generator().manual_seed(0)
 
     def rate(work: Callable[[], None], samples: int) -> float:
         """The best of 5 rounds (a ceiling: this VM's speed drifts by 20-30% within
         seconds), after warm-up calls that make the buffers the work allocates."""
-        for _ in range(3):
-            work()
-        best = 0.0
-        for _ in range(5):
-            calls, started = 0, time.perf_counter()
-            while calls < 2 or time.perf_counter() - started < seconds / 5:
-                work()
-                calls += 1
-            best = max(best, samples * calls / (time.perf_counter() - started))
-        return best
+        return max(_timed_rounds(work, samples, 5, seconds / 5))
 
-    obs = torch.randn(config.env.num_envs, obs_dim)
-    out = policy.act(obs, generator)
+    obs, out = trainer.obs[0], (trainer.actions[0], trainer.logprobs[0], trainer.values[0])
 
     def forward() -> None:
         with torch.inference_mode():
-            policy.act(obs, generator, out=out)
+            trainer.policy.act(obs, generator, out=out)
 
-    batch = derived.batch_size
-    b_obs = torch.randn(batch, obs_dim)
-    with torch.inference_mode():
-        b_actions, b_logprobs, b_values = (t.clone() for t in policy.act(b_obs, generator))
-    b_advantages, b_returns = torch.randn(batch), torch.randn(batch)
+    flat_batch = trainer.flat_batch(advantages, returns)
     # Every epoch, exactly as training runs them (statistics on the last one only), with no
     # KL early stop so the epochs are all paid for: train samples/s is batch x epochs / time.
-    epochs = config.ppo.update_epochs
-    all_epochs = msgspec.structs.replace(config.ppo, target_kl=None)
+    epochs = ppo.update_epochs
+    all_epochs = msgspec.structs.replace(ppo, target_kl=None)
 
     def train_update() -> None:
-        ppo_update(policy, flat, optimizer, all_epochs, b_obs=b_obs, b_actions=b_actions,
-                   b_logprobs=b_logprobs, b_advantages=b_advantages, b_returns=b_returns,
-                   b_values=b_values, minibatch_size=derived.minibatch_size,
-                   generator=generator)
+        ppo_update(trainer.policy, trainer.flat, trainer.optimizer, all_epochs, **flat_batch,
+                   minibatch_size=derived.minibatch_size, generator=generator)
 
     forward_sps = rate(forward, config.env.num_envs)
-    train_sps = rate(train_update, batch * epochs)
+    train_sps = rate(train_update, derived.batch_size * epochs)
     bound = 1.0 / (1.0 / forward_sps + epochs / train_sps)
     return {"forward_samples_per_s": round(forward_sps, 1),
             "train_samples_per_s": round(train_sps, 1), "epochs": epochs,
@@ -385,15 +352,17 @@ def _better_bound(first: dict[str, Any], second: dict[str, Any]) -> dict[str, An
             "bound_steps_per_s": round(1.0 / (1.0 / forward + epochs / train), 1)}
 
 
+def _cell_configs(args: argparse.Namespace, target: bool) -> list[tuple[dict[str, int], Any]]:
+    """Every cell with its config (first seed), all loaded before anything runs, so a bad
+    cell is refused up front rather than after minutes of measuring."""
+    return [(cell, _load_cell_config(args, cell, args.seeds[0], target=target))
+            for cell in _cells(args)]
+
+
 def bench_trainer(args: argparse.Namespace) -> dict[str, Any]:
-    cells = []
-    for cell in _cells(args):
-        _load_cell_config(args, cell, args.seeds[0])  # every cell valid before any runs
-        cells.append(cell)
     results = []
-    for cell in cells:
+    for cell, config in _cell_configs(args, target=True):
         print(f"trainer {_label(cell)}:", flush=True)
-        config = _load_cell_config(args, cell, args.seeds[0])
         # The bound is measured before and after the runs and the better of each rate kept:
         # a ceiling should not depend on which second of a drifting VM it was taken in.
         bound_before = None if args.no_bound else compute_bound(config)
@@ -438,13 +407,8 @@ def bench_trainer_eval(args: argparse.Namespace) -> dict[str, Any]:
     """The rollout alone: --rounds timed rounds of `Trainer.collect()` after --warmup."""
     from operant.trainer.train import Trainer
 
-    cells = []
-    for cell in _cells(args):
-        _load_cell_config(args, cell, args.seeds[0], target=False)
-        cells.append(cell)
     results = []
-    for cell in cells:
-        config = _load_cell_config(args, cell, args.seeds[0], target=False)
+    for cell, config in _cell_configs(args, target=False):
         trainer = Trainer(config)
         steps = config.ppo.num_steps * config.env.num_envs
         for _ in range(args.warmup):
@@ -454,6 +418,7 @@ def bench_trainer_eval(args: argparse.Namespace) -> dict[str, Any]:
         rounds = _timed_rounds(trainer.collect, steps, args.rounds, args.round_seconds, warm=0)
         total = sum(trainer.timer.totals.values())
         phases = {name: round(ns / total, 4) for name, ns in trainer.timer.totals.items() if ns}
+        trainer.env.close()
         result = {"cell": cell, "summary": {"sps": summarize(rounds), "phase_fraction": phases,
                                             "all_solved": True,
                                             "mem_delta_mb_max": round(_rss_mb() - before, 2)}}

@@ -70,9 +70,6 @@ RESUMABLE_CHANGES = ("train.total_steps", "train.target_return", "train.log_ever
                      "train.publish_metrics", "train.runs_dir", "train.run_id",
                      "train.torch_threads", "checkpoint.")
 
-# Attributes of a native env's kernel that make up its state (cext/kernel_common.pxi).
-_NATIVE_KERNEL_ARRAYS = ("state", "rng_state", "episode_return", "episode_length", "stats",
-                         "recent_returns", "recent_lengths", "recent_head")
 # Tensors of a torch env (trainer/envs/torch_envs.py) that make up its state.
 _TORCH_ENV_TENSORS = ("state", "rng_state", "episode_return", "episode_length", "stats",
                       "_ring_returns", "_ring_lengths", "_ring_head", "_invalid_env",
@@ -97,15 +94,11 @@ def update_of(path: Path) -> int | None:
 # --- env state ---------------------------------------------------------------------------
 
 def _env_arrays(env: Any) -> dict[str, Any] | None:
-    """The live arrays (numpy or torch) that hold `env`'s state; None if it has none we know."""
+    """The live arrays (numpy or torch) that hold `env`'s state; None if it has none we know.
+    Native envs say it themselves (NativeVectorEnv.get_state)."""
     getter = getattr(env, "get_state", None)
     if callable(getter):
         return dict(getter())
-    kernel = getattr(env, "kernel", None)
-    if kernel is not None:
-        arrays = {f"kernel.{name}": getattr(kernel, name) for name in _NATIVE_KERNEL_ARRAYS}
-        arrays["obs"] = env.obs
-        return arrays
     if getattr(env, "impl", None) == "torch":
         return {name: getattr(env, name) for name in _TORCH_ENV_TENSORS}
     return None

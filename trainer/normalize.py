@@ -83,7 +83,7 @@ class ObservationNormalizer(nn.Module):
     def __init__(self, obs_dim: int, clip: float, epsilon: float = 1e-8):
         super().__init__()
         self.stats = RunningMeanStd((obs_dim,))
-        self.clip, self.epsilon = clip, epsilon
+        self.clip = clip
         self.register_buffer("_epsilon", torch.tensor(epsilon, dtype=torch.float64),
                              persistent=False)
         self._workspaces: dict[tuple[tuple[int, ...], torch.dtype, torch.device],
@@ -117,7 +117,7 @@ class RewardNormalizer(nn.Module):
         super().__init__()
         self.stats = RunningMeanStd(())
         self.register_buffer("returns", torch.zeros(num_envs, dtype=torch.float64))
-        self.gamma, self.clip, self.epsilon = gamma, clip, epsilon
+        self.clip = clip
         for name, value in (("_gamma", gamma), ("_epsilon", epsilon), ("_one", 1.0)):
             self.register_buffer(name, torch.tensor(value, dtype=torch.float64), persistent=False)
         self._workspaces: dict[tuple[torch.dtype, torch.device],

@@ -50,19 +50,6 @@ def _always() -> bool:
     return True
 
 
-def _split_env(config: Config, impl: str, env_kwargs: dict[str, Any]):
-    """The overlapped rollout's env (trainer/envs/overlap.py). derive() has refused the
-    static misconfigurations; what is left is "auto" resolving to Gymnasium's envs."""
-    if impl != "native":
-        raise EnvError(f'env.overlap = true needs the native kernels, and env.impl = '
-                       f'"{config.env.impl}" resolved to {impl!r} (is the extension built?)')
-    from operant.trainer.envs.overlap import SplitNativeVectorEnv
-    from operant.trainer.envs.registry import lookup
-
-    return SplitNativeVectorEnv(lookup(config.env.id.removeprefix("operant/")),
-                                config.env.num_envs, copy=False, **env_kwargs)
-
-
 def _as_tensor(buffer) -> torch.Tensor:
     """The env buffer as a tensor sharing its memory (numpy kernels) or itself (torch envs)."""
     return buffer if isinstance(buffer, torch.Tensor) else torch.from_numpy(buffer)
@@ -92,11 +79,8 @@ class Trainer:
         if self.impl == "torch":
             # Device-resident envs: observations, rewards and flags never leave the device.
             env_kwargs["device"] = self.device
-        if config.env.overlap:
-            self.env = _split_env(config, self.impl, env_kwargs)
-        else:
-            self.env = make_env(config.env.id, config.env.num_envs, impl=self.impl, copy=False,
-                                **env_kwargs)
+        self.env = make_env(config.env.id, config.env.num_envs, impl=self.impl, copy=False,
+                            overlap=config.env.overlap, **env_kwargs)
         self.env.reset(seed=config.train.seed)
         obs_dim = self.env.single_observation_space.shape[0]
         action_space = self.env.single_action_space
@@ -299,20 +283,21 @@ class Trainer:
                                           config.ppo.gamma, config.ppo.gae_lambda,
                                           advantages=self.advantages, returns=self.returns)
         gae_done = clock()
-        obs_dim = self.obs.shape[-1]
-        batch = derived.batch_size
-        stats = ppo_update(
-            self.policy, self.flat, self.optimizer, config.ppo,
-            b_obs=self.obs.reshape(-1, obs_dim),
-            b_actions=self.actions.reshape(batch, *self.actions.shape[2:]),
-            b_logprobs=self.logprobs.reshape(-1), b_advantages=advantages.reshape(-1),
-            b_returns=returns.reshape(-1), b_values=self.values.reshape(-1),
-            minibatch_size=derived.minibatch_size, generator=self.cpu_generator)
+        stats = ppo_update(self.policy, self.flat, self.optimizer, config.ppo,
+                           **self.flat_batch(advantages, returns),
+                           minibatch_size=derived.minibatch_size, generator=self.cpu_generator)
         update_done = clock()
         self.timer.totals["gae"] += gae_done - started
         self.timer.totals["update"] += update_done - gae_done
         self.update += 1
         return self._record(stats, time.perf_counter() - update_started)
+
+    def flat_batch(self, advantages: torch.Tensor, returns: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The rollout storage flattened to (batch, ...) views: ppo_update's `b_` arguments."""
+        return {"b_obs": self.obs.reshape(-1, self.obs.shape[-1]),
+                "b_actions": self.actions.reshape(self.derived.batch_size, *self.actions.shape[2:]),
+                "b_logprobs": self.logprobs.reshape(-1), "b_advantages": advantages.reshape(-1),
+                "b_returns": returns.reshape(-1), "b_values": self.values.reshape(-1)}
 
     def _record(self, stats: dict[str, float], update_seconds: float) -> dict[str, Any]:
         episode = self.env.drain_episode_stats()

@@ -54,7 +54,6 @@ from collections import deque
 import numpy as np
 import torch
 
-import pufferlib
 import pufferlib.pufferl as pufferl
 
 ENV_NAME = "puffer_cartpole"

@@ -27,7 +27,6 @@ Training always continues to the full budget, so sps is over the whole budget.
 import argparse
 import json
 import platform
-import sys
 import time
 from collections import deque
 

@@ -37,6 +37,12 @@ from operant.trainer.envs.registry import (
 )
 
 
+# Attributes of a kernel that make up an env's state (cext/kernel_common.pxi): what a
+# checkpoint saves and restores, besides the observation buffer.
+KERNEL_STATE = ("state", "rng_state", "episode_return", "episode_length", "stats",
+                "recent_returns", "recent_lengths", "recent_head")
+
+
 def recent_from_ring(ring: np.ndarray, head: int, count: int) -> np.ndarray:
     """The last `count` values written to a ring whose total write count is `head`, oldest first."""
     capacity = ring.shape[0]
@@ -153,6 +159,26 @@ class NativeVectorEnv(VectorEnv):
     def recent_returns(self, count: int) -> np.ndarray:
         """Returns of the last `count` finished episodes (fewer if fewer have finished)."""
         return recent_from_ring(self.kernel.recent_returns, int(self.kernel.recent_head[0]), count)
+
+    # -- checkpoints (operant.trainer.checkpoint calls these) ------------------------------
+    def _state_prefixes(self) -> tuple[str, ...]:
+        """The name each kernel's arrays are saved under, in self.kernels order."""
+        return ("kernel",)
+
+    def get_state(self) -> dict[str, Any]:
+        """The live arrays that hold this env's state: every kernel's, and the observations."""
+        arrays = {f"{prefix}.{name}": getattr(kernel, name)
+                  for prefix, kernel in zip(self._state_prefixes(), self.kernels)
+                  for name in KERNEL_STATE}
+        arrays["obs"] = self.obs
+        return arrays
+
+    def set_state(self, arrays: dict[str, Any]) -> None:
+        """Copy saved arrays (get_state's names) into the live ones; later resets without a
+        seed continue the restored streams."""
+        for name, target in self.get_state().items():
+            np.copyto(target, arrays[name])
+        self._seeded = True
 
     def close_extras(self, **kwargs) -> None:
         pass

@@ -25,9 +25,6 @@ import numpy as np
 from operant.trainer.envs.native import NativeVectorEnv, recent_from_ring
 from operant.trainer.envs.registry import EnvEntry, EpisodeStats, InvalidActionError, invalid_action_message
 
-KERNEL_ARRAYS = ("state", "rng_state", "episode_return", "episode_length", "stats",
-                 "recent_returns", "recent_lengths", "recent_head")
-
 
 class SplitNativeVectorEnv(NativeVectorEnv):
     """A native env stepped as two halves, either of them on a native thread."""
@@ -92,17 +89,8 @@ class SplitNativeVectorEnv(NativeVectorEnv):
         return np.concatenate([first[len(first) - take_first:],
                                second[len(second) - take_second:]])
 
-    # -- checkpoints (operant.trainer.checkpoint calls these) ------------------------------
-    def get_state(self) -> dict[str, Any]:
-        arrays = {f"half{which}.{name}": getattr(kernel, name)
-                  for which, kernel in enumerate(self.kernels) for name in KERNEL_ARRAYS}
-        arrays["obs"] = self.obs
-        return arrays
-
-    def set_state(self, arrays: dict[str, Any]) -> None:
-        for name, target in self.get_state().items():
-            np.copyto(target, arrays[name])
-        self._seeded = True
+    def _state_prefixes(self) -> tuple[str, ...]:
+        return tuple(f"half{which}" for which in range(len(self.kernels)))
 
     def close_extras(self, **kwargs) -> None:
         self.thread.close()

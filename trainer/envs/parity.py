@@ -43,6 +43,18 @@ class ParityReport:
                 "episodes_ended": self.episodes_ended, "ok": self.ok, "mismatch": self.mismatch}
 
 
+def random_actions(env, rng: np.random.Generator) -> np.ndarray:
+    """One uniformly random action per env of a vector env: int64 for a Discrete space,
+    float32 within the bounds for a Box."""
+    from gymnasium import spaces
+
+    space = env.single_action_space
+    if isinstance(space, spaces.Discrete):
+        return rng.integers(0, space.n, size=env.num_envs)
+    return rng.uniform(space.low, space.high,
+                       size=(env.num_envs, *space.shape)).astype(np.float32)
+
+
 def _host(value) -> np.ndarray:
     return value.cpu().numpy() if hasattr(value, "cpu") else np.asarray(value)
 
@@ -85,13 +97,8 @@ def shadow_check(env_id: str, impl: str = "native", num_envs: int = 256, steps: 
                 shadow.state = np.array(state[:, i], dtype=np.float64)
                 if hasattr(shadow, "steps_beyond_terminated"):
                     shadow.steps_beyond_terminated = None
-            if isinstance(space, spaces.Discrete):
-                actions = rng.integers(0, space.n, size=num_envs)
-                per_env = actions.tolist()
-            else:
-                actions = rng.uniform(space.low, space.high,
-                                      size=(num_envs, *space.shape)).astype(np.float32)
-                per_env = list(actions)
+            actions = random_actions(env, rng)
+            per_env = actions.tolist() if isinstance(space, spaces.Discrete) else list(actions)
             if impl == "torch":
                 import torch
 

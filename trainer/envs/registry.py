@@ -189,12 +189,20 @@ def resolve_impl(env_id: str, impl: str) -> str:
 
 
 def make_env(env_id: str, num_envs: int, impl: str = "auto", copy: bool = True,
-             device: Any = None, **kwargs):
+             device: Any = None, overlap: bool = False, **kwargs):
     """A vector env for `env_id` with the chosen implementation (its `impl` attribute says
     which). `device` is for impl "torch" (default CPU); native and reference envs live on the
-    CPU and refuse any other device."""
+    CPU and refuse any other device. `overlap` makes a native env stepped in two halves,
+    either on a native thread (trainer/envs/overlap.py: the overlapped rollout's)."""
     chosen = resolve_impl(env_id, impl)
     key = env_id.removeprefix("operant/")
+    if overlap:
+        if chosen != "native":
+            raise EnvError(f'env.overlap = true needs the native kernels, and env.impl = '
+                           f'"{impl}" resolved to {chosen!r} (is the extension built?)')
+        from operant.trainer.envs.overlap import SplitNativeVectorEnv
+
+        return SplitNativeVectorEnv(lookup(key), num_envs, copy=copy, **kwargs)
     if chosen == "torch":
         entry = lookup(key)
         return entry.torch(entry, num_envs, device=device, copy=copy, **kwargs)
