@@ -70,12 +70,6 @@ RESUMABLE_CHANGES = ("train.total_steps", "train.target_return", "train.log_ever
                      "train.publish_metrics", "train.runs_dir", "train.run_id",
                      "train.torch_threads", "checkpoint.")
 
-# Tensors of a torch env (trainer/envs/torch_envs.py) that make up its state.
-_TORCH_ENV_TENSORS = ("state", "rng_state", "episode_return", "episode_length", "stats",
-                      "_ring_returns", "_ring_lengths", "_ring_head", "_invalid_env",
-                      "_invalid_value", "obs")
-
-
 class CheckpointError(ResumeError):
     """A checkpoint that cannot be used: missing, unreadable, corrupt, foreign, or written for
     another configuration. The message is one line naming the file and what to do."""
@@ -94,14 +88,11 @@ def update_of(path: Path) -> int | None:
 # --- env state ---------------------------------------------------------------------------
 
 def _env_arrays(env: Any) -> dict[str, Any] | None:
-    """The live arrays (numpy or torch) that hold `env`'s state; None if it has none we know.
-    Native envs say it themselves (NativeVectorEnv.get_state)."""
-    getter = getattr(env, "get_state", None)
-    if callable(getter):
-        return dict(getter())
-    if getattr(env, "impl", None) == "torch":
-        return {name: getattr(env, name) for name in _TORCH_ENV_TENSORS}
-    return None
+    """The live arrays (numpy or torch) that hold `env`'s state (the BatchEnv contract's
+    state_dict); None when the env cannot capture its state."""
+    if not getattr(env, "resumable", False):
+        return None
+    return dict(env.state_dict())
 
 
 def _to_tensor(value: Any) -> tuple[torch.Tensor, str]:
@@ -133,7 +124,6 @@ def restore_env_state(env: Any, state: dict[str, Any], reseed: int) -> None:
         env.reset(seed=reseed)
         return
     saved, dtypes = state["arrays"], state["dtypes"]
-    setter = getattr(env, "set_state", None)
     targets = _env_arrays(env) or {}
     if set(saved) != set(targets):
         raise CheckpointError(f"the checkpoint's env state ({', '.join(sorted(saved))}) does "
@@ -151,16 +141,7 @@ def restore_env_state(env: Any, state: dict[str, Any], reseed: int) -> None:
                 raise _env_mismatch(name, dtypes[name], tensor.shape, target.dtype, target.shape)
             value = tensor.numpy().view(target.dtype)
         restored[name] = value
-    if callable(setter):
-        setter(restored)
-        return
-    for name, target in targets.items():
-        if isinstance(target, torch.Tensor):
-            target.copy_(restored[name])
-        else:
-            np.copyto(target, restored[name])
-    if hasattr(env, "_seeded"):
-        env._seeded = True  # a later reset() without a seed continues the restored streams
+    env.load_state_dict(restored)
 
 
 def _env_mismatch(name, saved_dtype, saved_shape, dtype, shape) -> CheckpointError:

@@ -28,6 +28,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from operant.envs.contract import ActSpec, ObsSpec, RowLayout
 from operant.trainer.envs.registry import (
     EnvEntry,
     EpisodeStats,
@@ -71,6 +72,7 @@ class NativeVectorEnv(VectorEnv):
 
     metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
     impl = "native"
+    resumable = True
 
     def __init__(self, entry: EnvEntry, num_envs: int, copy: bool = True,
                  max_episode_steps: int | None = None):
@@ -84,6 +86,9 @@ class NativeVectorEnv(VectorEnv):
         self.single_observation_space, self.single_action_space = entry.spaces()
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
+        self.obs_spec = ObsSpec.from_space(self.single_observation_space)
+        self.act_spec = ActSpec.from_space(self.single_action_space)
+        self.layout = RowLayout(num_envs)
         self.spec = None
         allocate_buffers(self, num_envs, self.single_observation_space.shape[0])
         self._done = np.zeros(num_envs, dtype=np.bool_)
@@ -152,7 +157,7 @@ class NativeVectorEnv(VectorEnv):
     def drain_episode_stats(self) -> EpisodeStats:
         """Finished-episode statistics since the last drain, then zero them."""
         stats = self.kernel.stats
-        result = EpisodeStats.from_array(stats)
+        result = EpisodeStats.from_record(stats)
         stats[:] = 0.0
         return result
 
@@ -179,6 +184,13 @@ class NativeVectorEnv(VectorEnv):
         for name, target in self.get_state().items():
             np.copyto(target, arrays[name])
         self._seeded = True
+
+    def state_dict(self) -> dict[str, Any]:
+        """The env's state (BatchEnv contract): live arrays under stable names."""
+        return self.get_state()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.set_state(state)
 
     def close_extras(self, **kwargs) -> None:
         pass

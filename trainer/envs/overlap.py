@@ -69,17 +69,10 @@ class SplitNativeVectorEnv(NativeVectorEnv):
 
     # -- episode statistics ----------------------------------------------------------------
     def drain_episode_stats(self) -> EpisodeStats:
-        parts = [EpisodeStats.from_array(kernel.stats) for kernel in self.kernels]
+        parts = [EpisodeStats.from_record(kernel.stats) for kernel in self.kernels]
         for kernel in self.kernels:
             kernel.stats[:] = 0.0
-        seen = [part for part in parts if part.episodes]
-        if not seen:
-            return parts[0]
-        return EpisodeStats(
-            sum(part.episodes for part in seen), sum(part.return_sum for part in seen),
-            min(part.return_min for part in seen), max(part.return_max for part in seen),
-            sum(part.length_sum for part in seen), min(part.length_min for part in seen),
-            max(part.length_max for part in seen))
+        return EpisodeStats.merge(parts)
 
     def recent_returns(self, count: int) -> np.ndarray:
         first, second = (recent_from_ring(kernel.recent_returns, int(kernel.recent_head[0]), count)

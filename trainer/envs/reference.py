@@ -14,6 +14,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 
+from operant.envs.contract import ActSpec, ObsSpec, RowLayout
 from operant.trainer.envs.native import allocate_buffers, recent_from_ring
 from operant.trainer.envs.registry import EnvError, EpisodeStats, check_action_batch
 
@@ -27,6 +28,7 @@ class ReferenceVectorEnv(VectorEnv):
 
     metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
     impl = "reference"
+    resumable = False  # Gymnasium's envs keep arbitrary Python state: a resume re-seeds them
 
     def __init__(self, env_id: str, num_envs: int, copy: bool = True,
                  max_episode_steps: int | None = None):
@@ -50,6 +52,9 @@ class ReferenceVectorEnv(VectorEnv):
             raise EnvError(f"{env_id} has {self.single_observation_space} observations; "
                            "operant trains on flat Box observations")
         allocate_buffers(self, num_envs, int(np.prod(self.single_observation_space.shape)))
+        self.obs_spec = ObsSpec((int(np.prod(self.single_observation_space.shape)),), np.float32)
+        self.act_spec = ActSpec.from_space(self.single_action_space)
+        self.layout = RowLayout(num_envs)
         self._episode_return = np.zeros(num_envs, dtype=np.float64)
         self._episode_length = np.zeros(num_envs, dtype=np.int64)
         self._stats = np.zeros(8, dtype=np.float64)
@@ -113,12 +118,19 @@ class ReferenceVectorEnv(VectorEnv):
             self._recent_head += 1
 
     def drain_episode_stats(self) -> EpisodeStats:
-        result = EpisodeStats.from_array(self._stats)
+        result = EpisodeStats.from_record(self._stats)
         self._stats[:] = 0.0
         return result
 
     def recent_returns(self, count: int) -> np.ndarray:
         return recent_from_ring(self._recent_returns, self._recent_head, count)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state:
+            raise ValueError(f"a reference env has no state to load, got {sorted(state)}")
 
     def close_extras(self, **kwargs) -> None:
         self.inner.close()

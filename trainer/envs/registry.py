@@ -25,6 +25,8 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.envs.registration import EnvSpec, load_env_creator
 
+from operant.envs.contract import EpisodeStats  # noqa: F401  (re-exported)
+
 IMPLS = ("auto", "native", "torch", "reference")
 
 
@@ -34,32 +36,6 @@ class EnvError(ValueError):
 
 class InvalidActionError(ValueError):
     """Actions passed to `step` had the wrong shape, dtype or value."""
-
-
-@dataclass(frozen=True)
-class EpisodeStats:
-    """Finished episodes since the last drain (zeros when none finished)."""
-
-    episodes: int
-    return_sum: float
-    return_min: float
-    return_max: float
-    length_sum: float
-    length_min: float
-    length_max: float
-
-    @classmethod
-    def from_array(cls, stats: np.ndarray) -> "EpisodeStats":
-        return cls(int(stats[0]), float(stats[1]), float(stats[2]), float(stats[3]),
-                   float(stats[4]), float(stats[5]), float(stats[6]))
-
-    @property
-    def return_mean(self) -> float:
-        return self.return_sum / self.episodes if self.episodes else float("nan")
-
-    @property
-    def length_mean(self) -> float:
-        return self.length_sum / self.episodes if self.episodes else float("nan")
 
 
 def _kernel(module: str, name: str) -> Callable[..., Any] | None:

@@ -55,6 +55,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from operant.envs.contract import ActSpec, ObsSpec, RowLayout
 from operant.trainer.envs.registry import (
     EnvEntry,
     EpisodeStats,
@@ -105,11 +106,18 @@ def seed_streams(seed: int, num_envs: int, device: torch.device) -> torch.Tensor
     return _mix(index * _i64(_INDEX_STRIDE) + _i64(first + _GOLDEN))
 
 
+# The tensors that make up a torch env's state (its checkpoint), under these names.
+STATE_TENSORS = ("state", "rng_state", "episode_return", "episode_length", "stats",
+                 "_ring_returns", "_ring_lengths", "_ring_head", "_invalid_env",
+                 "_invalid_value", "obs")
+
+
 class TorchVectorEnv(VectorEnv):
     """N copies of one environment as tensor ops on `device`; subclasses give the dynamics."""
 
     metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
     impl = "torch"
+    resumable = True
     state_dim: int
     reset_bounds: tuple[tuple[float, float], ...]
     """(low, high) of each uniform draw a reset makes, in the native kernel's order."""
@@ -131,6 +139,9 @@ class TorchVectorEnv(VectorEnv):
         self.single_observation_space, self.single_action_space = entry.spaces()
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
+        self.obs_spec = ObsSpec.from_space(self.single_observation_space)
+        self.act_spec = ActSpec.from_space(self.single_action_space)
+        self.layout = RowLayout(num_envs)
         self.spec = None
         self.max_episode_steps = max_episode_steps or entry.max_episode_steps
         self.discrete = isinstance(self.single_action_space, spaces.Discrete)
@@ -248,6 +259,17 @@ class TorchVectorEnv(VectorEnv):
     def close_extras(self, **kwargs) -> None:
         pass
 
+    # --- explicit state (BatchEnv contract) -------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The live tensors that hold this env's state, under stable names."""
+        return {name: getattr(self, name) for name in STATE_TENSORS}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Copy saved tensors in place; later resets without a seed continue the streams."""
+        for name, target in self.state_dict().items():
+            target.copy_(torch.as_tensor(state[name], device=target.device))
+        self._seeded = True
+
     # --- statistics, read once per update (host syncs live here) ----------------------------
     def drain_episode_stats(self) -> EpisodeStats:
         """Finished-episode statistics since the last drain, then zero them."""
@@ -256,7 +278,7 @@ class TorchVectorEnv(VectorEnv):
         if values[0] == 0:
             values[:] = 0.0
         self._clear_stats()
-        return EpisodeStats.from_array(values)
+        return EpisodeStats.from_record(values)
 
     def recent_returns(self, count: int) -> np.ndarray:
         """Returns of the last `count` finished episodes (fewer if fewer have finished)."""

@@ -1,0 +1,233 @@
+"""The env contract: what an env family gives the training loop, and nothing more.
+
+The loop (operant.trainer) sees *rows*: a row is one env, or one agent of an env. An env
+family (classic-control kernels, their torch twins, Gymnasium's envs through the reference
+implementation, pixel games, many-agent worlds) implements `BatchEnv` below; the trainer,
+its storage, its collectors, checkpoints and the policy registry depend on this module alone,
+never on a family's other attributes.
+
+- `ObsSpec`: one row's observation, any shape and dtype (`float32 (4,)` for CartPole,
+  `uint8 (C, H, W)` for a frame, `uint8 (T, 3)` for tokens). Buffers hold `(rows, *shape)`.
+- `ActSpec`: one row's action: Discrete (`int64`, shape `()`) or Box (`float32`, `shape`).
+- `RowLayout`: `num_envs` envs of `agents_per_env` agents; row r belongs to env
+  `r // agents_per_env`. Rows of one env are adjacent.
+- `EpisodeStats`: finished-episode statistics in one named layout (`EPISODE_STATS_DTYPE`),
+  the same fields written by the C kernels (kernel_common.h's `op_episode_stats`), the torch
+  envs and the numpy accounting (`operant.envs.episodes`). With more than one agent per env, a
+  row's episode is an agent's episode, and `per_env` holds the envs' episodes (an env's return
+  is the sum of its agents' returns).
+- `BatchEnv`: the protocol (buffers, `step_bound`, `reset`, statistics, explicit state).
+
+Importing this module imports numpy and Gymnasium's spaces, never torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+import numpy as np
+from gymnasium import spaces
+
+EPISODE_STAT_FIELDS = ("episodes", "return_sum", "return_min", "return_max", "length_sum",
+                       "length_min", "length_max")
+"""The finished-episode statistics every family reduces, in this order (the C struct's too)."""
+
+EPISODE_STATS_DTYPE = np.dtype([(name, np.float64) for name in EPISODE_STAT_FIELDS]
+                               + [("reserved", np.float64)])
+"""One record of episode statistics as numpy sees the C struct: 8 float64 fields (64 bytes, a
+cache line). Min fields start at +inf and max fields at -inf after a drain, so the first
+episode sets them."""
+
+
+@dataclass(frozen=True)
+class ObsSpec:
+    """One row's observation: `shape` and `dtype`, as the buffers hold it."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(int(size) for size in self.shape))
+        object.__setattr__(self, "dtype", np.dtype(self.dtype))
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of one row's observation (what the C batch advances by per row)."""
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    @property
+    def is_float(self) -> bool:
+        """Floating-point observations (the ones a running normaliser makes sense for)."""
+        return self.dtype.kind == "f"
+
+    @classmethod
+    def from_space(cls, space: spaces.Space) -> "ObsSpec":
+        if not isinstance(space, spaces.Box):
+            raise TypeError(f"operant trains on Box observations (any shape and dtype), "
+                            f"got {space}")
+        return cls(tuple(space.shape), space.dtype)
+
+
+@dataclass(frozen=True)
+class ActSpec:
+    """One row's action. Discrete: int64 scalars in [0, num_actions). Box: float32 arrays of
+    `shape`, clipped by the trainer to [`low`, `high`] before the env sees them."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    num_actions: int
+    """Discrete: the number of actions. Box: the number of action dimensions."""
+    low: np.ndarray | None = None
+    high: np.ndarray | None = None
+
+    @property
+    def discrete(self) -> bool:
+        return self.dtype.kind in "iu"
+
+    @classmethod
+    def from_space(cls, space: spaces.Space) -> "ActSpec":
+        if isinstance(space, spaces.Discrete):
+            return cls((), np.dtype(np.int64), int(space.n))
+        if isinstance(space, spaces.Box):
+            return cls(tuple(space.shape), np.dtype(np.float32), int(np.prod(space.shape)),
+                       np.asarray(space.low, dtype=np.float32),
+                       np.asarray(space.high, dtype=np.float32))
+        raise TypeError(f"operant trains Discrete and Box action spaces, got {space}")
+
+
+@dataclass(frozen=True)
+class RowLayout:
+    """How rows map to envs: `num_envs` envs of `agents_per_env` adjacent rows each."""
+
+    num_envs: int
+    agents_per_env: int = 1
+
+    @property
+    def num_rows(self) -> int:
+        return self.num_envs * self.agents_per_env
+
+    def env_of(self, rows: np.ndarray) -> np.ndarray:
+        """The env each of `rows` belongs to."""
+        return np.asarray(rows) // self.agents_per_env
+
+
+@dataclass(frozen=True)
+class EpisodeStats:
+    """Finished episodes since the last drain (zeros when none finished). `per_env` is set
+    only when rows are agents (agents_per_env > 1): the same fields over whole envs."""
+
+    episodes: int
+    return_sum: float
+    return_min: float
+    return_max: float
+    length_sum: float
+    length_min: float
+    length_max: float
+    per_env: "EpisodeStats | None" = None
+
+    @classmethod
+    def from_record(cls, record: np.ndarray, per_env: "EpisodeStats | None" = None
+                    ) -> "EpisodeStats":
+        """From one `EPISODE_STATS_DTYPE` record (a structured scalar or 1-element array),
+        or a float64 array of its 8 words."""
+        record = np.asarray(record)
+        if record.dtype != EPISODE_STATS_DTYPE:
+            record = np.ascontiguousarray(record, dtype=np.float64).view(EPISODE_STATS_DTYPE)
+        record = record.reshape(())
+        if record["episodes"] == 0:
+            return cls(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, per_env)
+        return cls(int(record["episodes"]),
+                   *(float(record[name]) for name in EPISODE_STAT_FIELDS[1:]), per_env=per_env)
+
+    @classmethod
+    def merge(cls, parts: "list[EpisodeStats]") -> "EpisodeStats":
+        """The statistics of the union of disjoint sets of episodes."""
+        seen = [part for part in parts if part.episodes]
+        if not seen:
+            return cls(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        envs = [part.per_env for part in seen if part.per_env is not None]
+        return cls(sum(part.episodes for part in seen), sum(part.return_sum for part in seen),
+                   min(part.return_min for part in seen), max(part.return_max for part in seen),
+                   sum(part.length_sum for part in seen), min(part.length_min for part in seen),
+                   max(part.length_max for part in seen),
+                   per_env=cls.merge(envs) if envs else None)
+
+    @property
+    def return_mean(self) -> float:
+        return self.return_sum / self.episodes if self.episodes else float("nan")
+
+    @property
+    def length_mean(self) -> float:
+        return self.length_sum / self.episodes if self.episodes else float("nan")
+
+
+def cleared_stats() -> np.ndarray:
+    """A fresh statistics record (what a drain leaves behind)."""
+    record = np.zeros((), dtype=EPISODE_STATS_DTYPE)
+    clear_stats(record)
+    return record
+
+
+def clear_stats(record: np.ndarray) -> None:
+    """Reset a statistics record in place: counts and sums 0, minima +inf, maxima -inf."""
+    for name in EPISODE_STAT_FIELDS:
+        record[name] = (np.inf if name.endswith("_min")
+                        else -np.inf if name.endswith("_max") else 0.0)
+    record["reserved"] = 0.0
+
+
+@runtime_checkable
+class BatchEnv(Protocol):
+    """A batch of envs whose rows the training loop steps through caller-visible buffers.
+
+    Buffers (numpy arrays for host families, torch tensors for device-resident ones), all
+    allocated once at construction and never rebound, leading dimension `layout.num_rows`:
+      `obs`, `final_obs`   OUT  `(rows, *obs_spec.shape)` of `obs_spec.dtype`
+      `actions`            IN   `(rows, *act_spec.shape)` of `act_spec.dtype`
+      `rewards`            OUT  float32 `(rows,)`
+      `terminated`, `truncated`  OUT  bool `(rows,)`
+    Autoreset is Gymnasium's SAME_STEP mode: after a step that ended row r's episode, `obs[r]`
+    already holds the next episode's first observation, `final_obs[r]` the terminal one, and
+    the flags and reward describe the ending. The rows of one env end together.
+
+    `step_bound()` steps every row with the actions already in `actions`, writing the
+    outputs in place; it raises `InvalidActionError` (and moves no env) on an action outside
+    the space. `reset(seed=S)` re-seeds row streams from (S, env index); no seed continues them.
+
+    Statistics: `drain_episode_stats()` returns the episodes finished since the last drain
+    (rows' episodes; `per_env` for multi-agent envs) and clears them; `recent_returns(k)` the
+    returns of the last k finished row episodes, oldest first.
+
+    State: `state_dict()` is a dict of arrays or tensors under stable names, and
+    `load_state_dict(state)` copies such a dict back in place (checking names, dtypes and
+    shapes, raising ValueError naming the first mismatch). When `resumable` is False the
+    dict cannot hold everything (Gymnasium's own envs keep arbitrary Python state) and a
+    resumed run re-seeds the env instead.
+    """
+
+    impl: str
+    resumable: ClassVar[bool]
+    obs_spec: ObsSpec
+    act_spec: ActSpec
+    layout: RowLayout
+    obs: Any
+    final_obs: Any
+    actions: Any
+    rewards: Any
+    terminated: Any
+    truncated: Any
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any: ...
+
+    def step_bound(self) -> None: ...
+
+    def drain_episode_stats(self) -> EpisodeStats: ...
+
+    def recent_returns(self, count: int) -> np.ndarray: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+    def close(self) -> None: ...
