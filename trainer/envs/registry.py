@@ -107,6 +107,42 @@ ENVS: dict[str, EnvEntry] = {entry.id: entry for entry in (
 )}
 
 
+@dataclass(frozen=True)
+class Family:
+    """An env family registered at run time (`register_family`): its factory and the one
+    implementation it provides."""
+
+    id: str
+    make: Callable[..., Any]
+    impl: str
+
+
+FAMILIES: dict[str, Family] = {}
+
+
+def register_family(env_id: str, make: Callable[..., Any], *, impl: str = "native") -> None:
+    """Make `env_id` trainable without touching the loop: `make_env(env_id, N, ...)` returns
+    `make(N, copy=..., **kwargs)`, an implementation of operant.envs.contract.BatchEnv.
+    A config names a family registered by a module as `"package.module:Id"` (as Gymnasium
+    does): the module is imported first, and its import registers the family."""
+    if impl not in IMPLS or impl == "auto":
+        raise ValueError(f"a family's impl must be one of native, torch, reference; got {impl!r}")
+    FAMILIES[env_id] = Family(env_id, make, impl)
+
+
+def _key(env_id: str) -> str:
+    """The registry key of `env_id`: without the `operant/` namespace, and after importing
+    the module of a `"package.module:Id"` id (whose import registers its families)."""
+    if ":" in env_id:
+        module, _, env_id = env_id.partition(":")
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            raise EnvError(f"env id {module}:{env_id}: cannot import {module!r} ({error}); "
+                           "install the package that provides it") from None
+    return env_id.removeprefix("operant/")
+
+
 def lookup(env_id: str) -> EnvEntry:
     """The entry for `env_id` (with or without the `operant/` namespace)."""
     key = env_id.removeprefix("operant/")
@@ -136,7 +172,13 @@ def resolve_impl(env_id: str, impl: str) -> str:
     """
     if impl not in IMPLS:
         raise EnvError(f"unknown env impl {impl!r}; choose one of: {', '.join(IMPLS)}")
-    key = env_id.removeprefix("operant/")
+    key = _key(env_id)
+    family = FAMILIES.get(key)
+    if family is not None:
+        if impl not in ("auto", family.impl):
+            raise EnvError(f"{key} has only the {family.impl} implementation; use env.impl = "
+                           f'"{family.impl}" or "auto"')
+        return family.impl
     entry = ENVS.get(key)
     if impl in ("reference", "auto") and entry is None:
         refusal = _gymnasium_refusal(key)
@@ -171,7 +213,13 @@ def make_env(env_id: str, num_envs: int, impl: str = "auto", copy: bool = True,
     CPU and refuse any other device. `overlap` makes a native env stepped in two halves,
     either on a native thread (trainer/envs/overlap.py: the overlapped rollout's)."""
     chosen = resolve_impl(env_id, impl)
-    key = env_id.removeprefix("operant/")
+    key = _key(env_id)
+    if key in FAMILIES:
+        if overlap:
+            raise EnvError(f"env.overlap = true is for the native classic-control kernels, not {key}")
+        if device is not None:
+            kwargs["device"] = device
+        return FAMILIES[key].make(num_envs, copy=copy, **kwargs)
     if overlap:
         if chosen != "native":
             raise EnvError(f'env.overlap = true needs the native kernels, and env.impl = '
