@@ -34,7 +34,7 @@ import gymnasium
 import numpy as np
 import torch
 
-from operant.trainer.envs import ENVS, make_env
+from operant.envs import ENVS, make_env
 
 TARGET_NUM_ENVS = 4096
 

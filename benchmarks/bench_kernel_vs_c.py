@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from operant.trainer.envs import make_env
+from operant.envs import make_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))

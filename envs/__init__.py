@@ -1,2 +1,42 @@
-"""Operant's environments as a library: the env contract (`operant.envs.contract`) and the
-families that implement it. Importing this package never imports torch."""
+"""Operant's environments as a library: the env contract (`operant.envs.contract`), the
+families that implement it, their registry, and their Gymnasium registration under `operant/`.
+
+Importing this package registers every env with Gymnasium, so that
+`gymnasium.make_vec("operant/CartPole-v1", num_envs=N, vectorization_mode="vector_entry_point")`
+returns Operant's vector env (pass `impl=` to choose the implementation). It imports numpy and
+Gymnasium, never torch: the torch family (`operant.envs.torch`) is imported when an env with
+`impl="torch"` is made.
+"""
+
+import functools
+
+import gymnasium
+
+from operant.envs.registry import (
+    ENVS,
+    EnvEntry,
+    EnvError,
+    EpisodeStats,
+    InvalidActionError,
+    gymnasium_vector_entry_point,
+    lookup,
+    make_env,
+    register_family,
+    resolve_impl,
+)
+
+__all__ = ["ENVS", "EnvEntry", "EnvError", "EpisodeStats", "InvalidActionError", "lookup",
+           "make_env", "register_family", "resolve_impl"]
+
+for _env_id, _entry in ENVS.items():
+    _full_id = f"operant/{_env_id}"
+    if _full_id not in gymnasium.registry:
+        # The single-env entry point is Gymnasium's own class (so make() and the sync/async
+        # vector modes work too); the vector entry point is ours.
+        gymnasium.register(
+            id=_full_id,
+            entry_point=gymnasium.spec(_env_id).entry_point,
+            vector_entry_point=functools.partial(gymnasium_vector_entry_point, env_id=_env_id),
+            max_episode_steps=_entry.max_episode_steps,
+            reward_threshold=_entry.reward_threshold,
+        )

@@ -6,7 +6,7 @@ import gymnasium
 import numpy as np
 import pytest
 
-from operant.trainer.envs import InvalidActionError, make_env
+from operant.envs import InvalidActionError, make_env
 
 NUM_TRAJECTORIES = 1000
 STEPS = 250
@@ -139,7 +139,7 @@ def test_bad_actions_are_refused_with_a_clear_message():
 
 
 def test_registered_with_gymnasium_make_vec():
-    import operant.trainer.envs  # noqa: F401
+    import operant.envs  # noqa: F401
 
     env = gymnasium.make_vec("operant/CartPole-v1", num_envs=5,
                              vectorization_mode="vector_entry_point")

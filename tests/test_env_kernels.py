@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from operant.trainer.envs import ENVS, make_env
+from operant.envs import ENVS, make_env
 
 IMPLS = ["native", "torch"]
 

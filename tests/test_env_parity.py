@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 import torch
 
-from operant.trainer.envs import ENVS, make_env
+from operant.envs import ENVS, make_env
 
 NUM_TRAJECTORIES = 1000
 STEPS = 200

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-import operant.trainer.envs  # noqa: F401  (registers operant/<id> with Gymnasium)
-from operant.trainer.envs import ENVS, EnvError, InvalidActionError, make_env, resolve_impl
-from operant.trainer.envs.registry import lookup
+import operant.envs  # noqa: F401  (registers operant/<id> with Gymnasium)
+from operant.envs import ENVS, EnvError, InvalidActionError, make_env, resolve_impl
+from operant.envs.registry import lookup
 
 IMPLS = ["native", "torch", "reference", "auto"]
 CONTINUOUS = ["MountainCarContinuous-v0", "Pendulum-v1"]

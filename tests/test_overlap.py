@@ -14,10 +14,10 @@ import torch
 from operant.cext.overlap import StepThread
 from operant.trainer.checkpoint import capture_env_state, restore_env_state
 from operant.trainer.config import load_config
-from operant.trainer.envs import InvalidActionError, make_env
-from operant.trainer.envs.overlap import SplitNativeVectorEnv
-from operant.trainer.envs.parity import random_actions
-from operant.trainer.envs.registry import lookup
+from operant.envs import InvalidActionError, make_env
+from operant.envs.overlap import SplitNativeVectorEnv
+from operant.envs.parity import random_actions
+from operant.envs.registry import lookup
 from operant.trainer.train import Trainer
 
 OUTPUTS = ("obs", "final_obs", "rewards", "terminated", "truncated")

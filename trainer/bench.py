@@ -4,7 +4,7 @@ Modes:
   env_only      env steps/s of one env id per implementation and num_envs, next to
                 Gymnasium's own vectorised env measured in the same run (ratio printed);
                 --validate first steps every implementation beside Gymnasium's env and
-                compares (operant.trainer.envs.parity);
+                compares (operant.envs.parity);
   trainer       end-to-end PPO training: steps/s and wall-clock seconds to reach a target
                 mean return over the last 100 episodes, per seed, with the time per phase and
                 this machine's compute bound for the same network and epochs;
@@ -152,13 +152,13 @@ def bench_env_only(args: argparse.Namespace) -> dict[str, Any]:
     import gymnasium
     import numpy as np
 
-    from operant.trainer.envs import make_env
-    from operant.trainer.envs.parity import random_actions
+    from operant.envs import make_env
+    from operant.envs.parity import random_actions
 
     impls = [part for part in args.impl.split(",") if part]
     record: dict[str, Any] = {}
     if args.validate:
-        from operant.trainer.envs.parity import shadow_check
+        from operant.envs.parity import shadow_check
 
         shadow_envs = min(max(args.num_envs), 1024)
         reports = [shadow_check(args.env, impl, shadow_envs, args.validate_steps) for impl in impls]
@@ -526,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"operant bench: {error}", file=sys.stderr)
         return EXIT_USAGE
     from operant.trainer.config import ConfigError
-    from operant.trainer.envs import EnvError
+    from operant.envs import EnvError
 
     record: dict[str, Any] = {"mode": args.mode, "args": vars(args), "machine": machine(),
                               "time": time.time()}

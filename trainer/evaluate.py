@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from operant.shared.runs import RunNotFoundError
     from operant.trainer.config import Config
-    from operant.trainer.envs import EnvError, make_env
+    from operant.envs import EnvError, make_env
     from operant.trainer.normalize import ObservationNormalizer
     from operant.trainer.policy import ActorCritic
 

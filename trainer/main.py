@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         # Heavy imports after argument parsing, so --help and usage errors are instant.
         from operant.shared import runs
         from operant.trainer.config import ConfigError
-        from operant.trainer.envs import EnvError
+        from operant.envs import EnvError
         from operant.trainer.resume import ResumeError, plan_run
 
         try:

@@ -97,7 +97,7 @@ def lock_run_dir(run_dir: Path) -> int:
 
 
 def _finish(config: Config, root: Path, run_id: str) -> RunPlan:
-    from operant.trainer.envs import resolve_impl
+    from operant.envs import resolve_impl
 
     if not runs.valid_run_id(run_id):
         raise ConfigError(f"run id {run_id!r} may use only letters, digits, '.', '_' and '-'")

@@ -23,7 +23,7 @@ import torch
 from operant.trainer.config import Config, Derived, derive, to_dict
 from gymnasium import spaces
 
-from operant.trainer.envs import EnvError, make_env, resolve_impl
+from operant.envs import EnvError, make_env, resolve_impl
 from operant.trainer.normalize import ObservationNormalizer, RewardNormalizer
 from operant.trainer.policy import ActorCritic, FlatAdam, FlatParameters
 from operant.trainer.ppo import compute_gae, ppo_update

@@ -1,38 +1,15 @@
-"""Environments: the registry, and their Gymnasium registration under `operant/`.
+"""Deprecated alias of `operant.envs` (the environments moved to their own package), kept for
+one version: import `operant.envs` instead. This package and its modules (`native`,
+`overlap`, `parity`, `reference`, `registry`, `torch_envs`) re-export the same names."""
 
-Importing this package registers every env with Gymnasium, so that
-`gymnasium.make_vec("operant/CartPole-v1", num_envs=N, vectorization_mode="vector_entry_point")`
-returns Operant's vector env (pass `impl=` to choose the implementation).
-"""
+import warnings
 
-import functools
+import operant.envs as _moved
+from operant.envs import *  # noqa: F401,F403
 
-import gymnasium
+warnings.warn("operant.trainer.envs is deprecated: import operant.envs instead",
+              DeprecationWarning, stacklevel=2)
 
-from operant.trainer.envs.registry import (
-    ENVS,
-    EnvEntry,
-    EnvError,
-    EpisodeStats,
-    InvalidActionError,
-    gymnasium_vector_entry_point,
-    lookup,
-    make_env,
-    resolve_impl,
-)
 
-__all__ = ["ENVS", "EnvEntry", "EnvError", "EpisodeStats", "InvalidActionError", "lookup",
-           "make_env", "resolve_impl"]
-
-for _env_id, _entry in ENVS.items():
-    _full_id = f"operant/{_env_id}"
-    if _full_id not in gymnasium.registry:
-        # The single-env entry point is Gymnasium's own class (so make() and the sync/async
-        # vector modes work too); the vector entry point is ours.
-        gymnasium.register(
-            id=_full_id,
-            entry_point=gymnasium.spec(_env_id).entry_point,
-            vector_entry_point=functools.partial(gymnasium_vector_entry_point, env_id=_env_id),
-            max_episode_steps=_entry.max_episode_steps,
-            reward_threshold=_entry.reward_threshold,
-        )
+def __getattr__(name: str):
+    return getattr(_moved, name)

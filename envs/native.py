@@ -1,0 +1,196 @@
+"""Gymnasium's vector API over a native (Cython) batch kernel.
+
+The env allocates every buffer once and hands it to the kernel at construction; the kernel
+writes observations, rewards and flags into them in place. Two ways in:
+
+- `step(actions)`: Gymnasium's API for other libraries. Checks the actions' shape and dtype,
+  copies them into the bound action buffer (continuous actions as float32), and returns copies
+  of the outputs when `copy=True` (Gymnasium's default) or the live buffers when `copy=False`.
+- `step_bound()`: for the trainer. The caller has already written the actions into
+  `self.actions` (a torch tensor can share that memory); nothing is allocated or copied.
+
+Either way the kernel refuses action values outside the space (discrete) or not finite
+(continuous; out-of-range values are clipped by the env itself, as in Gymnasium) before any env
+moves, and this raises InvalidActionError naming the env and the value.
+
+Autoreset is Gymnasium's SAME_STEP mode: an env that ends on a step already holds its next
+episode's first observation in `obs`; the terminal observation is in `final_obs` (and in
+`info["final_obs"]`, masked by `info["_final_obs"]`).
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from operant.envs.contract import ActSpec, ObsSpec, RowLayout
+from operant.envs.registry import (
+    EnvEntry,
+    EpisodeStats,
+    InvalidActionError,
+    check_action_batch,
+    invalid_action_message,
+)
+
+
+# Attributes of a kernel that make up an env's state (cext/kernel_common.pxi): what a
+# checkpoint saves and restores, besides the observation buffer.
+KERNEL_STATE = ("state", "rng_state", "episode_return", "episode_length", "stats",
+                "recent_returns", "recent_lengths", "recent_head")
+
+
+def recent_from_ring(ring: np.ndarray, head: int, count: int) -> np.ndarray:
+    """The last `count` values written to a ring whose total write count is `head`, oldest first."""
+    capacity = ring.shape[0]
+    count = max(0, min(count, head, capacity))
+    return ring[np.arange(head - count, head) % capacity]
+
+
+def allocate_buffers(env: VectorEnv, num_envs: int, obs_dim: int) -> None:
+    """The buffers every numpy-backed env exposes, allocated once: `actions` (IN: int64 (N,)
+    for a Discrete space, float32 (N, *shape) for a Box), `obs` and `final_obs` (float32
+    (N, obs_dim)), `rewards` (float32 (N,)), `terminated` and `truncated` (bool (N,))."""
+    env.discrete = isinstance(env.single_action_space, spaces.Discrete)
+    if env.discrete:
+        env.actions = np.zeros(num_envs, dtype=np.int64)
+    else:
+        env.actions = np.zeros((num_envs, *env.single_action_space.shape), dtype=np.float32)
+    env.obs = np.zeros((num_envs, obs_dim), dtype=np.float32)
+    env.rewards = np.zeros(num_envs, dtype=np.float32)
+    env.terminated = np.zeros(num_envs, dtype=np.bool_)
+    env.truncated = np.zeros(num_envs, dtype=np.bool_)
+    env.final_obs = np.zeros((num_envs, obs_dim), dtype=np.float32)
+
+
+class NativeVectorEnv(VectorEnv):
+    """N copies of one environment stepped by a compiled kernel."""
+
+    metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
+    impl = "native"
+    resumable = True
+
+    def __init__(self, entry: EnvEntry, num_envs: int, copy: bool = True,
+                 max_episode_steps: int | None = None):
+        if entry.native is None:
+            raise ValueError(f"{entry.id} has no native implementation")
+        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs <= 0:
+            raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
+        self.entry = entry
+        self.num_envs = num_envs
+        self.copy = copy
+        self.single_observation_space, self.single_action_space = entry.spaces()
+        self.observation_space = batch_space(self.single_observation_space, num_envs)
+        self.action_space = batch_space(self.single_action_space, num_envs)
+        self.obs_spec = ObsSpec.from_space(self.single_observation_space)
+        self.act_spec = ActSpec.from_space(self.single_action_space)
+        self.layout = RowLayout(num_envs)
+        self.spec = None
+        allocate_buffers(self, num_envs, self.single_observation_space.shape[0])
+        self._done = np.zeros(num_envs, dtype=np.bool_)
+        self.max_episode_steps = max_episode_steps or entry.max_episode_steps
+        self.kernels = self._bind_kernels()
+        self._seeded = False
+
+    def _bind_kernels(self) -> tuple[Any, ...]:
+        """The kernels that step this env's buffers: here one, over all of them."""
+        self.kernel = self._kernel_over(0, self.num_envs)
+        return (self.kernel,)
+
+    def _kernel_over(self, lo: int, hi: int):
+        """A kernel bound to rows lo:hi of the buffers, its envs seeded as rows lo:hi."""
+        return self.entry.native(hi - lo, self.actions[lo:hi], self.obs[lo:hi],
+                                 self.rewards[lo:hi], self.terminated[lo:hi],
+                                 self.truncated[lo:hi], self.final_obs[lo:hi],
+                                 max_episode_steps=self.max_episode_steps, index_offset=lo)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        """Reset every env. A seed re-seeds env i's stream from (seed, i); no seed on the
+        first reset seeds from the OS's entropy; later resets without one continue."""
+        if seed is not None:
+            if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) \
+                    or not 0 <= int(seed) < 2**64:
+                raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
+            seed = int(seed)
+        elif not self._seeded:
+            seed = secrets.randbits(64)
+        for kernel in self.kernels:
+            kernel.reset(seed)
+        self._seeded = True
+        return (self.obs.copy() if self.copy else self.obs), {}
+
+    def step(self, actions):
+        self._load_actions(actions)
+        self.step_bound()
+        info: dict[str, Any] = {}
+        np.logical_or(self.terminated, self.truncated, out=self._done)
+        if self._done.any():
+            info["final_obs"] = self.final_obs.copy()
+            info["_final_obs"] = self._done.copy()
+        if self.copy:
+            return (self.obs.copy(), self.rewards.copy(), self.terminated.copy(),
+                    self.truncated.copy(), info)
+        return self.obs, self.rewards, self.terminated, self.truncated, info
+
+    def step_bound(self) -> None:
+        """Step with the actions already in `self.actions`; outputs land in the buffers."""
+        bad = self.kernel.step()
+        if bad >= 0:
+            raise InvalidActionError(invalid_action_message(
+                self.single_action_space, bad, self.actions[bad].tolist()))
+
+    def _load_actions(self, actions) -> None:
+        try:
+            array = np.asarray(actions)
+        except (TypeError, ValueError) as error:
+            raise InvalidActionError(
+                f"actions must be an array, got {type(actions).__name__}: {error}") from None
+        check_action_batch(array.shape, array.dtype.kind in "iu", array.dtype.kind == "f",
+                           self.actions.shape, self.single_action_space, str(array.dtype))
+        np.copyto(self.actions, array, casting="unsafe")
+
+    # Episode statistics reduced inside the kernel: Python sees sums and counts.
+    def drain_episode_stats(self) -> EpisodeStats:
+        """Finished-episode statistics since the last drain, then zero them."""
+        stats = self.kernel.stats
+        result = EpisodeStats.from_record(stats)
+        stats[:] = 0.0
+        return result
+
+    def recent_returns(self, count: int) -> np.ndarray:
+        """Returns of the last `count` finished episodes (fewer if fewer have finished)."""
+        return recent_from_ring(self.kernel.recent_returns, int(self.kernel.recent_head[0]), count)
+
+    # -- checkpoints (operant.trainer.checkpoint calls these) ------------------------------
+    def _state_prefixes(self) -> tuple[str, ...]:
+        """The name each kernel's arrays are saved under, in self.kernels order."""
+        return ("kernel",)
+
+    def get_state(self) -> dict[str, Any]:
+        """The live arrays that hold this env's state: every kernel's, and the observations."""
+        arrays = {f"{prefix}.{name}": getattr(kernel, name)
+                  for prefix, kernel in zip(self._state_prefixes(), self.kernels)
+                  for name in KERNEL_STATE}
+        arrays["obs"] = self.obs
+        return arrays
+
+    def set_state(self, arrays: dict[str, Any]) -> None:
+        """Copy saved arrays (get_state's names) into the live ones; later resets without a
+        seed continue the restored streams."""
+        for name, target in self.get_state().items():
+            np.copyto(target, arrays[name])
+        self._seeded = True
+
+    def state_dict(self) -> dict[str, Any]:
+        """The env's state (BatchEnv contract): live arrays under stable names."""
+        return self.get_state()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.set_state(state)
+
+    def close_extras(self, **kwargs) -> None:
+        pass

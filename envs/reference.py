@@ -1,0 +1,136 @@
+"""Gymnasium's own environments behind the same buffer interface as the native kernels.
+
+Any installed Gymnasium env id trains this way (`env.impl = "reference"`). It is the slow
+path and the parity oracle: the episode statistics that kernels reduce in C are reduced here
+with numpy, once per step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, VectorEnv
+
+from operant.envs.contract import ActSpec, ObsSpec, RowLayout
+from operant.envs.native import allocate_buffers, recent_from_ring
+from operant.envs.registry import EnvError, EpisodeStats, check_action_batch
+
+RECENT_CAPACITY = 1024
+
+
+class ReferenceVectorEnv(VectorEnv):
+    """Gymnasium's SyncVectorEnv in SAME_STEP autoreset mode (Gymnasium's own vectorised
+    classes, such as CartPoleVectorEnv, only autoreset NEXT_STEP), exposing
+    `actions`/`obs`/... buffers and `step_bound()`."""
+
+    metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
+    impl = "reference"
+    resumable = False  # Gymnasium's envs keep arbitrary Python state: a resume re-seeds them
+
+    def __init__(self, env_id: str, num_envs: int, copy: bool = True,
+                 max_episode_steps: int | None = None):
+        try:
+            spec = gymnasium.spec(env_id)
+        except gymnasium.error.Error as error:
+            raise EnvError(f"unknown env id {env_id!r} for env.impl \"reference\": {error}") from None
+        kwargs: dict[str, Any] = {}
+        if max_episode_steps is not None:
+            kwargs["max_episode_steps"] = max_episode_steps
+        self.inner = gymnasium.make_vec(
+            spec.id, num_envs=num_envs, vectorization_mode="sync",
+            vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP}, **kwargs)
+        self.num_envs = num_envs
+        self.copy = copy
+        self.single_observation_space = self.inner.single_observation_space
+        self.single_action_space = self.inner.single_action_space
+        self.observation_space = self.inner.observation_space
+        self.action_space = self.inner.action_space
+        if not isinstance(self.single_observation_space, spaces.Box):
+            raise EnvError(f"{env_id} has {self.single_observation_space} observations; "
+                           "operant trains on flat Box observations")
+        allocate_buffers(self, num_envs, int(np.prod(self.single_observation_space.shape)))
+        self.obs_spec = ObsSpec((int(np.prod(self.single_observation_space.shape)),), np.float32)
+        self.act_spec = ActSpec.from_space(self.single_action_space)
+        self.layout = RowLayout(num_envs)
+        self._episode_return = np.zeros(num_envs, dtype=np.float64)
+        self._episode_length = np.zeros(num_envs, dtype=np.int64)
+        self._stats = np.zeros(8, dtype=np.float64)
+        self._recent_returns = np.zeros(RECENT_CAPACITY, dtype=np.float64)
+        self._recent_head = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        obs, info = self.inner.reset(seed=seed, options=options)
+        self.obs[:] = obs.reshape(self.num_envs, -1)
+        self._episode_return[:] = 0.0
+        self._episode_length[:] = 0
+        return (self.obs.copy() if self.copy else self.obs), info
+
+    def step(self, actions):
+        array = np.asarray(actions)
+        check_action_batch(array.shape, array.dtype.kind in "iu", array.dtype.kind == "f",
+                           self.actions.shape, self.single_action_space, str(array.dtype))
+        np.copyto(self.actions, array, casting="unsafe")
+        info = self._step()
+        if self.copy:
+            return (self.obs.copy(), self.rewards.copy(), self.terminated.copy(),
+                    self.truncated.copy(), info)
+        return self.obs, self.rewards, self.terminated, self.truncated, info
+
+    def step_bound(self) -> None:
+        self._step()
+
+    def _step(self) -> dict[str, Any]:
+        actions = self.actions if not self.discrete else self.actions.astype(self.single_action_space.dtype)
+        obs, rewards, terminated, truncated, info = self.inner.step(actions)
+        self.obs[:] = obs.reshape(self.num_envs, -1)
+        self.rewards[:] = rewards
+        self.terminated[:] = terminated
+        self.truncated[:] = truncated
+        self._episode_return += rewards
+        self._episode_length += 1
+        done = terminated | truncated
+        if done.any():
+            mask = info.get("_final_obs", done)
+            final = info.get("final_obs")
+            for i in np.flatnonzero(mask):
+                self.final_obs[i] = np.asarray(final[i], dtype=np.float32).reshape(-1)
+            self._record(self._episode_return[done], self._episode_length[done])
+            self._episode_return[done] = 0.0
+            self._episode_length[done] = 0
+        return info
+
+    def _record(self, returns: np.ndarray, lengths: np.ndarray) -> None:
+        stats = self._stats
+        if stats[0] == 0:
+            stats[2], stats[3] = returns.min(), returns.max()
+            stats[5], stats[6] = lengths.min(), lengths.max()
+        else:
+            stats[2], stats[3] = min(stats[2], returns.min()), max(stats[3], returns.max())
+            stats[5], stats[6] = min(stats[5], lengths.min()), max(stats[6], lengths.max())
+        stats[0] += len(returns)
+        stats[1] += returns.sum()
+        stats[4] += lengths.sum()
+        for value in returns:
+            self._recent_returns[self._recent_head % RECENT_CAPACITY] = value
+            self._recent_head += 1
+
+    def drain_episode_stats(self) -> EpisodeStats:
+        result = EpisodeStats.from_record(self._stats)
+        self._stats[:] = 0.0
+        return result
+
+    def recent_returns(self, count: int) -> np.ndarray:
+        return recent_from_ring(self._recent_returns, self._recent_head, count)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state:
+            raise ValueError(f"a reference env has no state to load, got {sorted(state)}")
+
+    def close_extras(self, **kwargs) -> None:
+        self.inner.close()

@@ -1,0 +1,278 @@
+"""The one place that maps env ids to implementations: Operant's own envs, families registered
+at run time, and Gymnasium's envs.
+
+Operant's own envs are the entries of `ENVS` (a Gymnasium id, its kernel in cext/ and its torch
+class in operant.envs.torch). Each has up to three implementations (`env.impl`):
+
+- `native`: the Cython batch kernel (operant.cext), numpy buffers, CPU (operant.envs.native;
+  `overlap=True` steps it in two halves, one on a native thread: operant.envs.overlap);
+- `torch`: the same dynamics as batched tensor ops on any torch device (operant.envs.torch);
+- `reference`: Gymnasium's own env through its vector API: any installed Gymnasium id
+  (operant.envs.reference);
+- `auto`: native when the kernel is built, else reference. The chosen implementation is the
+  env's `impl` attribute, for the trainer to log.
+
+A *family* is any other implementation of the env contract (operant.envs.contract.BatchEnv):
+pixel games, many-agent worlds, a user's own. `register_family(env_id, make, impl=...)`
+makes `env_id` trainable without touching the loop. A config or `make_env` call may name an
+env as `"package.module:Id"`, as Gymnasium does: the module is imported first, and its import
+registers the family (or Gymnasium env) `Id`. The `operant/` prefix is accepted and dropped.
+
+Spaces, episode limits and reward thresholds of Operant's own envs are Gymnasium's (read from
+its spec and env class), so they cannot drift from the environments they mirror.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import gymnasium
+from gymnasium import spaces
+from gymnasium.envs.registration import EnvSpec, load_env_creator
+
+from operant.envs.contract import EpisodeStats  # noqa: F401  (re-exported)
+
+IMPLS = ("auto", "native", "torch", "reference")
+
+
+class EnvError(ValueError):
+    """A user asked for an env or implementation that does not exist; message says what does."""
+
+
+class InvalidActionError(ValueError):
+    """Actions passed to `step` had the wrong shape, dtype or value."""
+
+
+def _kernel(module: str, name: str) -> Callable[..., Any] | None:
+    """The kernel class, or None when the extension is not built (then `auto` falls back)."""
+    try:
+        return getattr(importlib.import_module(f"operant.cext.{module}"), name)
+    except ImportError:
+        return None
+
+
+@dataclass(frozen=True)
+class EnvEntry:
+    """An environment Operant implements itself, under its Gymnasium id."""
+
+    id: str
+    native_kernel: tuple[str, str] | None = None
+    """(module in operant.cext, class) of the Cython kernel."""
+    torch_env: str | None = None
+    """Class in operant.envs.torch with the same dynamics as tensor ops."""
+
+    @property
+    def spec(self) -> EnvSpec:
+        return gymnasium.spec(self.id)
+
+    @property
+    def max_episode_steps(self) -> int:
+        return self.spec.max_episode_steps
+
+    @property
+    def reward_threshold(self) -> float | None:
+        return self.spec.reward_threshold
+
+    def spaces(self) -> tuple[spaces.Space, spaces.Space]:
+        """Fresh copies of Gymnasium's single-env observation and action spaces."""
+        env = load_env_creator(self.spec.entry_point)()
+        try:
+            return env.observation_space, env.action_space
+        finally:
+            env.close()
+
+    @property
+    def native(self) -> Callable[..., Any] | None:
+        return _kernel(*self.native_kernel) if self.native_kernel else None
+
+    @property
+    def torch(self) -> Callable[..., Any] | None:
+        """The torch env class (imports torch; call only when the torch impl is wanted)."""
+        if self.torch_env is None:
+            return None
+        from operant.envs import torch as torch_family
+
+        return getattr(torch_family, self.torch_env)
+
+
+ENVS: dict[str, EnvEntry] = {entry.id: entry for entry in (
+    EnvEntry("CartPole-v1", ("cartpole", "CartPoleKernel"), "TorchCartPole"),
+    EnvEntry("MountainCar-v0", ("mountain_car", "MountainCarKernel"), "TorchMountainCar"),
+    EnvEntry("MountainCarContinuous-v0",
+             ("mountain_car_continuous", "MountainCarContinuousKernel"),
+             "TorchMountainCarContinuous"),
+    EnvEntry("Pendulum-v1", ("pendulum", "PendulumKernel"), "TorchPendulum"),
+    EnvEntry("Acrobot-v1", ("acrobot", "AcrobotKernel"), "TorchAcrobot"),
+)}
+
+
+@dataclass(frozen=True)
+class Family:
+    """An env family registered at run time (`register_family`): its factory and the one
+    implementation it provides."""
+
+    id: str
+    make: Callable[..., Any]
+    impl: str
+
+
+FAMILIES: dict[str, Family] = {}
+
+
+def register_family(env_id: str, make: Callable[..., Any], *, impl: str = "native") -> None:
+    """Make `env_id` trainable without touching the loop: `make_env(env_id, N, ...)` returns
+    `make(N, copy=..., **kwargs)`, an implementation of operant.envs.contract.BatchEnv.
+    A config names a family registered by a module as `"package.module:Id"` (as Gymnasium
+    does): the module is imported first, and its import registers the family."""
+    if impl not in IMPLS or impl == "auto":
+        raise ValueError(f"a family's impl must be one of native, torch, reference; got {impl!r}")
+    FAMILIES[env_id] = Family(env_id, make, impl)
+
+
+def _key(env_id: str) -> str:
+    """The registry key of `env_id`: without the `operant/` namespace, and after importing
+    the module of a `"package.module:Id"` id (whose import registers its families)."""
+    if ":" in env_id:
+        module, _, env_id = env_id.partition(":")
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            raise EnvError(f"env id {module}:{env_id}: cannot import {module!r} ({error}); "
+                           "install the package that provides it") from None
+    return env_id.removeprefix("operant/")
+
+
+def lookup(env_id: str) -> EnvEntry:
+    """The entry for `env_id` (with or without the `operant/` namespace)."""
+    key = env_id.removeprefix("operant/")
+    try:
+        return ENVS[key]
+    except KeyError:
+        raise EnvError(f"unknown env id {env_id!r}; operant implements: {', '.join(ENVS)} "
+                       f"(any Gymnasium id trains with env.impl = \"reference\")") from None
+
+
+@functools.cache
+def _gymnasium_refusal(env_id: str) -> str | None:
+    """Why Gymnasium has no env `env_id` (its own words: they name the current version of a
+    deprecated id), or None when it has one."""
+    try:
+        gymnasium.spec(env_id)
+    except gymnasium.error.Error as error:
+        return str(error)
+    return None
+
+
+def resolve_impl(env_id: str, impl: str) -> str:
+    """Which implementation `impl` means for `env_id`: "native", "torch" or "reference".
+
+    Raises EnvError, naming what was asked and what exists, for an unknown impl, an id that
+    neither Operant nor Gymnasium knows, or an implementation this env does not have.
+    """
+    if impl not in IMPLS:
+        raise EnvError(f"unknown env impl {impl!r}; choose one of: {', '.join(IMPLS)}")
+    key = _key(env_id)
+    family = FAMILIES.get(key)
+    if family is not None:
+        if impl not in ("auto", family.impl):
+            raise EnvError(f"{key} has only the {family.impl} implementation; use env.impl = "
+                           f'"{family.impl}" or "auto"')
+        return family.impl
+    entry = ENVS.get(key)
+    if impl in ("reference", "auto") and entry is None:
+        refusal = _gymnasium_refusal(key)
+        if refusal is not None:
+            raise EnvError(f"unknown env id {env_id!r}: operant implements {', '.join(ENVS)}, "
+                           f"and Gymnasium says: {refusal}")
+        return "reference"
+    if impl == "reference":
+        return impl
+    if impl == "auto":
+        return "native" if entry.native is not None else "reference"
+    if entry is None:
+        if _gymnasium_refusal(key) is None:
+            raise EnvError(f"{key} has no {impl} implementation (operant implements "
+                           f"{', '.join(ENVS)}); use env.impl = \"reference\" to train it "
+                           "through Gymnasium")
+        lookup(env_id)
+    if impl == "native" and entry.native is None:
+        raise EnvError(f"{key} has no native kernel in this build (operant.cext."
+                       f"{entry.native_kernel[0] if entry.native_kernel else '?'} did not "
+                       "import); rebuild, or use env.impl = \"torch\" or \"reference\"")
+    if impl == "torch" and entry.torch_env is None:
+        raise EnvError(f"{key} has no torch implementation; use env.impl = \"native\" or "
+                       "\"reference\"")
+    return impl
+
+
+def make_env(env_id: str, num_envs: int, impl: str = "auto", copy: bool = True,
+             device: Any = None, overlap: bool = False, **kwargs):
+    """A vector env for `env_id` with the chosen implementation (its `impl` attribute says
+    which). `device` is for impl "torch" (default CPU); native and reference envs live on the
+    CPU and refuse any other device. `overlap` makes a native env stepped in two halves,
+    either on a native thread (operant.envs.overlap: the overlapped rollout's)."""
+    chosen = resolve_impl(env_id, impl)
+    key = _key(env_id)
+    if key in FAMILIES:
+        if overlap:
+            raise EnvError(f"env.overlap = true is for the native classic-control kernels, "
+                           f"not {key}")
+        if device is not None:
+            kwargs["device"] = device
+        return FAMILIES[key].make(num_envs, copy=copy, **kwargs)
+    if overlap:
+        if chosen != "native":
+            raise EnvError(f'env.overlap = true needs the native kernels, and env.impl = '
+                           f'"{impl}" resolved to {chosen!r} (is the extension built?)')
+        from operant.envs.overlap import SplitNativeVectorEnv
+
+        return SplitNativeVectorEnv(lookup(key), num_envs, copy=copy, **kwargs)
+    if chosen == "torch":
+        entry = lookup(key)
+        return entry.torch(entry, num_envs, device=device, copy=copy, **kwargs)
+    if device is not None and str(device) != "cpu":
+        raise EnvError(f"device={device!r} needs env.impl = \"torch\"; the {chosen} "
+                       f"implementation of {key} runs on the CPU")
+    if chosen == "native":
+        from operant.envs.native import NativeVectorEnv
+
+        return NativeVectorEnv(lookup(key), num_envs, copy=copy, **kwargs)
+    from operant.envs.reference import ReferenceVectorEnv
+
+    return ReferenceVectorEnv(key, num_envs, copy=copy, **kwargs)
+
+
+def gymnasium_vector_entry_point(num_envs: int = 1, *, env_id: str, impl: str = "auto",
+                                 copy: bool = True, **kwargs):
+    """What `gymnasium.make_vec("operant/<id>", vectorization_mode="vector_entry_point")` calls."""
+    return make_env(env_id, num_envs, impl=impl, copy=copy, **kwargs)
+
+
+def check_action_batch(shape: tuple[int, ...], is_integer: bool, is_floating: bool,
+                       expected_shape: tuple[int, ...], space: spaces.Space,
+                       dtype_name: str) -> None:
+    """Refuse a batch of actions by its shape and dtype alone (no value is read).
+
+    Discrete spaces take integers; Box spaces take floating point (cast to float32).
+    """
+    if tuple(shape) != tuple(expected_shape):
+        raise InvalidActionError(
+            f"actions must have shape {tuple(expected_shape)} (one per env), got {tuple(shape)}")
+    if isinstance(space, spaces.Discrete):
+        if not is_integer:
+            raise InvalidActionError(f"actions for {space} must be integers, "
+                                     f"got dtype {dtype_name}")
+    elif not is_floating:
+        raise InvalidActionError(
+            f"actions for {space} must be floating point, got dtype {dtype_name}")
+
+
+def invalid_action_message(space: spaces.Space, env_index: int, action: Any) -> str:
+    """The error for a refused action value: what it was, which env, and why."""
+    if isinstance(space, spaces.Discrete):
+        return f"action {action!r} for env {env_index} is outside the action space {space}"
+    return (f"action {action!r} for env {env_index} is not finite (NaN or infinity); {space} "
+            "takes finite values (out-of-range ones are clipped as in Gymnasium)")
