@@ -1,7 +1,7 @@
 # cython: language_level=3
 """Acrobot-v1 as a batch kernel over N environments.
 
-Layering: operant.trainer.envs.native -> BatchKernel (kernel_common.pxi, included below) ->
+Layering: operant.envs.native -> BatchKernel (kernel_common.pxi, included below) ->
 op_batch_step in kernel_common.h (action check, SAME_STEP autoreset, episode reduction, RNG) ->
 the env functions `_reset_one`, `_write_obs`, `_step_one` here.
 
@@ -28,6 +28,7 @@ from libc.stdint cimport int64_t
 from kernel_common cimport (
     op_batch,
     op_batch_step,
+    op_obs_f32,
     op_pow2,
     op_rng_uniform,
 )
@@ -47,7 +48,8 @@ cdef double RESET_HIGH = 0.1
 cdef double[3] AVAIL_TORQUE = [-1.0, 0.0, 1.0]
 
 STATE_DIM = 4
-OBS_DIM = 6
+OBS_DTYPE = "float32"
+OBS_SHAPE = (6,)
 ACTION_DIM = 0
 NUM_ACTIONS = 3
 MAX_EPISODE_STEPS = 500
@@ -94,7 +96,7 @@ cdef void _reset_one(op_batch *b, int64_t i) noexcept nogil:
 cdef void _write_obs(op_batch *b, int64_t i) noexcept nogil:
     cdef int64_t n = b.num_envs
     cdef double theta1 = b.state[i], theta2 = b.state[n + i]
-    cdef float *row = &b.obs[6 * i]
+    cdef float *row = &op_obs_f32(b)[6 * i]
     row[0] = <float>cos(theta1)
     row[1] = <float>sin(theta1)
     row[2] = <float>cos(theta2)

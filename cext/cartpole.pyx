@@ -1,7 +1,7 @@
 # cython: language_level=3
 """CartPole-v1 as a batch kernel over N environments.
 
-Layering: operant.trainer.envs.native -> BatchKernel (kernel_common.pxi, included below) ->
+Layering: operant.envs.native -> BatchKernel (kernel_common.pxi, included below) ->
 op_batch_step_all in kernel_common.h (action check, SAME_STEP autoreset, episode reduction, RNG)
 -> `cartpole_step_all`, the dynamics of every env in one loop, C code in the block below so that
 it vectorises (AVX2 where the CPU has it, chosen at load time), and `_reset_one`, `_write_obs`.
@@ -100,7 +100,7 @@ cdef extern from *:
         int64_t i, n = b->num_envs;
         double *state = b->state;
         cartpole_advance_all(n, state, state + n, state + 2 * n, state + 3 * n,
-                             b->discrete_actions, b->terminated, b->rewards, b->obs);
+                             b->discrete_actions, b->terminated, b->rewards, op_obs_f32(b));
         for (i = 0; i < n; i++) {
             if (b->terminated[i] >= 2) {
                 cartpole_state s = {state[i], state[n + i], state[2 * n + i], state[3 * n + i]};
@@ -122,7 +122,8 @@ cdef double RESET_LOW = -0.05
 cdef double RESET_HIGH = 0.05
 
 STATE_DIM = 4
-OBS_DIM = 4
+OBS_DTYPE = "float32"
+OBS_SHAPE = (4,)
 ACTION_DIM = 0
 NUM_ACTIONS = 2
 MAX_EPISODE_STEPS = 500

@@ -40,37 +40,42 @@ static inline double op_rng_uniform(uint64_t *state, double low, double high) {
     return low + unit * (high - low);
 }
 
-/* Slots of the episode-statistics array every kernel reduces into. */
-enum {
-    OP_STAT_EPISODES = 0,
-    OP_STAT_RETURN_SUM = 1,
-    OP_STAT_RETURN_MIN = 2,
-    OP_STAT_RETURN_MAX = 3,
-    OP_STAT_LENGTH_SUM = 4,
-    OP_STAT_LENGTH_MIN = 5,
-    OP_STAT_LENGTH_MAX = 6,
-    OP_STAT_SIZE = 8
-};
+/* Finished-episode statistics since the last drain, by name: the layout of
+ * operant.envs.contract.EPISODE_STATS_DTYPE (8 float64 fields, 64 bytes), which numpy sees as a
+ * structured record. A drain leaves minima at +inf and maxima at -inf; a record whose episodes
+ * is 0 is also taken as empty whatever its minima and maxima hold (records saved by older
+ * versions were cleared to zeros). */
+typedef struct {
+    double episodes;
+    double return_sum;
+    double return_min;
+    double return_max;
+    double length_sum;
+    double length_min;
+    double length_max;
+    double reserved;
+} op_episode_stats;
 
 /* Record one finished episode: running sums/min/max since the last drain, and a ring of the
  * most recent episodes (head counts every episode ever, so readers see wrap-around). */
-static inline void op_episode_done(double *stats, double *ring_returns, double *ring_lengths,
-                                   uint64_t *ring_head, uint64_t ring_capacity,
-                                   double episode_return, double episode_length) {
-    if (stats[OP_STAT_EPISODES] == 0.0) {
-        stats[OP_STAT_RETURN_MIN] = episode_return;
-        stats[OP_STAT_RETURN_MAX] = episode_return;
-        stats[OP_STAT_LENGTH_MIN] = episode_length;
-        stats[OP_STAT_LENGTH_MAX] = episode_length;
+static inline void op_episode_done(op_episode_stats *stats, double *ring_returns,
+                                   double *ring_lengths, uint64_t *ring_head,
+                                   uint64_t ring_capacity, double episode_return,
+                                   double episode_length) {
+    if (stats->episodes == 0.0) {
+        stats->return_min = episode_return;
+        stats->return_max = episode_return;
+        stats->length_min = episode_length;
+        stats->length_max = episode_length;
     } else {
-        if (episode_return < stats[OP_STAT_RETURN_MIN]) stats[OP_STAT_RETURN_MIN] = episode_return;
-        if (episode_return > stats[OP_STAT_RETURN_MAX]) stats[OP_STAT_RETURN_MAX] = episode_return;
-        if (episode_length < stats[OP_STAT_LENGTH_MIN]) stats[OP_STAT_LENGTH_MIN] = episode_length;
-        if (episode_length > stats[OP_STAT_LENGTH_MAX]) stats[OP_STAT_LENGTH_MAX] = episode_length;
+        if (episode_return < stats->return_min) stats->return_min = episode_return;
+        if (episode_return > stats->return_max) stats->return_max = episode_return;
+        if (episode_length < stats->length_min) stats->length_min = episode_length;
+        if (episode_length > stats->length_max) stats->length_max = episode_length;
     }
-    stats[OP_STAT_EPISODES] += 1.0;
-    stats[OP_STAT_RETURN_SUM] += episode_return;
-    stats[OP_STAT_LENGTH_SUM] += episode_length;
+    stats->episodes += 1.0;
+    stats->return_sum += episode_return;
+    stats->length_sum += episode_length;
     uint64_t slot = *ring_head % ring_capacity;
     ring_returns[slot] = episode_return;
     ring_lengths[slot] = episode_length;
@@ -153,25 +158,29 @@ static inline double op_py_mod(double a, double b) {
 }
 
 /* Everything a kernel's batch loop touches besides the meaning of its state: pointers into the
- * numpy arrays the kernel object holds (so they outlive it), set once at construction. */
+ * numpy arrays the kernel object holds (so they outlive it), set once at construction.
+ * Observations are bytes: row i starts at obs + i * obs_row_bytes, and holds whatever the
+ * kernel declares (any dtype, any per-row shape: float32 (obs_dim,) for classic control, uint8
+ * (C, H, W) for a frame). A kernel writes its rows through a pointer of its own type
+ * (op_obs_f32 for float32 rows); the batch loop only copies whole rows (final_obs). */
 typedef struct {
     int64_t num_envs;
     int64_t max_episode_steps;
-    int64_t obs_dim;
+    int64_t obs_row_bytes;
     int64_t action_dim;               /* 0: one int64 action per env; else float32 (N, action_dim) */
     int64_t num_actions;              /* discrete: valid actions are 0 .. num_actions - 1 */
     double *state;                    /* kernel-owned (state_dim, N): row k, env i at k * N + i */
     uint64_t *rng;                    /* kernel-owned (N,) */
     const int64_t *discrete_actions;  /* IN (N,) */
     const float *continuous_actions;  /* IN (N, action_dim) */
-    float *obs;                       /* OUT (N, obs_dim) */
-    float *final_obs;                 /* OUT (N, obs_dim): rows of envs that ended this step */
+    unsigned char *obs;               /* OUT (N, *row_shape): N rows of obs_row_bytes bytes */
+    unsigned char *final_obs;         /* OUT like obs: rows of envs that ended this step */
     float *rewards;                   /* OUT (N,) */
     uint8_t *terminated;              /* OUT (N,) */
     uint8_t *truncated;               /* OUT (N,) */
     double *episode_return;           /* kernel-owned (N,) */
     int64_t *episode_length;          /* kernel-owned (N,) */
-    double *stats;                    /* kernel-owned (OP_STAT_SIZE,) */
+    op_episode_stats *stats;          /* kernel-owned, one record */
     double *recent_returns;           /* kernel-owned ring */
     double *recent_lengths;           /* kernel-owned ring */
     uint64_t *recent_head;            /* kernel-owned (1,) */
@@ -196,12 +205,20 @@ typedef void (*op_reset_fn)(op_batch *b, int64_t i);
 typedef void (*op_obs_fn)(op_batch *b, int64_t i);
 typedef double (*op_step_fn)(op_batch *b, int64_t i, int *terminated);
 
+/* The observation buffer of a kernel whose rows are float32 (obs_dim,): the classic-control
+ * kernels write `op_obs_f32(b)[i * obs_dim + k]`. The buffer is a float32 numpy array
+ * (op_batch_bind checks its dtype), so the cast is to the memory's own type. */
+static inline float *op_obs_f32(const op_batch *b) {
+    return (float *)b->obs;
+}
+
 /* The observation of envs whose observation is their state (CartPole, MountainCar): env i's
  * state column, as float32. `obs_dim` is the kernel's constant, so the loop unrolls. */
 static inline void op_write_state_obs(op_batch *b, int64_t i, int64_t obs_dim) {
     int64_t k;
+    float *obs = op_obs_f32(b);
     for (k = 0; k < obs_dim; k++) {
-        b->obs[i * obs_dim + k] = (float)b->state[k * b->num_envs + i];
+        obs[i * obs_dim + k] = (float)b->state[k * b->num_envs + i];
     }
 }
 
@@ -280,8 +297,8 @@ OP_ALWAYS_INLINE int op_record_step(op_batch *b, int64_t i, double reward, int t
  * final_obs, reduce the episode into the statistics, start the next one and observe it. */
 OP_ALWAYS_INLINE void op_autoreset(op_batch *b, int64_t i, op_obs_fn write_obs,
                                    op_reset_fn reset_one) {
-    int64_t k, obs_dim = b->obs_dim;
-    for (k = 0; k < obs_dim; k++) b->final_obs[i * obs_dim + k] = b->obs[i * obs_dim + k];
+    int64_t row_bytes = b->obs_row_bytes;
+    memcpy(b->final_obs + i * row_bytes, b->obs + i * row_bytes, (size_t)row_bytes);
     op_episode_done(b->stats, b->recent_returns, b->recent_lengths, b->recent_head,
                     b->recent_capacity, b->episode_return[i], (double)b->episode_length[i]);
     b->episode_return[i] = 0.0;

@@ -1,7 +1,9 @@
 # The kernel class every env kernel module shares. Kernels are separate extension modules and
 # Cython cannot give them a common base class across modules, so each one includes this file at
 # module level (`include "kernel_common.pxi"`) after defining:
-#   STATE_DIM, OBS_DIM          rows of `state`, columns of `obs`
+#   STATE_DIM                   rows of `state`
+#   OBS_DTYPE, OBS_SHAPE        one env's observation row (any numpy dtype and shape; the
+#                               classic-control kernels: "float32", (obs_dim,))
 #   ACTION_DIM, NUM_ACTIONS     ACTION_DIM 0: one int64 action per env in 0 .. NUM_ACTIONS - 1;
 #                               otherwise float32 actions shaped (N, ACTION_DIM)
 #   MAX_EPISODE_STEPS           Gymnasium's time limit for the env
@@ -30,14 +32,17 @@ cdef class BatchKernel:
     """N environments stepped together, Gymnasium's dynamics in C.
 
     The caller owns the buffers `actions` (IN: int64 (N,) or float32 (N, act_dim)), `obs`,
-    `final_obs` (OUT: float32 (N, obs_dim)), `rewards` (OUT: float32 (N,)), `terminated`,
+    `final_obs` (OUT: (N, *OBS_SHAPE) of OBS_DTYPE, e.g. float32 (N, obs_dim); anything else is
+    refused with a ValueError), `rewards` (OUT: float32 (N,)), `terminated`,
     `truncated` (OUT: bool (N,)), hands them over once here, and keeps writing actions into the
     same memory; `step()` writes the outputs in place, with the GIL released, no allocation and
     no Python object per step. Autoreset is Gymnasium's SAME_STEP mode (kernel_common.h,
     op_batch_step). The kernel owns `state` (float64 (state_dim, N)), `rng_state` (one
-    SplitMix64 word per env), `episode_return`/`episode_length`, and the finished-episode
-    reduction `stats` with the ring `recent_returns`/`recent_lengths`/`recent_head`: numpy
-    arrays that tests and checkpoints may read and write in place (never rebind them).
+    SplitMix64 word per env), `episode_return`/`episode_length`, the finished-episode reduction
+    `stats` (one op_episode_stats record: a structured array of shape (1,) whose fields are
+    operant.envs.contract.EPISODE_STATS_DTYPE's) and the ring
+    `recent_returns`/`recent_lengths`/`recent_head`: numpy arrays that tests and checkpoints
+    may read and write in place (never rebind them).
 
     `index_offset` k makes this kernel's env i draw from RNG stream (seed, k + i): a kernel
     over rows k.. of a larger batch starts the same episodes as the whole batch's would.
@@ -54,7 +59,7 @@ cdef class BatchKernel:
                  int max_episode_steps=MAX_EPISODE_STEPS, int64_t index_offset=0):
         (self.state, self.rng_state, self.episode_return, self.episode_length, self.stats,
          self.recent_returns, self.recent_lengths, self.recent_head) = op_batch_bind(
-            &self._batch, num_envs, STATE_DIM, OBS_DIM, ACTION_DIM, NUM_ACTIONS,
+            &self._batch, num_envs, STATE_DIM, OBS_DTYPE, OBS_SHAPE, ACTION_DIM, NUM_ACTIONS,
             max_episode_steps, actions, obs, rewards, terminated, truncated, final_obs,
             index_offset)
         self._buffers = (actions, obs, rewards, terminated, truncated, final_obs)

@@ -1,7 +1,7 @@
 # cython: language_level=3
 """MountainCar-v0 as a batch kernel over N environments.
 
-Layering: operant.trainer.envs.native -> BatchKernel (kernel_common.pxi, included below) ->
+Layering: operant.envs.native -> BatchKernel (kernel_common.pxi, included below) ->
 op_batch_step in kernel_common.h (action check, SAME_STEP autoreset, episode reduction, RNG) ->
 the env functions `_reset_one`, `_write_obs`, `_step_one` here.
 
@@ -36,7 +36,8 @@ cdef double RESET_LOW = -0.6
 cdef double RESET_HIGH = -0.4
 
 STATE_DIM = 2
-OBS_DIM = 2
+OBS_DTYPE = "float32"
+OBS_SHAPE = (2,)
 ACTION_DIM = 0
 NUM_ACTIONS = 3
 MAX_EPISODE_STEPS = 200

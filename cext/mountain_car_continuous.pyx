@@ -1,7 +1,7 @@
 # cython: language_level=3
 """MountainCarContinuous-v0 as a batch kernel over N environments.
 
-Layering: operant.trainer.envs.native -> BatchKernel (kernel_common.pxi, included below) ->
+Layering: operant.envs.native -> BatchKernel (kernel_common.pxi, included below) ->
 op_batch_step in kernel_common.h (action check, SAME_STEP autoreset, episode reduction, RNG) ->
 the env functions `_reset_one`, `_write_obs`, `_step_one` here.
 
@@ -49,7 +49,8 @@ cdef double RESET_HIGH = -0.4
 cdef float POWER_F = <float>POWER  # as NumPy casts it to meet a float32 action
 
 STATE_DIM = 2
-OBS_DIM = 2
+OBS_DTYPE = "float32"
+OBS_SHAPE = (2,)
 ACTION_DIM = 1
 NUM_ACTIONS = 0
 MAX_EPISODE_STEPS = 999

@@ -1,7 +1,7 @@
 # cython: language_level=3
 """Pendulum-v1 as a batch kernel over N environments.
 
-Layering: operant.trainer.envs.native -> BatchKernel (kernel_common.pxi, included below) ->
+Layering: operant.envs.native -> BatchKernel (kernel_common.pxi, included below) ->
 op_batch_step in kernel_common.h (action check, SAME_STEP autoreset, episode reduction, RNG) ->
 the env functions `_reset_one`, `_write_obs`, `_step_one` here.
 
@@ -26,6 +26,7 @@ from libc.stdint cimport int64_t
 from kernel_common cimport (
     op_batch,
     op_batch_step,
+    op_obs_f32,
     op_pow2,
     op_pow2f,
     op_py_mod,
@@ -45,7 +46,8 @@ cdef double RESET_THETA = M_PI
 cdef double RESET_THETA_DOT = 1.0
 
 STATE_DIM = 2
-OBS_DIM = 3
+OBS_DTYPE = "float32"
+OBS_SHAPE = (3,)
 ACTION_DIM = 1
 NUM_ACTIONS = 0
 MAX_EPISODE_STEPS = 200
@@ -62,9 +64,10 @@ cdef void _reset_one(op_batch *b, int64_t i) noexcept nogil:
 
 cdef void _write_obs(op_batch *b, int64_t i) noexcept nogil:
     cdef double theta = b.state[i]
-    b.obs[3 * i] = <float>cos(theta)
-    b.obs[3 * i + 1] = <float>sin(theta)
-    b.obs[3 * i + 2] = <float>b.state[b.num_envs + i]
+    cdef float *row = &op_obs_f32(b)[3 * i]
+    row[0] = <float>cos(theta)
+    row[1] = <float>sin(theta)
+    row[2] = <float>b.state[b.num_envs + i]
 
 
 cdef double _step_one(op_batch *b, int64_t i, int *terminated) noexcept nogil:

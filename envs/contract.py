@@ -177,6 +177,25 @@ def clear_stats(record: np.ndarray) -> None:
     record["reserved"] = 0.0
 
 
+def check_state(state: dict[str, Any], targets: dict[str, Any]) -> None:
+    """What `load_state_dict` checks before it copies anything: `state` has exactly the names
+    of `targets` (an env's `state_dict()`), each an array (or tensor) of the same type, dtype
+    and shape. Raises ValueError naming the first difference."""
+    missing, extra = sorted(set(targets) - set(state)), sorted(set(state) - set(targets))
+    if missing or extra:
+        raise ValueError(f"env state {(missing or extra)[0]!r} is "
+                         f"{'missing' if missing else 'not part of this env'}; this env's state "
+                         f"is {', '.join(targets)}")
+    for name, target in targets.items():
+        value = state[name]
+        if not isinstance(value, type(target)) or value.dtype != target.dtype \
+                or tuple(value.shape) != tuple(target.shape):
+            raise ValueError(f"env state {name!r} must be a {type(target).__name__} of "
+                             f"{target.dtype} {tuple(target.shape)}, got "
+                             f"{type(value).__name__} of {getattr(value, 'dtype', '?')} "
+                             f"{tuple(getattr(value, 'shape', ()))}")
+
+
 @runtime_checkable
 class BatchEnv(Protocol):
     """A batch of envs whose rows the training loop steps through caller-visible buffers.

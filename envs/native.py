@@ -16,6 +16,10 @@ moves, and this raises InvalidActionError naming the env and the value.
 Autoreset is Gymnasium's SAME_STEP mode: an env that ends on a step already holds its next
 episode's first observation in `obs`; the terminal observation is in `final_obs` (and in
 `info["final_obs"]`, masked by `info["_final_obs"]`).
+
+The env implements operant.envs.contract.BatchEnv: its episode statistics are the kernel's
+`op_episode_stats` record, read by field name, and its explicit state (`state_dict()`,
+`load_state_dict()`) is the kernel's arrays and the observation buffer under stable names.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from operant.envs.contract import ActSpec, ObsSpec, RowLayout
+from operant.envs.contract import ActSpec, ObsSpec, RowLayout, check_state, clear_stats
 from operant.envs.registry import (
     EnvEntry,
     EpisodeStats,
@@ -39,7 +43,8 @@ from operant.envs.registry import (
 
 
 # Attributes of a kernel that make up an env's state (cext/kernel_common.pxi): what a
-# checkpoint saves and restores, besides the observation buffer.
+# checkpoint saves and restores, besides the observation buffer. `stats`, a structured record,
+# is saved as its 8 float64 words (the form checkpoints have always stored it in).
 KERNEL_STATE = ("state", "rng_state", "episode_return", "episode_length", "stats",
                 "recent_returns", "recent_lengths", "recent_head")
 
@@ -51,20 +56,21 @@ def recent_from_ring(ring: np.ndarray, head: int, count: int) -> np.ndarray:
     return ring[np.arange(head - count, head) % capacity]
 
 
-def allocate_buffers(env: VectorEnv, num_envs: int, obs_dim: int) -> None:
+def allocate_buffers(env: VectorEnv, num_envs: int, obs_spec: ObsSpec) -> None:
     """The buffers every numpy-backed env exposes, allocated once: `actions` (IN: int64 (N,)
-    for a Discrete space, float32 (N, *shape) for a Box), `obs` and `final_obs` (float32
-    (N, obs_dim)), `rewards` (float32 (N,)), `terminated` and `truncated` (bool (N,))."""
+    for a Discrete space, float32 (N, *shape) for a Box), `obs` and `final_obs` ((N,
+    *obs_spec.shape) of obs_spec.dtype), `rewards` (float32 (N,)), `terminated` and
+    `truncated` (bool (N,))."""
     env.discrete = isinstance(env.single_action_space, spaces.Discrete)
     if env.discrete:
         env.actions = np.zeros(num_envs, dtype=np.int64)
     else:
         env.actions = np.zeros((num_envs, *env.single_action_space.shape), dtype=np.float32)
-    env.obs = np.zeros((num_envs, obs_dim), dtype=np.float32)
+    env.obs = np.zeros((num_envs, *obs_spec.shape), dtype=obs_spec.dtype)
     env.rewards = np.zeros(num_envs, dtype=np.float32)
     env.terminated = np.zeros(num_envs, dtype=np.bool_)
     env.truncated = np.zeros(num_envs, dtype=np.bool_)
-    env.final_obs = np.zeros((num_envs, obs_dim), dtype=np.float32)
+    env.final_obs = np.zeros_like(env.obs)
 
 
 class NativeVectorEnv(VectorEnv):
@@ -90,7 +96,7 @@ class NativeVectorEnv(VectorEnv):
         self.act_spec = ActSpec.from_space(self.single_action_space)
         self.layout = RowLayout(num_envs)
         self.spec = None
-        allocate_buffers(self, num_envs, self.single_observation_space.shape[0])
+        allocate_buffers(self, num_envs, self.obs_spec)
         self._done = np.zeros(num_envs, dtype=np.bool_)
         self.max_episode_steps = max_episode_steps or entry.max_episode_steps
         self.kernels = self._bind_kernels()
@@ -155,42 +161,41 @@ class NativeVectorEnv(VectorEnv):
 
     # Episode statistics reduced inside the kernel: Python sees sums and counts.
     def drain_episode_stats(self) -> EpisodeStats:
-        """Finished-episode statistics since the last drain, then zero them."""
+        """Finished-episode statistics since the last drain, then clear them."""
         stats = self.kernel.stats
         result = EpisodeStats.from_record(stats)
-        stats[:] = 0.0
+        clear_stats(stats)
         return result
 
     def recent_returns(self, count: int) -> np.ndarray:
         """Returns of the last `count` finished episodes (fewer if fewer have finished)."""
         return recent_from_ring(self.kernel.recent_returns, int(self.kernel.recent_head[0]), count)
 
-    # -- checkpoints (operant.trainer.checkpoint calls these) ------------------------------
+    # -- explicit state (BatchEnv contract; checkpoints use these) ---------------------------
     def _state_prefixes(self) -> tuple[str, ...]:
         """The name each kernel's arrays are saved under, in self.kernels order."""
         return ("kernel",)
 
-    def get_state(self) -> dict[str, Any]:
-        """The live arrays that hold this env's state: every kernel's, and the observations."""
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The live arrays that hold this env's state: every kernel's (`<prefix>.<name>`, with
+        `stats` as a float64 (8,) view of its record) and the observations (`obs`)."""
         arrays = {f"{prefix}.{name}": getattr(kernel, name)
                   for prefix, kernel in zip(self._state_prefixes(), self.kernels)
                   for name in KERNEL_STATE}
+        for prefix in self._state_prefixes():
+            arrays[f"{prefix}.stats"] = arrays[f"{prefix}.stats"].view(np.float64)
         arrays["obs"] = self.obs
         return arrays
 
-    def set_state(self, arrays: dict[str, Any]) -> None:
-        """Copy saved arrays (get_state's names) into the live ones; later resets without a
-        seed continue the restored streams."""
-        for name, target in self.get_state().items():
-            np.copyto(target, arrays[name])
-        self._seeded = True
-
-    def state_dict(self) -> dict[str, Any]:
-        """The env's state (BatchEnv contract): live arrays under stable names."""
-        return self.get_state()
-
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.set_state(state)
+        """Copy arrays with state_dict()'s names, dtypes and shapes into the live ones (a
+        ValueError names the first that is missing, extra or different, and then nothing is
+        copied); later resets without a seed continue the restored streams."""
+        targets = self.state_dict()
+        check_state(state, targets)
+        for name, target in targets.items():
+            np.copyto(target, state[name])
+        self._seeded = True
 
     def close_extras(self, **kwargs) -> None:
         pass

@@ -22,8 +22,14 @@ from typing import Any
 
 import numpy as np
 
+from operant.envs.contract import clear_stats
 from operant.envs.native import NativeVectorEnv, recent_from_ring
-from operant.envs.registry import EnvEntry, EpisodeStats, InvalidActionError, invalid_action_message
+from operant.envs.registry import (
+    EnvEntry,
+    EpisodeStats,
+    InvalidActionError,
+    invalid_action_message,
+)
 
 
 class SplitNativeVectorEnv(NativeVectorEnv):
@@ -71,7 +77,7 @@ class SplitNativeVectorEnv(NativeVectorEnv):
     def drain_episode_stats(self) -> EpisodeStats:
         parts = [EpisodeStats.from_record(kernel.stats) for kernel in self.kernels]
         for kernel in self.kernels:
-            kernel.stats[:] = 0.0
+            clear_stats(kernel.stats)
         return EpisodeStats.merge(parts)
 
     def recent_returns(self, count: int) -> np.ndarray:
@@ -83,6 +89,8 @@ class SplitNativeVectorEnv(NativeVectorEnv):
                                second[len(second) - take_second:]])
 
     def _state_prefixes(self) -> tuple[str, ...]:
+        """Each half's arrays are saved as `half0.<name>` and `half1.<name>` (state_dict and
+        load_state_dict are NativeVectorEnv's)."""
         return tuple(f"half{which}" for which in range(len(self.kernels)))
 
     def close_extras(self, **kwargs) -> None:

@@ -51,8 +51,8 @@ class ReferenceVectorEnv(VectorEnv):
         if not isinstance(self.single_observation_space, spaces.Box):
             raise EnvError(f"{env_id} has {self.single_observation_space} observations; "
                            "operant trains on flat Box observations")
-        allocate_buffers(self, num_envs, int(np.prod(self.single_observation_space.shape)))
         self.obs_spec = ObsSpec((int(np.prod(self.single_observation_space.shape)),), np.float32)
+        allocate_buffers(self, num_envs, self.obs_spec)
         self.act_spec = ActSpec.from_space(self.single_action_space)
         self.layout = RowLayout(num_envs)
         self._episode_return = np.zeros(num_envs, dtype=np.float64)

@@ -177,3 +177,102 @@ def test_torch_buffers_stay_in_place_on_their_device(env_id):
     assert [buffer.data_ptr() for buffer in buffers] == pointers
     assert all(buffer.device == torch.device("cpu") for buffer in buffers)
     assert env.obs.dtype == torch.float32 and env.state.dtype == torch.float64
+
+
+def _kernel_buffers(env_id, num_envs, obs=None):
+    """Buffers a kernel for `env_id` accepts, with `obs` (and final_obs) replaced if given."""
+    env = make_env(env_id, num_envs, impl="native", copy=False)
+    obs = env.obs if obs is None else obs
+    return env.entry.native, (num_envs, env.actions, obs, env.rewards, env.terminated,
+                              env.truncated, np.zeros_like(obs))
+
+
+@pytest.mark.parametrize("env_id", list(ENVS))
+@pytest.mark.parametrize("wrong", ["float64", "uint8 bytes", "one column more", "row shape",
+                                   "fortran"])
+def test_kernel_refuses_an_observation_buffer_it_did_not_declare(env_id, wrong):
+    """The C batch takes observation rows of any dtype and shape as bytes, so binding checks
+    the buffer against what the kernel declares (float32 (obs_dim,) here) and names both."""
+    obs_dim = gymnasium.spec(env_id).make().observation_space.shape[0]
+    obs = {"float64": np.zeros((8, obs_dim), np.float64),
+           # the same number of bytes per row, but not float32 rows
+           "uint8 bytes": np.zeros((8, 4 * obs_dim), np.uint8),
+           "one column more": np.zeros((8, obs_dim + 1), np.float32),
+           "row shape": np.zeros((8, obs_dim, 1), np.float32),
+           "fortran": np.asfortranarray(np.zeros((8, obs_dim), np.float32))}[wrong]
+    kernel_class, args = _kernel_buffers(env_id, 8, obs)
+    with pytest.raises(ValueError, match=rf"buffer obs must be a writeable C-contiguous float32 "
+                                         rf"array of shape \(8, {obs_dim}\) .*got "):
+        kernel_class(*args)
+
+
+@pytest.mark.parametrize("env_id", list(ENVS))
+def test_kernel_statistics_are_the_contract_record_by_name(env_id):
+    """`stats` is one op_episode_stats record whose numpy dtype is the contract's; the drained
+    EpisodeStats is read from it by field name."""
+    from operant.envs.contract import EPISODE_STATS_DTYPE
+
+    env = make_env(env_id, 16, impl="native", copy=False)
+    assert env.kernel.stats.dtype == EPISODE_STATS_DTYPE and env.kernel.stats.shape == (1,)
+    assert env.kernel.stats["return_min"][0] == np.inf
+    assert env.kernel.stats["length_max"][0] == -np.inf
+    env.reset(seed=3)
+    record = env.kernel.stats
+    record["episodes"], record["return_sum"], record["length_sum"] = 2.0, -7.5, 30.0
+    record["return_min"], record["return_max"] = -5.0, -2.5
+    record["length_min"], record["length_max"] = 10.0, 20.0
+    stats = env.drain_episode_stats()
+    assert (stats.episodes, stats.return_sum, stats.return_min, stats.return_max) \
+        == (2, -7.5, -5.0, -2.5)
+    assert (stats.length_sum, stats.length_min, stats.length_max) == (30.0, 10.0, 20.0)
+    assert env.drain_episode_stats().episodes == 0
+    assert env.kernel.stats["return_min"][0] == np.inf
+
+
+@pytest.mark.parametrize("impl", IMPLS + ["overlap"])
+def test_state_dict_round_trip_continues_bit_for_bit(impl):
+    """load_state_dict(state_dict()) taken mid-episode makes a fresh env continue exactly as
+    the original does (observations, rewards, and the drained statistics)."""
+    kwargs = {"impl": "native", "overlap": True} if impl == "overlap" else {"impl": impl}
+    original = make_env("CartPole-v1", 16, copy=False, **kwargs)
+    original.reset(seed=11)
+    rng = np.random.default_rng(2)
+    for _ in range(40):
+        _load(original, _actions(original, rng, 16))
+        original.step_bound()
+    saved = {name: value.clone() if isinstance(value, torch.Tensor) else value.copy()
+             for name, value in original.state_dict().items()}
+    if impl != "torch":
+        assert saved["half0.stats" if impl == "overlap" else "kernel.stats"].dtype == np.float64
+    resumed = make_env("CartPole-v1", 16, copy=False, **kwargs)
+    resumed.load_state_dict(saved)
+    for _ in range(60):
+        actions = _actions(original, rng, 16)
+        for env in (original, resumed):
+            _load(env, actions)
+            env.step_bound()
+        np.testing.assert_array_equal(_host(resumed.obs), _host(original.obs))
+        np.testing.assert_array_equal(_host(resumed.rewards), _host(original.rewards))
+    assert resumed.drain_episode_stats() == original.drain_episode_stats()
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_load_state_dict_names_the_first_mismatch_and_copies_nothing(impl):
+    env = make_env("CartPole-v1", 4, impl=impl, copy=False)
+    env.reset(seed=0)
+    state = env.state_dict()
+    before = _host(state["obs"]).copy()
+    name = "kernel.state" if impl == "native" else "state"
+    wrong_dtype = {**state, name: state[name].to(torch.float32) if impl == "torch"
+                   else state[name].astype(np.float32)}
+    with pytest.raises(ValueError, match=rf"env state '{name}' must be a .* of .*float64 "
+                                         r"\(4, 4\), got .*float32 \(4, 4\)"):
+        env.load_state_dict(wrong_dtype)
+    wrong_shape = {**state, "obs": state["obs"][:2]}
+    with pytest.raises(ValueError, match=r"env state 'obs' must be .*\(4, 4\), got .*\(2, 4\)"):
+        env.load_state_dict(wrong_shape)
+    with pytest.raises(ValueError, match=rf"env state '{name}' is missing"):
+        env.load_state_dict({key: value for key, value in state.items() if key != name})
+    with pytest.raises(ValueError, match=r"env state 'extra' is not part of this env"):
+        env.load_state_dict({**state, "extra": state["obs"]})
+    np.testing.assert_array_equal(_host(env.state_dict()["obs"]), before)

@@ -177,3 +177,48 @@ def test_reference_impl_steps_continuous_actions():
     env.reset(seed=0)
     obs, rewards, terminated, truncated, _ = env.step(np.array([[1.0], [-1.0]], dtype=np.float32))
     assert obs.shape == (2, 3) and rewards.dtype == np.float32 and (rewards < 0).all()
+
+
+def test_importing_the_envs_library_registers_them_without_torch():
+    """Users import operant.envs from their own loops: it registers the operant/ ids with
+    Gymnasium and leaves torch unimported (the torch family loads when impl="torch" is made)."""
+    import subprocess
+    import sys
+
+    script = ("import sys, gymnasium, operant.envs; "
+              "print('torch' in sys.modules, 'operant/CartPole-v1' in gymnasium.registry)")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["False", "True"]
+
+
+def test_old_import_paths_are_deprecated_aliases_of_the_same_objects():
+    """operant.trainer.envs and its modules keep working for one version, as aliases."""
+    import importlib
+    import warnings
+
+    import operant.envs.native
+    import operant.envs.overlap
+    import operant.envs.parity
+    import operant.envs.reference
+    import operant.envs.torch
+    from operant.envs.torch import base
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        old = importlib.import_module("operant.trainer.envs")
+        modules = {name: importlib.import_module(f"operant.trainer.envs.{name}")
+                   for name in ("native", "overlap", "parity", "reference", "registry",
+                                "torch_envs")}
+    assert old.make_env is make_env and old.ENVS is ENVS and old.EnvError is EnvError
+    assert modules["native"].NativeVectorEnv is operant.envs.native.NativeVectorEnv
+    assert modules["native"].recent_from_ring is operant.envs.native.recent_from_ring
+    assert modules["overlap"].SplitNativeVectorEnv is operant.envs.overlap.SplitNativeVectorEnv
+    assert modules["parity"].shadow_check is operant.envs.parity.shadow_check
+    assert modules["reference"].ReferenceVectorEnv is operant.envs.reference.ReferenceVectorEnv
+    assert modules["registry"].lookup is lookup
+    assert modules["torch_envs"].TorchCartPole is operant.envs.torch.TorchCartPole
+    assert modules["torch_envs"].TorchVectorEnv is base.TorchVectorEnv
+    assert modules["torch_envs"].STATE_TENSORS is base.STATE_TENSORS
+    with pytest.raises(AttributeError):
+        modules["native"].no_such_name  # noqa: B018

@@ -30,13 +30,12 @@ replaced the same way, last; then checkpoints beyond the newest `keep` are delet
 SIGKILL or power loss at any point leaves every `ckpt-*.pt` file whole and `latest` naming
 one of them. Leftover temporary files are deleted when the next trainer of the run starts.
 
-Env state: an env that defines `get_state()` / `set_state(arrays)` (a dict of numpy arrays or
-tensors) is captured through them. Otherwise a native env is captured through its kernel's
-arrays (state, per-env RNG words, episode accumulators, episode-statistics ring: the kernel
-documents them as readable and writable in place) and its observation buffer, and a torch env
-through the same tensors. The `reference` implementation (Gymnasium's own envs, whose state is
-arbitrary Python) is not captured: a resumed run re-seeds its envs, so episodes in flight
-restart and the run is not bit-identical to an uninterrupted one.
+Env state: a `resumable` env (operant.envs.contract.BatchEnv) is captured through its
+`state_dict()` (arrays or tensors under stable names, saved with their dtype names) and put
+back with `load_state_dict()`, after the saved names, dtypes and shapes are checked against the
+env's. An env that is not resumable (the `reference` implementation: Gymnasium's own envs, whose
+state is arbitrary Python) is not captured: a resumed run re-seeds its envs, so episodes in
+flight restart and the run is not bit-identical to an uninterrupted one.
 """
 
 from __future__ import annotations

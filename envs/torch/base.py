@@ -1,9 +1,10 @@
-"""Every Operant environment as batched torch tensor ops, on any device (`env.impl = "torch"`).
+"""What every torch env shares (`env.impl = "torch"`): `TorchVectorEnv`, an implementation of
+operant.envs.contract.BatchEnv as batched torch tensor ops on any device.
 
 The same dynamics as the native kernels and Gymnasium, written over a batch of N envs so that on
-a GPU the observations, rewards and flags never leave the device. `TorchVectorEnv` owns what all
-envs share; each env class adds three pieces: `_initial_state` (from uniform draws),
-`_observe`, and `_dynamics` (one step of every env).
+a GPU the observations, rewards and flags never leave the device. Each env (one module of
+operant.envs.torch per env) subclasses `TorchVectorEnv` and adds three pieces:
+`_initial_state` (from uniform draws), `_observe`, and `_dynamics` (one step of every env).
 
 Contract, the same as the native kernels':
 - State is float64 on the device, shaped (state_dim, N); observations are float32 (N, obs_dim).
@@ -14,9 +15,10 @@ Contract, the same as the native kernels':
   ending's reward and flags, and its terminal observation in `final_obs`, while `obs` already
   holds its next episode's first observation. `final_obs` rows of envs that did not end hold
   their current observation.
-- Episode returns and lengths are reduced on the device into `stats` (float64 (8,), the native
-  layout) and a ring of recent episodes; the trainer reads them once per update
-  (`drain_episode_stats()`, `recent_returns(k)`), which is where the host syncs are.
+- Episode returns and lengths are reduced on the device into `stats` (float64 (8,): the words
+  of one EPISODE_STATS_DTYPE record, addressed by field name) and a ring of recent episodes;
+  the trainer reads them once per update (`drain_episode_stats()`, `recent_returns(k)`),
+  which is where the host syncs are.
 - `step_bound()` and `step()` never synchronise with the device: no `.item()`, no Python
   branch on a tensor's value, no per-env Python, no boolean-mask indexing.
 
@@ -55,7 +57,14 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from operant.envs.contract import ActSpec, ObsSpec, RowLayout
+from operant.envs.contract import (
+    EPISODE_STATS_DTYPE,
+    ActSpec,
+    ObsSpec,
+    RowLayout,
+    check_state,
+    cleared_stats,
+)
 from operant.envs.registry import (
     EnvEntry,
     EpisodeStats,
@@ -105,6 +114,18 @@ def seed_streams(seed: int, num_envs: int, device: torch.device) -> torch.Tensor
     index = torch.arange(num_envs, dtype=torch.int64, device=device)
     return _mix(index * _i64(_INDEX_STRIDE) + _i64(first + _GOLDEN))
 
+
+# Where each statistic lives in `stats`, by field name. The reduction updates the return and
+# length fields as one (quantity, reduction) block: that needs them adjacent, in this order.
+_FIELD = {name: index for index, name in enumerate(EPISODE_STATS_DTYPE.names)}
+_EPISODES = _FIELD["episodes"]
+_QUANTITIES, _REDUCTIONS = ("return", "length"), ("sum", "min", "max")
+_BLOCK = [_FIELD[f"{quantity}_{reduction}"]
+          for quantity in _QUANTITIES for reduction in _REDUCTIONS]
+if _BLOCK != list(range(_BLOCK[0], _BLOCK[0] + len(_BLOCK))):
+    raise ImportError("EPISODE_STATS_DTYPE's return and length fields are not one block")
+_QUANTITY_BLOCK = slice(_BLOCK[0], _BLOCK[0] + len(_BLOCK))
+_SUM, _MIN, _MAX = (_REDUCTIONS.index(reduction) for reduction in _REDUCTIONS)
 
 # The tensors that make up a torch env's state (its checkpoint), under these names.
 STATE_TENSORS = ("state", "rng_state", "episode_return", "episode_length", "stats",
@@ -161,7 +182,7 @@ class TorchVectorEnv(VectorEnv):
         self.rng_state = torch.zeros(num_envs, dtype=torch.int64, **options)
         self.episode_return = torch.zeros(num_envs, dtype=torch.float64, **options)
         self.episode_length = torch.zeros(num_envs, dtype=torch.int64, **options)
-        self.stats = torch.zeros(8, dtype=torch.float64, **options)
+        self.stats = torch.zeros(len(_FIELD), dtype=torch.float64, **options)
         self._clear_stats()
         # One spare slot past the ring takes the writes of envs that did not end this step.
         self._ring_returns = torch.zeros(RECENT_CAPACITY + 1, dtype=torch.float64, **options)
@@ -265,20 +286,22 @@ class TorchVectorEnv(VectorEnv):
         return {name: getattr(self, name) for name in STATE_TENSORS}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Copy saved tensors in place; later resets without a seed continue the streams."""
-        for name, target in self.state_dict().items():
-            target.copy_(torch.as_tensor(state[name], device=target.device))
+        """Copy tensors with state_dict()'s names, dtypes and shapes in place (on any device; a
+        ValueError names the first that is missing, extra or different, and then nothing is
+        copied); later resets without a seed continue the restored streams."""
+        targets = self.state_dict()
+        check_state(state, targets)
+        for name, target in targets.items():
+            target.copy_(state[name])
         self._seeded = True
 
     # --- statistics, read once per update (host syncs live here) ----------------------------
     def drain_episode_stats(self) -> EpisodeStats:
-        """Finished-episode statistics since the last drain, then zero them."""
+        """Finished-episode statistics since the last drain, then clear them."""
         self.check_actions()
-        values = self.stats.cpu().numpy().copy()
-        if values[0] == 0:
-            values[:] = 0.0
+        record = EpisodeStats.from_record(self.stats.cpu().numpy())
         self._clear_stats()
-        return EpisodeStats.from_record(values)
+        return record
 
     def recent_returns(self, count: int) -> np.ndarray:
         """Returns of the last `count` finished episodes (fewer if fewer have finished)."""
@@ -303,9 +326,9 @@ class TorchVectorEnv(VectorEnv):
 
     # --- internals ---------------------------------------------------------------------------
     def _clear_stats(self) -> None:
-        # Min slots start at +inf and max slots at -inf so the first episode sets them.
-        self.stats.copy_(torch.tensor([0.0, 0.0, math.inf, -math.inf, 0.0, math.inf, -math.inf,
-                                       0.0], dtype=torch.float64))
+        # The contract's cleared record: minima +inf and maxima -inf, so the first episode
+        # sets them.
+        self.stats.copy_(torch.from_numpy(cleared_stats().reshape(1).view(np.float64)))
 
     def _draw(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Every env's next reset draws (uniform in reset_bounds) and its stream after them."""
@@ -316,15 +339,16 @@ class TorchVectorEnv(VectorEnv):
     def _record_episodes(self, done: torch.Tensor) -> None:
         """Reduce the episodes that ended this step into `stats` and the recent-episode ring."""
         values = torch.stack((self.episode_return, self.episode_length.to(torch.float64)))
-        per_quantity = self.stats[1:7].view(2, 3)  # rows: return, length; cols: sum, min, max
-        per_quantity[:, 0] += torch.where(done, values, 0.0).sum(dim=1)
-        per_quantity[:, 1] = torch.minimum(per_quantity[:, 1],
-                                           torch.where(done, values, math.inf).amin(dim=1))
-        per_quantity[:, 2] = torch.maximum(per_quantity[:, 2],
-                                           torch.where(done, values, -math.inf).amax(dim=1))
+        # rows: _QUANTITIES (return, length); columns: _REDUCTIONS (sum, min, max)
+        per_quantity = self.stats[_QUANTITY_BLOCK].view(len(_QUANTITIES), len(_REDUCTIONS))
+        per_quantity[:, _SUM] += torch.where(done, values, 0.0).sum(dim=1)
+        per_quantity[:, _MIN] = torch.minimum(per_quantity[:, _MIN],
+                                              torch.where(done, values, math.inf).amin(dim=1))
+        per_quantity[:, _MAX] = torch.maximum(per_quantity[:, _MAX],
+                                              torch.where(done, values, -math.inf).amax(dim=1))
         rank = torch.cumsum(done, 0) - 1
         total = rank[-1] + 1
-        self.stats[0] += total
+        self.stats[_EPISODES] += total
         # Envs that ended take consecutive slots in env order (as in the kernels); when more
         # than the ring holds end at once, only the last RECENT_CAPACITY are kept.
         keep = done & (rank >= total - RECENT_CAPACITY)
