@@ -1,5 +1,5 @@
 /* A native thread that runs env kernel steps on request, for the trainer's overlapped rollout
- * (operant.cext.overlap.StepThread, trainer/envs/overlap.py). The main thread asks for one
+ * (operant.cext.overlap.StepThread, envs/overlap.py). The main thread asks for one
  * step at a time (`op_step_thread_request`), works on something else (the policy on the other
  * half of the envs), then waits for it (`op_step_thread_wait`). Neither side touches Python.
  *
