@@ -1,7 +1,10 @@
-"""Deprecated alias of `operant.envs.registry`, kept for one version: import that instead."""
+"""Deprecated alias of `operant.envs.registry`, kept for one version: import that instead.
 
-import operant.envs.registry as _moved
+Importing this module gives that very module (so patching a name through either path patches
+both)."""
 
+import sys
 
-def __getattr__(name: str):
-    return getattr(_moved, name)
+import operant.envs.registry
+
+sys.modules[__name__] = operant.envs.registry
