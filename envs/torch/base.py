@@ -125,7 +125,7 @@ _BLOCK = [_FIELD[f"{quantity}_{reduction}"]
 if _BLOCK != list(range(_BLOCK[0], _BLOCK[0] + len(_BLOCK))):
     raise ImportError("EPISODE_STATS_DTYPE's return and length fields are not one block")
 _QUANTITY_BLOCK = slice(_BLOCK[0], _BLOCK[0] + len(_BLOCK))
-_SUM, _MIN, _MAX = (_REDUCTIONS.index(reduction) for reduction in _REDUCTIONS)
+_SUM, _MIN, _MAX = (_REDUCTIONS.index(name) for name in ("sum", "min", "max"))
 
 # The tensors that make up a torch env's state (its checkpoint), under these names.
 STATE_TENSORS = ("state", "rng_state", "episode_return", "episode_length", "stats",
