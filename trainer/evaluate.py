@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,7 +84,10 @@ def load_policy_file(path: Path) -> LoadedPolicy:
     from operant.trainer import checkpoint
 
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():
+            # torch warns about a foreign pickle before refusing it: the refusal says it all.
+            warnings.simplefilter("ignore")
+            payload = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise EvalInputError(f"{path}: no such file") from None
     except Exception as error:  # any failure to parse an untrusted file: it is not ours
