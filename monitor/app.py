@@ -22,8 +22,6 @@ from textual.widgets import DataTable, Footer, Static
 
 from operant.monitor import format as fmt
 from operant.monitor.runs_cmd import RunRow
-from operant.shared.reader import shown_status
-from operant.shared.runs import command_hint
 from operant.monitor.source import (
     ReaderSource,
     RunUpdate,
@@ -41,6 +39,8 @@ from operant.monitor.widgets import (
     process_text,
     title_text,
 )
+from operant.shared.reader import shown_status
+from operant.shared.runs import command_hint
 
 # History fields drawn as curves when the run records them, in this order, with their titles.
 CURVES = (
