@@ -127,9 +127,8 @@ def load_run_policy(run_dir: Path, best: bool) -> LoadedPolicy:
 
     if best:
         if not (run_dir / BEST_FILE).is_file():
-            raise EvalInputError(f"run {run_dir.name!r} has no {BEST_FILE} (it is written once "
-                                 "the run has a mean return over 100 episodes); leave out "
-                                 "--best to evaluate its last policy")
+            raise EvalInputError(f"run {run_dir.name!r} has no {BEST_FILE}; leave out --best "
+                                 "to evaluate its last policy")
         return load_policy_file(run_dir / BEST_FILE)
     checkpoints = checkpoint.checkpoint_files(run_dir / runs.CHECKPOINT_DIR)
     newest = checkpoints[-1] if checkpoints else None
