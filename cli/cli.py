@@ -15,7 +15,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "monitor": ("operant.monitor.cli", "watch a run live (--latest, --once, --json)"),
     "runs": ("operant.monitor.runs_cmd", "list runs with their status, steps and SPS"),
     "bench": ("operant.trainer.bench", "measure env-only and training throughput"),
-    "eval": ("operant.trainer.evaluate", "evaluate a checkpoint"),
+    "eval": ("operant.trainer.evaluate", "evaluate a run's policy, a model or a checkpoint"),
     "exporter": ("operant.monitor.exporter", "serve live runs' metrics in OpenMetrics format"),
 }
 

@@ -39,6 +39,8 @@ from operant.monitor.widgets import (
     process_text,
     title_text,
 )
+from operant.shared.reader import shown_status
+from operant.shared.runs import command_hint
 
 # History fields drawn as curves when the run records them, in this order, with their titles.
 CURVES = (
@@ -120,7 +122,7 @@ class RunPicker(ModalScreen[str | None]):
         table = self.query_one("#runs", DataTable)
         table.add_columns("run id", "env", "status", "steps", "steps/s", "age")
         for row in reversed(self.rows):  # newest first
-            table.add_row(row.run_id, row.env_id or "-", row.status,
+            table.add_row(row.run_id, row.env_id or "-", shown_status(row.status, row.interrupted),
                           fmt.count(row.global_step), fmt.compact(row.sps),
                           fmt.duration(row.age_s), key=row.run_id)
         if not self.rows:
@@ -146,7 +148,8 @@ class RunCommands(Provider):
         app = self.app
         for row in reversed(self.rows):
             yield (f"Attach to run {row.run_id}", partial(app.attach, row.run_id),
-                   f"{row.env_id or '-'}, {row.status}, {fmt.count(row.global_step)} steps")
+                   f"{row.env_id or '-'}, {shown_status(row.status, row.interrupted)}, "
+                   f"{fmt.count(row.global_step)} steps")
 
     async def discover(self) -> Hits:
         for text, command, help_text in self._commands():
@@ -373,5 +376,23 @@ def run_app(root: Path, run: str | None, *, follow: bool = False, refresh_s: flo
     if app.return_code:
         return app.return_code
     if watched:
-        print(f"detached from {watched}; training goes on. Reattach: operant monitor {watched}")
+        print(detach_message(watched, app.view, root))
     return 0
+
+
+def detach_message(run_id: str, view: RunView | None, root: Path) -> str:
+    """What `q` leaves on the terminal: the run's state in words, and the command (pasteable
+    as printed) that does the next thing a user wants with a run in that state."""
+    status = view.status if view is not None and view.run_id == run_id else "running"
+    if status == "finished" and view.interrupted:
+        return (f"detached from {run_id}, which was stopped before the end of its budget. "
+                f"Continue it: {command_hint('operant-train --resume', run_id, root=root)}")
+    if status == "finished":
+        return (f"detached from {run_id}, which has finished. Evaluate it: "
+                f"{command_hint('operant eval', run_id, root=root)}")
+    if status in ("failed", "crashed"):
+        why = f": {view.reason}" if view.reason else ""
+        return (f"detached from {run_id}, whose trainer {status}{why}. Continue from its last "
+                f"checkpoint: {command_hint('operant-train --resume', run_id, root=root)}")
+    return (f"detached from {run_id}; training goes on. Reattach: "
+            f"{command_hint('operant monitor', run_id, root=root)}")

@@ -1,6 +1,11 @@
 """`operant train ... --detach | --monitor`: start the trainer in the background, then (with
 --monitor) watch it in the foreground.
 
+Output: with --detach, stdout carries the run id alone, so `RUN=$(operant train --detach)`
+captures it; where the log is and how to watch and stop the run go to stderr, with commands
+that can be pasted as printed (`--runs-dir` included when the run is not under the default
+runs root).
+
 The trainer is `operant-train` with the same arguments, started in its own session
 (`start_new_session`) with stdin from /dev/null and stdout/stderr to the run directory's
 `train.log`: Ctrl-C in this terminal, closing it, or killing the monitor never reaches the
@@ -20,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from operant.shared.runs import LOG_FILE, METRICS_FILE
+from operant.shared.runs import LOG_FILE, METRICS_FILE, command_hint
 
 MONITOR_FLAG = "--monitor"
 DETACH_FLAG = "--detach"
@@ -42,8 +47,10 @@ def trainer_command(argv: list[str], run_id: str) -> list[str]:
 
 def launch(argv: list[str], root: Path, run_id: str, *, monitor: bool,
            timeout_s: float = STARTUP_TIMEOUT_S) -> int:
-    """Start the trainer for run `run_id` under `root` in the background; print how to attach;
-    with `monitor`, run the monitor on it until the user detaches. Returns the exit status."""
+    """Start the trainer for run `run_id` under `root` in the background and say on stderr
+    how to watch and stop it; with `monitor`, run the monitor on it until the user detaches,
+    else print the run id alone on stdout (for `RUN=$(operant train --detach)`). Returns the
+    exit status."""
     if MONITOR_FLAG in argv and DETACH_FLAG in argv:
         print(f"operant train: give {MONITOR_FLAG} or {DETACH_FLAG}, not both", file=sys.stderr)
         return 2
@@ -69,9 +76,10 @@ def launch(argv: list[str], root: Path, run_id: str, *, monitor: bool,
         return _report_early_exit(trainer, run_dir, early_log, timeout_s)
     print(f"run {run_id} is training in the background (pid {trainer.pid})\n"
           f"  log:    {log_path}\n"
-          f"  watch:  operant monitor {run_id}   (or: operant monitor --latest)\n"
-          f"  stop:   kill -TERM {trainer.pid}", flush=True)
+          f"  watch:  {command_hint('operant monitor', run_id, root=root)}\n"
+          f"  stop:   kill -TERM {trainer.pid}", file=sys.stderr, flush=True)
     if not monitor:
+        print(run_id, flush=True)  # alone on stdout: RUN=$(operant train --detach)
         return 0
     from operant.monitor import cli
 

@@ -1,5 +1,8 @@
 """`operant runs`: every run under the runs root with its status, steps, SPS and age.
 
+A run stopped early on request (SIGTERM, Ctrl-C) shows as `interrupted`; `--json` keeps the
+documented status (`finished`) and says `"interrupted": true`, as `operant monitor --json`.
+
 Reads each run's metrics file read-only; a run whose file is missing or unreadable is listed
 with status `unknown` and the reason, so one bad run never hides the others.
 """
@@ -15,7 +18,7 @@ from pathlib import Path
 import msgspec
 
 from operant.monitor.cli import format_age, format_value
-from operant.shared.reader import MetricsFileError, MetricsReader
+from operant.shared.reader import MetricsFileError, MetricsReader, shown_status
 from operant.shared.runs import METRICS_FILE, list_run_dirs, runs_root
 
 PROG = "operant runs"
@@ -28,6 +31,9 @@ class RunRow(msgspec.Struct, kw_only=True):
     run_id: str
     env_id: str = ""
     status: str = STATUS_UNKNOWN
+    """As `operant monitor --json` says it: running, finished, failed, crashed, stalled."""
+    interrupted: bool = False
+    """Finished early on request (SIGTERM, Ctrl-C): the table shows it as `interrupted`."""
     global_step: int | None = None
     sps: float | None = None
     episode_return_mean: float | None = None
@@ -90,6 +96,7 @@ def describe_run(run_dir: Path) -> RunRow:
     metrics = snapshot.metrics()
     row.env_id = snapshot.env_id
     row.status = snapshot.status
+    row.interrupted = snapshot.interrupted
     row.global_step = _number(metrics.get("global_step"), int)
     row.sps = _number(metrics.get("sps"), float)
     row.episode_return_mean = _number(metrics.get("episode_return_mean"), float)
@@ -111,7 +118,8 @@ def _format_rate(sps: float | None) -> str:
 def render_table(rows: list[RunRow]) -> str:
     header = ("RUN ID", "ENV", "STATUS", "STEPS", "SPS", "AGE")
     cells = [header] + [
-        (row.run_id, row.env_id or "-", row.status, format_value(row.global_step),
+        (row.run_id, row.env_id or "-", shown_status(row.status, row.interrupted),
+         format_value(row.global_step),
          _format_rate(row.sps),
          format_age(row.age_s if row.age_s is not None else -1.0))
         for row in rows

@@ -51,6 +51,16 @@ STATUS_FAILED = "failed"
 STATUS_CRASHED = "crashed"
 STATUS_STALLED = "stalled"
 STATUSES = (STATUS_RUNNING, STATUS_FINISHED, STATUS_FAILED, STATUS_CRASHED, STATUS_STALLED)
+# Not a status of its own (STATUSES is a documented interface): how listings show a finished
+# run that was stopped early, by SIGTERM or Ctrl-C, and can be continued with --resume.
+SHOWN_INTERRUPTED = "interrupted"
+
+
+def shown_status(status: str, interrupted: bool) -> str:
+    """The status as a listing shows it to people: `interrupted` for a run that finished
+    early on request, else `status`. Scripts read `status` and `interrupted` instead."""
+    return SHOWN_INTERRUPTED if status == STATUS_FINISHED and interrupted else status
+
 
 class MetricsFileError(Exception):
     """Any problem with a metrics file. The message is one line: the file, what is wrong with

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import shlex
 import time
 from pathlib import Path
 
@@ -42,6 +43,28 @@ def runs_root(explicit: str | os.PathLike[str] | None = None) -> Path:
     state_home = os.environ.get("XDG_STATE_HOME") or os.path.join(
         os.path.expanduser("~"), ".local", "state")
     return Path(state_home) / "operant" / "runs"
+
+
+def command_hint(command: str, *args: str, root: str | os.PathLike[str]) -> str:
+    """A command line a user can paste as printed: `command` (e.g. "operant monitor"), then
+    `args`, then `--runs-dir ROOT` (absolute) when `root` is not the runs root the command
+    would find on its own, all shell-quoted."""
+    words = [*shlex.split(command), *args]
+    root_path = Path(root).expanduser().absolute()
+    if root_path.resolve() != runs_root().absolute().resolve():
+        words += ["--runs-dir", str(root_path)]
+    return shlex.join(words)
+
+
+def root_problem(root: Path) -> str | None:
+    """Why `root` cannot hold runs (it, or the nearest part of it that exists, is not a
+    directory); None when it can, or may once created."""
+    for path in (root, *root.parents):
+        if os.path.exists(path):
+            return None if os.path.isdir(path) else (
+                "it is a file, not a directory" if path == root
+                else f"{path} is a file, not a directory")
+    return None
 
 
 def make_run_id(env_id: str, now: float | None = None) -> str:
@@ -80,6 +103,9 @@ def update_latest(root: Path, run_id: str) -> None:
 
 def resolve_run(root: Path, run: str | None) -> Path:
     """The directory of run id `run`, or of the latest run when `run` is None or 'latest'."""
+    problem = root_problem(root)
+    if problem is not None:
+        raise RunNotFoundError(f"runs root {root}: {problem}; pass --runs-dir a directory")
     if run is None or run == LATEST_NAME:
         link = root / LATEST_NAME
         try:
@@ -95,10 +121,12 @@ def resolve_run(root: Path, run: str | None) -> Path:
             raise RunNotFoundError(f"{link} points to {target!r}, which no longer exists")
         return path
     if not valid_run_id(run):
-        raise RunNotFoundError(f"{run!r} is not a run id (see `operant runs`)")
+        raise RunNotFoundError(
+            f"{run!r} is not a run id (see `{command_hint('operant runs', root=root)}`)")
     path = root / run
     if not path.is_dir():
-        raise RunNotFoundError(f"no run {run!r} under {root} (see `operant runs`)")
+        raise RunNotFoundError(
+            f"no run {run!r} under {root} (see `{command_hint('operant runs', root=root)}`)")
     return path
 
 

@@ -1,41 +1,164 @@
-"""operant eval on a real trained model, and its refusals."""
+"""operant eval on what a user has: a finished run, a run stopped by SIGTERM (checkpoints, no
+model.pt), a checkpoint file, best.pt; and its refusals of everything else (one line, exit 2)."""
 
 import json
-import os
-import subprocess
-import sys
+import shutil
+import signal
 
 import pytest
+import torch
+from user_runs import ENDLESS, SMALL, last_record, run, start_trainer, stop, wait_for_updates
 
 
-def operant(*args, runs_dir):
-    env = dict(os.environ, OPERANT_RUNS_DIR=str(runs_dir))
-    return subprocess.run([sys.executable, "-m", "operant.cli", *args], capture_output=True,
-                          text=True, timeout=240, env=env)
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    return tmp_path_factory.mktemp("runs")
 
 
-def test_evaluates_a_trained_model_greedily(tmp_path):
-    trained = operant("train", "--total-steps", "40960", "--seed", "1", "--run-id", "m",
-                      "--quiet", runs_dir=tmp_path)
-    assert trained.returncode == 0, trained.stderr
-    result = operant("eval", "m", "--episodes", "20", "--json", runs_dir=tmp_path)
+@pytest.fixture(scope="module")
+def trained(root):
+    """A run that finished: model.pt and a final checkpoint at the same update."""
+    result = run("operant", "train", "--total-steps", "40960", "--seed", "1", "--run-id", "m",
+                 "--quiet", "--runs-dir", str(root))
+    assert result.returncode == 0, result.stderr
+    return root / "m"
+
+
+@pytest.fixture(scope="module")
+def stopped(root, tmp_path_factory):
+    """A run stopped by SIGTERM: checkpoints (every 3 updates, and one at the stop), no
+    model.pt."""
+    log = tmp_path_factory.mktemp("log") / "train.out"
+    trainer = start_trainer("--runs-dir", str(root), "--run-id", "s", *SMALL, *ENDLESS,
+                            "--set", "checkpoint.every_updates=3", "--quiet", log=log)
+    wait_for_updates(root / "s", 8)
+    assert stop(trainer, signal.SIGTERM) == 0, log.read_text()
+    assert not (root / "s" / "model.pt").exists()
+    return root / "s"
+
+
+def evaluate(*args, root):
+    result = run("operant", "eval", *map(str, args), "--episodes", "4", "--json",
+                 "--runs-dir", str(root))
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def checkpoints(run_dir):
+    return sorted((run_dir / "checkpoints").glob("ckpt-*.pt"))
+
+
+def test_evaluates_a_trained_model_greedily(trained, root):
+    result = run("operant", "eval", "m", "--episodes", "20", "--json", "--runs-dir", str(root))
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["episodes"] == 20 and report["env_id"] == "CartPole-v1" and report["greedy"]
+    assert (report["model"], report["kind"]) == (str(trained / "model.pt"), "model")
+    assert report["global_step"] == 40960
     # 40K steps of training: far above random play (~22), a greedy policy does better still.
     assert report["return_mean"] > 100
-    by_dir = json.loads(operant("eval", str(tmp_path / "m"), "--episodes", "20", "--json",
-                                runs_dir=tmp_path).stdout)
-    assert by_dir["return_mean"] == report["return_mean"]  # same seed, same episodes
+    by_dir = evaluate(trained, root=root)
+    by_file = evaluate(trained / "model.pt", root=root)
+    assert by_dir["model"] == by_file["model"] == report["model"]
+    assert by_dir["return_mean"] == by_file["return_mean"]  # same seed, same episodes
 
 
-@pytest.mark.parametrize("target, message", [
-    ("nosuchrun", "no run 'nosuchrun'"),
-    ("/etc/hostname", "is not an operant model"),
+def test_a_run_stopped_by_sigterm_is_evaluated_from_its_newest_checkpoint(stopped, root):
+    newest = checkpoints(stopped)[-1]
+    for target in ("s", stopped, stopped / "checkpoints"):
+        report = evaluate(target, root=root)
+        assert (report["model"], report["kind"]) == (str(newest), "checkpoint")
+        assert report["global_step"] == last_record(stopped)["global_step"]
+    plain = run("operant", "eval", "s", "--episodes", "2", "--runs-dir", str(root))
+    assert plain.returncode == 0, plain.stderr
+    assert plain.stdout.startswith("CartPole-v1: 2 episodes, return ")
+    assert f"; checkpoint {newest} at step " in plain.stdout
+
+
+def test_a_checkpoint_file_is_evaluated_as_its_policy(stopped, root):
+    oldest = checkpoints(stopped)[0]
+    report = evaluate(oldest, root=root)
+    assert (report["model"], report["kind"]) == (str(oldest), "checkpoint")
+    assert report["global_step"] == 3 * 256  # the first periodic checkpoint: update 3
+
+
+def test_best_picks_best_pt_and_the_last_policy_is_the_default(stopped, root):
+    # best.pt has model.pt's format; make one from an older checkpoint, as the trainer would
+    # have saved it when that update was the best.
+    payload = torch.load(checkpoints(stopped)[0], weights_only=True)
+    best = stopped / "best.pt"
+    torch.save({"policy": payload["trainer"]["modules"]["policy"], "config": payload["config"],
+                "global_step": payload["trainer"]["counters"]["global_step"]}, best)
+    try:
+        report = evaluate("s", "--best", root=root)
+        assert (report["model"], report["kind"], report["global_step"]) == (str(best), "model",
+                                                                           3 * 256)
+        assert evaluate("s", root=root)["model"] == str(checkpoints(stopped)[-1])
+    finally:
+        best.unlink()
+
+
+def test_a_model_older_than_a_checkpoint_gives_way_to_it(trained, root, tmp_path):
+    # A finished run resumed with a larger budget and stopped again: model.pt is from the
+    # first finish, the newest checkpoint is later.
+    assert evaluate("m", root=root)["kind"] == "model"  # same update: model.pt
+    copy = shutil.copytree(trained, tmp_path / "resumed")
+    (final,) = checkpoints(copy)
+    later = final.with_name("ckpt-000000025.pt")
+    final.rename(later)
+    report = evaluate(copy, root=root)
+    assert (report["model"], report["kind"]) == (str(later), "checkpoint")
+
+
+def _not_a_model(tmp_path):
+    path = tmp_path / "some-file-that-is-not-a-model"
+    path.write_bytes(b"\x80\x04 not a pickle, not a zip")
+    return path
+
+
+def _empty(tmp_path):
+    path = tmp_path / "empty.pt"
+    path.touch()
+    return path
+
+
+def _foreign_torch_file(tmp_path):
+    path = tmp_path / "weights.pt"
+    torch.save({"state_dict": {"w": torch.zeros(2)}}, path)
+    return path
+
+
+def _corrupt_checkpoint(tmp_path, stopped):
+    """One flipped bit in a weight of the policy: the file still loads, its digest fails."""
+    source = checkpoints(stopped)[0]
+    weights = torch.load(source, weights_only=True)["trainer"]["modules"]["policy"]
+    tensor = max(weights.values(), key=lambda value: value.numel())
+    data = bytearray(source.read_bytes())
+    at = data.find(tensor.numpy().tobytes()[:64])
+    assert at > 0
+    data[at] ^= 0x01
+    path = tmp_path / source.name
+    path.write_bytes(bytes(data))
+    return path
+
+
+@pytest.mark.parametrize("make_target, extra, message", [
+    (lambda tmp, stopped: "nosuchrun", [], "no run 'nosuchrun' under "),
+    (lambda tmp, stopped: _not_a_model(tmp), [], "is not an operant model or checkpoint"),
+    (lambda tmp, stopped: _empty(tmp), [], "is not an operant model or checkpoint"),
+    (lambda tmp, stopped: "/etc/hostname", [], "is not an operant model or checkpoint"),
+    (lambda tmp, stopped: _foreign_torch_file(tmp), [], "holds no policy and config"),
+    (lambda tmp, stopped: _corrupt_checkpoint(tmp, stopped), [], "is corrupt (its content"),
+    (lambda tmp, stopped: "missing/model.pt", [], "missing/model.pt: no such file"),
+    (lambda tmp, stopped: tmp, [], "holds no model.pt and no checkpoint"),
+    (lambda tmp, stopped: "s", ["--best"], "run 's' has no best.pt"),
+    (lambda tmp, stopped: checkpoints(stopped)[0], ["--best"], "--best picks a run's best.pt"),
+    (lambda tmp, stopped: "s", ["--episodes", "0"], "--episodes and --num-envs must be"),
 ])
-def test_bad_model_is_one_line_and_exit_2(tmp_path, target, message):
-    (tmp_path / "x").mkdir()
-    result = operant("eval", target, runs_dir=tmp_path)
-    assert result.returncode == 2
+def test_what_names_no_policy_is_one_line_and_exit_2(tmp_path, stopped, root, make_target,
+                                                     extra, message):
+    target = make_target(tmp_path, stopped)
+    result = run("operant", "eval", str(target), *extra, "--runs-dir", str(root))
+    assert (result.returncode, result.stdout) == (2, "")
     assert message in result.stderr and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1

@@ -146,6 +146,23 @@ def test_runs_lists_every_run_from_any_directory(runs, tmp_path):
                               f"broken-e: {rows['broken-e']['error']}"}
 
 
+def test_a_run_stopped_early_is_listed_as_interrupted(runs):
+    stopped = make_run(runs, "cartpole-s", steps=9_000)
+    stopped.set_state(fmt.STATE_FINISHED, "stopped by SIGTERM at update 9", interrupted=True)
+    try:
+        table = operant("runs", "--runs-dir", str(runs)).stdout.splitlines()
+        status = {line.split()[0]: line.split()[2] for line in table[1:]}
+        assert (status["cartpole-s"], status["cartpole-a"]) == ("interrupted", "finished")
+        # Scripts keep the documented status set, with the flag beside it.
+        rows = {row["run_id"]: row for row in json.loads(
+            operant("runs", "--json", "--runs-dir", str(runs)).stdout)}
+        assert (rows["cartpole-s"]["status"], rows["cartpole-s"]["interrupted"]) == (
+            "finished", True)
+        assert rows["cartpole-a"]["interrupted"] is False
+    finally:
+        stopped.close()
+
+
 def test_no_runs(tmp_path):
     empty = tmp_path / "runs"
     empty.mkdir()
@@ -161,7 +178,7 @@ def test_no_runs(tmp_path):
 
 def test_monitor_bad_input(runs, tmp_path):
     assert_one_line_error(operant("monitor", "nope", "--once", "--runs-dir", str(runs)),
-                          "no run 'nope'", "operant runs")
+                          "no run 'nope'", f"operant runs --runs-dir {runs}")
     assert_one_line_error(operant("monitor", "../etc", "--once", "--runs-dir", str(runs)),
                           "not a run id")
     assert_one_line_error(operant("monitor", "cartpole-a", "--latest", "--once",

@@ -65,10 +65,11 @@ class Training:
                     "--runs-dir", str(self.root)),
             capture_output=True, text=True, timeout=180, preexec_fn=on_trainer_cpus)
         assert started.returncode == 0, started.stderr
-        self.launch_output = started.stdout
+        self.launch_output = started.stderr
         match = re.search(r"^run (\S+) is training in the background \(pid (\d+)\)$",
-                          started.stdout, re.M)
-        assert match, started.stdout
+                          started.stderr, re.M)
+        assert match, started.stderr
+        assert started.stdout == match.group(1) + "\n"  # the run id alone
         self.run_id, self.pid = match.group(1), int(match.group(2))
         self.dir = self.root / self.run_id
         self.reference = subprocess.Popen(

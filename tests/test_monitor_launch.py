@@ -43,13 +43,14 @@ def test_detach_starts_the_trainer_in_its_own_session_and_logs_into_the_run(
         tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(launch, "trainer_command", lambda argv, run_id: stand_in(tmp_path, run_id))
     assert launch.launch(["--detach"], tmp_path, "detached-1", monitor=False) == 0
-    out = capsys.readouterr().out
-    pid = int(out.split("(pid ")[1].split(")")[0])
+    captured = capsys.readouterr()
+    pid = int(captured.err.split("(pid ")[1].split(")")[0])
     try:
-        assert out.splitlines() == [
+        assert captured.out == "detached-1\n"  # alone: RUN=$(operant train --detach)
+        assert captured.err.splitlines() == [
             f"run detached-1 is training in the background (pid {pid})",
             f"  log:    {tmp_path / 'detached-1' / LOG_FILE}",
-            "  watch:  operant monitor detached-1   (or: operant monitor --latest)",
+            f"  watch:  operant monitor detached-1 --runs-dir {tmp_path}",
             f"  stop:   kill -TERM {pid}",
         ]
         assert (tmp_path / "detached-1" / METRICS_FILE).exists()
@@ -111,7 +112,7 @@ def test_monitor_watches_in_the_foreground_and_q_leaves_training_running(tmp_pat
             time.sleep(0.1)
         assert "EXIT=0" in screen
         assert f"run {run_id} is training in the background (pid" in screen
-        assert f"detached from {run_id}; training goes on" in screen
+        assert f"detached from {run_id}; training goes on. Reattach: operant monitor" in screen
         pid = int(screen.split("(pid ")[1].split(")")[0])
         os.kill(pid, 0)  # still training
     finally:
@@ -136,7 +137,7 @@ def test_resuming_waits_for_the_new_metrics_file_and_appends_to_the_log(
     monkeypatch.setattr(launch, "trainer_command", lambda argv, run_id: resumed)
     assert launch.launch(["--detach", "--resume", "latest"], tmp_path, "resumed-1",
                          monitor=False) == 0
-    pid = int(capsys.readouterr().out.split("(pid ")[1].split(")")[0])
+    pid = int(capsys.readouterr().err.split("(pid ")[1].split(")")[0])
     try:
         assert (run_dir / METRICS_FILE).stat().st_ino != old_inode
         assert (run_dir / LOG_FILE).read_text() == "the first session's log\nresuming\n"

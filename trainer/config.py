@@ -114,8 +114,10 @@ class PPOConfig(Struct, forbid_unknown_fields=True, kw_only=True):
 class TrainConfig(Struct, forbid_unknown_fields=True, kw_only=True):
     """The run: budget, seed, devices, output."""
 
-    total_steps: Positive = 500_000
-    """Environment steps (summed over envs) to train for."""
+    total_steps: Positive = 499_712
+    """Environment steps (summed over envs) to train for, rounded up to whole updates
+    (env.num_envs x ppo.num_steps steps each); operant-train says so when it rounds. The
+    default is 244 updates of the default 2,048-step batch."""
     seed: Annotated[int, Meta(ge=0)] = 1
     """Seeds the envs, torch and sampling: the same seed gives the same run on CPU."""
     target_return: float | None = None
@@ -167,6 +169,16 @@ class Derived(Struct, frozen=True):
     batch_size: int
     minibatch_size: int
     num_updates: int
+    total_steps: int
+    """The step budget trained: train.total_steps rounded up to whole updates."""
+
+    def rounding_note(self, config: Config) -> str | None:
+        """One line saying how train.total_steps was rounded; None when it was not."""
+        if self.total_steps == config.train.total_steps:
+            return None
+        return (f"train.total_steps = {config.train.total_steps:,} is not a whole number of "
+                f"updates of {self.batch_size:,} steps (env.num_envs x ppo.num_steps): training "
+                f"{self.total_steps:,} steps ({self.num_updates:,} updates)")
 
 
 def derive(config: Config) -> Derived:
@@ -175,10 +187,6 @@ def derive(config: Config) -> Derived:
     if batch % config.ppo.num_minibatches:
         raise ConfigError(
             f"ppo.num_minibatches = {config.ppo.num_minibatches} must divide the batch "
-            f"(env.num_envs x ppo.num_steps = {batch})")
-    if config.train.total_steps < batch:
-        raise ConfigError(
-            f"train.total_steps = {config.train.total_steps} is smaller than one batch "
             f"(env.num_envs x ppo.num_steps = {batch})")
     if not config.policy.hidden_sizes:
         raise ConfigError("policy.hidden_sizes must name at least one layer width")
@@ -191,8 +199,11 @@ def derive(config: Config) -> Derived:
                           f"must be even, got {config.env.num_envs}")
     if config.train.target_return is not None and not math.isfinite(config.train.target_return):
         raise ConfigError("train.target_return must be a finite number or left out")
+    # Rounded up, as a budget is "at least this many steps" (SB3's learn() does the same);
+    # a run never stops part-way through an update.
+    num_updates = -(-config.train.total_steps // batch)
     return Derived(batch_size=batch, minibatch_size=batch // config.ppo.num_minibatches,
-                   num_updates=config.train.total_steps // batch)
+                   num_updates=num_updates, total_steps=num_updates * batch)
 
 
 def _describe(error: msgspec.ValidationError, source: str) -> str:

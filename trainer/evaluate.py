@@ -1,9 +1,19 @@
-"""`operant eval MODEL`: run a trained policy and report its episode returns.
+"""`operant eval RUN|MODEL|CHECKPOINT`: run a trained policy and report its episode returns.
 
-MODEL is a run's `model.pt`, a run directory, or a run id (then `model.pt` of that run under
-the runs root). The policy acts greedily by default (argmax, or the Gaussian's mean);
-`--stochastic` samples as in training. Observation normalisation saved with the model is
-applied. Exit codes: 0 ok, 2 bad input (missing or unreadable model).
+What it evaluates, named any of these ways:
+- a run: its id, `latest`, or its directory. Its last policy by default: `model.pt`, written
+  when the run finished, or its newest checkpoint when that is newer (a run stopped by
+  SIGTERM or Ctrl-C writes a checkpoint and no model.pt; a finished run resumed and stopped
+  again has an older model.pt). `--best` picks `best.pt` instead: the best policy the run saw,
+  by the mean return of its last 100 episodes;
+- a model file: `model.pt`, `best.pt`, or any file in their format (the policy's weights,
+  the run's config, the normalisers' statistics);
+- a checkpoint file (`checkpoints/ckpt-*.pt`): its policy and normalisers, checked against
+  its digest.
+
+The policy acts greedily by default (argmax, or the Gaussian's mean); `--stochastic` samples
+as in training. Observation normalisation saved with the policy is applied. Exit codes: 0 ok,
+2 bad input (a run, file or flag that names no usable policy: one line says why).
 """
 
 from __future__ import annotations
@@ -11,10 +21,32 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 EXIT_OK, EXIT_USAGE = 0, 2
 MODEL_FILE = "model.pt"
+BEST_FILE = "best.pt"
+
+
+class EvalInputError(Exception):
+    """Input that names no usable policy; the message is one line saying what to do."""
+
+
+@dataclass
+class LoadedPolicy:
+    """A policy to evaluate, whichever file it came from."""
+
+    path: Path
+    kind: str
+    """model (model.pt, best.pt) or checkpoint."""
+    config: dict[str, Any]
+    policy: dict[str, Any]
+    """The policy's state dict."""
+    obs_normalizer: dict[str, Any] | None
+    global_step: int | None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -24,25 +56,183 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="operant eval", description=__doc__.split("\n\n")[0])
-    parser.add_argument("model", help="model.pt, a run directory, a run id, or 'latest'")
-    parser.add_argument("--episodes", type=int, default=100, help="episodes to finish (default 100)")
+    parser.add_argument("target", metavar="RUN|MODEL|CHECKPOINT",
+                        help="a run id, 'latest', a run directory, a model file (model.pt, "
+                             "best.pt) or a checkpoint (checkpoints/ckpt-*.pt)")
+    parser.add_argument("--best", action="store_true",
+                        help="a run's best policy (best.pt) instead of its last one")
+    parser.add_argument("--episodes", type=int, default=100,
+                        help="episodes to finish (default 100)")
     parser.add_argument("--num-envs", type=int, default=16, help="envs stepped together")
     parser.add_argument("--seed", type=int, default=12345, help="env seed")
-    parser.add_argument("--stochastic", action="store_true", help="sample actions instead of greedy")
+    parser.add_argument("--stochastic", action="store_true",
+                        help="sample actions instead of greedy")
     parser.add_argument("--runs-dir", help="runs root, to resolve a run id")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
 
-def _model_path(text: str, runs_dir: str | None) -> Path:
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def load_policy_file(path: Path) -> LoadedPolicy:
+    """A model file or a checkpoint, told apart by content, not by name."""
+    import torch
+
+    from operant.trainer import checkpoint
+
+    try:
+        with warnings.catch_warnings():
+            # torch warns about a foreign pickle before refusing it: the refusal says it all.
+            warnings.simplefilter("ignore")
+            payload = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise EvalInputError(f"{path}: no such file") from None
+    except Exception as error:  # any failure to parse an untrusted file: it is not ours
+        raise EvalInputError(f"{path} is not an operant model or checkpoint "
+                             f"({_first_line(error)})") from None
+    if isinstance(payload, dict) and payload.get("format") == checkpoint.FORMAT:
+        try:
+            payload = checkpoint.load(path)  # again, with its version and digest checked
+        except checkpoint.CheckpointError as error:
+            raise EvalInputError(str(error)) from None
+        state = payload["trainer"]
+        return LoadedPolicy(path, "checkpoint", payload["config"], state["modules"]["policy"],
+                            state["modules"].get("obs_normalizer"),
+                            int(state["counters"]["global_step"]))
+    if not (isinstance(payload, dict) and isinstance(payload.get("policy"), dict)
+            and isinstance(payload.get("config"), dict)):
+        raise EvalInputError(f"{path} is not an operant model or checkpoint (it holds no "
+                             "policy and config)")
+    step = payload.get("global_step")
+    return LoadedPolicy(path, "model", payload["config"], payload["policy"],
+                        payload.get("obs_normalizer"), int(step) if step is not None else None)
+
+
+def _batch_size(config: dict[str, Any]) -> int:
+    from operant.trainer.config import EnvConfig, PPOConfig
+
+    env, ppo = config.get("env", {}), config.get("ppo", {})
+    return (int(env.get("num_envs", EnvConfig().num_envs))
+            * int(ppo.get("num_steps", PPOConfig().num_steps)))
+
+
+def load_run_policy(run_dir: Path, best: bool) -> LoadedPolicy:
+    """A run's best policy, or its last: model.pt or the newest checkpoint, whichever holds
+    the later update (model.pt when they hold the same)."""
+    from operant.shared import runs
+    from operant.trainer import checkpoint
+
+    if best:
+        if not (run_dir / BEST_FILE).is_file():
+            raise EvalInputError(f"run {run_dir.name!r} has no {BEST_FILE}; leave out --best "
+                                 "to evaluate its last policy")
+        return load_policy_file(run_dir / BEST_FILE)
+    checkpoints = checkpoint.checkpoint_files(run_dir / runs.CHECKPOINT_DIR)
+    newest = checkpoints[-1] if checkpoints else None
+    if not (run_dir / MODEL_FILE).is_file():
+        if newest is None:
+            raise EvalInputError(
+                f"{run_dir} holds no {MODEL_FILE} and no checkpoint: a run writes a checkpoint "
+                "when it is stopped, on SIGUSR1, every checkpoint.every_seconds, and "
+                f"{MODEL_FILE} when it finishes")
+        return load_policy_file(newest)
+    model = load_policy_file(run_dir / MODEL_FILE)
+    if newest is None or model.global_step is None:
+        return model
+    model_update = model.global_step // _batch_size(model.config)
+    return load_policy_file(newest) if checkpoint.update_of(newest) > model_update else model
+
+
+def resolve(target: str, runs_dir: str | None, best: bool) -> LoadedPolicy:
+    """What `operant eval TARGET` evaluates (see the module docstring)."""
     from operant.shared import runs
 
-    path = Path(text)
-    if path.is_file():
-        return path
+    path = Path(target).expanduser()
     if path.is_dir():
-        return path / MODEL_FILE
-    return runs.resolve_run(runs.runs_root(runs_dir), text) / MODEL_FILE
+        run_dir = path.parent if path.name == runs.CHECKPOINT_DIR else path
+        return load_run_policy(run_dir, best)
+    if path.exists():
+        if best:
+            raise EvalInputError(f"--best picks a run's {BEST_FILE}: name the run (its id, "
+                                 f"'latest' or its directory), not the file {path}")
+        return load_policy_file(path)
+    if "/" in target or target.endswith(".pt"):
+        raise EvalInputError(f"{path}: no such file")
+    try:
+        run_dir = runs.resolve_run(runs.runs_root(runs_dir), target)
+    except runs.RunNotFoundError as error:
+        raise EvalInputError(str(error)) from None
+    return load_run_policy(run_dir, best)
+
+
+def build_policy(loaded: LoadedPolicy, num_envs: int) -> tuple[Any, Any, Any, Any]:
+    """(config, env, policy, observation normaliser or None) for a loaded policy."""
+    import msgspec
+    import numpy as np
+    from gymnasium import spaces
+
+    from operant.trainer.config import Config
+    from operant.envs import EnvError, make_env
+    from operant.trainer.normalize import ObservationNormalizer
+    from operant.trainer.policy import ActorCritic
+
+    try:
+        config = msgspec.convert(loaded.config, Config)
+    except msgspec.ValidationError as error:
+        raise EvalInputError(f"{loaded.path}: its config does not fit this operant ({error}); "
+                             "evaluate it with the operant version that trained it") from None
+    try:
+        env = make_env(config.env.id, num_envs, impl=config.env.impl, copy=False)
+    except EnvError as error:
+        raise EvalInputError(str(error)) from None
+    space = env.single_action_space
+    continuous = isinstance(space, spaces.Box)
+    num_actions = int(np.prod(space.shape)) if continuous else int(space.n)
+    obs_dim = env.single_observation_space.shape[0]
+    policy = ActorCritic.from_config(config.policy, obs_dim, num_actions, continuous)
+    normalizer = None
+    try:
+        policy.load_state_dict(loaded.policy)
+        if loaded.obs_normalizer is not None:
+            normalizer = ObservationNormalizer(obs_dim, config.normalize.clip_obs)
+            normalizer.load_state_dict(loaded.obs_normalizer)
+    except (RuntimeError, KeyError, ValueError) as error:
+        raise EvalInputError(f"{loaded.path}: its weights do not fit its own config "
+                             f"({_first_line(error)})") from None
+    return config, env, policy, normalizer
+
+
+def play(env: Any, policy: Any, normalizer: Any, episodes: int, seed: int,
+         stochastic: bool) -> list[float]:
+    """Returns of the first `episodes` episodes to finish."""
+    import torch
+    from gymnasium import spaces
+
+    space = env.single_action_space
+    continuous = isinstance(space, spaces.Box)
+    generator = torch.Generator().manual_seed(seed)
+    env.reset(seed=seed)
+    env.drain_episode_stats()
+    obs = env.obs if isinstance(env.obs, torch.Tensor) else torch.from_numpy(env.obs)
+    actions = (env.actions if isinstance(env.actions, torch.Tensor)
+               else torch.from_numpy(env.actions))
+    returns: list[float] = []
+    with torch.inference_mode():
+        while len(returns) < episodes:
+            seen = obs if normalizer is None else normalizer(obs)
+            chosen = policy.act(seen, generator)[0] if stochastic else policy.greedy(seen)
+            if continuous:
+                chosen = torch.clamp(chosen, torch.as_tensor(space.low),
+                                     torch.as_tensor(space.high))
+            actions.copy_(chosen)
+            env.step_bound()
+            finished = env.drain_episode_stats().episodes
+            if finished:
+                returns.extend(env.recent_returns(finished).tolist())
+    return returns[:episodes]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,78 +240,28 @@ def main(argv: list[str] | None = None) -> int:
     if args.episodes < 1 or args.num_envs < 1:
         print("operant eval: --episodes and --num-envs must be at least 1", file=sys.stderr)
         return EXIT_USAGE
-    import pickle
-
-    import msgspec
+    try:
+        loaded = resolve(args.target, args.runs_dir, args.best)
+        config, env, policy, normalizer = build_policy(loaded, args.num_envs)
+    except EvalInputError as error:
+        print(f"operant eval: {error}", file=sys.stderr)
+        return EXIT_USAGE
     import numpy as np
-    import torch
 
-    from operant.shared.runs import RunNotFoundError
-    from operant.trainer.config import Config
-    from operant.envs import EnvError, make_env
-    from operant.trainer.normalize import ObservationNormalizer
-    from operant.trainer.policy import ActorCritic
-
-    try:
-        path = _model_path(args.model, args.runs_dir)
-        model = torch.load(path, map_location="cpu", weights_only=True)
-        config = msgspec.convert(model["config"], Config)
-    except RunNotFoundError as error:
-        print(f"operant eval: {error}", file=sys.stderr)
-        return EXIT_USAGE
-    except FileNotFoundError:
-        print(f"operant eval: no model at {path}: train first, or name a model.pt", file=sys.stderr)
-        return EXIT_USAGE
-    except (OSError, RuntimeError, KeyError, TypeError, pickle.UnpicklingError,
-            msgspec.ValidationError) as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        print(f"operant eval: {path} is not an operant model ({first})", file=sys.stderr)
-        return EXIT_USAGE
-    try:
-        env = make_env(config.env.id, args.num_envs, impl=config.env.impl, copy=False)
-    except EnvError as error:
-        print(f"operant eval: {error}", file=sys.stderr)
-        return EXIT_USAGE
-    from gymnasium import spaces
-
-    space = env.single_action_space
-    continuous = isinstance(space, spaces.Box)
-    num_actions = int(np.prod(space.shape)) if continuous else int(space.n)
-    obs_dim = env.single_observation_space.shape[0]
-    policy = ActorCritic.from_config(config.policy, obs_dim, num_actions, continuous)
-    policy.load_state_dict(model["policy"])
-    normalizer = None
-    if "obs_normalizer" in model:
-        normalizer = ObservationNormalizer(obs_dim, config.normalize.clip_obs)
-        normalizer.load_state_dict(model["obs_normalizer"])
-    generator = torch.Generator().manual_seed(args.seed)
-    env.reset(seed=args.seed)
-    env.drain_episode_stats()
-    obs = env.obs if isinstance(env.obs, torch.Tensor) else torch.from_numpy(env.obs)
-    actions = env.actions if isinstance(env.actions, torch.Tensor) else torch.from_numpy(env.actions)
-    returns: list[float] = []
-    with torch.inference_mode():
-        while len(returns) < args.episodes:
-            seen = obs if normalizer is None else normalizer(obs)
-            chosen = policy.act(seen, generator)[0] if args.stochastic else policy.greedy(seen)
-            if continuous:
-                chosen = torch.clamp(chosen, torch.as_tensor(space.low), torch.as_tensor(space.high))
-            actions.copy_(chosen)
-            env.step_bound()
-            finished = env.drain_episode_stats().episodes
-            if finished:
-                returns.extend(env.recent_returns(finished).tolist())
-    returns = returns[:args.episodes]
-    result = {"model": str(path), "env_id": config.env.id, "episodes": len(returns),
+    returns = play(env, policy, normalizer, args.episodes, args.seed, args.stochastic)
+    result = {"model": str(loaded.path), "kind": loaded.kind, "global_step": loaded.global_step,
+              "env_id": config.env.id, "episodes": len(returns),
               "return_mean": float(np.mean(returns)), "return_std": float(np.std(returns)),
               "return_min": float(np.min(returns)), "return_max": float(np.max(returns)),
               "greedy": not args.stochastic}
     if args.json:
         print(json.dumps(result))
-    else:
-        print(f"{config.env.id}: {len(returns)} episodes, return {result['return_mean']:.1f} "
-              f"± {result['return_std']:.1f} (min {result['return_min']:.1f}, max "
-              f"{result['return_max']:.1f}), {'greedy' if not args.stochastic else 'stochastic'}")
+        return EXIT_OK
+    step = f" at step {loaded.global_step:,}" if loaded.global_step is not None else ""
+    print(f"{config.env.id}: {len(returns)} episodes, return {result['return_mean']:.1f} "
+          f"± {result['return_std']:.1f} (min {result['return_min']:.1f}, max "
+          f"{result['return_max']:.1f}), {'greedy' if not args.stochastic else 'stochastic'}; "
+          f"{loaded.kind} {loaded.path}{step}")
     return EXIT_OK
 
 

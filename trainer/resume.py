@@ -24,6 +24,7 @@ import errno
 import fcntl
 import json
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,12 @@ def _finish(config: Config, root: Path, run_id: str) -> RunPlan:
         raise ConfigError(f"run id {run_id!r} may use only letters, digits, '.', '_' and '-'")
     config.train.run_id = run_id  # recorded in run.json and every checkpoint
     derived = derive(config)
+    note = derived.rounding_note(config)
+    if note is not None:
+        print(f"operant-train: {note}", file=sys.stderr, flush=True)
+        # The budget trained is the one recorded (run.json, checkpoints, the monitor's
+        # progress), so every place that shows it agrees with the summary.
+        config.train.total_steps = derived.total_steps
     return RunPlan(config=config, derived=derived,
                    impl=resolve_impl(config.env.id, config.env.impl), root=root, run_id=run_id)
 
@@ -167,6 +174,11 @@ def plan_run(resume: str | None, config_path: str | None, overrides: list[str],
     by the caller, with `create`)."""
     given = load_config(config_path, overrides, flags)
     root = runs.runs_root(given.train.runs_dir)
+    problem = runs.root_problem(root)
+    if problem is not None:
+        where, fix = _root_source(given)
+        raise ConfigError(f"runs root {root}{where}: {problem}; {fix} (a directory that does "
+                          "not exist yet is created)")
     if resume is None:
         plan = _finish(given, root, given.train.run_id or runs.make_run_id(given.env.id))
         if (root / plan.run_id).exists():
@@ -199,6 +211,15 @@ def plan_run(resume: str | None, config_path: str | None, overrides: list[str],
         os.close(fd)
         raise
     return _attach(plan, run_dir, fd, path, payload)
+
+
+def _root_source(config: Config) -> tuple[str, str]:
+    """Where the runs root came from, as the user set it, and how to change it."""
+    if config.train.runs_dir:
+        return " (--runs-dir)", "give --runs-dir (or train.runs_dir) a directory"
+    if os.environ.get(runs.RUNS_DIR_ENV):
+        return f" (${runs.RUNS_DIR_ENV})", f"point ${runs.RUNS_DIR_ENV} at a directory"
+    return "", "move that file away, or pass --runs-dir a directory"
 
 
 def create(plan: RunPlan) -> Path:

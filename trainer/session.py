@@ -262,7 +262,7 @@ def _summary(args: Any, run_id: str, trainer: Any, last: dict[str, Any], seconds
     if stopped_by:
         print(f"stopped by {stopped_by} at step {trainer.global_step:,} (update "
               f"{trainer.update}); checkpoint {path or 'none'}; continue with "
-              f"operant-train --resume {run_id}", flush=True)
+              f"{runs.command_hint('operant-train --resume', run_id, root=run_dir.parent)}")
         return
     solved = (f", solved in {trainer.solved_at:.2f}s" if trainer.solved_at is not None else "")
     print(f"done: {summary['global_step']:,} steps in {summary['elapsed_s']:.1f}s "

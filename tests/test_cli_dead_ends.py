@@ -1,0 +1,236 @@
+"""Dead ends a new user hit on the command line (issue 14, items 3, 4 and 5), each fed the
+input the user fed, through the real commands: every hint a command prints runs as printed
+under a runs root that is not the default one; `RUN=$(operant train --detach)` captures the
+run id; a runs root that is a file is named as such; a budget that is not a whole number of
+updates is rounded up and said; a run stopped early is listed as interrupted; leaving the
+monitor of a run that has ended says what became of it."""
+
+import json
+import re
+import shlex
+import signal
+import subprocess
+import time
+
+import pytest
+from user_runs import (
+    ENDLESS,
+    SMALL,
+    command,
+    kill_quietly,
+    last_record,
+    run,
+    run_hint,
+    start_trainer,
+    stop,
+    wait_for_updates,
+    wait_until_gone,
+)
+
+from operant.shared.reader import MetricsReader
+from operant.shared.runs import RUNS_DIR_ENV, command_hint
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    """A runs root the user chose with --runs-dir: not the default one."""
+    return tmp_path_factory.mktemp("elsewhere") / "runs"
+
+
+@pytest.fixture(scope="module")
+def finished(root):
+    """`operant-train --total-steps 20000` with the default config (2,048-step updates)."""
+    result = run("operant-train", "--total-steps", "20000", "--runs-dir", str(root),
+                 "--run-id", "twenty-k", "--log-format", "plain")
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+# --- hints ------------------------------------------------------------------------------------
+
+def test_a_hint_names_the_runs_root_only_when_it_is_not_the_default(tmp_path, monkeypatch):
+    monkeypatch.setenv(RUNS_DIR_ENV, str(tmp_path / "mine"))
+    assert command_hint("operant monitor", "r1", root=tmp_path / "mine") == "operant monitor r1"
+    assert (command_hint("operant-train --resume", "r1", root=tmp_path / "other dir")
+            == f"operant-train --resume r1 --runs-dir {shlex.quote(str(tmp_path / 'other dir'))}")
+
+
+def test_the_resume_hint_after_sigterm_resumes_the_run_as_printed(root, tmp_path):
+    trainer = start_trainer("--runs-dir", str(root), "--run-id", "stopped", *SMALL, *ENDLESS,
+                            "--set", "train.log_every=1000", log=tmp_path / "first.out")
+    wait_for_updates(root / "stopped", 5)
+    assert stop(trainer) == 0
+    summary = (tmp_path / "first.out").read_text().splitlines()[-1]
+    update = last_record(root / "stopped")["update"]
+    assert summary.startswith(f"stopped by SIGTERM at step {update * 256:,} (update {update})")
+    hint = summary.split("; continue with ")[1]
+    assert hint == f"operant-train --resume stopped --runs-dir {root}"
+    with open(tmp_path / "second.out", "w") as out:
+        resumed = subprocess.Popen(command(shlex.split(hint)), stdout=out,
+                                   stderr=subprocess.STDOUT)
+    try:
+        wait_for_updates(root / "stopped", update + 2)
+        assert stop(resumed) == 0
+    finally:
+        kill_quietly(resumed.pid)
+    output = (tmp_path / "second.out").read_text()
+    assert f"resumed at update {update} from ckpt-{update:09d}.pt" in output
+    assert output.splitlines()[-1].endswith(f"; continue with {hint}")
+
+
+def test_a_missing_run_points_at_a_listing_of_the_right_root(root, finished):
+    result = run("operant", "monitor", "nosuch", "--once", "--runs-dir", str(root))
+    assert result.returncode == 1 and len(result.stderr.splitlines()) == 1
+    hint = re.search(r"\(see `([^`]+)`\)", result.stderr).group(1)
+    assert hint == f"operant runs --runs-dir {root}"
+    listing = run_hint(hint)
+    assert listing.returncode == 0 and "twenty-k" in listing.stdout
+
+
+# --- operant train --detach -------------------------------------------------------------------
+
+def test_detach_prints_the_run_id_alone_and_hints_that_run_as_printed(root):
+    train = shlex.join(command(["operant", "train", "--detach", "--runs-dir", str(root),
+                                *SMALL, *ENDLESS]))
+    shell = subprocess.run(["bash", "-c", f'RUN=$({train}) && echo "RUN=$RUN"'],
+                           capture_output=True, text=True, timeout=240)
+    assert shell.returncode == 0, shell.stderr
+    run_id = shell.stdout.removeprefix("RUN=").strip()
+    assert shell.stdout == f"RUN={run_id}\n" and (root / run_id / "metrics.bin").exists()
+    lines = shell.stderr.splitlines()
+    pid = int(re.fullmatch(rf"run {run_id} is training in the background \(pid (\d+)\)",
+                           lines[0]).group(1))
+    try:
+        hints = {key.strip(): value.strip()
+                 for key, value in (line.split(":", 1) for line in lines[1:])}
+        assert hints["watch"] == f"operant monitor {run_id} --runs-dir {root}"
+        assert hints["stop"] == f"kill -TERM {pid}"
+        # The interactive view needs a terminal; --once shows that the pasted command finds
+        # the run.
+        watched = run_hint(hints["watch"], "--once")
+        assert watched.returncode == 0, watched.stderr
+        assert f"run     {run_id}" in watched.stdout and "status  running" in watched.stdout
+        assert run_hint(hints["stop"]).returncode == 0
+        wait_until_gone(pid)
+    finally:
+        kill_quietly(pid)
+    listed = run("operant", "runs", "--runs-dir", str(root))
+    (row,) = [line for line in listed.stdout.splitlines() if line.startswith(run_id)]
+    assert row.split()[2] == "interrupted"
+
+
+# --- --runs-dir names a file --------------------------------------------------------------------
+
+@pytest.mark.parametrize("args, problem", [
+    (["operant-train", "--runs-dir", "{file}"], "runs root {file} (--runs-dir): it is a file"),
+    (["operant", "train", "--detach", "--runs-dir", "{file}"],
+     "runs root {file} (--runs-dir): it is a file"),
+    (["operant-train", "--runs-dir", "{file}/runs"],
+     "runs root {file}/runs (--runs-dir): {file} is a file"),
+    (["operant-train", "--resume", "latest", "--runs-dir", "{file}"],
+     "runs root {file} (--runs-dir): it is a file"),
+])
+def test_a_runs_dir_that_is_a_file_is_named_as_such(tmp_path, args, problem):
+    file = tmp_path / "notes.txt"
+    file.write_text("not a directory\n")
+    result = run(*(arg.format(file=file) for arg in args))
+    assert (result.returncode, result.stdout) == (2, "")
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("operant-train: " + problem.format(file=file))
+    assert "already exists" not in line and line.endswith("a directory that does not exist "
+                                                          "yet is created)")
+    assert [path.name for path in tmp_path.iterdir()] == ["notes.txt"]
+    assert file.read_text() == "not a directory\n"
+
+
+# --- the step budget ------------------------------------------------------------------------------
+
+def test_a_budget_between_updates_is_rounded_up_and_said(finished, root):
+    assert finished.stderr.splitlines() == [
+        "operant-train: train.total_steps = 20,000 is not a whole number of updates of 2,048 "
+        "steps (env.num_envs x ppo.num_steps): training 20,480 steps (10 updates)"]
+    assert finished.stdout.splitlines()[-1].startswith("done: 20,480 steps in ")
+    assert last_record(root / "twenty-k")["global_step"] == 20_480
+    run_json = json.loads((root / "twenty-k" / "run.json").read_text())
+    assert run_json["config"]["train"]["total_steps"] == 20_480
+    with MetricsReader(root / "twenty-k" / "metrics.bin") as reader:
+        assert reader.snapshot().gauges["total_steps"] == 20_480
+
+
+# --- interrupted runs -----------------------------------------------------------------------------
+
+def test_a_run_ended_by_a_second_ctrl_c_is_listed_as_interrupted(root, finished, tmp_path):
+    # Updates of several seconds with a checkpoint before each, so both signals land inside
+    # one update, as two quick Ctrl-Cs do, even on a busy machine.
+    slow = ["--set", "env.num_envs=64", "--set", "ppo.num_steps=256",
+            "--set", "ppo.update_epochs=32", "--set", "checkpoint.every_updates=1"]
+    trainer = start_trainer("--runs-dir", str(root), "--run-id", "impatient", *slow, *ENDLESS,
+                            "--quiet", log=tmp_path / "out")
+    try:
+        pointer = root / "impatient" / "checkpoints" / "latest"
+        deadline = time.monotonic() + 120
+        while not pointer.exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        trainer.send_signal(signal.SIGINT)
+        time.sleep(0.05)
+        assert stop(trainer, signal.SIGINT) == 130
+    finally:
+        kill_quietly(trainer.pid)
+    table = run("operant", "runs", "--runs-dir", str(root)).stdout.splitlines()
+    status = {line.split()[0]: line.split()[2] for line in table[1:] if line}
+    assert status["impatient"] == "interrupted" and status["twenty-k"] == "finished"
+    rows = {row["run_id"]: row for row in json.loads(
+        run("operant", "runs", "--json", "--runs-dir", str(root)).stdout)}
+    assert (rows["impatient"]["status"], rows["impatient"]["interrupted"]) == ("finished", True)
+    assert (rows["twenty-k"]["status"], rows["twenty-k"]["interrupted"]) == ("finished", False)
+    once = run("operant", "monitor", "impatient", "--once", "--runs-dir", str(root)).stdout
+    assert "status  finished (interrupted)" in once and "second SIGINT" in once
+    document = json.loads(run("operant", "monitor", "impatient", "--json", "--runs-dir",
+                              str(root)).stdout)
+    assert (document["status"], document["interrupted"]) == ("finished", True)
+
+
+# --- leaving the monitor ----------------------------------------------------------------------------
+
+def _view(run_id, root, **fields):
+    from operant.monitor.source import RunView
+
+    return RunView(run_id=run_id, run_dir=str(root / run_id), **fields)
+
+
+def test_leaving_a_finished_run_says_it_finished_and_how_to_evaluate_it(root, finished):
+    from operant.monitor.app import detach_message
+
+    message = detach_message("twenty-k", _view("twenty-k", root, status="finished"), root)
+    assert message.startswith("detached from twenty-k, which has finished. Evaluate it: ")
+    assert "training goes on" not in message
+    evaluated = run_hint(message.split("Evaluate it: ")[1], "--episodes", "2", "--json")
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert json.loads(evaluated.stdout)["model"] == str(root / "twenty-k" / "model.pt")
+
+
+@pytest.mark.parametrize("fields, expected", [
+    (dict(status="running"), "detached from r; training goes on. Reattach: operant monitor r "
+                             "--runs-dir {root}"),
+    (dict(status="finished", interrupted=True),
+     "detached from r, which was stopped before the end of its budget. Continue it: "
+     "operant-train --resume r --runs-dir {root}"),
+    (dict(status="failed", reason="non-finite values: policy"),
+     "detached from r, whose trainer failed: non-finite values: policy. Continue from its last "
+     "checkpoint: operant-train --resume r --runs-dir {root}"),
+    (dict(status="crashed"), "detached from r, whose trainer crashed. Continue from its last "
+                             "checkpoint: operant-train --resume r --runs-dir {root}"),
+])
+def test_leaving_a_run_says_what_became_of_it(root, fields, expected):
+    from operant.monitor.app import detach_message
+
+    assert detach_message("r", _view("r", root, **fields), root) == expected.format(root=root)
+
+
+def test_leaving_the_default_root_needs_no_runs_dir(tmp_path, monkeypatch):
+    from operant.monitor.app import detach_message
+
+    monkeypatch.setenv(RUNS_DIR_ENV, str(tmp_path))
+    assert detach_message("r", _view("r", tmp_path, status="running"), tmp_path) == (
+        "detached from r; training goes on. Reattach: operant monitor r")
