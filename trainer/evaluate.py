@@ -57,10 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from operant.shared.runs import RunNotFoundError
-    from operant.trainer.config import Config
+    from operant.trainer.config import Config, ConfigError
     from operant.trainer.envs import EnvError, make_env
     from operant.trainer.normalize import ObservationNormalizer
-    from operant.trainer.policy import ActorCritic
+    from operant.trainer.policies import build_policy
 
     try:
         path = _model_path(args.model, args.runs_dir)
@@ -82,17 +82,17 @@ def main(argv: list[str] | None = None) -> int:
     except EnvError as error:
         print(f"operant eval: {error}", file=sys.stderr)
         return EXIT_USAGE
-    from gymnasium import spaces
-
-    space = env.single_action_space
-    continuous = isinstance(space, spaces.Box)
-    num_actions = int(np.prod(space.shape)) if continuous else int(space.n)
-    obs_dim = env.single_observation_space.shape[0]
-    policy = ActorCritic.from_config(config.policy, obs_dim, num_actions, continuous)
+    act_spec = env.act_spec
+    continuous = not act_spec.discrete
+    try:
+        policy = build_policy(config, env.obs_spec, act_spec)
+    except ConfigError as error:
+        print(f"operant eval: {error}", file=sys.stderr)
+        return EXIT_USAGE
     policy.load_state_dict(model["policy"])
     normalizer = None
     if "obs_normalizer" in model:
-        normalizer = ObservationNormalizer(obs_dim, config.normalize.clip_obs)
+        normalizer = ObservationNormalizer(env.obs_spec.shape, config.normalize.clip_obs)
         normalizer.load_state_dict(model["obs_normalizer"])
     generator = torch.Generator().manual_seed(args.seed)
     env.reset(seed=args.seed)
@@ -105,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
             seen = obs if normalizer is None else normalizer(obs)
             chosen = policy.act(seen, generator)[0] if args.stochastic else policy.greedy(seen)
             if continuous:
-                chosen = torch.clamp(chosen, torch.as_tensor(space.low), torch.as_tensor(space.high))
+                chosen = torch.clamp(chosen, torch.as_tensor(act_spec.low),
+                                     torch.as_tensor(act_spec.high))
             actions.copy_(chosen)
             env.step_bound()
             finished = env.drain_episode_stats().episodes
