@@ -155,15 +155,18 @@ def test_episode_accounting_per_agent_and_per_env():
     stats = accounting.drain()
     assert (stats.episodes, stats.return_sum, stats.return_min, stats.return_max) == (2, 5, 2, 3)
     assert (stats.length_min, stats.length_max) == (2, 2)
-    assert (stats.per_env.episodes, stats.per_env.return_sum, stats.per_env.length_sum) == (1, 5, 2)
+    per_env = stats.per_env
+    assert (per_env.episodes, per_env.return_sum, per_env.length_sum) == (1, 5, 2)
     assert accounting.drain().episodes == 0
     # Env 1 is truncated a step later: its return is its agents' sum.
     accounting.record(np.array([0, 0, 1, 1], np.float32), no, np.array([0, 0, 1, 1], bool))
     stats = accounting.drain()
     assert (stats.episodes, stats.return_sum) == (2, 11)
-    assert (stats.per_env.episodes, stats.per_env.return_max, stats.per_env.length_max) == (1, 11, 3)
+    per_env = stats.per_env
+    assert (per_env.episodes, per_env.return_max, per_env.length_max) == (1, 11, 3)
     assert accounting.recent_returns(10).tolist() == [2, 3, 5, 6]
     accounting.load_state_dict(saved)  # back to before the first drain
-    assert accounting.drain().per_env.return_sum == 5 and accounting.recent_returns(3).tolist() == [2, 3]
+    assert accounting.drain().per_env.return_sum == 5
+    assert accounting.recent_returns(3).tolist() == [2, 3]
     with pytest.raises(ValueError, match="'ring' is float64 \\(3,\\)"):
         accounting.load_state_dict({**saved, "ring": np.zeros(3)})

@@ -90,8 +90,9 @@ class Trainer:
         self.optimizer = FlatAdam(self.flat.param, lr=config.ppo.learning_rate,
                                   eps=config.ppo.adam_eps)
 
+        flags_device = as_tensor(self.env.terminated).device
         self.storage = RolloutStorage(config.ppo.num_steps, layout.num_rows, obs_spec, act_spec,
-                                      self.device, flags_device=as_tensor(self.env.terminated).device)
+                                      self.device, flags_device=flags_device)
         self.timer = PhaseTimer()
         self.collector = make_collector(config.env.overlap, self.env, self.storage, self.policy,
                                         self._observe, self.reward_normalizer, self.generator,
