@@ -90,6 +90,16 @@ def test_family_trains_resumes_bit_exact_and_publishes(tmp_path, family):
     assert state["global_step"] == UPDATES * rows * 16
     assert state["episode_return_mean"] == pytest.approx(whole[-1]["episode_return_mean"])
 
+    # operant eval builds the run's policy through the registry from the env's specs.
+    evaluated = subprocess.run([sys.executable, "-m", "operant", "eval", "whole", "--runs-dir",
+                                str(runs), "--episodes", "5", "--num-envs", "2", "--json"],
+                               capture_output=True, text=True, env=_environ(), cwd=REPO,
+                               timeout=120)
+    assert evaluated.returncode == 0, evaluated.stderr
+    report = json.loads(evaluated.stdout)
+    assert (report["env_id"], report["episodes"]) == (FAMILIES[family][0], 5)
+    assert 0 <= report["return_min"] <= report["return_mean"] <= report["return_max"]
+
 
 def test_frames_stay_uint8_from_env_to_storage_and_the_registered_cnn_reads_them():
     from operant.trainer.train import Trainer
