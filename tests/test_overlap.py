@@ -155,9 +155,9 @@ def test_overlapped_rollout_fills_the_storage_exactly_as_the_plain_one():
     storage, bootstrapped rewards and next values are bit for bit the plain rollout's."""
     (plain, plain_next), (overlapped, overlapped_next) = rollout(False), rollout(True)
     for name in ("obs", "actions", "logprobs", "values", "rewards", "dones"):
-        assert torch.equal(getattr(plain, name), getattr(overlapped, name)), name
+        assert torch.equal(getattr(plain.storage, name), getattr(overlapped.storage, name)), name
     assert torch.equal(plain_next, overlapped_next)
-    assert int(plain.dones.sum()) > 64  # episodes ended (and were truncated at 50) in it
+    assert int(plain.storage.dones.sum()) > 64  # episodes ended (and were truncated at 50) in it
     assert overlapped.timer.totals["env"] > 0 and overlapped.timer.totals["forward"] > 0
 
 

@@ -60,7 +60,7 @@ def test_rollout_allocates_nothing_after_warm_up(env_id, extra):
     assert peak - baseline < 8 * 1024, f"peak {peak - baseline} bytes during a rollout"
     assert current - baseline < 1024, f"{current - baseline} bytes kept over 3 rollouts"
     # The bootstrap path ran: episodes were truncated at 5 steps during the rollout.
-    assert int(trainer.dones.sum()) >= NUM_ENVS * 3
+    assert int(trainer.storage.dones.sum()) >= NUM_ENVS * 3
 
 
 def test_sampling_matches_the_categorical_distribution():

@@ -33,16 +33,16 @@ def _poison(after_update: int) -> None:
 
     from operant.trainer.train import Trainer
 
-    original = Trainer.train_update
+    original = Trainer.check_finite
 
-    def train_update(self):
-        record = original(self)
+    # Poisoned where the loop's NaN guard looks, just before it looks (wherever it is called).
+    def check_finite(self):
         if self.update == after_update:
             with torch.no_grad():
                 next(self.policy.parameters()).fill_(float("nan"))
-        return record
+        original(self)
 
-    Trainer.train_update = train_update
+    Trainer.check_finite = check_finite
 
 
 def _child(request: dict) -> None:

@@ -309,9 +309,9 @@ def compute_bound(config, seconds: float = 1.0) -> dict[str, Any]:
     trainer = Trainer(config)
     next_value = trainer.collect()
     trainer.env.close()
-    ppo, derived = config.ppo, trainer.derived
-    advantages, returns = compute_gae(trainer.rewards, trainer.values, trainer.dones, next_value,
-                                      ppo.gamma, ppo.gae_lambda)
+    ppo, derived, storage = config.ppo, trainer.derived, trainer.storage
+    compute_gae(storage.rewards, storage.values, storage.dones, next_value, ppo.gamma,
+                ppo.gae_lambda, advantages=storage.advantages, returns=storage.returns)
     generator = torch.Generator().manual_seed(0)
 
     def rate(work: Callable[[], None], samples: int) -> float:
@@ -319,13 +319,13 @@ def compute_bound(config, seconds: float = 1.0) -> dict[str, Any]:
         seconds), after warm-up calls that make the buffers the work allocates."""
         return max(_timed_rounds(work, samples, 5, seconds / 5))
 
-    obs, out = trainer.obs[0], (trainer.actions[0], trainer.logprobs[0], trainer.values[0])
+    obs, out = storage.obs[0], (storage.actions[0], storage.logprobs[0], storage.values[0])
 
     def forward() -> None:
         with torch.inference_mode():
             trainer.policy.act(obs, generator, out=out)
 
-    flat_batch = trainer.flat_batch(advantages, returns)
+    flat_batch = storage.flat()
     # Every epoch, exactly as training runs them (statistics on the last one only), with no
     # KL early stop so the epochs are all paid for: train samples/s is batch x epochs / time.
     epochs = ppo.update_epochs

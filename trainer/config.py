@@ -47,9 +47,13 @@ class EnvConfig(Struct, forbid_unknown_fields=True, kw_only=True):
 
 
 class PolicyConfig(Struct, forbid_unknown_fields=True, kw_only=True):
-    """The actor-critic network: separate actor and critic MLPs of the same shape, or one
-    shared trunk with an actor head and a value head."""
+    """The policy network. The built-in one ("mlp") is an actor-critic: separate actor and
+    critic MLPs of the same shape, or one shared trunk with an actor head and a value head."""
 
+    kind: str = "auto"
+    """Which registered policy trains (operant.trainer.policies): "auto" chooses from the
+    env's observation spec (flat float32 observations: the MLP these fields describe); a
+    name picks one, e.g. "mlp"."""
     hidden_sizes: list[Positive] = msgspec.field(default_factory=lambda: [64, 64])
     """Width of each hidden layer."""
     shared: bool = False
@@ -181,13 +185,18 @@ class Derived(Struct, frozen=True):
                 f"{self.total_steps:,} steps ({self.num_updates:,} updates)")
 
 
-def derive(config: Config) -> Derived:
-    """Cross-field checks and derived values; raises ConfigError naming the field."""
-    batch = config.env.num_envs * config.ppo.num_steps
+def derive(config: Config, agents_per_env: int = 1) -> Derived:
+    """Cross-field checks and derived values; raises ConfigError naming the field.
+
+    The batch counts rows (operant.envs.contract): an env with `agents_per_env` agents
+    contributes that many rows per step, and train.total_steps counts row steps."""
+    batch = config.env.num_envs * agents_per_env * config.ppo.num_steps
+    rows = "env.num_envs x ppo.num_steps" + (
+        f" x {agents_per_env} agents per env" if agents_per_env != 1 else "")
     if batch % config.ppo.num_minibatches:
         raise ConfigError(
             f"ppo.num_minibatches = {config.ppo.num_minibatches} must divide the batch "
-            f"(env.num_envs x ppo.num_steps = {batch})")
+            f"({rows} = {batch})")
     if not config.policy.hidden_sizes:
         raise ConfigError("policy.hidden_sizes must name at least one layer width")
     if config.env.overlap and config.env.impl in ("torch", "reference"):

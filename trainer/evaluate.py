@@ -169,15 +169,14 @@ def resolve(target: str, runs_dir: str | None, best: bool) -> LoadedPolicy:
 
 
 def build_policy(loaded: LoadedPolicy, num_envs: int) -> tuple[Any, Any, Any, Any]:
-    """(config, env, policy, observation normaliser or None) for a loaded policy."""
+    """(config, env, policy, observation normaliser or None) for a loaded policy; the policy
+    comes from the trainer's registry, chosen by the env's specs as in training."""
     import msgspec
-    import numpy as np
-    from gymnasium import spaces
 
-    from operant.trainer.config import Config
     from operant.envs import EnvError, make_env
+    from operant.trainer.config import Config, ConfigError
     from operant.trainer.normalize import ObservationNormalizer
-    from operant.trainer.policy import ActorCritic
+    from operant.trainer.policies import build_policy as build_registered_policy
 
     try:
         config = msgspec.convert(loaded.config, Config)
@@ -186,18 +185,14 @@ def build_policy(loaded: LoadedPolicy, num_envs: int) -> tuple[Any, Any, Any, An
                              "evaluate it with the operant version that trained it") from None
     try:
         env = make_env(config.env.id, num_envs, impl=config.env.impl, copy=False)
-    except EnvError as error:
+        policy = build_registered_policy(config, env.obs_spec, env.act_spec)
+    except (EnvError, ConfigError) as error:
         raise EvalInputError(str(error)) from None
-    space = env.single_action_space
-    continuous = isinstance(space, spaces.Box)
-    num_actions = int(np.prod(space.shape)) if continuous else int(space.n)
-    obs_dim = env.single_observation_space.shape[0]
-    policy = ActorCritic.from_config(config.policy, obs_dim, num_actions, continuous)
     normalizer = None
     try:
         policy.load_state_dict(loaded.policy)
         if loaded.obs_normalizer is not None:
-            normalizer = ObservationNormalizer(obs_dim, config.normalize.clip_obs)
+            normalizer = ObservationNormalizer(env.obs_spec.shape, config.normalize.clip_obs)
             normalizer.load_state_dict(loaded.obs_normalizer)
     except (RuntimeError, KeyError, ValueError) as error:
         raise EvalInputError(f"{loaded.path}: its weights do not fit its own config "
@@ -209,10 +204,8 @@ def play(env: Any, policy: Any, normalizer: Any, episodes: int, seed: int,
          stochastic: bool) -> list[float]:
     """Returns of the first `episodes` episodes to finish."""
     import torch
-    from gymnasium import spaces
 
-    space = env.single_action_space
-    continuous = isinstance(space, spaces.Box)
+    act_spec = env.act_spec
     generator = torch.Generator().manual_seed(seed)
     env.reset(seed=seed)
     env.drain_episode_stats()
@@ -224,9 +217,9 @@ def play(env: Any, policy: Any, normalizer: Any, episodes: int, seed: int,
         while len(returns) < episodes:
             seen = obs if normalizer is None else normalizer(obs)
             chosen = policy.act(seen, generator)[0] if stochastic else policy.greedy(seen)
-            if continuous:
-                chosen = torch.clamp(chosen, torch.as_tensor(space.low),
-                                     torch.as_tensor(space.high))
+            if not act_spec.discrete:
+                chosen = torch.clamp(chosen, torch.as_tensor(act_spec.low),
+                                     torch.as_tensor(act_spec.high))
             actions.copy_(chosen)
             env.step_bound()
             finished = env.drain_episode_stats().episodes

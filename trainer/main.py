@@ -137,7 +137,13 @@ def main(argv: list[str] | None = None) -> int:
                           monitor=args.monitor)
         from operant.trainer import session
 
-        return session.run(args, plan, signals)
+        try:
+            return session.run(args, plan, signals)
+        except (ConfigError, EnvError) as error:
+            # What only the built env can tell (its specs against policy.kind and
+            # normalize.obs) is refused while the trainer is built, before the run starts.
+            print(f"operant-train: {error}", file=sys.stderr)
+            return EXIT_USAGE
     except KeyboardInterrupt:
         print("operant-train: interrupted", file=sys.stderr)
         return 130

@@ -12,6 +12,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from operant.envs.contract import ObsSpec
+from operant.trainer.config import ConfigError
+
 
 def _normal_tensors() -> torch.inference_mode:
     """Workspaces are made as normal tensors even when the first call is under inference
@@ -74,15 +77,25 @@ class RunningMeanStd(nn.Module):
         count.copy_(total)
 
 
+def check_obs_normalizable(obs_spec: ObsSpec, env_id: str) -> None:
+    """Refuse normalize.obs for observations that are not floating point (frames, tokens):
+    a running mean over pixel or token codes means nothing, and would cost a float copy."""
+    if not obs_spec.is_float:
+        raise ConfigError(f"normalize.obs = true needs floating-point observations, and "
+                          f"{env_id} has {obs_spec.dtype} {obs_spec.shape} ones: set "
+                          "normalize.obs = false")
+
+
 class ObservationNormalizer(nn.Module):
     """(obs - mean) / sqrt(var + eps), clipped to +-clip; statistics updated while training.
+    Float observations only (`check_obs_normalizable`), of any per-row shape.
 
     Returns a workspace tensor per batch shape, overwritten by the next call of that shape:
     use (or copy) the result before normalising the next batch."""
 
-    def __init__(self, obs_dim: int, clip: float, epsilon: float = 1e-8):
+    def __init__(self, shape: int | tuple[int, ...], clip: float, epsilon: float = 1e-8):
         super().__init__()
-        self.stats = RunningMeanStd((obs_dim,))
+        self.stats = RunningMeanStd((shape,) if isinstance(shape, int) else tuple(shape))
         self.clip = clip
         self.register_buffer("_epsilon", torch.tensor(epsilon, dtype=torch.float64),
                              persistent=False)

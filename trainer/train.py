@@ -1,7 +1,8 @@
 """The training loop, top to bottom: storage allocated once, rollout, GAE, update, publish.
 
-Tensor name prefixes tell the shape: rollout storage is (num_steps, num_envs, ...), `b_` is
-flattened to (batch, ...), `mb_` is one minibatch.
+Tensor name prefixes tell the shape: rollout storage (operant.trainer.storage) is
+(num_steps, rows, ...), `b_` is flattened to (batch, ...), `mb_` is one minibatch. A row is
+an env or an agent of an env (operant.envs.contract); the loop does not know which.
 """
 
 from __future__ import annotations
@@ -20,13 +21,18 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from operant.trainer.collect import as_tensor, make_collector
 from operant.trainer.config import Config, Derived, derive, to_dict
-from gymnasium import spaces
-
-from operant.envs import EnvError, make_env, resolve_impl
-from operant.trainer.normalize import ObservationNormalizer, RewardNormalizer
-from operant.trainer.policy import ActorCritic, FlatAdam, FlatParameters
+from operant.envs import make_env, resolve_impl
+from operant.trainer.normalize import (
+    ObservationNormalizer,
+    RewardNormalizer,
+    check_obs_normalizable,
+)
+from operant.trainer.policies import build_policy
+from operant.trainer.policy import FlatAdam, FlatParameters
 from operant.trainer.ppo import compute_gae, ppo_update
+from operant.trainer.storage import RolloutStorage
 
 PHASES = ("env", "forward", "store", "gae", "update", "publish")
 SOLVE_WINDOW = 100  # episodes in the "mean of the last 100" that solves an env
@@ -46,22 +52,15 @@ class PhaseTimer:
         return {name: ns / 1e9 for name, ns in self.totals.items()}
 
 
-def _always() -> bool:
-    return True
-
-
-def _as_tensor(buffer) -> torch.Tensor:
-    """The env buffer as a tensor sharing its memory (numpy kernels) or itself (torch envs)."""
-    return buffer if isinstance(buffer, torch.Tensor) else torch.from_numpy(buffer)
-
-
 class Trainer:
-    """One PPO run: owns the envs, the policy, the storage and the run directory."""
+    """One PPO run: composes the env (any family of operant.envs.contract), the rollout
+    storage built from its specs, a collector, the policy the registry chooses for those
+    specs, and the optimizer; owns the counters and the run directory. Nothing here knows
+    which family it trains."""
 
     def __init__(self, config: Config, log: Callable[[dict[str, Any]], None] | None = None,
                  run_dir: Path | None = None):
         self.config = config
-        self.derived: Derived = derive(config)
         self.impl = resolve_impl(config.env.id, config.env.impl)
         self.log = log
         self.run_dir = run_dir
@@ -73,187 +72,58 @@ class Trainer:
         self.generator = torch.Generator(device=self.device).manual_seed(config.train.seed)
         self.cpu_generator = torch.Generator().manual_seed(config.train.seed + 1)
 
-        env_kwargs: dict[str, Any] = {}
-        if config.env.max_episode_steps is not None:
-            env_kwargs["max_episode_steps"] = config.env.max_episode_steps
-        if self.impl == "torch":
-            # Device-resident envs: observations, rewards and flags never leave the device.
-            env_kwargs["device"] = self.device
-        self.env = make_env(config.env.id, config.env.num_envs, impl=self.impl, copy=False,
-                            overlap=config.env.overlap, **env_kwargs)
+        self.env = self._make_env()
         self.env.reset(seed=config.train.seed)
-        obs_dim = self.env.single_observation_space.shape[0]
-        action_space = self.env.single_action_space
-        self.continuous = isinstance(action_space, spaces.Box)
-        if self.continuous:
-            action_shape: tuple[int, ...] = tuple(action_space.shape)
-            num_actions = int(np.prod(action_shape))
-            # Samples are unbounded; the env sees them clipped to its bounds.
-            self.action_low = torch.as_tensor(action_space.low, device=self.device)
-            self.action_high = torch.as_tensor(action_space.high, device=self.device)
-        elif isinstance(action_space, spaces.Discrete):
-            action_shape, num_actions = (), int(action_space.n)
-        else:
-            raise EnvError(f"{config.env.id} has {action_space} actions; operant trains "
-                           "Discrete and Box action spaces")
-        self.policy = ActorCritic.from_config(config.policy, obs_dim, num_actions,
-                                              self.continuous).to(self.device)
+        obs_spec, act_spec, layout = self.env.obs_spec, self.env.act_spec, self.env.layout
+        self.derived: Derived = derive(config, layout.agents_per_env)
         norm = config.normalize
-        self.obs_normalizer = (ObservationNormalizer(obs_dim, norm.clip_obs).to(self.device)
+        if norm.obs:
+            check_obs_normalizable(obs_spec, config.env.id)
+        self.policy = build_policy(config, obs_spec, act_spec).to(self.device)
+        self.obs_normalizer = (ObservationNormalizer(obs_spec.shape, norm.clip_obs).to(self.device)
                                if norm.obs else None)
         self.reward_normalizer = (
-            RewardNormalizer(config.env.num_envs, config.ppo.gamma, norm.clip_reward).to(self.device)
+            RewardNormalizer(layout.num_rows, config.ppo.gamma, norm.clip_reward).to(self.device)
             if norm.reward else None)
         self.flat = FlatParameters(self.policy)
         # Adam over the one flat tensor: five in-place ops per step, on any device.
         self.optimizer = FlatAdam(self.flat.param, lr=config.ppo.learning_rate,
                                   eps=config.ppo.adam_eps)
 
-        # Env buffers seen as tensors: the same memory the kernel writes (no copies).
-        self.env_obs = _as_tensor(self.env.obs)
-        self.env_actions = _as_tensor(self.env.actions)
-        self.env_rewards = _as_tensor(self.env.rewards)
-        self.env_terminated = _as_tensor(self.env.terminated)
-        self.env_truncated = _as_tensor(self.env.truncated)
-        self.env_final_obs = _as_tensor(self.env.final_obs)
-
-        steps, num_envs = config.ppo.num_steps, config.env.num_envs
-        device = self.device
-        self.obs = torch.zeros((steps, num_envs, obs_dim), device=device)
-        self.actions = torch.zeros((steps, num_envs, *action_shape), device=device,
-                                   dtype=torch.float32 if self.continuous else torch.long)
-        self.logprobs = torch.zeros((steps, num_envs), device=device)
-        self.rewards = torch.zeros((steps, num_envs), device=device)
-        self.dones = torch.zeros((steps, num_envs), device=device)
-        self.values = torch.zeros((steps, num_envs), device=device)
-        self.advantages = torch.zeros((steps, num_envs), device=device)
-        self.done_mask = torch.zeros(num_envs, dtype=torch.bool, device=self.env_terminated.device)
-        # Per-step scratch, so the rollout allocates nothing after its first step.
-        self.truncated = torch.zeros(num_envs, device=device)
-        self.final_values = torch.zeros(num_envs, device=device)
-        self.next_value = torch.zeros(num_envs, device=device)
-        self.returns = torch.zeros((steps, num_envs), device=device)
-        self.clipped_actions = (torch.zeros((num_envs, *action_shape), device=device)
-                                if self.continuous else None)
-        if config.env.overlap:
-            # Per half: its rows, and views of its env observations, actions and clip scratch.
-            self._halves = tuple(
-                (slice(lo, hi), self.env_obs[lo:hi], self.env_actions[lo:hi],
-                 None if self.clipped_actions is None else self.clipped_actions[lo:hi])
-                for lo, hi in self.env.halves)
+        flags_device = as_tensor(self.env.terminated).device
+        self.storage = RolloutStorage(config.ppo.num_steps, layout.num_rows, obs_spec, act_spec,
+                                      self.device, flags_device=flags_device)
+        self.timer = PhaseTimer()
+        self.collector = make_collector(config.env.overlap, self.env, self.storage, self.policy,
+                                        self._observe, self.reward_normalizer, self.generator,
+                                        self.timer.totals, config.ppo.gamma)
 
         self.global_step = 0
         self.update = 0
         self.episodes = 0
-        self.timer = PhaseTimer()
         self.solved_at: float | None = None
         self.last_record: dict[str, Any] = {}
         # Seconds trained before this process started: a resumed run's clock continues.
         self.elapsed_offset_s = 0.0
         self.started: float | None = None
 
+    def _make_env(self) -> Any:
+        config = self.config
+        env_kwargs: dict[str, Any] = {}
+        if config.env.max_episode_steps is not None:
+            env_kwargs["max_episode_steps"] = config.env.max_episode_steps
+        if self.impl == "torch":
+            # Device-resident envs: observations, rewards and flags never leave the device.
+            env_kwargs["device"] = self.device
+        return make_env(config.env.id, config.env.num_envs, impl=self.impl, copy=False,
+                        overlap=config.env.overlap, **env_kwargs)
+
     # -- rollout -------------------------------------------------------------------------
-    def _truncation_check(self) -> Callable[[], bool]:
-        """Whether to bootstrap truncated episodes this step. Native and reference envs keep
-        their flags in host memory, where asking costs nothing (and allocates nothing);
-        device-resident envs on CPU ask torch; on an accelerator always bootstrap, since
-        asking would make the host wait for the device every step."""
-        if isinstance(self.env.truncated, np.ndarray):
-            return self.env.truncated.any
-        if self.env_truncated.device.type == "cpu":
-            return self.env_truncated.any
-        return _always
-
-    @torch.inference_mode()
     def collect(self) -> torch.Tensor:
-        """Fill the rollout storage; returns V(obs after the last step)."""
-        if self.config.env.overlap:
-            return self._collect_overlapped()
-        totals = self.timer.totals
-        clock = time.perf_counter_ns
-        some_truncated = self._truncation_check()
-        everything = slice(None)
-        for t in range(self.config.ppo.num_steps):
-            self._act(t, everything, self.env_obs, self.env_actions, self.clipped_actions)
-            stepped_from = clock()
-            self.env.step_bound()
-            stepped = clock()
-            self._after_step(t, some_truncated)
-            totals["env"] += stepped - stepped_from
-            totals["store"] += clock() - stepped
-        return self._finish_rollout()
-
-    def _collect_overlapped(self) -> torch.Tensor:
-        """collect() with the envs in two halves, A and B, each stepped on the env thread
-        while the policy works on the other: A's step t runs during B's forward t, B's step t
-        during A's forward t + 1. Step t's bookkeeping (rewards, dones, bootstrap) runs over
-        all envs once both halves have taken it, exactly as in collect()."""
-        totals = self.timer.totals
-        clock = time.perf_counter_ns
-        some_truncated = self._truncation_check()
-        env = self.env
-        (a_rows, a_obs, a_actions, a_clipped), (b_rows, b_obs, b_actions, b_clipped) = self._halves
-        for t in range(self.config.ppo.num_steps):
-            self._act(t, a_rows, a_obs, a_actions, a_clipped)
-            if t > 0:
-                waited_from = clock()
-                env.finish_half(1)
-                waited = clock()
-                self._after_step(t - 1, some_truncated)
-                totals["env"] += waited - waited_from
-                totals["store"] += clock() - waited
-            env.start_half(0)
-            self._act(t, b_rows, b_obs, b_actions, b_clipped)
-            waited_from = clock()
-            env.finish_half(0)
-            env.start_half(1)
-            totals["env"] += clock() - waited_from
-        waited_from = clock()
-        env.finish_half(1)
-        waited = clock()
-        self._after_step(self.config.ppo.num_steps - 1, some_truncated)
-        totals["env"] += waited - waited_from
-        totals["store"] += clock() - waited
-        return self._finish_rollout()
-
-    def _act(self, t: int, rows: slice, env_obs: torch.Tensor, env_actions: torch.Tensor,
-             clipped: torch.Tensor | None) -> None:
-        """The policy on `rows` of the envs at step t: sample into the storage, keep the
-        observation, write the actions the envs will take (clipped to a Box's bounds)."""
-        clock = time.perf_counter_ns
-        started = clock()
-        obs = self._observe(env_obs, update=True)
-        actions = self.policy.act(obs, self.generator, out=(
-            self.actions[t, rows], self.logprobs[t, rows], self.values[t, rows]))[0]
-        forwarded = clock()
-        self.obs[t, rows].copy_(obs)
-        if clipped is not None:
-            torch.clamp(actions, self.action_low, self.action_high, out=clipped)
-            actions = clipped
-        env_actions.copy_(actions)
-        totals = self.timer.totals
-        totals["forward"] += forwarded - started
-        totals["store"] += clock() - forwarded
-
-    def _after_step(self, t: int, some_truncated: Callable[[], bool]) -> None:
-        """Step t's outcome into the storage: rewards (normalised if configured; a truncated
-        episode's reward plus gamma * V(final observation), since a time limit is not a
-        terminal state) and dones."""
-        rewards = self.rewards[t]
-        rewards.copy_(self.env_rewards)
-        torch.logical_or(self.env_terminated, self.env_truncated, out=self.done_mask)
-        self.dones[t].copy_(self.done_mask)
-        if self.reward_normalizer is not None:
-            rewards.copy_(self.reward_normalizer(rewards, self.dones[t]))
-        if some_truncated():
-            final_value = self.policy.value(self._observe(self.env_final_obs),
-                                            out=self.final_values)
-            self.truncated.copy_(self.env_truncated)
-            rewards.addcmul_(final_value, self.truncated, value=self.config.ppo.gamma)
-
-    def _finish_rollout(self) -> torch.Tensor:
-        self.global_step += self.config.ppo.num_steps * self.config.env.num_envs
-        return self.policy.value(self._observe(self.env_obs), out=self.next_value)
+        """Fill `self.storage` (the collector's strategy); returns V(obs after the last step)."""
+        next_value = self.collector.collect()
+        self.global_step += self.derived.batch_size
+        return next_value
 
     def _observe(self, env_obs: torch.Tensor, update: bool = False) -> torch.Tensor:
         """An env observation buffer as the policy sees it: on its device, normalised if
@@ -279,32 +149,26 @@ class Trainer:
 
         clock = time.perf_counter_ns
         started = clock()
-        advantages, returns = compute_gae(self.rewards, self.values, self.dones, next_value,
-                                          config.ppo.gamma, config.ppo.gae_lambda,
-                                          advantages=self.advantages, returns=self.returns)
+        storage = self.storage
+        compute_gae(storage.rewards, storage.values, storage.dones, next_value, config.ppo.gamma,
+                    config.ppo.gae_lambda, advantages=storage.advantages, returns=storage.returns)
         gae_done = clock()
-        stats = ppo_update(self.policy, self.flat, self.optimizer, config.ppo,
-                           **self.flat_batch(advantages, returns),
+        stats = ppo_update(self.policy, self.flat, self.optimizer, config.ppo, **storage.flat(),
                            minibatch_size=derived.minibatch_size, generator=self.cpu_generator)
         update_done = clock()
         self.timer.totals["gae"] += gae_done - started
         self.timer.totals["update"] += update_done - gae_done
         self.update += 1
+        # The NaN guard: an update that left non-finite parameters is never recorded.
+        self.check_finite()
         return self._record(stats, time.perf_counter() - update_started)
-
-    def flat_batch(self, advantages: torch.Tensor, returns: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The rollout storage flattened to (batch, ...) views: ppo_update's `b_` arguments."""
-        return {"b_obs": self.obs.reshape(-1, self.obs.shape[-1]),
-                "b_actions": self.actions.reshape(self.derived.batch_size, *self.actions.shape[2:]),
-                "b_logprobs": self.logprobs.reshape(-1), "b_advantages": advantages.reshape(-1),
-                "b_returns": returns.reshape(-1), "b_values": self.values.reshape(-1)}
 
     def _record(self, stats: dict[str, float], update_seconds: float) -> dict[str, Any]:
         episode = self.env.drain_episode_stats()
         self.episodes += episode.episodes
         recent = self.env.recent_returns(SOLVE_WINDOW)
         elapsed = time.perf_counter() - self.started
-        steps_this_update = self.config.ppo.num_steps * self.config.env.num_envs
+        steps_this_update = self.derived.batch_size
         record: dict[str, Any] = {
             "update": self.update,
             "global_step": self.global_step,
@@ -365,8 +229,9 @@ class Trainer:
         load_trainer_state(self, state)
 
     def check_finite(self) -> None:
-        """The NaN guard after an update: raise FloatingPointError naming the first parameter
-        that holds a NaN or an infinity (one reduction when all are finite)."""
+        """The NaN guard, run by train_update after every update (so every caller of the loop
+        has it): raise FloatingPointError naming the first parameter that holds a NaN or an
+        infinity (one reduction when all are finite)."""
         if self.flat.all_finite():
             return
         for name, parameter in self.policy.named_parameters():

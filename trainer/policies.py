@@ -1,0 +1,151 @@
+"""The policy registry: which network a run trains, chosen from the env's specs.
+
+A policy is registered once, by name, with `register_policy(name, matches, build)`:
+`matches(obs_spec, act_spec)` says whether it can read those observations and produce those
+actions, and `build(config, obs_spec, act_spec)` returns the module (on the CPU; the trainer
+moves it). `policy.kind = "auto"` (the default) takes the first registered policy that
+matches, in registration order, so the built-in MLP keeps serving flat float32 observations
+even after other families register theirs; any other `policy.kind` names one.
+
+What the loop needs from a policy module (operant.trainer.train, ppo, evaluate):
+- `act(obs, generator, out=(actions, logprobs, values))`: sample, without gradients;
+- `value(obs, out=values)`: the critic alone, without gradients;
+- `evaluate(obs, actions, entropy=True)`: (log-probabilities, entropies or None, values)
+  with gradients, for the PPO loss; `entropy(obs)`; `greedy(obs)` for evaluation;
+- parameters that `FlatParameters` can re-home (all of them trainable, on one device).
+`obs` arrives in the observation spec's dtype (uint8 frames stay uint8 in the rollout
+storage): a policy converts it on the fly. `HeadsPolicy` below implements this contract for
+discrete actions from a single `heads(obs)` method, for encoders written elsewhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from operant.envs.contract import ActSpec, ObsSpec
+from operant.trainer.config import Config, ConfigError
+from operant.trainer.policy import ActorCritic
+
+AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class PolicyEntry:
+    name: str
+    matches: Callable[[ObsSpec, ActSpec], bool]
+    build: Callable[[Config, ObsSpec, ActSpec], nn.Module]
+
+
+POLICIES: dict[str, PolicyEntry] = {}
+
+
+def register_policy(name: str, matches: Callable[[ObsSpec, ActSpec], bool],
+                    build: Callable[[Config, ObsSpec, ActSpec], nn.Module]) -> None:
+    """Make `name` choosable as `policy.kind`, and by "auto" for specs it `matches`.
+    Registering a name again replaces it (a module imported twice registers twice)."""
+    if name == AUTO:
+        raise ValueError(f"{AUTO!r} is reserved for choosing by the observation spec")
+    POLICIES[name] = PolicyEntry(name, matches, build)
+
+
+def describe(obs_spec: ObsSpec, act_spec: ActSpec) -> str:
+    """Specs in the user's words: 'uint8 (2, 8, 8) observations and Discrete(2) actions'."""
+    actions = (f"Discrete({act_spec.num_actions})" if act_spec.discrete
+               else f"Box{act_spec.shape}")
+    return f"{obs_spec.dtype} {obs_spec.shape} observations and {actions} actions"
+
+
+def choose_policy(kind: str, obs_spec: ObsSpec, act_spec: ActSpec) -> PolicyEntry:
+    """The registered policy `kind` names (or "auto" chooses) for these specs; ConfigError
+    naming policy.kind when there is none or it does not fit."""
+    if kind == AUTO:
+        for entry in POLICIES.values():
+            if entry.matches(obs_spec, act_spec):
+                return entry
+        raise ConfigError(f"policy.kind = \"auto\": no registered policy reads "
+                          f"{describe(obs_spec, act_spec)} (registered: "
+                          f"{', '.join(POLICIES)}); register one with "
+                          "operant.trainer.policies.register_policy")
+    entry = POLICIES.get(kind)
+    if entry is None:
+        raise ConfigError(f"policy.kind = {kind!r} is not a registered policy; choose one of: "
+                          f"{', '.join((AUTO, *POLICIES))}")
+    if not entry.matches(obs_spec, act_spec):
+        raise ConfigError(f"policy.kind = {kind!r} cannot read {describe(obs_spec, act_spec)}; "
+                          f"use policy.kind = \"auto\" or a policy made for them")
+    return entry
+
+
+def build_policy(config: Config, obs_spec: ObsSpec, act_spec: ActSpec) -> nn.Module:
+    """The module `config.policy.kind` chooses for these specs (CPU)."""
+    return choose_policy(config.policy.kind, obs_spec, act_spec).build(config, obs_spec,
+                                                                         act_spec)
+
+
+# --- the built-in MLP ----------------------------------------------------------------------
+
+def _mlp_matches(obs_spec: ObsSpec, act_spec: ActSpec) -> bool:
+    return len(obs_spec.shape) == 1 and obs_spec.dtype == np.float32
+
+
+def _build_mlp(config: Config, obs_spec: ObsSpec, act_spec: ActSpec) -> nn.Module:
+    return ActorCritic.from_config(config.policy, obs_spec.shape[0], act_spec.num_actions,
+                                   not act_spec.discrete)
+
+
+register_policy("mlp", _mlp_matches, _build_mlp)
+
+
+# --- a base for other encoders -------------------------------------------------------------
+
+class HeadsPolicy(nn.Module):
+    """The policy contract for discrete actions, from one method a subclass writes:
+    `heads(obs) -> (logits (B, num_actions), values (B,))`, with `obs` in the observation
+    spec's dtype. Sampling inverts the categorical's CDF with one uniform per row, as
+    ActorCritic does (this path allocates per call: it is for encoders whose forward pass
+    dominates anyway)."""
+
+    num_actions: int
+
+    def heads(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, generator: torch.Generator | None = None,
+            out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None):
+        logits, values = self.heads(obs)
+        log_probs = torch.log_softmax(logits, -1)
+        cdf = torch.cumsum(log_probs.exp(), -1)
+        uniform = torch.rand((obs.shape[0], 1), generator=generator, device=obs.device)
+        actions = torch.searchsorted(cdf, uniform, right=True).clamp_(max=self.num_actions - 1)
+        logprob = log_probs.gather(-1, actions).squeeze(-1)
+        result = (actions.squeeze(-1), logprob, values)
+        if out is None:
+            return result
+        for target, value in zip(out, result):
+            target.copy_(value)
+        return out
+
+    @torch.no_grad()
+    def value(self, obs: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        values = self.heads(obs)[1]
+        return values if out is None else out.copy_(values)
+
+    def evaluate(self, obs: torch.Tensor, actions: torch.Tensor, entropy: bool = True):
+        logits, values = self.heads(obs)
+        log_probs = torch.log_softmax(logits, -1)
+        logprob = log_probs.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+        entropies = -(log_probs.exp() * log_probs).sum(-1) if entropy else None
+        return logprob, entropies, values
+
+    def entropy(self, obs: torch.Tensor) -> torch.Tensor:
+        log_probs = torch.log_softmax(self.heads(obs)[0], -1)
+        return -(log_probs.exp() * log_probs).sum(-1)
+
+    def greedy(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.heads(obs)[0].argmax(-1)
