@@ -30,7 +30,8 @@ def stopped(root, tmp_path_factory):
     model.pt."""
     log = tmp_path_factory.mktemp("log") / "train.out"
     trainer = start_trainer("--runs-dir", str(root), "--run-id", "s", *SMALL, *ENDLESS,
-                            "--set", "checkpoint.every_updates=3", "--quiet", log=log)
+                            "--set", "checkpoint.every_updates=3", "--set", "checkpoint.keep=1000",
+                            "--quiet", log=log)
     wait_for_updates(root / "s", 8)
     assert stop(trainer, signal.SIGTERM) == 0, log.read_text()
     assert not (root / "s" / "model.pt").exists()
