@@ -20,6 +20,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from operant.shared.record import PHASES, PPOStatistics, UpdateRecord
 from operant.trainer.config import Config, Derived, derive, to_dict
 from gymnasium import spaces
 
@@ -28,7 +29,6 @@ from operant.trainer.normalize import ObservationNormalizer, RewardNormalizer
 from operant.trainer.policy import ActorCritic, FlatAdam, FlatParameters
 from operant.trainer.ppo import compute_gae, ppo_update
 
-PHASES = ("env", "forward", "store", "gae", "update", "publish")
 SOLVE_WINDOW = 100  # episodes in the "mean of the last 100" that solves an env
 
 
@@ -50,6 +50,11 @@ def _always() -> bool:
     return True
 
 
+def _finite_or_none(value: float) -> float | None:
+    """A statistic as the record holds it: None where it is not a finite number."""
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
 def _as_tensor(buffer) -> torch.Tensor:
     """The env buffer as a tensor sharing its memory (numpy kernels) or itself (torch envs)."""
     return buffer if isinstance(buffer, torch.Tensor) else torch.from_numpy(buffer)
@@ -58,7 +63,7 @@ def _as_tensor(buffer) -> torch.Tensor:
 class Trainer:
     """One PPO run: owns the envs, the policy, the storage and the run directory."""
 
-    def __init__(self, config: Config, log: Callable[[dict[str, Any]], None] | None = None,
+    def __init__(self, config: Config, log: Callable[[UpdateRecord], None] | None = None,
                  run_dir: Path | None = None):
         self.config = config
         self.derived: Derived = derive(config)
@@ -147,7 +152,7 @@ class Trainer:
         self.episodes = 0
         self.timer = PhaseTimer()
         self.solved_at: float | None = None
-        self.last_record: dict[str, Any] = {}
+        self.last_record: UpdateRecord | None = None
         # Seconds trained before this process started: a resumed run's clock continues.
         self.elapsed_offset_s = 0.0
         self.started: float | None = None
@@ -264,7 +269,7 @@ class Trainer:
         return obs
 
     # -- one update ----------------------------------------------------------------------
-    def train_update(self) -> dict[str, Any]:
+    def train_update(self) -> UpdateRecord:
         config, derived = self.config, self.derived
         if config.ppo.anneal_lr:
             fraction = 1.0 - self.update / derived.num_updates
@@ -299,40 +304,47 @@ class Trainer:
                 "b_logprobs": self.logprobs.reshape(-1), "b_advantages": advantages.reshape(-1),
                 "b_returns": returns.reshape(-1), "b_values": self.values.reshape(-1)}
 
-    def _record(self, stats: dict[str, float], update_seconds: float) -> dict[str, Any]:
+    def _record(self, stats: PPOStatistics, update_seconds: float) -> UpdateRecord:
         episode = self.env.drain_episode_stats()
         self.episodes += episode.episodes
         recent = self.env.recent_returns(SOLVE_WINDOW)
         elapsed = time.perf_counter() - self.started
         steps_this_update = self.config.ppo.num_steps * self.config.env.num_envs
-        record: dict[str, Any] = {
-            "update": self.update,
-            "global_step": self.global_step,
-            "episodes": self.episodes,
-            "elapsed_s": round(elapsed, 4),
-            "sps": round(steps_this_update / update_seconds, 1),
-            "sps_mean": round(self.global_step / elapsed, 1) if elapsed > 0 else 0.0,
-            # Mean of the last 100 finished episodes (the usual "solved" window).
-            "episode_return_mean": float(recent.mean()) if len(recent) else None,
-            "episode_return_min": episode.return_min if episode.episodes else None,
-            "episode_return_max": episode.return_max if episode.episodes else None,
-            "episode_length_mean": episode.length_mean if episode.episodes else None,
-            "episodes_this_update": episode.episodes,
-            "learning_rate": self.optimizer.lr,
-            **{key: (None if isinstance(value, float) and not math.isfinite(value) else value)
-               for key, value in stats.items()},
-            "phase_s": {name: round(value, 6) for name, value in self.timer.seconds().items()},
-        }
         target = self.config.train.target_return
-        if (target is not None and self.solved_at is None and len(recent) >= SOLVE_WINDOW
-                and recent.mean() >= target):
+        solved = (target is not None and self.solved_at is None
+                  and len(recent) >= SOLVE_WINDOW and bool(recent.mean() >= target))
+        if solved:
             self.solved_at = elapsed
-            record["solved"] = True
+        record = UpdateRecord(
+            updates=self.update,
+            global_step=self.global_step,
+            episodes=self.episodes,
+            elapsed_s=round(elapsed, 4),
+            sps=round(steps_this_update / update_seconds, 1),
+            sps_mean=round(self.global_step / elapsed, 1) if elapsed > 0 else 0.0,
+            # Mean of the last 100 finished episodes (the usual "solved" window).
+            episode_return_mean=float(recent.mean()) if len(recent) else None,
+            episode_return_min=episode.return_min if episode.episodes else None,
+            episode_return_max=episode.return_max if episode.episodes else None,
+            episode_length_mean=episode.length_mean if episode.episodes else None,
+            episodes_this_update=episode.episodes,
+            learning_rate=self.optimizer.lr,
+            policy_loss=_finite_or_none(stats.policy_loss),
+            value_loss=_finite_or_none(stats.value_loss),
+            entropy=_finite_or_none(stats.entropy),
+            approx_kl=_finite_or_none(stats.approx_kl),
+            clip_fraction=_finite_or_none(stats.clip_fraction),
+            explained_variance=_finite_or_none(stats.explained_variance),
+            epochs=_finite_or_none(stats.epochs),
+            phase_s={name: round(value, 6) for name, value in self.timer.seconds().items()},
+            solved=solved,
+        )
         self.last_record = record
         return record
 
-    def run(self, should_stop: Callable[[], bool] = lambda: False) -> dict[str, Any]:
-        """Train for the configured budget (or to target_return); returns the last record."""
+    def run(self, should_stop: Callable[[], bool] = lambda: False) -> UpdateRecord | None:
+        """Train for the configured budget (or to target_return); returns the last record
+        (None when no update was left to train)."""
         self.started = time.perf_counter() - self.elapsed_offset_s
         while self.update < self.derived.num_updates and not should_stop():
             record = self.train_update()
