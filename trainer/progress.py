@@ -39,7 +39,8 @@ class ProgressLog:
     def __init__(self, path: Path, out: TextIO, fmt: str, every: int, total_updates: int,
                  quiet: bool):
         self.file = open(path, "a", buffering=1)
-        self.out, self.fmt, self.every, self.total, self.quiet = out, fmt, every, total_updates, quiet
+        self.out, self.fmt, self.every = out, fmt, every
+        self.total, self.quiet = total_updates, quiet
 
     def __call__(self, record: UpdateRecord) -> None:
         line = encode_progress_line(record)
