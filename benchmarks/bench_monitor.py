@@ -39,6 +39,7 @@ from pathlib import Path
 
 import psutil
 
+from operant.shared.record import decode_progress_line
 from operant.shared.runs import METRICS_FILE, PROGRESS_FILE
 
 SEED = 1
@@ -147,8 +148,8 @@ def trainer_sps(root: Path, steps: int, run_id: str, monitored: bool) -> float:
     finally:
         if terminal is not None:
             terminal.close()
-    records = [json.loads(line) for line in (root / run_id / PROGRESS_FILE).open()]
-    return statistics.median(record["sps"] for record in records[len(records) // 2:])
+    records = [decode_progress_line(line) for line in (root / run_id / PROGRESS_FILE).open()]
+    return statistics.median(record.sps for record in records[len(records) // 2:])
 
 
 def main() -> int:

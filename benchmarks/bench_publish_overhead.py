@@ -38,7 +38,7 @@ def run(publish: bool, total_steps: int, seed: int, costs: list[float]) -> float
         trainer.log = log
     started = time.perf_counter()
     last = trainer.run()
-    steps_per_second = last["global_step"] / (time.perf_counter() - started)
+    steps_per_second = last.global_step / (time.perf_counter() - started)
     if publisher is not None:
         publisher.finish()
         publisher.close()

@@ -41,16 +41,18 @@ from operant.monitor.widgets import (
 )
 from operant.shared.reader import shown_status
 from operant.shared.runs import command_hint
+from operant.shared.record import label
 
-# History fields drawn as curves when the run records them, in this order, with their titles.
-CURVES = (
-    ("episode_return_mean", "episode return", "#8ae234"),
-    ("sps", "steps/s", "#729fcf"),
-    ("policy_loss", "policy loss", "#ef2929"),
-    ("value_loss", "value loss", "#fcaf3e"),
-    ("entropy", "entropy", "#ad7fa8"),
-    ("approx_kl", "approx KL", "#34e2e2"),
-)
+# History fields drawn as curves when the run records them, in this order, with their titles
+# (operant.shared.record's labels).
+CURVES = tuple((name, label(name), color) for name, color in (
+    ("episode_return_mean", "#8ae234"),
+    ("sps", "#729fcf"),
+    ("policy_loss", "#ef2929"),
+    ("value_loss", "#fcaf3e"),
+    ("entropy", "#ad7fa8"),
+    ("approx_kl", "#34e2e2"),
+))
 # Fields never worth a curve of their own (they only grow).
 _NOT_CURVES = {"global_step", "episodes", "updates", "elapsed_s"}
 MAX_CURVES = len(CURVES)
@@ -90,8 +92,7 @@ def choose_curves(fields: list[str]) -> list[tuple[str, str, str]]:
         return known
     colors = [color for _, _, color in CURVES]
     others = [name for name in fields if name not in _NOT_CURVES][:MAX_CURVES]
-    return [(name, name.replace("_", " "), colors[i % len(colors)])
-            for i, name in enumerate(others)]
+    return [(name, label(name), colors[i % len(colors)]) for i, name in enumerate(others)]
 
 
 class HelpScreen(ModalScreen[None]):
@@ -172,10 +173,10 @@ class RunScreen(Screen):
         yield Static(id="process")
         yield Static(id="banner")
         with Horizontal(id="numbers"):
-            yield BigNumber("steps", id="steps")
-            yield BigNumber("steps/s", id="sps")
-            yield BigNumber("episodes", id="episodes")
-            yield BigNumber("mean return", id="return")
+            yield BigNumber(label("global_step"), id="steps")
+            yield BigNumber(label("sps"), id="sps")
+            yield BigNumber(label("episodes"), id="episodes")
+            yield BigNumber(label("episode_return_mean"), id="return")
         with Horizontal(id="body"):
             # The trainer's curves from the start: no mounting when the first view arrives.
             with Vertical(id="curves"):
@@ -221,8 +222,6 @@ class MonitorApp(App[str | None]):
         self._curve_fields: list[str] | None = None
         self._curve_names = [name for name, _, _ in CURVES]
         """The curves on screen: the trainer's until a run records other fields."""
-        self._step_sample: tuple[float, float] | None = None
-        self._computed_sps = float("nan")
         self._banner: tuple[str, str] | None = None
         self.main = RunScreen()
 
@@ -261,23 +260,15 @@ class MonitorApp(App[str | None]):
             self._show(view)
 
     def _show(self, view: RunView) -> None:
-        previous, self.view = self.view, view
-        if previous is None or previous.run_id != view.run_id:
-            self._step_sample = None
-            self._computed_sps = float("nan")
+        self.view = view
         if view.notice:
             self.notify(view.notice, title="operant monitor")
         self._show_header(view)
         metrics = view.metrics
         steps = metrics.get("global_step")
+        # The trainer's own steps/s over its last update (a gauge), never re-derived here
+        # from step deltas between two looks, which would mix in the monitor's timing.
         sps = metrics.get("sps")
-        if fmt.is_number(steps) and view.status == "running" and not view.problem:
-            sample = (view.taken_at, float(steps))
-            if self._step_sample is not None and sample[0] > self._step_sample[0]:
-                self._computed_sps = fmt.rate(self._step_sample, sample)
-            self._step_sample = sample
-        if not fmt.is_number(sps):
-            sps = self._computed_sps
         total = metrics.get("total_steps")
         self.main.query_one("#steps", BigNumber).show(
             fmt.count(steps), fmt.compact(steps),

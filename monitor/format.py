@@ -1,4 +1,4 @@
-"""The monitor's arithmetic: numbers, units, durations, rates, curve and bar scaling.
+"""The monitor's arithmetic: numbers, units, durations, curve and bar scaling.
 
 Pure functions over plain values, so each is unit-tested without an app and the widgets stay
 thin. Nothing here imports Textual; `-` stands for a value the run has not published (NaN,
@@ -136,18 +136,6 @@ def metric(value: object, unit: str = "", kind: str = "gauge") -> str:
     if unit == "%":
         return percent(value)
     return real(value)
-
-
-def rate(previous: tuple[float, float] | None, current: tuple[float, float]) -> float:
-    """Per-second change between two (time_s, value) samples of a counter; NaN when it cannot
-    be told (no earlier sample, no time between them, or the counter went backwards)."""
-    if previous is None:
-        return math.nan
-    elapsed = current[0] - previous[0]
-    change = current[1] - previous[1]
-    if elapsed <= 0 or change < 0:
-        return math.nan
-    return change / elapsed
 
 
 def finite(values: Iterable[float]) -> list[float]:

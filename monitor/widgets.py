@@ -20,9 +20,8 @@ from textual.widget import Widget
 
 from operant.monitor import format as fmt
 from operant.monitor.source import STATUS_UNKNOWN, STATUS_WAITING, RunView
+from operant.shared.record import PHASES, phase_of
 
-# The well-known phases in loop order; other `phase_*_s` metrics follow them.
-PHASE_ORDER = ("env", "forward", "store", "gae", "update", "publish")
 PHASE_COLORS = ("#4e9a06", "#3465a4", "#c4a000", "#75507b", "#cc0000", "#06989a",
                 "#ad7fa8", "#e9b96e")
 STATUS_STYLES = {
@@ -170,11 +169,12 @@ class Curve(Widget):
 
 
 def phase_parts(metrics: dict[str, int | float | str]) -> tuple[tuple[str, float], ...]:
-    """(phase, seconds) from every `phase_<name>_s` metric, the known phases first."""
-    found = {name[len("phase_"):-len("_s")]: value for name, value in metrics.items()
-             if name.startswith("phase_") and name.endswith("_s") and fmt.is_number(value)}
-    ordered = [name for name in PHASE_ORDER if name in found]
-    ordered += sorted(name for name in found if name not in PHASE_ORDER)
+    """(phase, seconds) from every phase metric (`phase_<name>_s`): the loop's phases
+    (operant.shared.record.PHASES) in loop order, then any others a run publishes."""
+    found = {phase: value for name, value in metrics.items()
+             if (phase := phase_of(name)) is not None and fmt.is_number(value)}
+    ordered = [name for name in PHASES if name in found]
+    ordered += sorted(name for name in found if name not in PHASES)
     return tuple((name, float(found[name])) for name in ordered)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import time
 
+import msgspec
 import pytest
 import torch
 
@@ -24,7 +25,7 @@ def trainer(*overrides: str) -> Trainer:
 
 
 def updates(run: Trainer, count: int) -> list[dict]:
-    records = [run.train_update() for _ in range(count)]
+    records = [msgspec.to_builtins(run.train_update()) for _ in range(count)]
     for record in records:
         del record["elapsed_s"], record["sps"], record["sps_mean"], record["phase_s"]
     return records

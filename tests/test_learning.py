@@ -45,7 +45,8 @@ def run_for(env_id: str, steps: int, seed: int = 1) -> tuple[float, float]:
     means = []
 
     def stop() -> bool:
-        means.append(trainer.last_record.get("episode_return_mean"))
+        record = trainer.last_record
+        means.append(record.episode_return_mean if record is not None else None)
         return trainer.global_step >= steps
 
     trainer.run(stop)
@@ -77,6 +78,6 @@ def test_throughput_config_solves_cartpole():
                          ["train.seed=1", "train.torch_threads=1", "train.publish_metrics=false"])
     trainer = Trainer(config)
     last = trainer.run()
-    assert trainer.solved_at is not None, f"last-100 mean {last['episode_return_mean']}"
-    assert last["episode_return_mean"] >= 475.0
-    assert last["global_step"] < config.train.total_steps
+    assert trainer.solved_at is not None, f"last-100 mean {last.episode_return_mean}"
+    assert last.episode_return_mean >= 475.0
+    assert last.global_step < config.train.total_steps

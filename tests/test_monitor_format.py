@@ -72,13 +72,6 @@ def test_metric_picks_the_format_from_kind_and_unit():
     assert fmt.metric(math.nan, "", "gauge") == "-"
 
 
-def test_rate():
-    assert fmt.rate((10.0, 1000.0), (12.0, 5000.0)) == 2000.0
-    assert math.isnan(fmt.rate(None, (12.0, 5000.0)))
-    assert math.isnan(fmt.rate((12.0, 1000.0), (12.0, 5000.0)))  # no time between
-    assert math.isnan(fmt.rate((10.0, 5000.0), (12.0, 1000.0)))  # a new run's counter
-
-
 def test_resample_averages_buckets_and_keeps_short_series():
     assert fmt.resample([1, 2, 3], 10) == [1.0, 2.0, 3.0]
     assert fmt.resample([1, 3, 5, 7], 2) == [2.0, 6.0]

@@ -166,8 +166,8 @@ def test_overlapped_training_learns_cartpole():
                                 "train.publish_metrics=false"])
     trainer = Trainer(config)
     last = trainer.run()
-    assert last["global_step"] >= 98_000
-    assert last["episode_return_mean"] > 150, last["episode_return_mean"]
+    assert last.global_step >= 98_000
+    assert last.episode_return_mean > 150, last.episode_return_mean
 
 
 @pytest.mark.parametrize("overrides, message", [

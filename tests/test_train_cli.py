@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import msgspec
 import pytest
 
 from operant.trainer.config import ConfigError, derive, load_config
@@ -84,8 +85,8 @@ def _records(seed, total_steps=8192):
     config = load_config(overrides=[f"train.seed={seed}", f"train.total_steps={total_steps}"])
     records = []
     Trainer(config, log=records.append).run()
-    return [{k: v for k, v in r.items() if k not in ("sps", "sps_mean", "elapsed_s", "phase_s")}
-            for r in records]
+    return [{k: v for k, v in msgspec.to_builtins(r).items()
+             if k not in ("sps", "sps_mean", "elapsed_s", "phase_s")} for r in records]
 
 
 def test_same_seed_same_run():
@@ -98,5 +99,5 @@ def test_learns_cartpole_on_a_short_budget():
     """The default config, 80K steps: clearly learning (random play averages ~22)."""
     config = load_config(overrides=["train.seed=1", "train.total_steps=81920"])
     last = Trainer(config).run()
-    assert last["global_step"] == 81920
-    assert last["episode_return_mean"] >= 200, last
+    assert last.global_step == 81920
+    assert last.episode_return_mean >= 200, last

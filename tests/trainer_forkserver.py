@@ -83,6 +83,7 @@ def serve() -> None:
     import operant.trainer.main  # noqa: F401
     import operant.trainer.session  # noqa: F401
     import operant.trainer.telemetry  # noqa: F401
+    import operant.trainer.train  # noqa: F401
 
     out = sys.stdout
     out.write(json.dumps({"ready": os.getpid()}) + "\n")

@@ -263,15 +263,16 @@ def _load_cell_config(args: argparse.Namespace, cell: dict[str, int], seed: int,
 def _train_once(args: argparse.Namespace, cell: dict[str, int], seed: int) -> dict[str, Any]:
     """One training run; the phase seconds summed over every update, resident memory after
     --warmup updates and at the end."""
-    from operant.trainer.train import PHASES, Trainer
+    from operant.shared.record import PHASES, UpdateRecord
+    from operant.trainer.train import Trainer
 
     phases = dict.fromkeys(PHASES, 0.0)
     memory: dict[str, float] = {}
 
-    def log(record: dict[str, Any]) -> None:
-        for name, seconds in record["phase_s"].items():
+    def log(record: UpdateRecord) -> None:
+        for name, seconds in record.phase_s.items():
             phases[name] += seconds
-        if record["update"] == args.warmup:
+        if record.updates == args.warmup:
             memory["after_warmup_mb"] = _rss_mb()
 
     trainer = Trainer(_load_cell_config(args, cell, seed), log=log)
@@ -279,9 +280,9 @@ def _train_once(args: argparse.Namespace, cell: dict[str, int], seed: int) -> di
     last = trainer.run()
     wall = time.perf_counter() - started
     memory["end_mb"] = _rss_mb()
-    run = {"seed": seed, "global_step": last["global_step"], "updates": last["update"],
-           "wall_s": round(wall, 3), "sps_mean": last["sps_mean"],
-           "solved_at_s": trainer.solved_at, "final_return_mean": last["episode_return_mean"],
+    run = {"seed": seed, "global_step": last.global_step, "updates": last.updates,
+           "wall_s": round(wall, 3), "sps_mean": last.sps_mean,
+           "solved_at_s": trainer.solved_at, "final_return_mean": last.episode_return_mean,
            "phase_s": {name: round(value, 4) for name, value in phases.items()},
            "mem_delta_mb": (round(memory["end_mb"] - memory["after_warmup_mb"], 2)
                             if "after_warmup_mb" in memory else None)}

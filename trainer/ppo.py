@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from operant.shared.record import PPOStatistics
 from operant.trainer.config import PPOConfig
 from operant.trainer.policy import FlatAdam, FlatParameters
 
@@ -87,7 +88,7 @@ def ppo_update(policy: nn.Module, flat: FlatParameters, optimizer: FlatAdam,
                config: PPOConfig,
                b_obs: torch.Tensor, b_actions: torch.Tensor, b_logprobs: torch.Tensor,
                b_advantages: torch.Tensor, b_returns: torch.Tensor, b_values: torch.Tensor,
-               minibatch_size: int, generator: torch.Generator) -> dict[str, float]:
+               minibatch_size: int, generator: torch.Generator) -> PPOStatistics:
     """Clipped-surrogate PPO epochs over one flattened batch (`b_` tensors are (B, ...)).
 
     `optimizer` steps `flat.param`, the buffer every parameter of `policy` is a view of.
@@ -96,7 +97,8 @@ def ppo_update(policy: nn.Module, flat: FlatParameters, optimizer: FlatAdam,
     are reported: the last epoch (every epoch when target_kl needs the KL to stop early).
 
     Returns the last epoch's mean losses and statistics (policy_loss, value_loss, entropy,
-    approx_kl, clip_fraction) and the batch's explained variance. A non-finite loss shows up
+    approx_kl, clip_fraction), the batch's explained variance and the epochs run, as
+    PPOStatistics (operant.shared.record). A non-finite loss shows up
     as non-finite parameters, which the caller checks after every update (Trainer.check_finite).
     """
     batch = b_obs.shape[0]
@@ -156,6 +158,6 @@ def ppo_update(policy: nn.Module, flat: FlatParameters, optimizer: FlatAdam,
     means = (sums / count).tolist()
     variance = b_returns.var()
     explained = float("nan") if variance == 0 else float(1 - (b_returns - b_values).var() / variance)
-    return {"policy_loss": means[0], "value_loss": means[1], "entropy": means[2],
-            "approx_kl": means[3], "clip_fraction": means[4], "explained_variance": explained,
-            "epochs": float(epochs_run)}
+    return PPOStatistics(policy_loss=means[0], value_loss=means[1], entropy=means[2],
+                         approx_kl=means[3], clip_fraction=means[4],
+                         explained_variance=explained, epochs=float(epochs_run))

@@ -29,7 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from operant.shared import runs
+from operant.shared.record import UpdateRecord, decode_progress_line
 from operant.trainer.config import Config, ConfigError, Derived, derive, load_config
 
 AUTO = "auto"
@@ -250,9 +253,10 @@ def cut_progress(path: Path, length: int) -> int:
     return size - length
 
 
-def progress_tail(path: Path, count: int) -> list[dict[str, Any]]:
+def progress_tail(path: Path, count: int) -> list[UpdateRecord]:
     """The last `count` records of a progress log, oldest first: the newest contiguous run of
-    updates (a damaged line ends it), read from the end of the file."""
+    updates (a damaged line, or one that is not a record, ends it), read from the end of the
+    file."""
     try:
         handle = open(path, "rb")
     except FileNotFoundError:
@@ -272,15 +276,13 @@ def progress_tail(path: Path, count: int) -> list[dict[str, Any]]:
     lines = b"".join(reversed(chunks)).split(b"\n")
     if position > 0:
         lines = lines[1:]  # the first may be the end of an older line
-    records: list[dict[str, Any]] = []
+    records: list[UpdateRecord] = []
     for line in reversed([line for line in lines if line.strip()][-count:]):
         try:
-            record = json.loads(line)
-        except ValueError:
+            record = decode_progress_line(line)
+        except msgspec.DecodeError:
             break
-        if not isinstance(record, dict) or not isinstance(record.get("update"), int):
-            break
-        if records and record["update"] != records[-1]["update"] - 1:
+        if records and record.updates != records[-1].updates - 1:
             break
         records.append(record)
     records.reverse()

@@ -23,11 +23,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from operant.shared import runs
+from operant.shared.record import RunSummary, UpdateRecord
 from operant.trainer import checkpoint
 from operant.trainer.checkpoint import Checkpointer, CheckpointError
 from operant.trainer.config import to_dict
-from operant.trainer.main import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ProgressLog, _fmt
+from operant.trainer.main import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from operant.trainer.progress import ProgressLog, number_or_dash
 from operant.trainer.resume import RunPlan, cut_progress, progress_tail
 from operant.trainer.sdnotify import SystemdNotifier
 from operant.trainer.signals import StopSignals
@@ -60,17 +64,17 @@ class Supervisor:
         self.config_dict = to_dict(trainer.config)
         self.ready = False
 
-    def log(self, record: dict[str, Any]) -> None:
+    def log(self, record: UpdateRecord) -> None:
         # The NaN guard comes first: an update that produced non-finite parameters is never
         # published, logged or checkpointed.
         self.trainer.check_finite()
         if self.publisher is not None:
             self.publisher.publish(record)
         self.progress(record)
-        self.notifier.progress(record["global_step"])
-        status = (f"training: update {record['update']}/{self.total_updates}, step "
-                  f"{record['global_step']:,}, {record['sps']:,.0f} steps/s, return "
-                  f"{_fmt(record.get('episode_return_mean'), '.1f')}")
+        self.notifier.progress(record.global_step)
+        status = (f"training: update {record.updates}/{self.total_updates}, step "
+                  f"{record.global_step:,}, {record.sps:,.0f} steps/s, return "
+                  f"{number_or_dash(record.episode_return_mean, '.1f')}")
         if self.ready:
             self.notifier.status(status)
         else:
@@ -154,7 +158,7 @@ def run(args: Any, plan: RunPlan, signals: StopSignals) -> int:
     checkpointer = Checkpointer(run_dir / runs.CHECKPOINT_DIR, config.checkpoint.every_updates,
                                 config.checkpoint.every_seconds, config.checkpoint.keep,
                                 beat=notifier.beat)
-    tail: list[dict[str, Any]] = []
+    tail: list[UpdateRecord] = []
     if plan.payload is not None:
         cut_progress(progress_path, plan.payload["progress_bytes"])
         checkpointer.remove_leftovers(newer_than=trainer.update)
@@ -197,7 +201,7 @@ def run(args: Any, plan: RunPlan, signals: StopSignals) -> int:
             publisher.start()
         started = time.perf_counter()
         # A resumed run that is already complete trains nothing: its last record is the log's.
-        last = trainer.run(should_stop=supervisor.at_boundary) or (tail[-1] if tail else {})
+        last = trainer.run(should_stop=supervisor.at_boundary) or (tail[-1] if tail else None)
         supervisor.ensure_ready()
         stopped_by = signals.name
         if stopped_by:
@@ -245,19 +249,19 @@ def run(args: Any, plan: RunPlan, signals: StopSignals) -> int:
     return EXIT_OK
 
 
-def _summary(args: Any, run_id: str, trainer: Any, last: dict[str, Any], seconds: float,
+def _summary(args: Any, run_id: str, trainer: Any, last: UpdateRecord | None, seconds: float,
              run_dir: Path, stopped_by: str, path: Path | None) -> None:
-    summary = {
-        "run_id": run_id, "global_step": trainer.global_step,
-        "episode_return_mean": last.get("episode_return_mean"),
-        "elapsed_s": round(seconds, 3),
-        "sps_mean": last.get("sps_mean"), "solved_at_s": trainer.solved_at,
-        "run_dir": str(run_dir),
-        "stopped_by": stopped_by or None,
-        "checkpoint": str(path) if path else None,
-    }
+    summary = RunSummary(
+        run_id=run_id, global_step=trainer.global_step,
+        episode_return_mean=last.episode_return_mean if last else None,
+        elapsed_s=round(seconds, 3),
+        sps_mean=last.sps_mean if last else None, solved_at_s=trainer.solved_at,
+        run_dir=str(run_dir),
+        stopped_by=stopped_by or None,
+        checkpoint=str(path) if path else None,
+    )
     if args.log_format == "json":
-        print(json.dumps({"summary": summary}), flush=True)
+        print(json.dumps({"summary": msgspec.to_builtins(summary)}), flush=True)
         return
     if stopped_by:
         print(f"stopped by {stopped_by} at step {trainer.global_step:,} (update "
@@ -265,7 +269,7 @@ def _summary(args: Any, run_id: str, trainer: Any, last: dict[str, Any], seconds
               f"{runs.command_hint('operant-train --resume', run_id, root=run_dir.parent)}")
         return
     solved = (f", solved in {trainer.solved_at:.2f}s" if trainer.solved_at is not None else "")
-    print(f"done: {summary['global_step']:,} steps in {summary['elapsed_s']:.1f}s "
-          f"({_fmt(summary['sps_mean'], ',.0f')} steps/s), mean return of the last 100 "
-          f"episodes {_fmt(summary['episode_return_mean'], '.1f')}{solved} -> {run_dir}",
+    print(f"done: {summary.global_step:,} steps in {summary.elapsed_s:.1f}s "
+          f"({number_or_dash(summary.sps_mean, ',.0f')} steps/s), mean return of the last 100 "
+          f"episodes {number_or_dash(summary.episode_return_mean, '.1f')}{solved} -> {run_dir}",
           flush=True)

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from operant.trainer.collect import as_tensor, make_collector
+from operant.shared.record import PHASES, PPOStatistics, UpdateRecord
 from operant.trainer.config import Config, Derived, derive, to_dict
 from operant.envs import make_env, resolve_impl
 from operant.trainer.normalize import (
@@ -34,7 +35,6 @@ from operant.trainer.policy import FlatAdam, FlatParameters
 from operant.trainer.ppo import compute_gae, ppo_update
 from operant.trainer.storage import RolloutStorage
 
-PHASES = ("env", "forward", "store", "gae", "update", "publish")
 SOLVE_WINDOW = 100  # episodes in the "mean of the last 100" that solves an env
 
 
@@ -52,13 +52,18 @@ class PhaseTimer:
         return {name: ns / 1e9 for name, ns in self.totals.items()}
 
 
+def _finite_or_none(value: float) -> float | None:
+    """A statistic as the record holds it: None where it is not a finite number."""
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
 class Trainer:
     """One PPO run: composes the env (any family of operant.envs.contract), the rollout
     storage built from its specs, a collector, the policy the registry chooses for those
     specs, and the optimizer; owns the counters and the run directory. Nothing here knows
     which family it trains."""
 
-    def __init__(self, config: Config, log: Callable[[dict[str, Any]], None] | None = None,
+    def __init__(self, config: Config, log: Callable[[UpdateRecord], None] | None = None,
                  run_dir: Path | None = None):
         self.config = config
         self.impl = resolve_impl(config.env.id, config.env.impl)
@@ -102,7 +107,7 @@ class Trainer:
         self.update = 0
         self.episodes = 0
         self.solved_at: float | None = None
-        self.last_record: dict[str, Any] = {}
+        self.last_record: UpdateRecord | None = None
         # Seconds trained before this process started: a resumed run's clock continues.
         self.elapsed_offset_s = 0.0
         self.started: float | None = None
@@ -134,7 +139,7 @@ class Trainer:
         return obs
 
     # -- one update ----------------------------------------------------------------------
-    def train_update(self) -> dict[str, Any]:
+    def train_update(self) -> UpdateRecord:
         config, derived = self.config, self.derived
         if config.ppo.anneal_lr:
             fraction = 1.0 - self.update / derived.num_updates
@@ -163,40 +168,47 @@ class Trainer:
         self.check_finite()
         return self._record(stats, time.perf_counter() - update_started)
 
-    def _record(self, stats: dict[str, float], update_seconds: float) -> dict[str, Any]:
+    def _record(self, stats: PPOStatistics, update_seconds: float) -> UpdateRecord:
         episode = self.env.drain_episode_stats()
         self.episodes += episode.episodes
         recent = self.env.recent_returns(SOLVE_WINDOW)
         elapsed = time.perf_counter() - self.started
         steps_this_update = self.derived.batch_size
-        record: dict[str, Any] = {
-            "update": self.update,
-            "global_step": self.global_step,
-            "episodes": self.episodes,
-            "elapsed_s": round(elapsed, 4),
-            "sps": round(steps_this_update / update_seconds, 1),
-            "sps_mean": round(self.global_step / elapsed, 1) if elapsed > 0 else 0.0,
-            # Mean of the last 100 finished episodes (the usual "solved" window).
-            "episode_return_mean": float(recent.mean()) if len(recent) else None,
-            "episode_return_min": episode.return_min if episode.episodes else None,
-            "episode_return_max": episode.return_max if episode.episodes else None,
-            "episode_length_mean": episode.length_mean if episode.episodes else None,
-            "episodes_this_update": episode.episodes,
-            "learning_rate": self.optimizer.lr,
-            **{key: (None if isinstance(value, float) and not math.isfinite(value) else value)
-               for key, value in stats.items()},
-            "phase_s": {name: round(value, 6) for name, value in self.timer.seconds().items()},
-        }
         target = self.config.train.target_return
-        if (target is not None and self.solved_at is None and len(recent) >= SOLVE_WINDOW
-                and recent.mean() >= target):
+        solved = (target is not None and self.solved_at is None
+                  and len(recent) >= SOLVE_WINDOW and bool(recent.mean() >= target))
+        if solved:
             self.solved_at = elapsed
-            record["solved"] = True
+        record = UpdateRecord(
+            updates=self.update,
+            global_step=self.global_step,
+            episodes=self.episodes,
+            elapsed_s=round(elapsed, 4),
+            sps=round(steps_this_update / update_seconds, 1),
+            sps_mean=round(self.global_step / elapsed, 1) if elapsed > 0 else 0.0,
+            # Mean of the last 100 finished episodes (the usual "solved" window).
+            episode_return_mean=float(recent.mean()) if len(recent) else None,
+            episode_return_min=episode.return_min if episode.episodes else None,
+            episode_return_max=episode.return_max if episode.episodes else None,
+            episode_length_mean=episode.length_mean if episode.episodes else None,
+            episodes_this_update=episode.episodes,
+            learning_rate=self.optimizer.lr,
+            policy_loss=_finite_or_none(stats.policy_loss),
+            value_loss=_finite_or_none(stats.value_loss),
+            entropy=_finite_or_none(stats.entropy),
+            approx_kl=_finite_or_none(stats.approx_kl),
+            clip_fraction=_finite_or_none(stats.clip_fraction),
+            explained_variance=_finite_or_none(stats.explained_variance),
+            epochs=_finite_or_none(stats.epochs),
+            phase_s={name: round(value, 6) for name, value in self.timer.seconds().items()},
+            solved=solved,
+        )
         self.last_record = record
         return record
 
-    def run(self, should_stop: Callable[[], bool] = lambda: False) -> dict[str, Any]:
-        """Train for the configured budget (or to target_return); returns the last record."""
+    def run(self, should_stop: Callable[[], bool] = lambda: False) -> UpdateRecord | None:
+        """Train for the configured budget (or to target_return); returns the last record
+        (None when no update was left to train)."""
         self.started = time.perf_counter() - self.elapsed_offset_s
         while self.update < self.derived.num_updates and not should_stop():
             record = self.train_update()

@@ -1,0 +1,127 @@
+"""The update record (operant.shared.record): progress.jsonl's exact line format, the names
+the metrics file publishes (readers and dashboards depend on them), and that the monitor can
+import it without torch."""
+
+import json
+import subprocess
+import sys
+
+import msgspec
+import pytest
+
+from operant.shared import record
+from operant.shared.record import (
+    PHASES,
+    RECORD_METRICS,
+    UpdateRecord,
+    decode_progress_line,
+    encode_progress_line,
+)
+
+# progress.jsonl's keys, in order, as every earlier version wrote them.
+PROGRESS_KEYS = ["update", "global_step", "episodes", "elapsed_s", "sps", "sps_mean",
+                 "episode_return_mean", "episode_return_min", "episode_return_max",
+                 "episode_length_mean", "episodes_this_update", "learning_rate", "policy_loss",
+                 "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance",
+                 "epochs", "phase_s"]
+
+
+def make_record(**changes) -> UpdateRecord:
+    values = dict(updates=3, global_step=6144, episodes=198, elapsed_s=0.2179, sps=36520.6,
+                  sps_mean=28202.6, episode_return_mean=22.34, episode_return_min=11.0,
+                  episode_return_max=45.0, episode_length_mean=23.388059701492537,
+                  episodes_this_update=67, learning_rate=0.0024000000000000002,
+                  policy_loss=-0.0028263970743864775, value_loss=17.12643814086914,
+                  entropy=0.6459307074546814, approx_kl=None, clip_fraction=0.06201171875,
+                  explained_variance=1e-05, epochs=2.0,
+                  phase_s={"env": 3.2e-05, "forward": 0.017418, "store": 0.000223, "gae": 5e-05,
+                           "update": 0.038179, "publish": 1e-06})
+    return UpdateRecord(**{**values, **changes})
+
+
+def test_progress_line_is_what_json_dumps_always_wrote():
+    line = encode_progress_line(make_record())
+    assert line == (
+        '{"update":3,"global_step":6144,"episodes":198,"elapsed_s":0.2179,"sps":36520.6,'
+        '"sps_mean":28202.6,"episode_return_mean":22.34,"episode_return_min":11.0,'
+        '"episode_return_max":45.0,"episode_length_mean":23.388059701492537,'
+        '"episodes_this_update":67,"learning_rate":0.0024000000000000002,'
+        '"policy_loss":-0.0028263970743864775,"value_loss":17.12643814086914,'
+        '"entropy":0.6459307074546814,"approx_kl":null,"clip_fraction":0.06201171875,'
+        '"explained_variance":1e-05,"epochs":2.0,"phase_s":{"env":3.2e-05,"forward":0.017418,'
+        '"store":0.000223,"gae":5e-05,"update":0.038179,"publish":1e-06}}')
+    assert list(json.loads(line)) == PROGRESS_KEYS
+
+
+def test_solved_appears_only_when_true_and_lines_read_back():
+    solved = make_record(solved=True)
+    line = encode_progress_line(solved)
+    assert list(json.loads(line)) == [*PROGRESS_KEYS, "solved"] and line.endswith(',"solved":true}')
+    assert decode_progress_line(line) == solved
+    assert decode_progress_line(encode_progress_line(make_record())).solved is False
+    with pytest.raises(msgspec.DecodeError):
+        decode_progress_line('{"update":1}')  # a line cut short by a crash is not a record
+
+
+def test_every_field_is_declared_once_with_its_name():
+    assert [declared.name for declared in RECORD_METRICS] == list(UpdateRecord.__struct_fields__)
+    for declared in RECORD_METRICS:
+        assert declared.kind in (record.COUNTER, record.GAUGE) and declared.description
+        assert declared.label
+    assert record.label("episode_return_mean") == "episode return"
+    assert record.label("sps") == "steps/s"
+    assert record.label("some_new_metric") == "some new metric"
+
+
+def test_phase_names_round_trip():
+    assert [declared.name for declared in record.PHASE_METRICS] == [
+        "phase_env_s", "phase_forward_s", "phase_store_s", "phase_gae_s", "phase_update_s",
+        "phase_publish_s"]
+    assert [record.phase_of(declared.name) for declared in record.PHASE_METRICS] == list(PHASES)
+    assert record.phase_of("phase_render_s") == "render"
+    assert record.phase_of("phase_s") is None and record.phase_of("sps") is None
+
+
+def test_metrics_file_keeps_the_names_readers_use():
+    from operant.trainer import telemetry
+
+    schema = telemetry.build_schema("run", "CartPole-v1")
+    kinds: dict[str, set[str]] = {}
+    for metric in schema.metrics:
+        kinds.setdefault(metric.kind, set()).add(metric.name)
+    assert kinds == {
+        "counter": {"global_step", "episodes", "updates"},
+        "gauge": {"sps", "sps_mean", "elapsed_s", "total_steps", "episode_return_mean",
+                  "episode_return_min", "episode_return_max", "episode_length_mean",
+                  "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction",
+                  "explained_variance", "learning_rate", "cpu_percent", "rss_bytes"},
+        "text": {"env_id", "env_impl", "device"},
+    }
+    units = {metric.name: metric.unit for metric in schema.metrics}
+    assert units["sps"] == "steps/s" and units["rss_bytes"] == "bytes"
+    assert units["entropy"] == "nats"
+    phases = [f"phase_{phase}_s" for phase in PHASES]
+    assert [field.name for field in schema.snapshot] == phases
+    assert {field.name for field in schema.history} == {
+        "global_step", "elapsed_s", "sps", "episode_return_mean", "episode_length_mean",
+        "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction",
+        "explained_variance", "learning_rate", *phases}
+
+
+def test_record_module_imports_without_torch():
+    code = ("import sys, operant.shared.record, operant.trainer.telemetry; "
+            "print('torch' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True)
+    assert result.stdout.strip() == "False"
+
+
+def test_progress_tail_reads_records_up_to_a_damaged_line(tmp_path):
+    from operant.trainer.resume import progress_tail
+
+    path = tmp_path / "progress.jsonl"
+    lines = [encode_progress_line(make_record(updates=n)) for n in (1, 2, 3, 4)]
+    path.write_text("\n".join([lines[0], "not json", *lines[1:]]) + "\n")
+    tail = progress_tail(path, 10)
+    assert [item.updates for item in tail] == [2, 3, 4]
+    assert tail[-1] == make_record(updates=4)
