@@ -129,7 +129,7 @@ def test_agents_are_rows_and_the_batch_counts_them():
     assert trainer.storage.obs.shape == (8, 12, 8)
     assert trainer.derived.batch_size == 96 and trainer.derived.num_updates == 2
     record = trainer.run()
-    assert record["global_step"] == 192 and record["update"] == 2
+    assert record.global_step == 192 and record.updates == 2
 
 
 @pytest.mark.parametrize("overrides, fragment", [

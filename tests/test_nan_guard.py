@@ -18,4 +18,4 @@ def test_run_without_a_log_stops_at_the_first_non_finite_update():
     with pytest.raises(FloatingPointError,
                        match=r"^non-finite values in parameter weights\.0 after update 1$"):
         trainer.run()
-    assert trainer.update == 1 and trainer.last_record == {}  # never recorded
+    assert trainer.update == 1 and trainer.last_record is None  # never recorded
