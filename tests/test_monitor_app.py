@@ -82,6 +82,15 @@ async def test_shows_a_running_run_at_a_glance():
             "grad_norm_p99": "1.5", "optimizer_note": "adam, no decay"}
         assert len(rows) == len(make_view().columns) == 26
         assert "grad_norm_p99" in text and "adam, no decay" in text
+        cells = {name: (value, unit) for name, value, unit in
+                 app.main.query_one(MetricsTable).rows}
+        assert {name: cells[name] for name in ("cpu_percent", "rss_bytes", "phase_env_s",
+                                               "episode_length_mean", "sps")} == {
+            "cpu_percent": ("97%", ""), "rss_bytes": ("312 MiB", ""),
+            "phase_env_s": ("20 ms", ""), "episode_length_mean": ("431.4", "steps"),
+            "sps": ("40100", "1/s")}
+        for twice in ("97% %", "MiB bytes", "ms s"):
+            assert twice not in text, twice
         assert source.started
 
 
