@@ -164,6 +164,36 @@ async def test_r_lists_runs_and_enter_attaches_to_the_chosen_one():
 
 
 @pilot_test
+async def test_picking_a_run_while_paused_shows_the_picked_run():
+    # A user paused (p), picked another run (r, up, enter) and kept seeing the run they left.
+    source = FakeSource()
+    app = MonitorApp(source)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await until(pilot, lambda: app.view is not None)
+        await pilot.press("p", "r")
+        await until(pilot, lambda: isinstance(app.screen, RunPicker))
+        await pilot.press("up", "enter")
+        await until(pilot, lambda: app.view.run_id == "pendulum-20250615-123000-cafe")
+        assert source.attached == ["pendulum-20250615-123000-cafe"] and not app.paused
+        title = screen_text(app).splitlines()[0]
+        assert "pendulum-20250615-123000-cafe" in title and "PAUSED" not in title
+        assert big(app, "steps") == "10,240"
+
+
+@pilot_test
+async def test_enter_on_the_run_being_watched_keeps_it():
+    source = FakeSource()
+    app = MonitorApp(source)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await until(pilot, lambda: app.view is not None)
+        await pilot.press("r")
+        await until(pilot, lambda: isinstance(app.screen, RunPicker))
+        await pilot.press("enter")
+        await until(pilot, lambda: not isinstance(app.screen, RunPicker))
+        assert source.attached == [] and app.view.run_id == "cartpole-20250615-120000-beef"
+
+
+@pilot_test
 async def test_r_then_escape_keeps_the_run():
     source = FakeSource()
     app = MonitorApp(source)
