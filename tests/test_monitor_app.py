@@ -329,6 +329,37 @@ async def test_resizes_down_to_80x24_and_below():
         assert big(app, "steps") == "123k"
 
 
+async def drawn_at(size, keys=()) -> str:
+    """The screen of a monitor started at `size`, its first view drawn, after `keys`."""
+    app = MonitorApp(FakeSource(make_view()))
+    async with app.run_test(size=size) as pilot:
+        await until(pilot, lambda: app.view is not None
+                    and all(curve.data for curve in app.main.query(Curve)))
+        await pilot.press(*keys)
+        await pilot.pause(0.3)
+        return screen_text(app)
+
+
+@pytest.mark.parametrize("keys", [(), ("r",)])
+@pilot_test
+async def test_after_a_resize_nothing_of_the_old_size_stays(keys):
+    # A stray cell was reported after a resize: after each one, the screen is what a monitor
+    # started at that size draws, cell for cell (with the run picker open, and once closed).
+    app = MonitorApp(FakeSource(make_view()))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await until(pilot, lambda: app.view is not None
+                    and all(curve.data for curve in app.main.query(Curve)))
+        await pilot.press(*keys)
+        for size in ((80, 24), (123, 37), (160, 48)):
+            await pilot.resize_terminal(*size)
+            await pilot.pause(0.3)
+            assert screen_text(app) == await drawn_at(size, keys), size
+        if keys:
+            await pilot.press("escape")
+            await pilot.pause(0.3)
+            assert screen_text(app) == await drawn_at((160, 48))
+
+
 @pilot_test
 async def test_a_source_bug_ends_the_app_with_its_traceback():
     source = FakeSource()

@@ -120,7 +120,7 @@ SCREEN_TEXT = """() => {
   const buffer = terminal.buffer.active, lines = [];
   for (let y = 0; y < terminal.rows; y++) {
     const line = buffer.getLine(buffer.viewportY + y);
-    lines.push(line ? line.translateToString(true) : "");
+    lines.push(line ? line.translateToString(true, 0, terminal.cols) : "");
   }
   return lines.join("\\n");
 }"""
