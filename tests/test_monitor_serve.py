@@ -169,6 +169,13 @@ def monitors_under(server: subprocess.Popen) -> list[psutil.Process]:
     return found
 
 
+def ended(process: psutil.Process) -> bool:
+    try:
+        return process.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 @pytest.fixture
 def training(tmp_path):
     """A real operant-train run in the background, under tmp_path/runs; stopped (SIGTERM, a
@@ -223,7 +230,8 @@ def test_the_monitor_in_a_real_browser_follows_training_and_q_detaches(chromium,
             try:
                 page = browser.new_page(viewport={"width": 1400, "height": 900})
                 page.add_init_script(CAPTURE_TERMINAL)
-                wait_for(lambda: _loads(page, f"http://127.0.0.1:{port}/"), "the page")
+                wait_for(lambda: _loads(page, f"http://127.0.0.1:{port}/", sync_api.Error),
+                         "the page")
 
                 def screen() -> str:
                     return page.evaluate(SCREEN_TEXT)
@@ -239,8 +247,7 @@ def test_the_monitor_in_a_real_browser_follows_training_and_q_detaches(chromium,
                 (monitor,) = monitors_under(server)
                 page.click(".textual-terminal")
                 page.keyboard.press("q")
-                wait_for(lambda: not monitor.is_running()
-                         or monitor.status() == psutil.STATUS_ZOMBIE, "the monitor to detach")
+                wait_for(lambda: ended(monitor), "the monitor to detach")
             finally:
                 browser.close()
         # Detaching touched nothing: the trainer trains on.
@@ -253,11 +260,11 @@ def test_the_monitor_in_a_real_browser_follows_training_and_q_detaches(chromium,
         server.wait(timeout=10)
 
 
-def _loads(page, url: str) -> bool:
-    """True once the server answers the page (it starts in the background)."""
+def _loads(page, url: str, playwright_error: type[Exception]) -> bool:
+    """True once the server answers the page; False while it is still starting."""
     try:
         page.goto(url)
-    except Exception as error:  # playwright's Error: connection refused while it starts
+    except playwright_error as error:
         if "ERR_CONNECTION_REFUSED" not in str(error):
             raise
         return False
