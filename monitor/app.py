@@ -351,8 +351,13 @@ class MonitorApp(App[str | None]):
             self.attach(run_id)
 
     def attach(self, run_id: str) -> None:
-        """Watch another run from the next view on."""
+        """Watch another run from the next view on. A paused screen resumes: the user asked to
+        see that run, and a frozen screen would go on showing the run just left."""
         self.notify(f"attaching to {run_id}", title="operant monitor")
+        if self.paused:
+            self.paused, self.pending = False, None
+            if self.view is not None:
+                self._show_header(self.view)
         self.source.attach(run_id)
 
 

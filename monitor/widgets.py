@@ -206,10 +206,10 @@ class PhaseBar(Widget):
 
 def table_rows(view: RunView) -> tuple[tuple[str, str, str], ...]:
     """(metric, value, unit) for every metric in the run's schema, in schema order, values
-    formatted by kind and unit: the metrics table's content."""
+    formatted by kind and unit (fmt.metric), each unit said once: the metrics table's
+    content."""
     return tuple((info.name,
-                  fmt.metric(view.metrics.get(info.name, math.nan), info.unit, info.kind),
-                  info.unit)
+                  *fmt.metric(view.metrics.get(info.name, math.nan), info.unit, info.kind))
                  for info in view.columns)
 
 

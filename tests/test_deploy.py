@@ -1,23 +1,32 @@
 """The systemd units in deploy/, checked by systemd's own tools.
 
-`systemd-analyze verify` runs against a throwaway root (`--root`): the units are installed
-in it unchanged, as systemd would find them, beside a copy of this host's own unit files
-(sysinit.target and friends, which every service depends on) and stand-in executables at
-the units' ExecStart paths, because verify refuses a command that does not exist. Any output
-at all, warnings included, fails the test. `systemd-analyze security --offline=yes` scores
-the same installed units.
+docs/deploy.md gives two verify commands, and both run here exactly as written:
+- for an installed tree, `systemd-analyze verify operant-train@cartpole.service ...`, run
+  against a throwaway root (`--root`): the units are installed in it unchanged, as systemd
+  would find them, beside a copy of this host's own unit files (sysinit.target and friends,
+  which every service depends on) and stand-in executables at the units' ExecStart paths,
+  as a server has the real ones;
+- for a checkout, `deploy/verify-units`, with this test run's venv on PATH: the real
+  operant-train and operant are what the units' ExecStart resolves to.
+Any output at all, warnings included, fails the test. `systemd-analyze security
+--offline=yes` scores the same installed units.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+REPO = Path(__file__).resolve().parent.parent
+DEPLOY = REPO / "deploy"
+GUIDE = REPO / "docs" / "deploy.md"
 TRAINER_TEMPLATE = "operant-train@.service"
 TRAINER = "operant-train@cartpole.service"
 EXPORTER = "operant-exporter.service"
@@ -87,10 +96,68 @@ def _settings(unit: Path) -> dict[str, list[str]]:
     return settings
 
 
+def _documented(prefix: str) -> list[str]:
+    """The command line in docs/deploy.md's shell blocks that starts with `prefix`."""
+    blocks = re.findall(r"^```sh\n(.*?)^```", GUIDE.read_text(), re.MULTILINE | re.DOTALL)
+    (line,) = [line for block in blocks for line in block.splitlines()
+               if line.startswith(prefix)]
+    return shlex.split(line)
+
+
 @needs_systemd_analyze
-@pytest.mark.parametrize("unit", [TRAINER, EXPORTER])
-def test_units_verify_without_any_output(root, unit):
-    assert _verify(root, unit) == ""
+def test_the_documented_verify_of_installed_units_says_nothing(root):
+    command = _documented("systemd-analyze verify")
+    assert command[2:] == [TRAINER, EXPORTER]
+    result = subprocess.run([SYSTEMD_ANALYZE, f"--root={root}", *command[1:]],
+                            capture_output=True, text=True, timeout=60)
+    assert (result.returncode, result.stdout + result.stderr) == (0, "")
+
+
+def _verify_checkout(*args: str) -> subprocess.CompletedProcess[str]:
+    """docs/deploy.md's checkout command, run from the repository's root with this venv's
+    operant-train first on PATH, as after activating the venv."""
+    command = _documented("deploy/verify-units")
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    return subprocess.run([*command, *args], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+@needs_systemd_analyze
+def test_the_documented_verify_of_a_checkout_passes():
+    result = _verify_checkout()
+    bin_dir = Path(sys.executable).parent
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout.splitlines() == [
+        f"ok: operant-train@.service, operant-exporter.service (ExecStart in {bin_dir})",
+        "ok: operant-train@.service with operant-train-gpu.conf"]
+
+
+@needs_systemd_analyze
+def test_the_checkout_verify_fails_on_any_warning(tmp_path):
+    copy = tmp_path / "deploy"
+    shutil.copytree(DEPLOY, copy)
+    conf = copy / GPU_DROP_IN
+    lines = conf.read_text().splitlines()
+    line = lines.index("DevicePolicy=closed")
+    lines[line] = "DevicePolicyy=closed"
+    conf.write_text("\n".join(lines) + "\n")
+    result = _verify_checkout(str(copy))
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("ok: operant-train@.service, operant-exporter.service")
+    assert lines[1:] == [
+        "FAILED: operant-train@.service with operant-train-gpu.conf",
+        f"operant-train@.service.d/gpu.conf:{line + 1}: Unknown key 'DevicePolicyy' in "
+        "section [Service], ignoring."]
+
+
+@needs_systemd_analyze
+def test_the_checkout_verify_says_what_it_needs():
+    result = subprocess.run([str(DEPLOY / "verify-units")], cwd=REPO, capture_output=True,
+                            text=True, timeout=60, env=dict(os.environ, PATH="/usr/bin:/bin"))
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == ("verify-units: operant-train is not on PATH: activate the venv "
+                             "Operant is installed in\n")
 
 
 @needs_systemd_analyze

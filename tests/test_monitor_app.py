@@ -82,6 +82,15 @@ async def test_shows_a_running_run_at_a_glance():
             "grad_norm_p99": "1.5", "optimizer_note": "adam, no decay"}
         assert len(rows) == len(make_view().columns) == 26
         assert "grad_norm_p99" in text and "adam, no decay" in text
+        cells = {name: (value, unit) for name, value, unit in
+                 app.main.query_one(MetricsTable).rows}
+        assert {name: cells[name] for name in ("cpu_percent", "rss_bytes", "phase_env_s",
+                                               "episode_length_mean", "sps")} == {
+            "cpu_percent": ("97%", ""), "rss_bytes": ("312 MiB", ""),
+            "phase_env_s": ("20 ms", ""), "episode_length_mean": ("431.4", "steps"),
+            "sps": ("40100", "1/s")}
+        for twice in ("97% %", "MiB bytes", "ms s"):
+            assert twice not in text, twice
         assert source.started
 
 
@@ -152,6 +161,36 @@ async def test_r_lists_runs_and_enter_attaches_to_the_chosen_one():
         await until(pilot, lambda: app.view.run_id == "pendulum-20250615-123000-cafe")
         assert source.attached == ["pendulum-20250615-123000-cafe"]
         assert not isinstance(app.screen, RunPicker)
+
+
+@pilot_test
+async def test_picking_a_run_while_paused_shows_the_picked_run():
+    # A user paused (p), picked another run (r, up, enter) and kept seeing the run they left.
+    source = FakeSource()
+    app = MonitorApp(source)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await until(pilot, lambda: app.view is not None)
+        await pilot.press("p", "r")
+        await until(pilot, lambda: isinstance(app.screen, RunPicker))
+        await pilot.press("up", "enter")
+        await until(pilot, lambda: app.view.run_id == "pendulum-20250615-123000-cafe")
+        assert source.attached == ["pendulum-20250615-123000-cafe"] and not app.paused
+        title = screen_text(app).splitlines()[0]
+        assert "pendulum-20250615-123000-cafe" in title and "PAUSED" not in title
+        assert big(app, "steps") == "10,240"
+
+
+@pilot_test
+async def test_enter_on_the_run_being_watched_keeps_it():
+    source = FakeSource()
+    app = MonitorApp(source)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await until(pilot, lambda: app.view is not None)
+        await pilot.press("r")
+        await until(pilot, lambda: isinstance(app.screen, RunPicker))
+        await pilot.press("enter")
+        await until(pilot, lambda: not isinstance(app.screen, RunPicker))
+        assert source.attached == [] and app.view.run_id == "cartpole-20250615-120000-beef"
 
 
 @pilot_test
@@ -288,6 +327,37 @@ async def test_resizes_down_to_80x24_and_below():
         assert min(heights) >= 1 and sum(heights) == app.main.query_one("#curves").size.height
         assert app.main.query_one(MetricsTable).size.height >= 8
         assert big(app, "steps") == "123k"
+
+
+async def drawn_at(size, keys=()) -> str:
+    """The screen of a monitor started at `size`, its first view drawn, after `keys`."""
+    app = MonitorApp(FakeSource(make_view()))
+    async with app.run_test(size=size) as pilot:
+        await until(pilot, lambda: app.view is not None
+                    and all(curve.data for curve in app.main.query(Curve)))
+        await pilot.press(*keys)
+        await pilot.pause(0.3)
+        return screen_text(app)
+
+
+@pytest.mark.parametrize("keys", [(), ("r",)])
+@pilot_test
+async def test_after_a_resize_nothing_of_the_old_size_stays(keys):
+    # A stray cell was reported after a resize: after each one, the screen is what a monitor
+    # started at that size draws, cell for cell (with the run picker open, and once closed).
+    app = MonitorApp(FakeSource(make_view()))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await until(pilot, lambda: app.view is not None
+                    and all(curve.data for curve in app.main.query(Curve)))
+        await pilot.press(*keys)
+        for size in ((80, 24), (123, 37), (160, 48)):
+            await pilot.resize_terminal(*size)
+            await pilot.pause(0.3)
+            assert screen_text(app) == await drawn_at(size, keys), size
+        if keys:
+            await pilot.press("escape")
+            await pilot.pause(0.3)
+            assert screen_text(app) == await drawn_at((160, 48))
 
 
 @pilot_test

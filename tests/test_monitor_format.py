@@ -62,14 +62,25 @@ def test_percent(value, text):
     assert fmt.percent(value) == text
 
 
-def test_metric_picks_the_format_from_kind_and_unit():
-    assert fmt.metric(122_880, "steps", "counter") == "122,880"
-    assert fmt.metric(312.0 * 2**20, "bytes") == "312 MiB"
-    assert fmt.metric(0.02, "s") == "20 ms"
-    assert fmt.metric(97.0, "%") == "97%"
-    assert fmt.metric(0.4329, "") == "0.4329"
-    assert fmt.metric("adam", "", "text") == "adam"
-    assert fmt.metric(math.nan, "", "gauge") == "-"
+@pytest.mark.parametrize("value, unit, kind, cell", [
+    # What a user saw as `elapsed_s 11.91 s s`, `cpu_percent 100% %`, `rss_bytes 251 MiB bytes`:
+    # the value's text says its unit, so the unit column stays empty.
+    (11.91, "s", "gauge", ("11.91 s", "")),
+    (100.0, "%", "gauge", ("100%", "")),
+    (251.0 * 2**20, "bytes", "gauge", ("251 MiB", "")),
+    (0.02, "s", "snapshot", ("20 ms", "")),
+    (754.0, "s", "gauge", ("12m34s", "")),
+    (math.nan, "%", "gauge", ("-", "")),
+    # Otherwise the unit is said once, beside the number.
+    (122_880, "steps", "counter", ("122,880", "steps")),
+    (3, "s", "counter", ("3", "s")),
+    (40_100.0, "1/s", "gauge", ("40100", "1/s")),
+    (0.4329, "", "gauge", ("0.4329", "")),
+    ("adam", "", "text", ("adam", "")),
+    (math.nan, "", "gauge", ("-", "")),
+])
+def test_metric_says_each_unit_once(value, unit, kind, cell):
+    assert fmt.metric(value, unit, kind) == cell
 
 
 def test_resample_averages_buckets_and_keeps_short_series():

@@ -1,6 +1,12 @@
 """The trainer as a service: a real operant-train process under a stand-in for systemd's
 notify socket (READY, STATUS, WATCHDOG while advancing, STOPPING), stopped by SIGTERM within
-the unit's stop timeout with a checkpoint; SIGINT twice; nothing installed at import."""
+the unit's stop timeout with a checkpoint; SIGINT twice; a SIGINT ignored on entry stays
+ignored; nothing installed at import.
+
+Every child starts with the dispositions an interactive shell gives (signal_defaults), and
+the in-process tests set the ones they test, so these pass however pytest was started
+(`pytest ... &` from a script inherits SIGINT ignored).
+"""
 
 from __future__ import annotations
 
@@ -16,6 +22,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from signal_defaults import default_signals
 
 UNIT = Path(__file__).resolve().parent.parent / "deploy" / "operant-train@.service"
 SMALL = ["--set", "env.num_envs=8", "--set", "ppo.num_steps=32",
@@ -38,11 +46,20 @@ def test_importing_installs_no_handler_and_starts_no_thread():
             "assert signal.getsignal(signal.SIGINT) is signal.default_int_handler\n"
             "assert threading.active_count() == 1\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=120)
+                            timeout=120, preexec_fn=default_signals)
     assert result.returncode == 0, result.stderr
 
 
-def test_stop_signals_set_flags_and_a_second_sigint_interrupts():
+@pytest.fixture
+def sigint_as(request):
+    """SIGINT's disposition in this process set to the test's parameter, then put back."""
+    previous = signal.signal(signal.SIGINT, request.param)
+    yield request.param
+    signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.parametrize("sigint_as", [signal.default_int_handler], indirect=True)
+def test_stop_signals_set_flags_and_a_second_sigint_interrupts(sigint_as):
     from operant.trainer.signals import StopSignals
 
     stop = StopSignals()
@@ -62,6 +79,25 @@ def test_stop_signals_set_flags_and_a_second_sigint_interrupts():
         stop.restore()
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+@pytest.mark.parametrize("sigint_as", [signal.SIG_IGN], indirect=True)
+def test_a_sigint_ignored_on_entry_stays_ignored(sigint_as):
+    from operant.trainer.signals import StopSignals
+
+    stop = StopSignals()
+    assert stop.install()
+    try:
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.1)
+        assert not stop.stop_requested
+        os.kill(os.getpid(), signal.SIGTERM)  # the service manager's stop still works
+        assert stop.stop_requested and stop.name == "SIGTERM"
+    finally:
+        stop.restore()
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 
 def test_second_sigint_exits_at_once_without_a_new_checkpoint(tmp_path, trainer_server):
@@ -142,7 +178,8 @@ def test_real_trainer_notifies_systemd_and_stops_on_sigterm_with_a_checkpoint(tm
         [sys.executable, "-m", "operant.trainer.main", "--runs-dir", str(tmp_path), "--run-id",
          "service", *SMALL, "--total-steps", str(256 * 100_000), "--log-format", "json",
          "--set", "checkpoint.every_seconds=0.5"],
-        stdout=stdout_file, stderr=subprocess.PIPE, text=True, env=env)
+        stdout=stdout_file, stderr=subprocess.PIPE, text=True, env=env,
+        preexec_fn=default_signals)
     try:
         deadline = time.monotonic() + 120
         # STATUS= goes out at most once a second (SystemdNotifier.status_interval_s).
@@ -193,3 +230,47 @@ def test_real_trainer_notifies_systemd_and_stops_on_sigterm_with_a_checkpoint(tm
     assert (checkpoints / "latest").read_text() == f"ckpt-{last['update']:09d}.pt\n"
     # Periodic checkpoints by wall clock (every 0.5 s) came before the one at the stop.
     assert len([p for p in checkpoints.iterdir() if p.suffix == ".pt"]) >= 2
+
+
+def ignore_sigint() -> None:
+    """In the child: SIGINT ignored, as a script's `command &` starts it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def test_a_trainer_started_with_sigint_ignored_trains_through_sigint(tmp_path):
+    """`operant-train ... &` in a script: the terminal's Ctrl-C is not for the trainer, which
+    keeps training; SIGTERM still stops it with a checkpoint."""
+    progress = tmp_path / "background" / "progress.jsonl"
+
+    def updates() -> int:
+        return len(progress.read_text().splitlines()) if progress.exists() else 0
+
+    stdout_path = tmp_path / "stdout.jsonl"
+    with stdout_path.open("w") as stdout_file:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "operant.trainer.main", "--runs-dir", str(tmp_path),
+             "--run-id", "background", *SMALL, "--total-steps", str(256 * 100_000),
+             "--log-format", "json"],
+            stdout=stdout_file, stderr=subprocess.PIPE, text=True, preexec_fn=ignore_sigint)
+        try:
+            deadline = time.monotonic() + 120
+            while updates() < 3 and time.monotonic() < deadline:
+                assert process.poll() is None, process.stderr.read()
+                time.sleep(0.05)
+            process.send_signal(signal.SIGINT)
+            process.send_signal(signal.SIGINT)  # twice: not even the impatient exit
+            before = updates()
+            while updates() < before + 3 and time.monotonic() < deadline:
+                assert process.poll() is None, process.stderr.read()
+                time.sleep(0.05)
+            assert process.poll() is None and updates() >= before + 3
+            process.send_signal(signal.SIGTERM)
+            _, err = process.communicate(timeout=unit_seconds("TimeoutStopSec"))
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    assert process.returncode == 0, err
+    summary = json.loads(stdout_path.read_text().splitlines()[-1])["summary"]
+    assert summary["stopped_by"] == "SIGTERM"
+    assert (tmp_path / "background" / "checkpoints" / "latest").exists()

@@ -27,6 +27,8 @@ import threading
 import traceback
 from pathlib import Path
 
+from signal_defaults import default_signals
+
 
 def _poison(after_update: int) -> None:
     import torch
@@ -105,8 +107,10 @@ class ForkServer:
     """The test side: one server process, trainers started one at a time."""
 
     def __init__(self) -> None:
+        # Trainers start as from an interactive shell, whatever the test run inherited.
         self.process = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, text=True, bufsize=1)
+                                        stdout=subprocess.PIPE, text=True, bufsize=1,
+                                        preexec_fn=default_signals)
         ready = json.loads(self.process.stdout.readline())
         assert "ready" in ready, ready
         self.pid: int | None = None

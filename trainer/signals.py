@@ -8,6 +8,12 @@
   ones stay whole: they are written whole or not at all).
 - SIGUSR1 asks for a checkpoint at the next update boundary, and training goes on
   (`systemctl kill -s USR1 operant-train@NAME`).
+- A SIGINT that the trainer was started with ignored stays ignored. A shell without job
+  control (a script's `operant-train ... &`) ignores SIGINT in the commands it starts in the
+  background so that the terminal's Ctrl-C, which reaches the script's whole process group,
+  stops the script and not them; Python itself keeps such a SIGINT ignored, and so does the
+  trainer. SIGTERM and SIGUSR1 are always handled: they are the service manager's and the
+  operator's own requests, never a keystroke meant for someone else.
 
 Nothing is installed at import: `install()` is called by operant-train's main() and
 `restore()` puts the previous handlers back.
@@ -39,6 +45,8 @@ class StopSignals:
         if threading.current_thread() is not threading.main_thread():
             return False
         for signum in (*STOP_SIGNALS, CHECKPOINT_SIGNAL):
+            if signum == signal.SIGINT and signal.getsignal(signum) is signal.SIG_IGN:
+                continue
             self._previous[signum] = signal.signal(signum, self._handle)
         return True
 
