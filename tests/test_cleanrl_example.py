@@ -27,7 +27,7 @@ def test_cleanrl_ppo_example_learns_cartpole():
     result = subprocess.run(
         [sys.executable, str(EXAMPLE), "--total-timesteps", str(TOTAL_TIMESTEPS), "--seed", "1",
          "--no-cuda"],
-        capture_output=True, text=True, env=env, timeout=240)
+        capture_output=True, text=True, env=env, timeout=240, check=False)
     assert result.returncode == 0, result.stderr
     episodes = [(int(step), float(value)) for step, value in EPISODE_LINE.findall(result.stdout)]
     first = [value for step, value in episodes if step <= 5_000]

@@ -156,7 +156,7 @@ def test_vec_normalize_over_the_adapter_matches_dummy_vec_env():
     theirs.seed(4)
     np.testing.assert_allclose(ours.reset(), theirs.reset())
     for actions in random_actions(np.random.default_rng(4), 100):
-        obs, rewards, dones, infos = ours.step(actions)
+        obs, rewards, _, infos = ours.step(actions)
         expected = theirs.step(actions)
         np.testing.assert_allclose(obs, expected[0])
         np.testing.assert_allclose(rewards, expected[1])
