@@ -29,7 +29,8 @@ import datetime  # noqa: E402
 import json  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
-from typing import Any, Callable  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 import stable_baselines3  # noqa: E402

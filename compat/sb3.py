@@ -116,7 +116,7 @@ class OperantVecEnv(VecEnv):
         first = seeds[0]
         if first is not None and seeds == list(range(first, first + self.num_envs)):
             return int(first)
-        # Seeds that are not seed() 's consecutive ones: the vector env's per-env form.
+        # Seeds other than seed()'s consecutive ones: the vector env's per-env form.
         return list(seeds)
 
     def _reset_option(self) -> dict[str, Any] | None:
@@ -204,7 +204,7 @@ class OperantVecEnv(VecEnv):
         "rgb_array" (else a warning and None per env, as DummyVecEnv does)."""
         if self.render_mode != "rgb_array":
             warnings.warn(f"The render mode is {self.render_mode}, but this method assumes it "
-                          "is `rgb_array` to obtain images.")
+                          "is `rgb_array` to obtain images.", stacklevel=2)
             return [None for _ in range(self.num_envs)]
         frames = self.vector_env.render()
         return [None for _ in range(self.num_envs)] if frames is None else list(frames)

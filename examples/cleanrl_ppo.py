@@ -183,7 +183,8 @@ def update(args: Args, agent: Agent, optimizer, b_obs, b_logprobs, b_actions, b_
                 clipfracs += [((ratio - 1.0).abs() > args.clip_coef).float().mean().item()]
             mb_advantages = b_advantages[mb_inds]
             if args.norm_adv:
-                mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+                mb_advantages = ((mb_advantages - mb_advantages.mean())
+                                 / (mb_advantages.std() + 1e-8))
             pg_loss1 = -mb_advantages * ratio
             pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
             pg_loss = torch.max(pg_loss1, pg_loss2).mean()
@@ -237,14 +238,16 @@ def main() -> None:
     envs = RecordEpisodeStatistics(gym.make_vec(
         args.env_id, num_envs=args.num_envs, vectorization_mode="vector_entry_point",
         impl=args.env_impl))
-    assert isinstance(envs.single_action_space, gym.spaces.Discrete), "only discrete action space is supported"
+    assert isinstance(envs.single_action_space, gym.spaces.Discrete), \
+        "only discrete action space is supported"
 
     agent = Agent(envs).to(device)
     optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
 
     # ALGO Logic: Storage setup
-    obs = torch.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape).to(device)
-    actions = torch.zeros((args.num_steps, args.num_envs) + envs.single_action_space.shape).to(device)
+    storage_shape = (args.num_steps, args.num_envs)
+    obs = torch.zeros(storage_shape + envs.single_observation_space.shape).to(device)
+    actions = torch.zeros(storage_shape + envs.single_action_space.shape).to(device)
     logprobs = torch.zeros((args.num_steps, args.num_envs)).to(device)
     rewards = torch.zeros((args.num_steps, args.num_envs)).to(device)
     dones = torch.zeros((args.num_steps, args.num_envs)).to(device)

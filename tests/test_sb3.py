@@ -50,10 +50,10 @@ def random_actions(rng: np.random.Generator, steps: int) -> np.ndarray:
 
 def assert_same_step(ours, theirs) -> None:
     """One step's (obs, rewards, dones, infos) equal to DummyVecEnv's, dtypes included."""
-    for a, b in zip(ours[:3], theirs[:3]):
+    for a, b in zip(ours[:3], theirs[:3], strict=True):
         assert a.dtype == b.dtype and a.shape == b.shape
         np.testing.assert_array_equal(a, b)
-    for info, expected in zip(ours[3], theirs[3]):
+    for info, expected in zip(ours[3], theirs[3], strict=True):
         assert info.keys() == expected.keys()
         for key, value in expected.items():
             if key == "episode":  # Monitor's wall time differs; return and length may not
@@ -67,7 +67,8 @@ def test_spaces_and_dtypes_match_dummy_vec_env():
     assert isinstance(ours, VecEnv) and ours.num_envs == NUM_ENVS
     assert ours.observation_space == theirs.observation_space
     assert ours.action_space == theirs.action_space
-    assert ours.render_mode is None and ours.get_attr("render_mode") == theirs.get_attr("render_mode")
+    assert ours.render_mode is None
+    assert ours.get_attr("render_mode") == theirs.get_attr("render_mode")
     obs = ours.reset()
     assert obs.shape == theirs.reset().shape == (NUM_ENVS, 4) and obs.dtype == np.float32
     assert np.abs(obs).max() <= RESET_BOUND
@@ -160,7 +161,7 @@ def test_vec_normalize_over_the_adapter_matches_dummy_vec_env():
         expected = theirs.step(actions)
         np.testing.assert_allclose(obs, expected[0])
         np.testing.assert_allclose(rewards, expected[1])
-        for info, expected_info in zip(infos, expected[3]):
+        for info, expected_info in zip(infos, expected[3], strict=True):
             if "terminal_observation" in expected_info:
                 np.testing.assert_allclose(info["terminal_observation"],
                                            expected_info["terminal_observation"])
