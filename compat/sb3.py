@@ -41,7 +41,7 @@ except ModuleNotFoundError as error:
     raise ImportError("operant.compat.sb3 needs stable-baselines3: "
                       "pip install stable-baselines3") from None
 
-from operant.trainer.envs import make_env
+from operant.envs import make_env
 
 __all__ = ["OperantVecEnv", "make_vec_env"]
 

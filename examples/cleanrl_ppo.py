@@ -36,7 +36,7 @@ import torch.optim as optim
 from gymnasium.wrappers.vector import RecordEpisodeStatistics
 from torch.distributions.categorical import Categorical
 
-import operant.trainer.envs  # noqa: F401  (registers the operant/ env ids with Gymnasium)
+import operant.envs  # noqa: F401  (registers the operant/ env ids with Gymnasium)
 
 
 @dataclass

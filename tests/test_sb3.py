@@ -245,7 +245,7 @@ def test_without_sb3_import_says_what_to_install():
 
 
 def test_import_operant_does_not_import_sb3():
-    code = ("import sys, operant, operant.compat, operant.trainer.envs\n"
+    code = ("import sys, operant, operant.compat, operant.envs\n"
             "print(sorted(m for m in sys.modules if m.startswith('stable_baselines3')))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=True)
