@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from operant.shared import runs
-from operant.trainer import checkpoint
 from operant.trainer.checkpoint import Checkpointer, CheckpointError
 from operant.trainer.config import to_dict
 from operant.trainer.main import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ProgressLog, _fmt
@@ -121,14 +120,16 @@ def _run_metadata(plan: RunPlan, trainer: Any) -> dict[str, Any]:
 
 def run(args: Any, plan: RunPlan, signals: StopSignals) -> int:
     """Train what `plan` says; returns operant-train's exit status."""
-    from operant.trainer.train import Trainer, write_json_atomic
+    from operant.shared import atomic
+    from operant.trainer.state import restore_global_rng
+    from operant.trainer.train import Trainer
 
     config, derived = plan.config, plan.derived
     try:
         trainer = Trainer(config)
         if plan.payload is not None:
             trainer.load_state_dict(plan.payload["trainer"])
-            checkpoint.restore_global_rng(plan.payload["rng"])
+            restore_global_rng(plan.payload["rng"])
     except CheckpointError as error:
         print(f"operant-train: {plan.checkpoint}: {error}", file=sys.stderr)
         plan.release()
@@ -172,7 +173,7 @@ def run(args: Any, plan: RunPlan, signals: StopSignals) -> int:
     supervisor = None
     run_id = plan.run_id
     try:
-        write_json_atomic(run_dir / runs.RUN_FILE, _run_metadata(plan, trainer))
+        atomic.write_json(run_dir / runs.RUN_FILE, _run_metadata(plan, trainer))
         if config.train.publish_metrics:
             from operant.trainer.telemetry import Publisher
 

@@ -6,7 +6,6 @@ flattened to (batch, ...), `mb_` is one minibatch.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import platform
@@ -351,18 +350,17 @@ class Trainer:
         return time.perf_counter() - self.started
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to continue this run bit for bit: weights, optimizer, normaliser
-        statistics, counters, the trainer's generators and the envs' state, as tensors and
-        plain containers (operant.trainer.checkpoint says what and why)."""
-        from operant.trainer.checkpoint import trainer_state
+        """Everything needed to continue this run bit for bit, as tensors and plain containers
+        under explicit names (operant.trainer.state says which and why)."""
+        from operant.trainer.state import trainer_state_dict
 
-        return trainer_state(self)
+        return trainer_state_dict(self)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from `state_dict()` output; raises CheckpointError if it does not fit."""
-        from operant.trainer.checkpoint import load_trainer_state
+        from operant.trainer.state import load_trainer_state_dict
 
-        load_trainer_state(self, state)
+        load_trainer_state_dict(self, state)
 
     def check_finite(self) -> None:
         """The NaN guard after an update: raise FloatingPointError naming the first parameter
@@ -404,12 +402,4 @@ def run_metadata(config: Config, run_id: str, impl: str) -> dict[str, Any]:
                      "torch": torch.__version__, "numpy": np.__version__,
                      "gymnasium": gymnasium.__version__},
     }
-
-
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as handle:
-        json.dump(data, handle, indent=2)
-        handle.write("\n")
-    os.replace(tmp, path)
 
