@@ -14,15 +14,16 @@ Exit codes:
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import sys
-from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
+from operant.trainer.exit_codes import (  # noqa: F401  (operant-train's documented codes)
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+)
+from operant.trainer.progress import ProgressLog, _fmt, plain_line  # noqa: F401
 
 
 class _Parser(argparse.ArgumentParser):
@@ -71,41 +72,6 @@ def _flag_values(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     return extra
 
 
-def _fmt(value: Any, spec: str) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "-"
-    return format(value, spec)
-
-
-def plain_line(record: dict[str, Any], total_updates: int) -> str:
-    return (f"update {record['update']}/{total_updates}  step {record['global_step']:,}  "
-            f"sps {record['sps']:,.0f}  return {_fmt(record['episode_return_mean'], '.1f')}  "
-            f"episodes {record['episodes']:,}  "
-            f"pg {_fmt(record.get('policy_loss'), '.4f')}  vf {_fmt(record.get('value_loss'), '.3f')}  "
-            f"ent {_fmt(record.get('entropy'), '.3f')}  kl {_fmt(record.get('approx_kl'), '.4f')}  "
-            f"clip {_fmt(record.get('clip_fraction'), '.3f')}  t {record['elapsed_s']:.1f}s")
-
-
-class ProgressLog:
-    """Every update to progress.jsonl; every `log_every`-th to stdout, plain or JSON."""
-
-    def __init__(self, path: Path, out: TextIO, fmt: str, every: int, total_updates: int,
-                 quiet: bool):
-        self.file = open(path, "a", buffering=1)
-        self.out, self.fmt, self.every, self.total, self.quiet = out, fmt, every, total_updates, quiet
-
-    def __call__(self, record: dict[str, Any]) -> None:
-        line = json.dumps(record, separators=(",", ":"))
-        self.file.write(line + "\n")
-        if self.quiet or (record["update"] % self.every and not record.get("solved")):
-            return
-        text = line if self.fmt == "json" else plain_line(record, self.total)
-        print(text, file=self.out, flush=True)
-
-    def close(self) -> None:
-        self.file.close()
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     launching = args.detach or args.monitor
@@ -130,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"operant-train: {error}", file=sys.stderr)
             return EXIT_USAGE
         if launching:
-            from operant.monitor.launch import launch
+            from operant.launch import launch
 
             plan.release()  # the background trainer takes the run's lock itself
             return launch(sys.argv[1:] if argv is None else argv, plan.root, plan.run_id,
@@ -140,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         return session.run(args, plan, signals)
     except KeyboardInterrupt:
         print("operant-train: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     finally:
         signals.restore()
         if plan is not None:
