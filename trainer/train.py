@@ -19,6 +19,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from operant.shared import atomic
 from operant.trainer.config import Config, Derived, derive, to_dict
 from gymnasium import spaces
 
@@ -380,7 +381,7 @@ class Trainer:
             model["obs_normalizer"] = self.obs_normalizer.state_dict()
         if self.reward_normalizer is not None:
             model["reward_normalizer"] = self.reward_normalizer.state_dict()
-        torch.save(model, path)
+        atomic.write_with(path, lambda handle: torch.save(model, handle))
 
 
 def run_metadata(config: Config, run_id: str, impl: str) -> dict[str, Any]:
