@@ -116,7 +116,8 @@ def check_compatible(path: Path, saved: dict[str, Any], config: Any) -> None:
         if before.get(key) != after.get(key) and not _both_nan(before.get(key), after.get(key)):
             raise CheckpointError(
                 f"{path.name} was written with {key} = {before.get(key)!r}, but the config says "
-                f"{after.get(key)!r}; resume with the run's own config, or train under a new run id")
+                f"{after.get(key)!r}; resume with the run's own config, or train under a new "
+                "run id")
 
 
 def _both_nan(a: Any, b: Any) -> bool:

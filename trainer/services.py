@@ -1,36 +1,14 @@
-"""The services a training session runs around the loop, each declaring which ranks run it.
-
-A service is a small object with hooks; operant.trainer.session composes a list of them and
-calls each hook on every service, in the list's order (the order is the contract: it is why,
-for example, a final checkpoint exists before the metrics file names it):
-
-  on_start()            once, before the first update; the run directory exists and is locked
-  on_update(record)     after every update, with its progress record
-  on_boundary() -> bool before every update; True stops the loop there (the first service that
-                        returns True ends the round: later services are not asked)
-  on_stopping(outcome)  the loop ended cleanly (budget spent, target reached, or a stop
-                        signal): write what the run leaves behind (final checkpoint, model)
-  on_stop(outcome)      the run's end is known, whatever it was: say so (metrics file state,
-                        systemd); on an error this is the only end hook called
-  close()               always, last, whatever happened: release what on_start acquired
-
-Every hook is optional (Service's are no-ops). A service's `role` says where it runs: on
-EVERY_RANK (the NaN guard, stop signals, the metrics publisher: each rank trains and publishes
-its own section) or on RANK_ZERO only (the run directory's files, the console, systemd). The
-session filters its list through a `Rank` (rank 0 of a world of 1 today), so adding ranks is
-wiring, not a rank check in each service.
-"""
+"""The services a training session runs around the loop (the hooks and roles they implement:
+operant.trainer.service_protocol; the order they run in: operant.trainer.session.compose)."""
 
 from __future__ import annotations
 
-import enum
 import json
 import os
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any
 
 from operant.shared import atomic, runs
 from operant.trainer.checkpoint import Checkpointer
@@ -38,85 +16,13 @@ from operant.trainer.config import to_dict
 from operant.trainer.progress import ProgressLog, _fmt
 from operant.trainer.resume import RunPlan, cut_progress, progress_tail
 from operant.trainer.sdnotify import SystemdNotifier
+from operant.trainer.service_protocol import Outcome, Role, Service, record_field
 from operant.trainer.signals import StopSignals
 
 # Ask systemd for this many times the last checkpoint's duration (and at least the floor)
 # before writing the shutdown checkpoint, in case TimeoutStopSec is short for it.
 STOP_TIMEOUT_FACTOR = 4.0
 STOP_TIMEOUT_FLOOR_S = 30.0
-
-
-def record_field(record: Any, name: str) -> Any:
-    """One field of a progress record, None when absent (or when there is no record). The one
-    place the session reads a record: records are dicts today; a typed record makes this
-    `getattr(record, name, None)`."""
-    return record.get(name) if record else None
-
-
-class Role(enum.Enum):
-    EVERY_RANK = "every rank"
-    RANK_ZERO = "rank 0 only"
-
-
-@dataclass(frozen=True)
-class Rank:
-    """Which process of a training group this is. One process today: rank 0 of 1."""
-
-    rank: int = 0
-    world_size: int = 1
-
-    def runs(self, role: Role) -> bool:
-        """Whether a service of `role` runs in this process."""
-        return role is Role.EVERY_RANK or self.rank == 0
-
-
-@dataclass
-class Outcome:
-    """How the run ended; the end hooks fill in what they produce."""
-
-    stopped_by: str = ""
-    """The stop signal's name (SIGTERM, SIGINT) when one ended the loop."""
-    error: BaseException | None = None
-    """What ended the run abnormally: FloatingPointError (the NaN guard), KeyboardInterrupt (a
-    second SIGINT) or any other exception."""
-    checkpoint: Path | None = None
-    """The run's final checkpoint (on_stopping writes it)."""
-    last_record: Any = None
-    """The run's last progress record (of this process, else of the run it resumed)."""
-
-    @property
-    def kind(self) -> Literal["finished", "stopped", "failed", "interrupted", "crashed"]:
-        if isinstance(self.error, FloatingPointError):
-            return "failed"
-        if isinstance(self.error, KeyboardInterrupt):
-            return "interrupted"
-        if self.error is not None:
-            return "crashed"
-        return "stopped" if self.stopped_by else "finished"
-
-
-class Service:
-    """Base of the services: every hook a no-op (see the module docstring)."""
-
-    role: ClassVar[Role] = Role.RANK_ZERO
-
-    def on_start(self) -> None:
-        pass
-
-    def on_update(self, record: Any) -> None:
-        pass
-
-    def on_boundary(self) -> bool:
-        return False
-
-    def on_stopping(self, outcome: Outcome) -> None:
-        pass
-
-    def on_stop(self, outcome: Outcome) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 class StopOnSignal(Service):

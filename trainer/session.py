@@ -4,8 +4,8 @@
 
 1. build the trainer and, when resuming, load the checkpoint into it; then create (or take
    over) the run directory. Any refusal happens here, before the run directory is touched;
-2. compose the session's services (operant.trainer.services: what each does, the hooks, and
-   which ranks run it) and start them: the run's records continue (a resumed run's
+2. compose the session's services (operant.trainer.services; their hooks and roles:
+   operant.trainer.service_protocol) and start them: the run's records continue (a resumed run's
    progress.jsonl is cut back to its checkpoint, and its new metrics.bin continues the old
    history), run.json, the metrics file, `latest`;
 3. train: the services see every record (NaN guard, metrics, progress log, systemd) and every
@@ -23,12 +23,26 @@ from pathlib import Path
 from typing import Any
 
 from operant.shared import runs
-from operant.trainer import services as sv
 from operant.trainer.checkpoint import Checkpointer
 from operant.trainer.checkpoint_format import CheckpointError
 from operant.trainer.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from operant.trainer.resume import RunPlan
 from operant.trainer.sdnotify import SystemdNotifier
+from operant.trainer.service_protocol import HOOKS, Outcome, Rank, Service
+from operant.trainer.services import (
+    Checkpoints,
+    Console,
+    ContinueRecords,
+    NanGuard,
+    NotifySystemd,
+    PublishMetrics,
+    ReleaseRunLock,
+    RunRecord,
+    SaveModel,
+    StopOnSignal,
+    UpdateLatest,
+    WriteProgress,
+)
 from operant.trainer.signals import StopSignals
 
 _EXIT = {"finished": EXIT_OK, "stopped": EXIT_OK, "failed": EXIT_FAILED,
@@ -83,30 +97,30 @@ def _open_run_dir(plan: RunPlan) -> Path | None:
 
 
 def compose(args: Any, plan: RunPlan, signals: StopSignals, trainer: Any, run_dir: Path,
-            rank: sv.Rank = sv.Rank()) -> list[sv.Service]:
+            rank: Rank = Rank()) -> list[Service]:
     """The services of this process's session, in the order their hooks are called."""
     config = plan.config
     notifier = SystemdNotifier.from_environ(unset_environment=True)
     checkpointer = Checkpointer(run_dir / runs.CHECKPOINT_DIR, config.checkpoint.every_updates,
                                 config.checkpoint.every_seconds, config.checkpoint.keep,
                                 beat=notifier.beat)
-    records = sv.ContinueRecords(plan, run_dir / runs.PROGRESS_FILE, checkpointer)
-    progress = sv.WriteProgress(run_dir / runs.PROGRESS_FILE, args, plan)
-    publish = ([sv.PublishMetrics(plan, run_dir, trainer, records)]
+    records = ContinueRecords(plan, run_dir / runs.PROGRESS_FILE, checkpointer)
+    progress = WriteProgress(run_dir / runs.PROGRESS_FILE, args, plan)
+    publish = ([PublishMetrics(plan, run_dir, trainer, records)]
                if config.train.publish_metrics else [])
     services = [
-        sv.StopOnSignal(signals),
-        sv.NanGuard(trainer),
+        StopOnSignal(signals),
+        NanGuard(trainer),
         records,
-        sv.RunRecord(plan, run_dir, trainer.impl),
+        RunRecord(plan, run_dir, trainer.impl),
         *publish,  # the metrics file appears complete, then `latest` points at it
-        sv.UpdateLatest(plan),
+        UpdateLatest(plan),
         progress,
-        sv.NotifySystemd(notifier, checkpointer, trainer, plan.derived.num_updates),
-        sv.Checkpoints(trainer, checkpointer, signals, progress),
-        sv.SaveModel(trainer, run_dir),
-        sv.ReleaseRunLock(plan),
-        sv.Console(args, plan, trainer, run_dir, checkpointer),
+        NotifySystemd(notifier, checkpointer, trainer, plan.derived.num_updates),
+        Checkpoints(trainer, checkpointer, signals, progress),
+        SaveModel(trainer, run_dir),
+        ReleaseRunLock(plan),
+        Console(args, plan, trainer, run_dir, checkpointer),
     ]
     return [service for service in services if rank.runs(service.role)]
 
@@ -114,19 +128,18 @@ def compose(args: Any, plan: RunPlan, signals: StopSignals, trainer: Any, run_di
 class Session:
     """Runs the trainer's loop with its services' hooks (operant.trainer.services)."""
 
-    def __init__(self, trainer: Any, services: list[sv.Service], signals: StopSignals):
-        self.trainer, self.services, self.signals = trainer, services, signals
+    def __init__(self, trainer: Any, services: list[Service], signals: StopSignals):
+        self.trainer, self.signals = trainer, signals
         # Only the services that override a hook are called for it: on_update and
         # on_boundary run once per update.
         self.hooks = {name: [getattr(service, name) for service in services
-                             if getattr(type(service), name) is not getattr(sv.Service, name)]
-                      for name in ("on_start", "on_update", "on_boundary", "on_stopping",
-                                   "on_stop", "close")}
+                             if getattr(type(service), name) is not getattr(Service, name)]
+                      for name in HOOKS}
 
     def run(self) -> int:
         """Start, train, stop; operant-train's exit status (an unexpected error propagates,
         after the services have marked the run failed and closed)."""
-        outcome = sv.Outcome()
+        outcome = Outcome()
         try:
             self._call("on_start")
             self.trainer.log = self.on_update
