@@ -39,7 +39,7 @@ class StopOnSignal(Service):
 
 class NanGuard(Service):
     """An update that produced non-finite parameters raises FloatingPointError before it is
-    published, logged or checkpointed (it goes first)."""
+    published, logged or checkpointed (it comes before every other service that sees records)."""
 
     role = Role.EVERY_RANK
 
