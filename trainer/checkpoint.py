@@ -26,7 +26,14 @@ import msgspec
 import torch
 
 from operant.shared import atomic
-from operant.trainer.checkpoint_format import CheckpointError, build_payload
+# FORMAT, VERSION and load are re-exported: callers (operant eval) use them from here.
+from operant.trainer.checkpoint_format import (  # noqa: F401
+    FORMAT,
+    VERSION,
+    CheckpointError,
+    build_payload,
+    load,
+)
 from operant.trainer.state import capture_global_rng
 
 POINTER = "latest"
