@@ -47,6 +47,7 @@ import math
 import os
 import struct
 
+from operant.shared import atomic
 from operant.shared import metrics_layout as layout_mod
 
 cdef extern from "<pthread.h>" nogil:
@@ -199,45 +200,33 @@ cdef class MetricsWriter:
             created_wall_ns=_now_ns(CLOCK_REALTIME),
         )
         nan = struct.pack("<d", math.nan)
-        tmp = layout_mod.temporary_path(path)
-        try:
-            os.unlink(tmp)  # a leftover of an earlier process that had our pid
-        except FileNotFoundError:
-            pass
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         writer = None
         try:
-            os.ftruncate(fd, layout.file_size)
-            try:
-                os.posix_fallocate(fd, 0, layout.file_size)
-            except OSError as error:
-                # A filesystem without fallocate keeps the ftruncate size; any other error
-                # (ENOSPC above all) would strike later as SIGBUS, so it stops us here.
-                if error.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
-                    raise
-            os.pwrite(fd, header, 0)
-            os.pwrite(fd, blob, layout.schema_offset)
-            for metric in schema.metrics:
-                if metric.kind == layout_mod.KIND_GAUGE:
-                    os.pwrite(fd, nan, layout.value_word(metric.slot))
-            os.pwrite(fd, nan * layout.snapshot_words,
-                      layout.snapshot_offset + layout_mod.SNAPSHOT_HEADER_SIZE)
-            writer = MetricsWriter.__new__(MetricsWriter)
-            writer._attach(fd, path, schema, layout, heartbeat_interval_s)
-            writer.heartbeat()
-            os.fdatasync(fd)
-            os.replace(tmp, path)
+            # The mapping keeps the file: the handle closes when the block ends.
+            with atomic.replacing(path) as handle:
+                fd = handle.fileno()
+                os.ftruncate(fd, layout.file_size)
+                try:
+                    os.posix_fallocate(fd, 0, layout.file_size)
+                except OSError as error:
+                    # A filesystem without fallocate keeps the ftruncate size; any other
+                    # error (ENOSPC above all) would strike later as SIGBUS, so it stops us.
+                    if error.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                        raise
+                os.pwrite(fd, header, 0)
+                os.pwrite(fd, blob, layout.schema_offset)
+                for metric in schema.metrics:
+                    if metric.kind == layout_mod.KIND_GAUGE:
+                        os.pwrite(fd, nan, layout.value_word(metric.slot))
+                os.pwrite(fd, nan * layout.snapshot_words,
+                          layout.snapshot_offset + layout_mod.SNAPSHOT_HEADER_SIZE)
+                writer = MetricsWriter.__new__(MetricsWriter)
+                writer._attach(fd, path, schema, layout, heartbeat_interval_s)
+                writer.heartbeat()
         except BaseException:
             if writer is not None:
                 writer.close()
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
             raise
-        finally:
-            # The mapping keeps the file; the descriptor is not needed any more.
-            os.close(fd)
         return writer
 
     def _attach(self, int fd, path, schema, layout, double heartbeat_interval_s):

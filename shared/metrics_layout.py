@@ -14,7 +14,6 @@ skip); anything an old reader would misread takes a new major version.
 
 from __future__ import annotations
 
-import os
 import socket
 import struct
 import zlib
@@ -394,9 +393,3 @@ def unpack_header(prefix: bytes) -> dict[str, int | float | bytes]:
 def schema_crc32(blob: bytes) -> int:
     return zlib.crc32(blob) & 0xFFFFFFFF
 
-
-def temporary_path(path: str | os.PathLike[str]) -> str:
-    """Where a writer builds the file before os.replace: same directory (same filesystem, so
-    the rename is atomic), hidden, and named by pid so two writers never collide."""
-    directory, name = os.path.split(os.fspath(path))
-    return os.path.join(directory, f".{name}.{os.getpid()}.tmp")

@@ -14,6 +14,8 @@ import shlex
 import time
 from pathlib import Path
 
+from operant.shared import atomic
+
 RUNS_DIR_ENV = "OPERANT_RUNS_DIR"
 LATEST_NAME = "latest"
 RUN_FILE = "run.json"
@@ -90,15 +92,9 @@ def create_run_dir(root: Path, run_id: str) -> Path:
 
 
 def update_latest(root: Path, run_id: str) -> None:
-    """Point `root/latest` at run_id atomically: a symlink made under a temporary name and
-    renamed over the old one, so a reader sees the old run or the new one, never neither."""
-    tmp = root / f".{LATEST_NAME}.{os.getpid()}.tmp"
-    try:
-        tmp.unlink()
-    except FileNotFoundError:
-        pass
-    os.symlink(run_id, tmp)
-    os.replace(tmp, root / LATEST_NAME)
+    """Point `root/latest` at run_id atomically (operant.shared.atomic.replace_symlink), so a
+    reader sees the old run or the new one, never neither."""
+    atomic.replace_symlink(root / LATEST_NAME, run_id)
 
 
 def resolve_run(root: Path, run: str | None) -> Path:

@@ -88,7 +88,7 @@ def test_best_picks_best_pt_and_the_last_policy_is_the_default(stopped, root):
     # have saved it when that update was the best.
     payload = torch.load(checkpoints(stopped)[0], weights_only=True)
     best = stopped / "best.pt"
-    torch.save({"policy": payload["trainer"]["modules"]["policy"], "config": payload["config"],
+    torch.save({"policy": payload["trainer"]["policy"], "config": payload["config"],
                 "global_step": payload["trainer"]["counters"]["global_step"]}, best)
     try:
         report = evaluate("s", "--best", root=root)
@@ -132,7 +132,7 @@ def _foreign_torch_file(tmp_path):
 def _corrupt_checkpoint(tmp_path, stopped):
     """One flipped bit in a weight of the policy: the file still loads, its digest fails."""
     source = checkpoints(stopped)[0]
-    weights = torch.load(source, weights_only=True)["trainer"]["modules"]["policy"]
+    weights = torch.load(source, weights_only=True)["trainer"]["policy"]
     tensor = max(weights.values(), key=lambda value: value.numel())
     data = bytearray(source.read_bytes())
     at = data.find(tensor.numpy().tobytes()[:64])

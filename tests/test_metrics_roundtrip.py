@@ -208,7 +208,7 @@ def test_create_leaves_nothing_behind_when_it_fails(tmp_path, monkeypatch):
         raise OSError(errno.EIO, "I/O error")
 
     with monkeypatch.context() as patch:
-        patch.setattr(os, "fdatasync", disk_error)
+        patch.setattr(os, "fsync", disk_error)  # shared.atomic syncs the new file
         with pytest.raises(OSError, match="I/O error"):
             MetricsWriter.create(tmp_path / "metrics.bin", schema())
     with pytest.raises(FileNotFoundError):

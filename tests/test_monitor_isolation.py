@@ -26,7 +26,7 @@ def python(code: str) -> str:
 
 def test_the_app_never_imports_torch():
     probe = ("import sys\n"
-             "import operant.monitor.app, operant.monitor.cli, operant.monitor.launch\n"
+             "import operant.monitor.app, operant.monitor.cli, operant.launch\n"
              "print('torch' in sys.modules, 'textual' in sys.modules)\n")
     assert python(probe) == "False True"
 

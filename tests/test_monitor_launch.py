@@ -1,4 +1,4 @@
-"""`operant train --detach | --monitor` (operant.monitor.launch) with a stand-in trainer: the
+"""`operant train --detach | --monitor` (operant.launch) with a stand-in trainer: the
 test fixture's writer process takes the place of operant-train, so these run in seconds.
 The real trainer is launched in test_monitor_e2e.py."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from operant.monitor import launch
+from operant import launch
 from operant.shared.runs import LOG_FILE, METRICS_FILE
 
 STAND_IN = Path(__file__).parent / "monitor_fixtures.py"
@@ -86,7 +86,7 @@ def test_monitor_watches_in_the_foreground_and_q_leaves_training_running(tmp_pat
     script = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from operant.monitor import launch\n"
+        "from operant import launch\n"
         f"launch.trainer_command = lambda argv, run_id: {stand_in(tmp_path, run_id)!r}\n"
         f"sys.exit(launch.launch(['--monitor'], Path({str(tmp_path)!r}), {run_id!r}, "
         "monitor=True))\n")

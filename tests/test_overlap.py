@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from operant.cext.overlap import StepThread
-from operant.trainer.checkpoint import capture_env_state, restore_env_state
+from operant.trainer.state import capture_env_state, restore_env_state
 from operant.trainer.config import load_config
 from operant.envs import InvalidActionError, make_env
 from operant.envs.overlap import SplitNativeVectorEnv

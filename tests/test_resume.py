@@ -23,7 +23,7 @@ import torch
 
 from operant.shared import metrics_layout as fmt
 from operant.shared.reader import MetricsReader
-from operant.trainer import checkpoint
+from operant.trainer import checkpoint, checkpoint_format
 from operant.trainer.config import load_config
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
@@ -69,7 +69,7 @@ def without_timings(records: list[dict]) -> list[dict]:
 
 def final_state(run_dir: Path) -> dict:
     """The newest checkpoint's trainer state and the model file's weights."""
-    payload = checkpoint.load(checkpoint.find_checkpoint(run_dir / "checkpoints"))
+    payload = checkpoint_format.load(checkpoint.find_checkpoint(run_dir / "checkpoints"))
     model = torch.load(run_dir / "model.pt", weights_only=True)
     return {"trainer": payload["trainer"], "model": model["policy"]}
 
@@ -194,7 +194,7 @@ def test_sigkill_at_random_moments_never_leaves_a_broken_checkpoint(server, whol
             resumes += 1
         files = checkpoint.checkpoint_files(checkpoints)
         for path in files:  # every complete-named file is whole and verifies
-            payload = checkpoint.load(path)
+            payload = checkpoint_format.load(path)
             assert payload["trainer"]["counters"]["update"] == checkpoint.update_of(path)
         leftovers += sum(1 for path in checkpoints.iterdir() if path.name.endswith(".tmp"))
         found = checkpoint.find_checkpoint(checkpoints)
@@ -225,8 +225,8 @@ def test_nan_guard_stops_fails_the_run_and_keeps_the_last_good_checkpoint(server
     assert code == 1
     (line,) = err.strip().splitlines()
     run_dir = tmp_path / "diverged"
-    kept = checkpoint.load(checkpoint.find_checkpoint(run_dir / "checkpoints"))
-    first_parameter = next(iter(kept["trainer"]["modules"]["policy"]))  # the one poisoned
+    kept = checkpoint_format.load(checkpoint.find_checkpoint(run_dir / "checkpoints"))
+    first_parameter = next(iter(kept["trainer"]["policy"]))  # the one poisoned
     assert line == (
         f"operant-train: training failed: non-finite values in parameter {first_parameter} "
         f"after update 4; the last good checkpoint is "
@@ -250,7 +250,7 @@ def _rewrite(path: Path, **changes) -> None:
     itself can be refused)."""
     payload = torch.load(path, weights_only=True)
     payload.update(changes)
-    payload["digest"] = checkpoint.content_digest(payload)
+    payload["digest"] = checkpoint_format.content_digest(payload)
     torch.save(payload, path)
 
 
@@ -294,8 +294,8 @@ def test_bad_resumes_are_one_line_exit_2_and_overwrite_nothing(server, tmp_path)
             (lambda: _flip_tensor_byte(ckpt), "is corrupt (its content does not match its digest)"),
             (lambda: _rewrite(ckpt, metrics_layout=(fmt.VERSION_MAJOR + 1, 0)),
              f"written for metrics layout {fmt.VERSION_MAJOR + 1}.0"),
-            (lambda: _rewrite(ckpt, version=checkpoint.VERSION + 1),
-             f"checkpoint format {checkpoint.VERSION + 1}, this operant reads {checkpoint.VERSION}; "
+            (lambda: _rewrite(ckpt, version=checkpoint_format.VERSION + 1),
+             f"checkpoint format {checkpoint_format.VERSION + 1}, this operant reads {checkpoint_format.VERSION}; "
              "upgrade operant"),
             (lambda: (ckpt.unlink(), ckpt.mkdir()), "is a directory, not a checkpoint"),
             (lambda: (run_dir / "checkpoints" / "latest").write_text("ckpt-000000009.pt\n"),

@@ -35,6 +35,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from operant.shared import atomic
+
 EXIT_OK, EXIT_UNSTABLE, EXIT_USAGE = 0, 1, 2
 EXIT_PARITY = 2  # a --validate mismatch: the numbers would be for the wrong dynamics
 MODES = ("env_only", "trainer", "trainer_eval")
@@ -543,8 +545,7 @@ def main(argv: list[str] | None = None) -> int:
         record["baselines"] = compare(record, baselines)
     text = json.dumps(record, indent=2)
     if args.output:
-        with open(args.output, "w") as handle:
-            handle.write(text + "\n")
+        atomic.write_text(args.output, text + "\n")
     if not validated:
         print("operant bench: --validate: the implementation disagrees with Gymnasium; "
               "nothing was measured", file=sys.stderr)

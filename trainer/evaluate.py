@@ -99,8 +99,8 @@ def load_policy_file(path: Path) -> LoadedPolicy:
         except checkpoint.CheckpointError as error:
             raise EvalInputError(str(error)) from None
         state = payload["trainer"]
-        return LoadedPolicy(path, "checkpoint", payload["config"], state["modules"]["policy"],
-                            state["modules"].get("obs_normalizer"),
+        return LoadedPolicy(path, "checkpoint", payload["config"], state["policy"],
+                            state.get("obs_normalizer"),
                             int(state["counters"]["global_step"]))
     if not (isinstance(payload, dict) and isinstance(payload.get("policy"), dict)
             and isinstance(payload.get("config"), dict)):

@@ -17,13 +17,15 @@ import argparse
 import sys
 from typing import Any
 
+from operant.trainer.exit_codes import (  # noqa: F401  (operant-train's documented codes)
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+)
 # Re-exported: they lived here before trainer.progress, and callers import them from here.
 from operant.trainer.progress import ProgressLog, plain_line  # noqa: F401
 from operant.trainer.progress import number_or_dash as _fmt  # noqa: F401
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
 
 
 class _Parser(argparse.ArgumentParser):
@@ -96,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"operant-train: {error}", file=sys.stderr)
             return EXIT_USAGE
         if launching:
-            from operant.monitor.launch import launch
+            from operant.launch import launch
 
             plan.release()  # the background trainer takes the run's lock itself
             return launch(sys.argv[1:] if argv is None else argv, plan.root, plan.run_id,
@@ -112,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_USAGE
     except KeyboardInterrupt:
         print("operant-train: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     finally:
         signals.restore()
         if plan is not None:

@@ -120,8 +120,8 @@ def _finish(config: Config, root: Path, run_id: str) -> RunPlan:
 def _read_checkpoint(run_dir: Path, required: bool) -> tuple[int, Path | None, dict | None]:
     """Lock `run_dir`, then find and load its checkpoint: (lock descriptor, path, payload);
     (descriptor, None, None) when it has none and none is `required`."""
-    from operant.trainer import checkpoint
-    from operant.trainer.checkpoint import CheckpointError
+    from operant.trainer import checkpoint, checkpoint_format
+    from operant.trainer.checkpoint_format import CheckpointError
 
     fd = lock_run_dir(run_dir)
     try:
@@ -132,7 +132,7 @@ def _read_checkpoint(run_dir: Path, required: bool) -> tuple[int, Path | None, d
                     f"run {run_dir.name!r} has no checkpoint to resume from (it stopped before "
                     f"writing one); start it again with --resume auto --run-id {run_dir.name}")
             return fd, None, None
-        return fd, path, checkpoint.load(path)
+        return fd, path, checkpoint_format.load(path)
     except BaseException:
         os.close(fd)
         raise
@@ -142,7 +142,7 @@ def _attach(plan: RunPlan, run_dir: Path, fd: int, path: Path | None,
             payload: dict[str, Any] | None) -> RunPlan:
     """Give the plan its locked directory and checkpoint, checked against its config."""
     from operant.trainer import checkpoint
-    from operant.trainer.checkpoint import CheckpointError
+    from operant.trainer.checkpoint_format import CheckpointError
 
     plan.run_dir, plan.lock_fd = run_dir, fd
     if path is None:

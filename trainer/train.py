@@ -7,7 +7,6 @@ an env or an agent of an env (operant.envs.contract); the loop does not know whi
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import platform
@@ -21,8 +20,9 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from operant.trainer.collect import as_tensor, make_collector
+from operant.shared import atomic
 from operant.shared.record import PHASES, PPOStatistics, UpdateRecord
+from operant.trainer.collect import as_tensor, make_collector
 from operant.trainer.config import Config, Derived, derive, to_dict
 from operant.envs import make_env, resolve_impl
 from operant.trainer.normalize import (
@@ -227,18 +227,17 @@ class Trainer:
         return time.perf_counter() - self.started
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to continue this run bit for bit: weights, optimizer, normaliser
-        statistics, counters, the trainer's generators and the envs' state, as tensors and
-        plain containers (operant.trainer.checkpoint says what and why)."""
-        from operant.trainer.checkpoint import trainer_state
+        """Everything needed to continue this run bit for bit, as tensors and plain containers
+        under explicit names (operant.trainer.state says which and why)."""
+        from operant.trainer.state import trainer_state_dict
 
-        return trainer_state(self)
+        return trainer_state_dict(self)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from `state_dict()` output; raises CheckpointError if it does not fit."""
-        from operant.trainer.checkpoint import load_trainer_state
+        from operant.trainer.state import load_trainer_state_dict
 
-        load_trainer_state(self, state)
+        load_trainer_state_dict(self, state)
 
     def check_finite(self) -> None:
         """The NaN guard, run by train_update after every update (so every caller of the loop
@@ -259,7 +258,7 @@ class Trainer:
             model["obs_normalizer"] = self.obs_normalizer.state_dict()
         if self.reward_normalizer is not None:
             model["reward_normalizer"] = self.reward_normalizer.state_dict()
-        torch.save(model, path)
+        atomic.write_with(path, lambda handle: torch.save(model, handle))
 
 
 def run_metadata(config: Config, run_id: str, impl: str) -> dict[str, Any]:
@@ -281,12 +280,4 @@ def run_metadata(config: Config, run_id: str, impl: str) -> dict[str, Any]:
                      "torch": torch.__version__, "numpy": np.__version__,
                      "gymnasium": gymnasium.__version__},
     }
-
-
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as handle:
-        json.dump(data, handle, indent=2)
-        handle.write("\n")
-    os.replace(tmp, path)
 

@@ -15,6 +15,13 @@ run directory as soon as that exists; the trainer keeps writing to the same open
 
 trainer/main.py calls `launch` once it has resolved the runs root and run id from its config,
 so both processes agree on where the run lives without this module reading any config.
+
+Why it lives in the root package, beside the `operant` dispatcher: it composes the two
+processes, so it belongs to neither. The arrows run trainer -> shared <- monitor; in monitor/
+it made the trainer import the monitor, and in trainer/ it would do the same (it runs the
+monitor in the foreground), while the monitor importing anything of trainer/ would drag torch
+into its start-up. Here it imports only shared/ (and the monitor's CLI when asked to watch),
+and starts the trainer by module name in a new process, never importing it.
 """
 
 from __future__ import annotations

@@ -1,0 +1,120 @@
+"""The session's composition on its own, with stand-in services and trainer: the order in which
+hooks are called, what each outcome calls and exits with, and which services run on which rank."""
+
+from __future__ import annotations
+
+import pytest
+
+from operant.trainer import services
+from operant.trainer.service_protocol import Outcome, Rank, Role, Service
+from operant.trainer.session import Session
+from operant.trainer.signals import StopSignals
+
+
+class Recorder(Service):
+    def __init__(self, name: str, calls: list, stop_at_boundary: int | None = None):
+        self.name, self.calls, self.stop_at_boundary = name, calls, stop_at_boundary
+        self.boundaries = 0
+
+    def on_start(self):
+        self.calls.append((self.name, "start"))
+
+    def on_update(self, record):
+        self.calls.append((self.name, "update", record["update"]))
+
+    def on_boundary(self):
+        self.boundaries += 1
+        self.calls.append((self.name, "boundary"))
+        return self.boundaries == self.stop_at_boundary
+
+    def on_stopping(self, outcome):
+        self.calls.append((self.name, "stopping", outcome.kind))
+
+    def on_stop(self, outcome):
+        self.calls.append((self.name, "stop", outcome.kind))
+
+    def close(self):
+        self.calls.append((self.name, "close"))
+
+
+class Silent(Service):
+    """Overrides nothing: the session calls none of its hooks."""
+
+
+class FakeTrainer:
+    def __init__(self, updates: int = 2, error: BaseException | None = None):
+        self.updates, self.error, self.log = updates, error, None
+
+    def run(self, should_stop):
+        record = {}
+        for update in range(1, self.updates + 1):
+            if should_stop():
+                break
+            record = {"update": update}
+            self.log(record)
+        if self.error is not None:
+            raise self.error
+        return record
+
+
+def test_hooks_run_in_the_services_order_and_a_finished_run_exits_0():
+    calls: list = []
+    session = Session(FakeTrainer(), [Recorder("a", calls), Silent(), Recorder("b", calls)],
+                      StopSignals())
+    assert session.run() == 0
+    assert calls == [
+        ("a", "start"), ("b", "start"),
+        ("a", "boundary"), ("b", "boundary"), ("a", "update", 1), ("b", "update", 1),
+        ("a", "boundary"), ("b", "boundary"), ("a", "update", 2), ("b", "update", 2),
+        ("a", "stopping", "finished"), ("b", "stopping", "finished"),
+        ("a", "stop", "finished"), ("b", "stop", "finished"),
+        ("a", "close"), ("b", "close"),
+    ]
+
+
+def test_the_first_service_that_stops_at_a_boundary_ends_the_round():
+    calls: list = []
+    session = Session(FakeTrainer(updates=5), [Recorder("a", calls, stop_at_boundary=2),
+                                               Recorder("b", calls)], StopSignals())
+    assert session.run() == 0
+    boundaries = [call for call in calls if call[1] == "boundary"]
+    assert boundaries == [("a", "boundary"), ("b", "boundary"), ("a", "boundary")]
+    assert [call[2] for call in calls if call[1] == "update"] == [1, 1]
+
+
+@pytest.mark.parametrize("error, kind, status", [
+    (FloatingPointError("non-finite values in parameter x"), "failed", 1),
+    (KeyboardInterrupt(), "interrupted", 130),
+])
+def test_an_error_skips_on_stopping_and_ends_with_its_status(error, kind, status):
+    calls: list = []
+    session = Session(FakeTrainer(error=error), [Recorder("a", calls)], StopSignals())
+    assert session.run() == status
+    assert calls[-2:] == [("a", "stop", kind), ("a", "close")]
+    assert not [call for call in calls if call[1] == "stopping"]
+
+
+def test_an_unexpected_error_is_announced_closed_and_raised():
+    calls: list = []
+    session = Session(FakeTrainer(error=OSError("disk full")), [Recorder("a", calls)],
+                      StopSignals())
+    with pytest.raises(OSError, match="disk full"):
+        session.run()
+    assert calls[-2:] == [("a", "stop", "crashed"), ("a", "close")]
+
+
+def test_outcomes_are_named_by_what_ended_the_run():
+    assert Outcome().kind == "finished"
+    assert Outcome(stopped_by="SIGTERM").kind == "stopped"
+    assert Outcome(stopped_by="SIGTERM", error=KeyboardInterrupt()).kind == "interrupted"
+    assert Outcome(error=ValueError()).kind == "crashed"
+
+
+def test_rank_zero_runs_every_service_other_ranks_only_the_per_rank_ones():
+    every = {services.StopOnSignal, services.PublishMetrics}
+    rank_zero = {services.ContinueRecords, services.RunRecord, services.UpdateLatest,
+                 services.WriteProgress, services.NotifySystemd, services.Checkpoints,
+                 services.SaveModel, services.ReleaseRunLock, services.Console}
+    assert {cls for cls in every | rank_zero if cls.role is Role.EVERY_RANK} == every
+    assert all(Rank().runs(cls.role) for cls in every | rank_zero)
+    assert {cls for cls in every | rank_zero if Rank(rank=1, world_size=2).runs(cls.role)} == every

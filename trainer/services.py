@@ -1,0 +1,351 @@
+"""The services a training session runs around the loop (the hooks and roles they implement:
+operant.trainer.service_protocol; the order they run in: operant.trainer.session.compose)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from operant.shared import atomic, runs
+from operant.shared.record import RunSummary, UpdateRecord
+from operant.trainer.checkpoint import Checkpointer
+from operant.trainer.config import to_dict
+from operant.trainer.progress import ProgressLog, number_or_dash
+from operant.trainer.resume import RunPlan, cut_progress, progress_tail
+from operant.trainer.sdnotify import SystemdNotifier
+from operant.trainer.service_protocol import Outcome, Role, Service
+from operant.trainer.signals import StopSignals
+
+# Ask systemd for this many times the last checkpoint's duration (and at least the floor)
+# before writing the shutdown checkpoint, in case TimeoutStopSec is short for it.
+STOP_TIMEOUT_FACTOR = 4.0
+STOP_TIMEOUT_FLOOR_S = 30.0
+
+
+class StopOnSignal(Service):
+    """SIGTERM/SIGINT (operant.trainer.signals) stop the loop at the next update boundary."""
+
+    role = Role.EVERY_RANK
+
+    def __init__(self, signals: StopSignals):
+        self.signals = signals
+
+    def on_boundary(self) -> bool:
+        return self.signals.stop_requested
+
+
+class ContinueRecords(Service):
+    """A resumed run continues its records: progress.jsonl is cut back to the checkpoint's
+    length (the updates after it are redone), checkpoints after it and writers' leftovers are
+    deleted, and the newest records are read back for the metrics file. A run restarted
+    before its first checkpoint starts its records afresh."""
+
+    def __init__(self, plan: RunPlan, progress_path: Path, checkpointer: Checkpointer):
+        self.plan, self.progress_path, self.checkpointer = plan, progress_path, checkpointer
+        self.records: list[UpdateRecord] = []
+        """The run's newest progress records before this process, oldest first."""
+
+    def on_start(self) -> None:
+        payload = self.plan.payload
+        if payload is not None:
+            update = payload["trainer"]["counters"]["update"]
+            cut_progress(self.progress_path, payload["progress_bytes"])
+            self.checkpointer.remove_leftovers(newer_than=update)
+            self.checkpointer.resumed_from(self.plan.checkpoint, update)
+            from operant.trainer.telemetry import HISTORY_CAPACITY
+
+            self.records = progress_tail(self.progress_path, HISTORY_CAPACITY)
+        elif self.plan.restart:
+            cut_progress(self.progress_path, 0)
+            self.checkpointer.remove_leftovers()
+
+    def on_stopping(self, outcome: Outcome) -> None:
+        # A resumed run that was already complete trained nothing: its last record is the log's.
+        if outcome.last_record is None and self.records:
+            outcome.last_record = self.records[-1]
+
+
+class RunRecord(Service):
+    """run.json: what ran, where, with what; a resumed run keeps its start time and appends
+    this process to its `resumes`."""
+
+    def __init__(self, plan: RunPlan, run_dir: Path, impl: str):
+        self.plan, self.run_dir, self.impl = plan, run_dir, impl
+
+    def on_start(self) -> None:
+        atomic.write_json(self.run_dir / runs.RUN_FILE, self._metadata())
+
+    def _metadata(self) -> dict[str, Any]:
+        from operant.trainer.train import run_metadata
+
+        plan = self.plan
+        metadata = run_metadata(plan.config, plan.run_id, self.impl)
+        if not (plan.payload or plan.restart):
+            return metadata
+        try:
+            previous = json.loads((self.run_dir / runs.RUN_FILE).read_text())
+        except (OSError, ValueError):
+            previous = {}
+        metadata["started_at"] = previous.get("started_at", metadata["started_at"])
+        metadata["resumes"] = [*previous.get("resumes", []), {
+            "at": time.time(), "pid": os.getpid(), "argv": sys.argv,
+            "checkpoint": plan.checkpoint.name if plan.checkpoint else None,
+            "update": plan.resumed_update,
+        }]
+        return metadata
+
+
+class PublishMetrics(Service):
+    """The metrics file (operant.trainer.telemetry.Publisher): created complete, continuing a
+    resumed run's history, one record per update, and its state at the end."""
+
+    role = Role.EVERY_RANK
+
+    def __init__(self, plan: RunPlan, run_dir: Path, trainer: Any, history: ContinueRecords):
+        self.plan, self.run_dir, self.trainer, self.history = plan, run_dir, trainer, history
+        self.publisher: Any = None
+
+    def on_start(self) -> None:
+        from operant.trainer.telemetry import Publisher
+
+        config = self.plan.config
+        self.publisher = Publisher(self.run_dir / runs.METRICS_FILE, self.plan.run_id,
+                                   config.env.id, self.trainer.impl, config.train.device,
+                                   config.train.total_steps)
+        self.publisher.resume(self.history.records)
+        self.publisher.start()
+
+    def on_update(self, record: Any) -> None:
+        self.publisher.publish(record)
+
+    def on_stop(self, outcome: Outcome) -> None:
+        publisher = self.publisher
+        if publisher is None:  # its creation failed
+            return
+        kind = outcome.kind
+        if kind == "finished":
+            publisher.finish()
+        elif kind == "stopped":
+            reason = (f"stopped by {outcome.stopped_by} at update {self.trainer.update}"
+                      + (f"; checkpoint {outcome.checkpoint.name}" if outcome.checkpoint else ""))
+            publisher.finish(interrupted=True, reason=reason)
+        elif kind == "failed":
+            publisher.fail(f"non-finite values: {outcome.error}")
+        elif kind == "interrupted":
+            publisher.finish(interrupted=True,
+                             reason="interrupted by a second SIGINT, without a final checkpoint")
+        else:
+            publisher.fail(f"{type(outcome.error).__name__}: {outcome.error}")
+
+    def close(self) -> None:
+        if self.publisher is not None:
+            self.publisher.close()
+
+
+class UpdateLatest(Service):
+    """The runs root's `latest` points at this run once its metrics file exists (so it goes
+    after PublishMetrics)."""
+
+    def __init__(self, plan: RunPlan):
+        self.plan = plan
+
+    def on_start(self) -> None:
+        runs.update_latest(self.plan.root, self.plan.run_id)
+
+
+class WriteProgress(Service):
+    """Every update's record to progress.jsonl; every `log_every`-th to stdout."""
+
+    def __init__(self, path: Path, args: Any, plan: RunPlan):
+        self.path, self.args, self.plan = path, args, plan
+        self.log: ProgressLog | None = None
+
+    def on_start(self) -> None:
+        config, args = self.plan.config, self.args
+        self.log = ProgressLog(self.path, sys.stdout, args.log_format, config.train.log_every,
+                               self.plan.derived.num_updates, args.quiet)
+
+    def on_update(self, record: Any) -> None:
+        self.log(record)
+
+    def synced_length(self) -> int:
+        """progress.jsonl's length once everything written so far is on disk."""
+        handle = self.log.file
+        handle.flush()
+        os.fsync(handle.fileno())
+        return handle.tell()
+
+    def close(self) -> None:
+        if self.log is not None:
+            self.log.close()
+
+
+class Checkpoints(Service):
+    """Periodic checkpoints (checkpoint.every_updates / every_seconds), one on SIGUSR1, and
+    the final one when the loop ends cleanly; never for update 0, never twice for one."""
+
+    def __init__(self, trainer: Any, checkpointer: Checkpointer, signals: StopSignals,
+                 progress: WriteProgress):
+        self.trainer, self.checkpointer, self.signals = trainer, checkpointer, signals
+        self.progress = progress
+        self.config_dict = to_dict(trainer.config)
+
+    def on_boundary(self) -> bool:
+        if self.signals.take_checkpoint_request() or self.checkpointer.due(self.trainer.update):
+            self.checkpoint()
+        return self.signals.stop_requested  # a signal during that checkpoint stops here too
+
+    def on_stopping(self, outcome: Outcome) -> None:
+        outcome.checkpoint = self.checkpoint()
+
+    def checkpoint(self) -> Path | None:
+        """A checkpoint of the current update, or the newest one if it has one already."""
+        update = self.trainer.update
+        if update == 0 or update == self.checkpointer.last_update:
+            return self.checkpointer.last_path
+        return self.checkpointer.save(self.trainer, self.config_dict,
+                                      self.progress.synced_length())
+
+
+class SaveModel(Service):
+    """model.pt, the policy with what it needs to act, when the run has finished."""
+
+    def __init__(self, trainer: Any, run_dir: Path):
+        self.trainer, self.run_dir = trainer, run_dir
+
+    def on_stopping(self, outcome: Outcome) -> None:
+        if outcome.kind == "finished":
+            self.trainer.save_model(self.run_dir / "model.pt")
+
+
+class NotifySystemd(Service):
+    """sd_notify (operant.trainer.sdnotify): READY with the first update's status, STATUS per
+    update, watchdog pings while steps advance, STOPPING with more time before the shutdown
+    checkpoint, a forced STATUS on failure. Silent without $NOTIFY_SOCKET."""
+
+    def __init__(self, notifier: SystemdNotifier, checkpointer: Checkpointer, trainer: Any,
+                 total_updates: int):
+        self.notifier, self.checkpointer, self.trainer = notifier, checkpointer, trainer
+        self.total_updates = total_updates
+        self.ready = False
+
+    def on_start(self) -> None:
+        if self.notifier.environment_error:
+            print(f"operant-train: {self.notifier.environment_error}", file=sys.stderr)
+
+    def on_update(self, record: Any) -> None:
+        self.notifier.progress(record.global_step)
+        status = (f"training: update {record.updates}/{self.total_updates}, "
+                  f"step {record.global_step:,}, {record.sps:,.0f} steps/s, return "
+                  f"{number_or_dash(record.episode_return_mean, '.1f')}")
+        if self.ready:
+            self.notifier.status(status)
+        else:
+            self.notifier.ready(status)
+            self.ready = True
+
+    def on_stopping(self, outcome: Outcome) -> None:
+        # READY=1 if it was never sent (a run stopped or finished before its first update):
+        # systemd's start job must end before its stop job can.
+        if not self.ready:
+            self.notifier.ready("starting")
+            self.ready = True
+        if outcome.stopped_by:
+            self.notifier.stopping(f"{outcome.stopped_by}: checkpointing at step "
+                                   f"{self.trainer.global_step:,}")
+            self.notifier.extend_timeout(max(STOP_TIMEOUT_FLOOR_S, STOP_TIMEOUT_FACTOR
+                                             * self.checkpointer.last_duration_s))
+
+    def on_stop(self, outcome: Outcome) -> None:
+        if outcome.kind == "finished":
+            self.notifier.stopping("finished")
+        elif outcome.kind == "failed":
+            self.notifier.status(f"failed: {outcome.error}", force=True)
+
+    def close(self) -> None:
+        self.notifier.close()
+
+
+class ReleaseRunLock(Service):
+    """The run directory's lock (taken when the run was planned) is released last but one:
+    after every file of the run is closed."""
+
+    def __init__(self, plan: RunPlan):
+        self.plan = plan
+
+    def close(self) -> None:
+        self.plan.release()
+
+
+class Console(Service):
+    """What a person reads: the run's first line, why it failed, and its summary (last, after
+    the run's lock is released, so the run can be resumed the moment it is printed)."""
+
+    def __init__(self, args: Any, plan: RunPlan, trainer: Any, run_dir: Path,
+                 checkpointer: Checkpointer):
+        self.args, self.plan, self.trainer, self.run_dir = args, plan, trainer, run_dir
+        self.checkpointer = checkpointer
+        self.started = 0.0
+        self.outcome: Outcome | None = None
+
+    def on_start(self) -> None:
+        plan, trainer, derived = self.plan, self.trainer, self.plan.derived
+        if self.args.log_format == "plain" and not self.args.quiet:
+            origin = (f", resumed at update {trainer.update} from {plan.checkpoint.name}"
+                      if plan.payload is not None else "")
+            print(f"run {plan.run_id}: {plan.config.env.id} ({trainer.impl}), "
+                  f"{plan.config.env.num_envs} envs, {derived.num_updates} updates of "
+                  f"{derived.batch_size} steps{origin} -> {self.run_dir}", flush=True)
+        elif plan.payload is not None:
+            print(f"operant-train: run {plan.run_id} resumed at update {trainer.update} from "
+                  f"{plan.checkpoint}", file=sys.stderr, flush=True)
+        self.started = time.perf_counter()
+
+    def on_stop(self, outcome: Outcome) -> None:
+        self.outcome = outcome
+        last_path = self.checkpointer.last_path
+        if outcome.kind == "failed":
+            kept = (f"; the last good checkpoint is {last_path}" if last_path
+                    else "; no checkpoint was written")
+            print(f"operant-train: training failed: {outcome.error}{kept}", file=sys.stderr)
+        elif outcome.kind == "interrupted":
+            print(f"operant-train: interrupted; the last checkpoint is {last_path or 'none'}; "
+                  f"run directory {self.run_dir}", file=sys.stderr)
+
+    def close(self) -> None:
+        if self.outcome is not None and self.outcome.kind in ("finished", "stopped"):
+            self._summary(self.outcome, time.perf_counter() - self.started)
+
+    def _summary(self, outcome: Outcome, seconds: float) -> None:
+        trainer, run_id, last = self.trainer, self.plan.run_id, outcome.last_record
+        path, stopped_by = outcome.checkpoint, outcome.stopped_by
+        summary = RunSummary(
+            run_id=run_id, global_step=trainer.global_step,
+            episode_return_mean=last.episode_return_mean if last else None,
+            elapsed_s=round(seconds, 3),
+            sps_mean=last.sps_mean if last else None, solved_at_s=trainer.solved_at,
+            run_dir=str(self.run_dir),
+            stopped_by=stopped_by or None,
+            checkpoint=str(path) if path else None,
+        )
+        if self.args.log_format == "json":
+            print(json.dumps({"summary": msgspec.to_builtins(summary)}), flush=True)
+            return
+        if stopped_by:
+            print(f"stopped by {stopped_by} at step {trainer.global_step:,} (update "
+                  f"{trainer.update}); checkpoint {path or 'none'}; continue with "
+                  f"{runs.command_hint('operant-train --resume', run_id, root=self.run_dir.parent)}",
+                  flush=True)
+            return
+        solved = (f", solved in {trainer.solved_at:.2f}s" if trainer.solved_at is not None
+                  else "")
+        print(f"done: {summary.global_step:,} steps in {summary.elapsed_s:.1f}s "
+              f"({number_or_dash(summary.sps_mean, ',.0f')} steps/s), mean return of the last 100 "
+              f"episodes {number_or_dash(summary.episode_return_mean, '.1f')}{solved} -> "
+              f"{self.run_dir}", flush=True)
