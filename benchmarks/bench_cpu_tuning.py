@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from operant.trainer.bench import _timed_rounds, compute_bound
+from operant.trainer.bench.measure import _timed_rounds, compute_bound
 from operant.trainer.config import load_config
 from operant.trainer.policy import ActorCritic
 
