@@ -125,11 +125,6 @@ KIND_GAUGE = "gauge"
 KIND_TEXT = "text"
 MetricKind = Literal["counter", "gauge", "text"]
 
-# Names the trainer publishes that scripts rely on (the `--json` contract); every other metric
-# is whatever the schema describes.
-WELL_KNOWN = ("global_step", "episodes", "updates", "sps", "episode_return_mean",
-              "episode_return_min", "episode_return_max", "episode_length_mean")
-
 
 class Metric(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """One named value in the file.
