@@ -26,14 +26,13 @@ import psutil
 from textual.message import Message
 from textual.message_pump import MessagePump
 
-from operant.monitor.runs_cmd import RunRow, describe_run
+from operant.monitor.listing import RunRow, list_runs
 from operant.shared import metrics_layout as fmt
 from operant.shared.reader import MetricsFileError, MetricsReader
 from operant.shared.runs import (
     LATEST_NAME,
     METRICS_FILE,
     RunNotFoundError,
-    list_run_dirs,
     resolve_run,
 )
 
@@ -191,7 +190,7 @@ class ReaderSource:
 
     def runs(self) -> list[RunRow]:
         try:
-            return [describe_run(run_dir) for run_dir in list_run_dirs(self.root)]
+            return list_runs(self.root)
         except OSError:  # the runs root is unreadable or went away: nothing to pick from
             return []
 
