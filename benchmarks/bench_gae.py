@@ -17,6 +17,7 @@ import statistics
 
 import numpy as np
 import torch
+
 from operant.cext.gae import gae as gae_kernel
 from operant.trainer.bench.measure import _timed_rounds
 from operant.trainer.ppo import _compute_gae_torch, compute_gae

@@ -219,7 +219,8 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
     key, sep, value = assignment.partition("=")
     key = key.strip()
     if not sep or not key:
-        raise ConfigError(f"--set {assignment!r}: expected section.key=value, e.g. ppo.learning_rate=1e-3")
+        raise ConfigError(f"--set {assignment!r}: expected section.key=value, "
+                          "e.g. ppo.learning_rate=1e-3")
     parts = key.split(".")
     if len(parts) != 2 or not all(parts):
         raise ConfigError(f"--set {assignment!r}: the key must be section.key "

@@ -1,4 +1,5 @@
-"""Which run a trainer process trains, and from where: `operant-train [--resume RUN_ID|latest|auto]`.
+"""Which run a trainer process trains, and from where:
+`operant-train [--resume RUN_ID|latest|auto]`.
 
 - no `--resume`: a new run directory (an existing run id is refused);
 - `--resume RUN_ID` / `--resume latest`: continue that run from its newest checkpoint, in the
@@ -233,7 +234,7 @@ def progress_tail(path: Path, count: int) -> list[dict[str, Any]]:
     """The last `count` records of a progress log, oldest first: the newest contiguous run of
     updates (a damaged line ends it), read from the end of the file."""
     try:
-        handle = open(path, "rb")
+        handle = open(path, "rb")  # noqa: SIM115 (only open's FileNotFoundError is caught)
     except FileNotFoundError:
         return []
     with handle:
