@@ -178,8 +178,8 @@ def exposition(runs_seen: list[tuple[str, Snapshot]], exporter_stats: dict[str, 
         add(PREFIX + "run_heartbeat_age_seconds", "gauge",
             "Seconds since the trainer's last heartbeat.", labels, snapshot.heartbeat_age_s)
         metrics = {metric.name: metric for metric in snapshot.schema.metrics}
-        for name, value in snapshot.counters.items():
-            add(metric_name(name), "counter", _describe(metrics.get(name), name), labels, value)
+        for name, count in snapshot.counters.items():
+            add(metric_name(name), "counter", _describe(metrics.get(name), name), labels, count)
         for name, value in snapshot.gauges.items():
             add(metric_name(name), "gauge", _describe(metrics.get(name), name), labels, value)
         fields = {item.name: item for item in snapshot.schema.snapshot}
@@ -466,7 +466,7 @@ def main(argv: list[str] | None = None) -> int:
         raise _Stop
 
     previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGTERM, signal.SIGINT)}
-    bound_host, bound_port = server.server_address[:2]
+    bound_host, bound_port = server.socket.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     print(f"{PROG}: serving http://{shown}:{bound_port}/metrics for the runs under {root}",
           flush=True)

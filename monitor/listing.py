@@ -9,7 +9,9 @@ reason, so one bad run never hides the others.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import msgspec
 
@@ -17,6 +19,7 @@ from operant.shared.reader import MetricsFileError, MetricsReader
 from operant.shared.runs import METRICS_FILE, list_run_dirs
 
 STATUS_UNKNOWN = "unknown"
+_Number = TypeVar("_Number", int, float)
 
 
 class RunRow(msgspec.Struct, kw_only=True):
@@ -69,7 +72,7 @@ def describe_run(run_dir: Path) -> RunRow:
     return row
 
 
-def _number(value: object, kind: type) -> int | float | None:
+def _number(value: object, kind: Callable[[float], _Number]) -> _Number | None:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return kind(value)
     return None

@@ -228,7 +228,8 @@ class ReaderSource:
             if self._run_dir is not None and self._follow:
                 self._notice = f"following latest: switched to the newer run {run_dir.name}"
             self._switch(run_dir, "")
-        if self._reader is None:
+        reader = self._reader
+        if reader is None:
             path = run_dir / METRICS_FILE
             if not path.exists():
                 if self._last is None:
@@ -238,10 +239,9 @@ class ReaderSource:
                 return self._stale(f"{path}: the metrics file is gone (run directory "
                                    "cleaned up?)")
             try:
-                self._open(path)
+                reader = self._open(path)
             except MetricsFileError as error:
                 return self._stale(str(error))
-        reader = self._reader
         try:
             snapshot = reader.snapshot()
             history = reader.history(self._history_head)
@@ -285,7 +285,7 @@ class ReaderSource:
             return self._run_dir  # --latest without --follow stays on the run it found
         return resolve_run(self.root, self._run)
 
-    def _open(self, path: Path) -> None:
+    def _open(self, path: Path) -> MetricsReader:
         reader = MetricsReader(path)
         schema = reader.schema
         columns = [MetricInfo(m.name, m.kind, m.unit, m.description) for m in schema.metrics
@@ -309,6 +309,7 @@ class ReaderSource:
                     self._process = process
             except psutil.Error:
                 self._process = None
+        return reader
 
     def _add_history(self, history) -> None:
         names = list(self._curves)

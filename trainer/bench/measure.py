@@ -33,7 +33,7 @@ def summarize(values: list[float]) -> dict[str, Any]:
     return {"rounds": [round(v, 1) for v in values], "median": round(median, 1), "cv": round(cv, 4)}
 
 
-def _timed_rounds(step: Callable[[], None], steps_per_call: int, rounds: int,
+def _timed_rounds(step: Callable[[], object], steps_per_call: int, rounds: int,
                   round_seconds: float, warm: int = 3) -> list[float]:
     """Calibrate calls per round on a warm-up, then time `rounds` rounds; steps/s each."""
     for _ in range(warm):
@@ -326,9 +326,9 @@ def bench_trainer_eval(args: argparse.Namespace) -> dict[str, Any]:
         total = sum(trainer.timer.totals.values())
         phases = {name: round(ns / total, 4) for name, ns in trainer.timer.totals.items() if ns}
         trainer.env.close()
-        result = {"cell": cell, "summary": {"sps": summarize(rounds), "phase_fraction": phases,
-                                            "all_solved": True,
-                                            "mem_delta_mb_max": round(_rss_mb() - before, 2)}}
+        summary = {"sps": summarize(rounds), "phase_fraction": phases, "all_solved": True,
+                   "mem_delta_mb_max": round(_rss_mb() - before, 2)}
+        result: dict[str, Any] = {"cell": cell, "summary": summary}
         results.append(result)
         sps = result["summary"]["sps"]
         print(f"trainer_eval {_label(cell)}: median {sps['median']:,.0f} steps/s "
