@@ -1,3 +1,4 @@
+# Over 400 lines: one command's exposition format, collector and HTTP server, side by side.
 """`operant exporter`: the metrics of every run under a runs root, for Prometheus, over HTTP.
 
     operant exporter [--listen 127.0.0.1:9464] [--runs-dir DIR] [--keep-finished SECONDS]

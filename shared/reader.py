@@ -1,3 +1,4 @@
+# Over 400 lines: the whole read protocol in one place, to audit against docs/metrics-file.md.
 """The metrics-file reader: attaches read-only to a trainer's `metrics.bin` and returns frozen
 snapshots, history records and the run's liveness.
 
