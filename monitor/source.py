@@ -28,7 +28,7 @@ from textual.message_pump import MessagePump
 
 from operant.monitor.listing import RunRow, list_runs
 from operant.shared import metrics_layout as fmt
-from operant.shared.reader import MetricsFileError, MetricsReader
+from operant.shared.reader import MetricsFileError, MetricsReader, Snapshot
 from operant.shared.runs import (
     LATEST_NAME,
     METRICS_FILE,
@@ -252,6 +252,10 @@ class ReaderSource:
             self._wake.set()
             return self._stale(str(error))
         self._add_history(history)
+        return self._finish(self._view(run_dir, snapshot, history.head))
+
+    def _view(self, run_dir: Path, snapshot: Snapshot, history_head: int) -> RunView:
+        """What to draw for one good read of the run."""
         now = self.clock()
         created = snapshot.created_wall_ns / 1e9
         if snapshot.status in ("running", "stalled"):
@@ -259,7 +263,7 @@ class ReaderSource:
         else:
             uptime = snapshot.heartbeat_wall_ns / 1e9 - created
         metrics = snapshot.metrics()
-        return self._finish(RunView(
+        return RunView(
             run_id=snapshot.run_id or run_dir.name,
             run_dir=str(run_dir),
             env_id=snapshot.env_id,
@@ -275,10 +279,10 @@ class ReaderSource:
             metrics=metrics,
             columns=self._columns,
             history=self._curve_tuples,
-            history_head=history.head,
+            history_head=history_head,
             process=self._process_info(snapshot.status, snapshot.hostname, metrics),
             following=self._follow,
-        ))
+        )
 
     def _resolve(self) -> Path:
         if self._run is None and not self._follow and self._run_dir is not None:

@@ -179,21 +179,7 @@ class MetricsReader:
             raise self._fail(f"is truncated: {size} bytes, shorter than the "
                              f"{fmt.IDENTITY_SIZE}-byte header")
         header = fmt.unpack_header(prefix)
-        major, minor = header["version_major"], header["version_minor"]
-        if header["endian_tag"] != fmt.ENDIAN_TAG:
-            if header["endian_tag"] == int.from_bytes(
-                    fmt.ENDIAN_TAG.to_bytes(4, "little"), "big"):
-                raise self._fail("was written on a big-endian host; the format is "
-                                 "little-endian only")
-            raise self._fail("has a corrupt header (byte-order tag)")
-        if major > fmt.VERSION_MAJOR:
-            raise self._fail(f"uses metrics format {major}.{minor}, newer than this reader "
-                             f"({fmt.VERSION_MAJOR}.x): upgrade operant to read it")
-        if major < fmt.VERSION_MAJOR:
-            raise self._fail(f"uses metrics format {major}.{minor}, older than this reader "
-                             f"supports ({fmt.VERSION_MAJOR}.x): read it with the operant "
-                             "version that wrote it")
-        self.format_version = f"{major}.{minor}"
+        self.format_version = self._check_version(header)
         header_size = header["header_size"]
         if header_size < fmt.HEADER_SIZE or header_size % fmt.CACHE_LINE:
             raise self._fail(f"has a corrupt header (header size {header_size})")
@@ -225,6 +211,24 @@ class MetricsReader:
         except (msgspec.DecodeError, msgspec.ValidationError) as error:
             raise self._fail(f"has a corrupted schema blob ({error})") from None
         self._bind(schema, layout, mm)
+
+    def _check_version(self, header: dict[str, Any]) -> str:
+        """The file's "major.minor" once its byte order and major version are readable here."""
+        major, minor = header["version_major"], header["version_minor"]
+        if header["endian_tag"] != fmt.ENDIAN_TAG:
+            if header["endian_tag"] == int.from_bytes(
+                    fmt.ENDIAN_TAG.to_bytes(4, "little"), "big"):
+                raise self._fail("was written on a big-endian host; the format is "
+                                 "little-endian only")
+            raise self._fail("has a corrupt header (byte-order tag)")
+        if major > fmt.VERSION_MAJOR:
+            raise self._fail(f"uses metrics format {major}.{minor}, newer than this reader "
+                             f"({fmt.VERSION_MAJOR}.x): upgrade operant to read it")
+        if major < fmt.VERSION_MAJOR:
+            raise self._fail(f"uses metrics format {major}.{minor}, older than this reader "
+                             f"supports ({fmt.VERSION_MAJOR}.x): read it with the operant "
+                             "version that wrote it")
+        return f"{major}.{minor}"
 
     def _check_regions(self, layout: fmt.Layout, header_size: int) -> None:
         if layout.value_stride < 8 or layout.value_stride % 8:
