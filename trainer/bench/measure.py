@@ -92,9 +92,13 @@ def bench_env_only(args: argparse.Namespace) -> dict[str, Any]:
                                            vectorization_mode="vector_entry_point")
             reference.reset(seed=0)
             actions = random_actions(reference, rng)
-            # The lambda runs only inside this iteration (B023 does not apply).
-            row["gymnasium"] = summarize(_timed_rounds(lambda: reference.step(actions), num_envs,  # noqa: B023
-                                                       args.rounds, args.round_seconds))
+
+            # Defaults bind this iteration's env and actions (a closure sees the loop's latest).
+            def step(vector_env=reference, batch=actions):
+                return vector_env.step(batch)
+
+            row["gymnasium"] = summarize(_timed_rounds(step, num_envs, args.rounds,
+                                                       args.round_seconds))
             reference.close()
             for impl in impls:
                 row[f"{impl}_vs_gymnasium"] = round(row[impl]["median"] / row["gymnasium"]["median"], 2)
