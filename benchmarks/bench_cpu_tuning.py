@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from operant.trainer.bench import _timed_rounds, compute_bound
+from operant.trainer.bench.measure import _timed_rounds, compute_bound
 from operant.trainer.config import load_config
 from operant.trainer.policy import ActorCritic
 
@@ -41,7 +41,8 @@ def threads(rounds: int) -> None:
         for count in (1, 2):
             config = load_config(path, [f"train.torch_threads={count}"])
             best = compute_bound(config, 0.3 * rounds)  # the best of its rounds
-            print(f"  {name:10s} {count} thread(s): forward {best['forward_samples_per_s'] / 1e6:6.2f}M"
+            forward = best["forward_samples_per_s"]
+            print(f"  {name:10s} {count} thread(s): forward {forward / 1e6:6.2f}M"
                   f"  update {best['train_samples_per_s'] / 1e6:6.2f}M"
                   f"  bound {best['bound_steps_per_s'] / 1e3:7.0f}K", flush=True)
     torch.set_num_threads(1)
@@ -56,7 +57,7 @@ def grad_modes(rounds: int) -> None:
         obs = torch.randn(batch, 4)
         out = policy.act(obs, generator)
 
-        def act(mode):
+        def act(mode, obs=obs, out=out):
             def work():
                 with mode():
                     policy.act(obs, generator, out=out if mode is not torch.enable_grad else None)
@@ -88,7 +89,7 @@ def compiled(rounds: int) -> None:
     for batch in (128, 4096):
         obs = torch.randn(batch, 4)
 
-        def forward(model):
+        def forward(model, obs=obs):
             def work():
                 with torch.inference_mode():
                     model(obs)

@@ -28,13 +28,14 @@ import json  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
-from typing import Any, Callable  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from typing import Any  # noqa: E402
 
-import gymnasium
-import numpy as np
-import torch
+import gymnasium  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
-from operant.envs import ENVS, make_env
+from operant.envs import ENVS, make_env  # noqa: E402
 
 TARGET_NUM_ENVS = 4096
 

@@ -17,8 +17,9 @@ import statistics
 
 import numpy as np
 import torch
+
 from operant.cext.gae import gae as gae_kernel
-from operant.trainer.bench import _timed_rounds
+from operant.trainer.bench.measure import _timed_rounds
 from operant.trainer.ppo import _compute_gae_torch, compute_gae
 
 SHAPES = [(64, 32), (128, 256), (16, 1024), (64, 4096)]

@@ -17,7 +17,7 @@ import json
 import statistics
 from pathlib import Path
 
-from operant.trainer.bench import _timed_rounds
+from operant.trainer.bench.measure import _timed_rounds
 from operant.trainer.config import load_config
 from operant.trainer.train import Trainer
 

@@ -62,7 +62,7 @@ class ObsSpec:
         return self.dtype.kind == "f"
 
     @classmethod
-    def from_space(cls, space: spaces.Space) -> "ObsSpec":
+    def from_space(cls, space: spaces.Space[Any]) -> "ObsSpec":
         if not isinstance(space, spaces.Box):
             raise TypeError(f"operant trains on Box observations (any shape and dtype), "
                             f"got {space}")
@@ -86,7 +86,7 @@ class ActSpec:
         return self.dtype.kind in "iu"
 
     @classmethod
-    def from_space(cls, space: spaces.Space) -> "ActSpec":
+    def from_space(cls, space: spaces.Space[Any]) -> "ActSpec":
         if isinstance(space, spaces.Discrete):
             return cls((), np.dtype(np.int64), int(space.n))
         if isinstance(space, spaces.Box):
@@ -137,8 +137,8 @@ class EpisodeStats:
         record = record.reshape(())
         if record["episodes"] == 0:
             return cls(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, per_env)
-        return cls(int(record["episodes"]),
-                   *(float(record[name]) for name in EPISODE_STAT_FIELDS[1:]), per_env=per_env)
+        fields = {name: float(record[name]) for name in EPISODE_STAT_FIELDS[1:]}
+        return cls(episodes=int(record["episodes"]), per_env=per_env, **fields)
 
     @classmethod
     def merge(cls, parts: "list[EpisodeStats]") -> "EpisodeStats":

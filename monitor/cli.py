@@ -1,7 +1,8 @@
 """`operant monitor`: one run's live state from its metrics file.
 
-`--once` prints one human snapshot, `--json` one JSON document for scripts and servers (the
-keys in DESIGN.md's "Interfaces" are a contract). Without them it starts the interactive
+`--once` prints one human snapshot, `--json` one JSON document for scripts and servers (its
+first keys, `run_id`, `status` and CONTRACT_METRICS, are a contract: docs/architecture.md,
+"Interfaces users rely on"). Without them it starts the interactive
 Textual view (operant.monitor.app), imported only then: this module stays import-light (no
 torch, no numpy, no Textual) so the headless paths start fast.
 """

@@ -1,3 +1,4 @@
+# Over 400 lines: one command's exposition format, collector and HTTP server, side by side.
 """`operant exporter`: the metrics of every run under a runs root, for Prometheus, over HTTP.
 
     operant exporter [--listen 127.0.0.1:9464] [--runs-dir DIR] [--keep-finished SECONDS]
@@ -13,8 +14,9 @@ crashed one for `--keep-finished` seconds (default 600) after its last heartbeat
 scrape after a run ends still shows its final values and status. A resumed run (a new metrics
 file in the same directory) is shown again at once.
 
-What each run exports, labelled `run` (the run id) and `rank` (0; distributed ranks > 0
-write their own files, operant.shared.runs.metrics_files):
+What each run exports, labelled `run` (the run id) and `rank` (always 0: a run is one
+process; the label is there so each series keeps its identity once distributed runs publish
+one metrics file per rank):
 - `operant_run_info` (an info metric: env_id, hostname, writer and the run's text metrics
   such as env_impl and device as labels), `operant_run_status{status=...}` (1 for the current
   status, 0 for the others: running, finished, failed, crashed, stalled),
@@ -140,7 +142,7 @@ class Family:
         return lines
 
 
-def exposition(runs_seen: list[tuple[str, int, Snapshot]], exporter_stats: dict[str, int],
+def exposition(runs_seen: list[tuple[str, Snapshot]], exporter_stats: dict[str, int],
                openmetrics: bool) -> str:
     """The text of one scrape."""
     families: dict[str, Family] = {}
@@ -154,8 +156,8 @@ def exposition(runs_seen: list[tuple[str, int, Snapshot]], exporter_stats: dict[
             return  # two runs disagree on a metric's kind (different versions): first wins
         family.samples.append((labels, value))
 
-    for run_id, rank, snapshot in runs_seen:
-        labels = {"run": run_id, "rank": str(rank)}
+    for run_id, snapshot in runs_seen:
+        labels = {"run": run_id, "rank": "0"}
         info = {**labels, "env_id": snapshot.env_id, "hostname": snapshot.hostname,
                 "writer": snapshot.schema.writer}
         for name, text in snapshot.texts.items():
@@ -177,8 +179,8 @@ def exposition(runs_seen: list[tuple[str, int, Snapshot]], exporter_stats: dict[
         add(PREFIX + "run_heartbeat_age_seconds", "gauge",
             "Seconds since the trainer's last heartbeat.", labels, snapshot.heartbeat_age_s)
         metrics = {metric.name: metric for metric in snapshot.schema.metrics}
-        for name, value in snapshot.counters.items():
-            add(metric_name(name), "counter", _describe(metrics.get(name), name), labels, value)
+        for name, count in snapshot.counters.items():
+            add(metric_name(name), "counter", _describe(metrics.get(name), name), labels, count)
         for name, value in snapshot.gauges.items():
             add(metric_name(name), "gauge", _describe(metrics.get(name), name), labels, value)
         fields = {item.name: item for item in snapshot.schema.snapshot}
@@ -238,37 +240,45 @@ class Collector:
         # they are replaced (a resumed run writes a new file).
         self._expired: dict[Path, tuple[int, int]] = {}
 
-    def collect(self) -> list[tuple[str, int, Snapshot]]:
-        found: list[tuple[str, int, Snapshot]] = []
+    def collect(self) -> list[tuple[str, Snapshot]]:
+        """(run id, snapshot) of every run to export now."""
+        found: list[tuple[str, Snapshot]] = []
         seen: set[Path] = set()
         try:
             run_dirs = runs.list_run_dirs(self.root)
         except OSError:  # the root vanished or changed while being listed
             run_dirs = []
         for run_dir in run_dirs:
-            for rank, path in runs.metrics_files(run_dir):
-                seen.add(path)
-                try:
-                    status = os.stat(path)
-                except OSError:
-                    continue
-                identity = (status.st_dev, status.st_ino)
-                if self._expired.get(path) == identity:
-                    continue
-                snapshot = self._snapshot(path)
-                if snapshot is None:
-                    continue
-                if (snapshot.status in FINAL_STATUSES
-                        and snapshot.heartbeat_age_s > self.keep_finished_s):
-                    self._expired[path] = identity
-                    self._forget(path)
-                    continue
-                found.append((run_dir.name, rank, snapshot))
+            path = run_dir / runs.METRICS_FILE
+            seen.add(path)
+            snapshot = self._exportable(path)
+            if snapshot is not None:
+                found.append((run_dir.name, snapshot))
         for path in [path for path in self._readers if path not in seen]:
             self._forget(path)
         self._expired = {path: identity for path, identity in self._expired.items()
                          if path in seen}
         return found
+
+    def _exportable(self, path: Path) -> Snapshot | None:
+        """The file's snapshot; None when it is missing or unreadable, or its run ended more
+        than --keep-finished seconds ago (remembered by file identity until it is replaced)."""
+        try:
+            status = os.stat(path)
+        except OSError:
+            return None
+        identity = (status.st_dev, status.st_ino)
+        if self._expired.get(path) == identity:
+            return None
+        snapshot = self._snapshot(path)
+        if snapshot is None:
+            return None
+        if (snapshot.status in FINAL_STATUSES
+                and snapshot.heartbeat_age_s > self.keep_finished_s):
+            self._expired[path] = identity
+            self._forget(path)
+            return None
+        return snapshot
 
     def _snapshot(self, path: Path) -> Snapshot | None:
         for _ in range(2):  # a file replaced since the last scrape is opened again once
@@ -457,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
         raise _Stop
 
     previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGTERM, signal.SIGINT)}
-    bound_host, bound_port = server.server_address[:2]
+    bound_host, bound_port = server.socket.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     print(f"{PROG}: serving http://{shown}:{bound_port}/metrics for the runs under {root}",
           flush=True)

@@ -3,8 +3,8 @@
 A run stopped early on request (SIGTERM, Ctrl-C) shows as `interrupted`; `--json` keeps the
 documented status (`finished`) and says `"interrupted": true`, as `operant monitor --json`.
 
-Reads each run's metrics file read-only; a run whose file is missing or unreadable is listed
-with status `unknown` and the reason, so one bad run never hides the others.
+The rows come from operant.monitor.listing (a run whose metrics file is missing or unreadable
+is listed with status `unknown` and the reason); this module prints them as a table or JSON.
 """
 
 from __future__ import annotations
@@ -12,37 +12,15 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-import time
-from pathlib import Path
 
 import msgspec
 
 from operant.monitor.cli import format_age, format_value
-from operant.shared.reader import MetricsFileError, MetricsReader, shown_status
-from operant.shared.runs import METRICS_FILE, list_run_dirs, runs_root
+from operant.monitor.listing import RunRow, list_runs
+from operant.shared.reader import shown_status
+from operant.shared.runs import runs_root
 
 PROG = "operant runs"
-STATUS_UNKNOWN = "unknown"
-
-
-class RunRow(msgspec.Struct, kw_only=True):
-    """One line of the listing; `--json` prints a list of these."""
-
-    run_id: str
-    env_id: str = ""
-    status: str = STATUS_UNKNOWN
-    """As `operant monitor --json` says it: running, finished, failed, crashed, stalled."""
-    interrupted: bool = False
-    """Finished early on request (SIGTERM, Ctrl-C): the table shows it as `interrupted`."""
-    global_step: int | None = None
-    sps: float | None = None
-    episode_return_mean: float | None = None
-    age_s: float | None = None
-    """Since the run was created."""
-    heartbeat_age_s: float | None = None
-    path: str = ""
-    error: str = ""
-    """Why the status is unknown."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: --runs-dir {root} is not a directory", file=sys.stderr)
         return 1
     try:
-        rows = [describe_run(run_dir) for run_dir in list_run_dirs(root)]
+        rows = list_runs(root)
     except OSError as error:
         print(f"{PROG}: cannot list {root} ({error.strerror})", file=sys.stderr)
         return 1
@@ -75,40 +53,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(render_table(rows))
     return 0
-
-
-def describe_run(run_dir: Path) -> RunRow:
-    path = run_dir / METRICS_FILE
-    row = RunRow(run_id=run_dir.name, path=str(path))
-    if not path.exists():
-        row.error = "no metrics file yet"
-        try:
-            row.age_s = max(0.0, time.time() - run_dir.stat().st_mtime)
-        except OSError:
-            row.error = "removed while listing"
-        return row
-    try:
-        with MetricsReader(path) as reader:
-            snapshot = reader.snapshot()
-    except MetricsFileError as error:
-        row.error = str(error)
-        return row
-    metrics = snapshot.metrics()
-    row.env_id = snapshot.env_id
-    row.status = snapshot.status
-    row.interrupted = snapshot.interrupted
-    row.global_step = _number(metrics.get("global_step"), int)
-    row.sps = _number(metrics.get("sps"), float)
-    row.episode_return_mean = _number(metrics.get("episode_return_mean"), float)
-    row.age_s = max(0.0, time.time() - snapshot.created_wall_ns / 1e9)
-    row.heartbeat_age_s = snapshot.heartbeat_age_s
-    return row
-
-
-def _number(value: object, kind: type) -> int | float | None:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return kind(value)
-    return None
 
 
 def _format_rate(sps: float | None) -> str:

@@ -26,14 +26,13 @@ import psutil
 from textual.message import Message
 from textual.message_pump import MessagePump
 
-from operant.monitor.runs_cmd import RunRow, describe_run
+from operant.monitor.listing import RunRow, list_runs
 from operant.shared import metrics_layout as fmt
-from operant.shared.reader import MetricsFileError, MetricsReader
+from operant.shared.reader import MetricsFileError, MetricsReader, Snapshot
 from operant.shared.runs import (
     LATEST_NAME,
     METRICS_FILE,
     RunNotFoundError,
-    list_run_dirs,
     resolve_run,
 )
 
@@ -191,7 +190,7 @@ class ReaderSource:
 
     def runs(self) -> list[RunRow]:
         try:
-            return [describe_run(run_dir) for run_dir in list_run_dirs(self.root)]
+            return list_runs(self.root)
         except OSError:  # the runs root is unreadable or went away: nothing to pick from
             return []
 
@@ -229,7 +228,8 @@ class ReaderSource:
             if self._run_dir is not None and self._follow:
                 self._notice = f"following latest: switched to the newer run {run_dir.name}"
             self._switch(run_dir, "")
-        if self._reader is None:
+        reader = self._reader
+        if reader is None:
             path = run_dir / METRICS_FILE
             if not path.exists():
                 if self._last is None:
@@ -239,10 +239,9 @@ class ReaderSource:
                 return self._stale(f"{path}: the metrics file is gone (run directory "
                                    "cleaned up?)")
             try:
-                self._open(path)
+                reader = self._open(path)
             except MetricsFileError as error:
                 return self._stale(str(error))
-        reader = self._reader
         try:
             snapshot = reader.snapshot()
             history = reader.history(self._history_head)
@@ -253,6 +252,10 @@ class ReaderSource:
             self._wake.set()
             return self._stale(str(error))
         self._add_history(history)
+        return self._finish(self._view(run_dir, snapshot, history.head))
+
+    def _view(self, run_dir: Path, snapshot: Snapshot, history_head: int) -> RunView:
+        """What to draw for one good read of the run."""
         now = self.clock()
         created = snapshot.created_wall_ns / 1e9
         if snapshot.status in ("running", "stalled"):
@@ -260,7 +263,7 @@ class ReaderSource:
         else:
             uptime = snapshot.heartbeat_wall_ns / 1e9 - created
         metrics = snapshot.metrics()
-        return self._finish(RunView(
+        return RunView(
             run_id=snapshot.run_id or run_dir.name,
             run_dir=str(run_dir),
             env_id=snapshot.env_id,
@@ -276,17 +279,17 @@ class ReaderSource:
             metrics=metrics,
             columns=self._columns,
             history=self._curve_tuples,
-            history_head=history.head,
+            history_head=history_head,
             process=self._process_info(snapshot.status, snapshot.hostname, metrics),
             following=self._follow,
-        ))
+        )
 
     def _resolve(self) -> Path:
         if self._run is None and not self._follow and self._run_dir is not None:
             return self._run_dir  # --latest without --follow stays on the run it found
         return resolve_run(self.root, self._run)
 
-    def _open(self, path: Path) -> None:
+    def _open(self, path: Path) -> MetricsReader:
         reader = MetricsReader(path)
         schema = reader.schema
         columns = [MetricInfo(m.name, m.kind, m.unit, m.description) for m in schema.metrics
@@ -310,6 +313,7 @@ class ReaderSource:
                     self._process = process
             except psutil.Error:
                 self._process = None
+        return reader
 
     def _add_history(self, history) -> None:
         names = list(self._curves)

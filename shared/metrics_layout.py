@@ -17,7 +17,7 @@ from __future__ import annotations
 import socket
 import struct
 import zlib
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -123,11 +123,6 @@ KIND_COUNTER = "counter"
 KIND_GAUGE = "gauge"
 KIND_TEXT = "text"
 MetricKind = Literal["counter", "gauge", "text"]
-
-# Names the trainer publishes that scripts rely on (the `--json` contract); every other metric
-# is whatever the schema describes.
-WELL_KNOWN = ("global_step", "episodes", "updates", "sps", "episode_return_mean",
-              "episode_return_min", "episode_return_max", "episode_length_mean")
 
 
 class Metric(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -372,7 +367,7 @@ def compute_layout(schema: Schema, schema_length: int, history_capacity: int) ->
 def pack_header(layout: Layout, *, schema_crc32: int, pid: int, pid_start_time: float,
                 heartbeat_interval_ns: int, created_wall_ns: int) -> bytes:
     """The first HEADER_SIZE bytes of a new file (state initializing, heartbeat and head 0)."""
-    fields = {name: 0 for name, _ in HEADER_FIELDS}
+    fields: dict[str, Any] = {name: 0 for name, _ in HEADER_FIELDS}
     fields.update(msgspec.structs.asdict(layout))
     fields.update(
         magic=MAGIC, version_major=VERSION_MAJOR, version_minor=VERSION_MINOR,
@@ -384,8 +379,9 @@ def pack_header(layout: Layout, *, schema_crc32: int, pid: int, pid_start_time: 
     return packed + bytes(HEADER_SIZE - len(packed))
 
 
-def unpack_header(prefix: bytes) -> dict[str, int | float | bytes]:
-    """The header fields of the first IDENTITY_SIZE bytes, by name (no validation)."""
+def unpack_header(prefix: bytes) -> dict[str, Any]:
+    """The header fields of the first IDENTITY_SIZE bytes, by name (no validation); each value
+    has its struct code's type (bytes for `magic`, float for `pid_start_time`, else int)."""
     values = HEADER_STRUCT.unpack_from(prefix)
     return {name: value for (name, _), value in zip(HEADER_FIELDS, values)}
 

@@ -1,3 +1,4 @@
+# Over 400 lines: the whole read protocol in one place, to audit against docs/metrics-file.md.
 """The metrics-file reader: attaches read-only to a trainer's `metrics.bin` and returns frozen
 snapshots, history records and the run's liveness.
 
@@ -29,6 +30,7 @@ import stat
 import struct
 import sys
 import time
+from typing import Any
 
 import msgspec
 import psutil
@@ -141,7 +143,7 @@ class MetricsReader:
         """Seqlock reads that had to be repeated because the writer was mid-write."""
         self._fd = -1
         self._mm: mmap.mmap | None = None
-        self._views: list[memoryview] = []
+        self._views: list[memoryview[Any]] = []
         if sys.byteorder != "little":
             raise MetricsFileError(f"{self.path}: this reader needs a little-endian host "
                                    "(the metrics file is little-endian)")
@@ -187,21 +189,7 @@ class MetricsReader:
             raise self._fail(f"is truncated: {size} bytes, shorter than the "
                              f"{fmt.IDENTITY_SIZE}-byte header")
         header = fmt.unpack_header(prefix)
-        major, minor = header["version_major"], header["version_minor"]
-        if header["endian_tag"] != fmt.ENDIAN_TAG:
-            if header["endian_tag"] == int.from_bytes(
-                    fmt.ENDIAN_TAG.to_bytes(4, "little"), "big"):
-                raise self._fail("was written on a big-endian host; the format is "
-                                 "little-endian only")
-            raise self._fail("has a corrupt header (byte-order tag)")
-        if major > fmt.VERSION_MAJOR:
-            raise self._fail(f"uses metrics format {major}.{minor}, newer than this reader "
-                             f"({fmt.VERSION_MAJOR}.x): upgrade operant to read it")
-        if major < fmt.VERSION_MAJOR:
-            raise self._fail(f"uses metrics format {major}.{minor}, older than this reader "
-                             f"supports ({fmt.VERSION_MAJOR}.x): read it with the operant "
-                             "version that wrote it")
-        self.format_version = f"{major}.{minor}"
+        self.format_version = self._check_version(header)
         header_size = header["header_size"]
         if header_size < fmt.HEADER_SIZE or header_size % fmt.CACHE_LINE:
             raise self._fail(f"has a corrupt header (header size {header_size})")
@@ -224,15 +212,33 @@ class MetricsReader:
         self.heartbeat_interval_s = header["heartbeat_interval_ns"] / 1e9
         self.created_wall_ns = header["created_wall_ns"]
 
-        self._mm = mmap.mmap(self._fd, file_size, access=mmap.ACCESS_READ)
-        blob = self._mm[layout.schema_offset:layout.schema_offset + layout.schema_length]
+        self._mm = mm = mmap.mmap(self._fd, file_size, access=mmap.ACCESS_READ)
+        blob = mm[layout.schema_offset:layout.schema_offset + layout.schema_length]
         if fmt.schema_crc32(blob) != header["schema_crc32"]:
             raise self._fail("has a corrupted schema blob (checksum mismatch)")
         try:
             schema = fmt.decode_schema(blob)
         except (msgspec.DecodeError, msgspec.ValidationError) as error:
             raise self._fail(f"has a corrupted schema blob ({error})") from None
-        self._bind(schema, layout)
+        self._bind(schema, layout, mm)
+
+    def _check_version(self, header: dict[str, Any]) -> str:
+        """The file's "major.minor" once its byte order and major version are readable here."""
+        major, minor = header["version_major"], header["version_minor"]
+        if header["endian_tag"] != fmt.ENDIAN_TAG:
+            if header["endian_tag"] == int.from_bytes(
+                    fmt.ENDIAN_TAG.to_bytes(4, "little"), "big"):
+                raise self._fail("was written on a big-endian host; the format is "
+                                 "little-endian only")
+            raise self._fail("has a corrupt header (byte-order tag)")
+        if major > fmt.VERSION_MAJOR:
+            raise self._fail(f"uses metrics format {major}.{minor}, newer than this reader "
+                             f"({fmt.VERSION_MAJOR}.x): upgrade operant to read it")
+        if major < fmt.VERSION_MAJOR:
+            raise self._fail(f"uses metrics format {major}.{minor}, older than this reader "
+                             f"supports ({fmt.VERSION_MAJOR}.x): read it with the operant "
+                             "version that wrote it")
+        return f"{major}.{minor}"
 
     def _check_regions(self, layout: fmt.Layout, header_size: int) -> None:
         if layout.value_stride < 8 or layout.value_stride % 8:
@@ -254,10 +260,13 @@ class MetricsReader:
                 raise self._fail(f"has a corrupt header ({name} region ends past the file)")
             previous_end, previous_name = offset + size, name
 
-    def _bind(self, schema: fmt.Schema, layout: fmt.Layout) -> None:
+    def _bind(self, schema: fmt.Schema, layout: fmt.Layout, mm: mmap.mmap) -> None:
         """Check the schema against the layout, then precompute every word to read."""
         names: set[str] = set()
-        counters, gauges, texts = [], [], []
+        # (name, word index) of counters and gauges; (name, byte offset) of text slots.
+        counters: list[tuple[str, int]] = []
+        gauges: list[tuple[str, int]] = []
+        texts: list[tuple[str, int]] = []
         for metric in schema.metrics:
             if metric.name in names:
                 raise self._fail(f"has a corrupted schema blob (name {metric.name!r} twice)")
@@ -278,7 +287,7 @@ class MetricsReader:
             raise self._fail("has a corrupted schema blob (history fields vs. header)")
         self.schema = schema
         self._counters, self._gauges, self._texts = counters, gauges, texts
-        view = memoryview(self._mm)
+        view = memoryview(mm)
         self._q = view.cast("Q")
         self._d = view.cast("d")
         self._views = [self._q, self._d, view]
@@ -315,6 +324,12 @@ class MetricsReader:
 
     def __del__(self) -> None:
         self.close()
+
+    def _mapping(self) -> mmap.mmap:
+        """The mapped file, or MetricsFileError once the reader is closed."""
+        if self._mm is None:
+            raise MetricsFileError(f"{self.path}: the reader is closed")
+        return self._mm
 
     def check(self) -> None:
         """Raise MetricsFileError if the file was shrunk, replaced by another file, or removed
@@ -365,7 +380,7 @@ class MetricsReader:
                                     self._mm, self._snapshot_start)
 
     def _read_text(self, offset: int, size: int, what: str) -> str:
-        data = self._read_seqlocked(offset // 8, self._mm.__getitem__,
+        data = self._read_seqlocked(offset // 8, self._mapping().__getitem__,
                                     slice(offset + 8, offset + size))
         if data is None:
             return ""
@@ -483,7 +498,7 @@ class MetricsReader:
         then races the writer's overwrites from the far end and keeps the newest records.
         """
         self.check()
-        layout, q, mm = self.layout, self._q, self._mm
+        layout, q, mm = self.layout, self._q, self._mapping()
         head = q[fmt.HISTORY_HEAD_OFFSET // 8]
         start = max(since_head, head - layout.history_capacity, 0)
         unpack_from = self._history_struct.unpack_from

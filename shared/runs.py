@@ -20,14 +20,11 @@ RUNS_DIR_ENV = "OPERANT_RUNS_DIR"
 LATEST_NAME = "latest"
 RUN_FILE = "run.json"
 METRICS_FILE = "metrics.bin"
-# Distributed runs: rank 0 writes METRICS_FILE, rank N > 0 its own section in this file.
-RANK_METRICS_FILE = "metrics.rank{rank}.bin"
 PROGRESS_FILE = "progress.jsonl"
 CHECKPOINT_DIR = "checkpoints"
 LOG_FILE = "train.log"
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_RANK_METRICS = re.compile(r"^metrics\.rank([1-9][0-9]*)\.bin$")
 
 
 class RunNotFoundError(Exception):
@@ -134,15 +131,3 @@ def list_run_dirs(root: Path) -> list[Path]:
             if p.is_dir() and not p.is_symlink() and valid_run_id(p.name)]
     return sorted(runs, key=lambda p: (p.stat().st_mtime, p.name))
 
-
-def metrics_files(run_dir: Path) -> list[tuple[int, Path]]:
-    """(rank, path) of every metrics file in a run directory, rank 0 first; a directory that
-    cannot be listed has none."""
-    try:
-        names = os.listdir(run_dir)
-    except OSError:
-        return []
-    files = [(0, run_dir / METRICS_FILE)] if METRICS_FILE in names else []
-    ranked = [(int(match.group(1)), run_dir / name)
-              for name in names if (match := _RANK_METRICS.match(name))]
-    return files + sorted(ranked)

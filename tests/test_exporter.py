@@ -222,7 +222,7 @@ def test_exporter_serves_a_live_run_that_matches_the_reader(tmp_path, exporter, 
     assert value(samples, "operant_run_interrupted", **run) == 1
 
     # A finished run stays for --keep-finished seconds after its last heartbeat, then goes.
-    assert [run_id for run_id, _, _ in Collector(tmp_path, 600).collect()] == ["live"]
+    assert [run_id for run_id, _ in Collector(tmp_path, 600).collect()] == ["live"]
     assert Collector(tmp_path, 0).collect() == []
 
     process.send_signal(signal.SIGTERM)

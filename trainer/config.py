@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 import tomllib
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -239,7 +240,8 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
     key, sep, value = assignment.partition("=")
     key = key.strip()
     if not sep or not key:
-        raise ConfigError(f"--set {assignment!r}: expected section.key=value, e.g. ppo.learning_rate=1e-3")
+        raise ConfigError(f"--set {assignment!r}: expected section.key=value, "
+                          "e.g. ppo.learning_rate=1e-3")
     parts = key.split(".")
     if len(parts) != 2 or not all(parts):
         raise ConfigError(f"--set {assignment!r}: the key must be section.key "
@@ -250,7 +252,7 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
     section[parts[1]] = _parse_value(value.strip())
 
 
-def load_config(path: str | os.PathLike[str] | None = None, overrides: list[str] = (),
+def load_config(path: str | os.PathLike[str] | None = None, overrides: Sequence[str] = (),
                 extra: dict[str, dict[str, Any]] | None = None) -> Config:
     """Config from a TOML file (optional), then `extra` (from dedicated flags), then `--set`s."""
     data: dict[str, Any] = {}

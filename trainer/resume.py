@@ -1,4 +1,5 @@
-"""Which run a trainer process trains, and from where: `operant-train [--resume RUN_ID|latest|auto]`.
+"""Which run a trainer process trains, and from where:
+`operant-train [--resume RUN_ID|latest|auto]`.
 
 - no `--resume`: a new run directory (an existing run id is refused);
 - `--resume RUN_ID` / `--resume latest`: continue that run from its newest checkpoint, in the
@@ -258,7 +259,7 @@ def progress_tail(path: Path, count: int) -> list[UpdateRecord]:
     updates (a damaged line, or one that is not a record, ends it), read from the end of the
     file."""
     try:
-        handle = open(path, "rb")
+        handle = open(path, "rb")  # noqa: SIM115 (only open's FileNotFoundError is caught)
     except FileNotFoundError:
         return []
     with handle:

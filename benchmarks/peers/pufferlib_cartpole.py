@@ -52,9 +52,8 @@ import time
 from collections import deque
 
 import numpy as np
-import torch
-
 import pufferlib.pufferl as pufferl
+import torch
 
 ENV_NAME = "puffer_cartpole"
 CAP = 200             # Ocean CartPole MAX_STEPS
@@ -136,7 +135,7 @@ def main():
         pargs["rnn_name"] = None
         pargs["train"]["use_rnn"] = False
 
-    devnull = open(os.devnull, "w")
+    devnull = open(os.devnull, "w")  # noqa: SIM115 (silences PufferLib for the whole run)
     t_init = time.perf_counter()
     with contextlib.redirect_stdout(devnull):
         vecenv = pufferl.load_env(ENV_NAME, pargs)
@@ -191,7 +190,8 @@ def main():
         "steps_to_solve": None,
         "solve_equiv_s": None if watch.solve_equiv_s is None else round(watch.solve_equiv_s, 2),
         "steps_to_solve_equiv": watch.steps_to_solve_equiv,
-        "solve_equiv_rule": f"mean score (episode length) of latest >={WINDOW} episodes >= {EQUIV_SCORE:g} of a {CAP}-step cap",
+        "solve_equiv_rule": f"mean score (episode length) of latest >={WINDOW} episodes "
+                            f">= {EQUIV_SCORE:g} of a {CAP}-step cap",
         "env": ENV_NAME,
         "episode_cap": CAP,
         "total_timesteps": steps,

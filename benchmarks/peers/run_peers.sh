@@ -41,7 +41,8 @@
 #   runs `pip install --no-build-isolation`. Set SKIP_PUFFER=1 to skip it.
 #
 # Usage
-#   benchmarks/peers/run_peers.sh [OUTPUT.jsonl]   (default benchmarks/results/peers.jsonl)
+#   benchmarks/peers/run_peers.sh [OUTPUT.jsonl]   (default benchmarks/results/peers.jsonl;
+#   results/ is untracked scratch: records that docs cite are copied to benchmarks/records/)
 #   env: SEEDS="1 2 3" (SEEDS="" installs only)  ONLY=sb3|pufferlib  BENCH_LOCK=/tmp/operant-bench.lock
 #        SB3_DEFAULT_STEPS=200000 SB3_ZOO_STEPS=100000
 #        PUFFER_LSTM_STEPS=2000000 PUFFER_MLP_STEPS=20000000

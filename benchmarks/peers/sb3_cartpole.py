@@ -30,11 +30,10 @@ import platform
 import time
 from collections import deque
 
-import numpy as np
-import torch
-
 import gymnasium
+import numpy as np
 import stable_baselines3
+import torch
 from stable_baselines3 import PPO
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env

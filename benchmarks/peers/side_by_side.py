@@ -9,7 +9,7 @@ table of median steps/s and the ratios docs/performance.md quotes.
 
 The peers train a short budget here (SB3 20K steps, PufferLib 1M with the LSTM and 5M
 without): enough for a steady steps/s, which is what is compared; their time to solve comes
-from the full-budget runs in benchmarks/results/peers.jsonl. Takes about 6 minutes.
+from the full-budget runs in benchmarks/records/peers.jsonl. Takes about 6 minutes.
 """
 
 from __future__ import annotations

@@ -1,0 +1,82 @@
+"""Every run under a runs root with its status, steps, SPS and age: the rows `operant runs`
+prints and the monitor's run picker shows.
+
+The data layer both of them read (no formatting, no command line). Each run's metrics file is
+opened read-only; a run whose file is missing or unreadable gets status `unknown` and the
+reason, so one bad run never hides the others.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import msgspec
+
+from operant.shared.reader import MetricsFileError, MetricsReader
+from operant.shared.runs import METRICS_FILE, list_run_dirs
+
+STATUS_UNKNOWN = "unknown"
+_Number = TypeVar("_Number", int, float)
+
+
+class RunRow(msgspec.Struct, kw_only=True):
+    """One run of the listing; `operant runs --json` prints a list of these."""
+
+    run_id: str
+    env_id: str = ""
+    status: str = STATUS_UNKNOWN
+    """As `operant monitor --json` says it: running, finished, failed, crashed, stalled."""
+    interrupted: bool = False
+    """Finished early on request (SIGTERM, Ctrl-C): the table shows it as `interrupted`."""
+    global_step: int | None = None
+    sps: float | None = None
+    episode_return_mean: float | None = None
+    age_s: float | None = None
+    """Since the run was created."""
+    heartbeat_age_s: float | None = None
+    path: str = ""
+    error: str = ""
+    """Why the status is unknown."""
+
+
+def list_runs(root: Path) -> list[RunRow]:
+    """A row for every run under `root`, oldest first; OSError when `root` cannot be listed."""
+    return [describe_run(run_dir) for run_dir in list_run_dirs(root)]
+
+
+def describe_run(run_dir: Path) -> RunRow:
+    """The row of one run directory, read from its metrics file when there is one."""
+    path = run_dir / METRICS_FILE
+    row = RunRow(run_id=run_dir.name, path=str(path))
+    if not path.exists():
+        row.error = "no metrics file yet"
+        try:
+            row.age_s = max(0.0, time.time() - run_dir.stat().st_mtime)
+        except OSError:
+            row.error = "removed while listing"
+        return row
+    try:
+        with MetricsReader(path) as reader:
+            snapshot = reader.snapshot()
+    except MetricsFileError as error:
+        row.error = str(error)
+        return row
+    metrics = snapshot.metrics()
+    row.env_id = snapshot.env_id
+    row.status = snapshot.status
+    row.interrupted = snapshot.interrupted
+    row.global_step = _number(metrics.get("global_step"), int)
+    row.sps = _number(metrics.get("sps"), float)
+    row.episode_return_mean = _number(metrics.get("episode_return_mean"), float)
+    row.age_s = max(0.0, time.time() - snapshot.created_wall_ns / 1e9)
+    row.heartbeat_age_s = snapshot.heartbeat_age_s
+    return row
+
+
+def _number(value: object, kind: Callable[[float], _Number]) -> _Number | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return kind(value)
+    return None

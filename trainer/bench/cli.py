@@ -1,0 +1,179 @@
+"""`operant bench`: throughput, measured the same way every time.
+
+Modes:
+  env_only      env steps/s of one env id per implementation and num_envs, next to
+                Gymnasium's own vectorised env measured in the same run (ratio printed);
+                --validate first steps every implementation beside Gymnasium's env and
+                compares (operant.envs.parity);
+  trainer       end-to-end PPO training: steps/s and wall-clock seconds to reach a target
+                mean return over the last 100 episodes, per seed, with the time per phase and
+                this machine's compute bound for the same network and epochs;
+  trainer_eval  the rollout alone (policy forward + sampling + env + storage, no update):
+                what acting costs, per round.
+
+--matrix sweeps --num-envs x --num-steps x --minibatches (trainer modes) and reports the
+best stable configuration. Every result is one JSON record (config, versions, machine,
+per-round numbers, median and coefficient of variation, phase breakdown, memory growth)
+printed and, with --output, written to a file; --baseline FILE... prints this run's medians
+as ratios to earlier records of the same mode; --plot DIR draws the PNGs docs/performance.md
+shows. Exit codes: 0 ok; 1 a measurement was unstable (CV above --max-cv), below an enforced
+--target-sps, or grew memory by more than --max-mem-delta after warm-up; 2 bad input, or a
+--validate parity mismatch. A benchmark never runs inside the test suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from operant.shared import atomic
+from operant.trainer.bench.compare import _load_baselines, _status, compare
+from operant.trainer.bench.measure import (
+    bench_env_only,
+    bench_trainer,
+    bench_trainer_eval,
+    machine,
+)
+from operant.trainer.bench.plot import plot
+
+EXIT_USAGE = 2
+EXIT_PARITY = 2  # a --validate mismatch: the numbers would be for the wrong dynamics
+MODES = ("env_only", "trainer", "trainer_eval")
+ENV_ONLY_NUM_ENVS = [256, 4096, 16384]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"operant bench: {message} (see operant bench --help)\n")
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) <= 0:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="operant bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("mode", choices=MODES)
+    parser.add_argument("--env", default="CartPole-v1", help="env id")
+    parser.add_argument("--impl", default="native", help="comma-separated impls (env_only)")
+    parser.add_argument("--num-envs", type=_int_list,
+                        help="comma-separated env counts (env_only: default 256,4096,16384; "
+                             "trainer modes: the config's, several only with --matrix)")
+    parser.add_argument("--num-steps", type=_int_list,
+                        help="trainer modes: rollout steps per env (ppo.num_steps)")
+    parser.add_argument("--minibatches", type=_int_list,
+                        help="trainer modes: minibatches per epoch (ppo.num_minibatches)")
+    parser.add_argument("--matrix", action="store_true",
+                        help="trainer modes: sweep num-envs x num-steps x minibatches and report "
+                             "the best stable configuration")
+    parser.add_argument("--warmup", type=int, default=2,
+                        help="trainer modes: updates (trainer) or rollouts (trainer_eval) before "
+                             "memory is baselined and rounds are timed")
+    parser.add_argument("--total-steps", type=int,
+                        help="trainer: env steps per run (train.total_steps)")
+    parser.add_argument("--validate", action="store_true",
+                        help="env_only: step each impl beside Gymnasium's env first and exit 2 "
+                             "on any disagreement")
+    parser.add_argument("--validate-steps", type=int, default=200,
+                        help="env_only: steps of the --validate shadow run")
+    parser.add_argument("--max-mem-delta", type=float, metavar="MB",
+                        help="exit 1 if resident memory grows by more than this after warm-up")
+    parser.add_argument("--no-bound", action="store_true",
+                        help="trainer: skip measuring the compute bound")
+    parser.add_argument("--plot", metavar="DIR",
+                        help="write PNG plots (SPS vs num_envs, phase breakdown) into DIR")
+    parser.add_argument("--rounds", type=int, default=5, help="measured rounds (median reported)")
+    parser.add_argument("--round-seconds", type=float, default=0.5,
+                        help="approximate length of one env_only round")
+    parser.add_argument("--no-gymnasium", action="store_true",
+                        help="env_only: skip Gymnasium's vectorised env")
+    parser.add_argument("--seeds", type=_int_list, default=[1, 2, 3],
+                        help="trainer: comma-separated seeds, one run each (a round)")
+    parser.add_argument("--target-return", type=float, default=475.0,
+                        help="trainer: stop a run once the last-100 mean return reaches this")
+    parser.add_argument("--config", help="trainer modes: TOML config")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        help="trainer modes: config override section.key=value")
+    parser.add_argument("--max-cv", type=float, default=0.20,
+                        help="coefficient of variation above which a result is unstable")
+    parser.add_argument("--target-sps", type=float, help="minimum median steps/s")
+    parser.add_argument("--enforce-target", action="store_true",
+                        help="exit 1 when the median is below --target-sps")
+    parser.add_argument("--output", help="write the JSON record here")
+    parser.add_argument("--baseline", nargs="+", default=[], metavar="FILE",
+                        help="earlier --output records of the same mode: print this run's "
+                             "median steps/s as a ratio to each")
+    return parser
+
+
+def _usage_problem(args: argparse.Namespace) -> str | None:
+    if args.rounds < 1:
+        return "--rounds must be at least 1"
+    if args.warmup < 0:
+        return "--warmup must be 0 or more"
+    if args.validate and args.mode != "env_only":
+        return "--validate is an env_only option (training is validated by tests/test_learning.py)"
+    if args.validate_steps < 1:
+        return "--validate-steps must be at least 1"
+    if args.mode == "env_only" and (args.matrix or args.num_steps or args.minibatches):
+        return "--matrix, --num-steps and --minibatches are for the trainer modes"
+    if args.total_steps is not None and args.total_steps < 1:
+        return "--total-steps must be positive"
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            return "--plot needs matplotlib: pip install 'operant-rl[bench]'"
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    problem = _usage_problem(args)
+    if problem:
+        print(f"operant bench: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.mode == "env_only" and args.num_envs is None:
+        args.num_envs = ENV_ONLY_NUM_ENVS
+    try:
+        baselines = _load_baselines(args.baseline, args.mode)
+    except ValueError as error:
+        print(f"operant bench: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    from operant.trainer.config import ConfigError
+    from operant.envs import EnvError
+
+    record: dict[str, Any] = {"mode": args.mode, "args": vars(args), "machine": machine(),
+                              "time": time.time()}
+    run = {"env_only": bench_env_only, "trainer": bench_trainer,
+           "trainer_eval": bench_trainer_eval}[args.mode]
+    try:
+        record.update(run(args))
+    except (ConfigError, EnvError, ValueError) as error:
+        print(f"operant bench: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    validated = all(report["ok"] for report in record.get("validation", []))
+    if baselines and validated:
+        record["baselines"] = compare(record, baselines)
+    text = json.dumps(record, indent=2)
+    if args.output:
+        atomic.write_text(args.output, text + "\n")
+    if not validated:
+        print("operant bench: --validate: the implementation disagrees with Gymnasium; "
+              "nothing was measured", file=sys.stderr)
+        return EXIT_PARITY
+    if args.plot:
+        for path in plot(record, Path(args.plot)):
+            print(f"plot: {path}", flush=True)
+    return _status(record, args)
+
