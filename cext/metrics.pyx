@@ -1,3 +1,4 @@
+# Over 400 lines: the writer of the whole metrics-file layout (docs/metrics-file.md) in one place.
 # cython: language_level=3
 """The metrics-file writer: lock-free publication from the trainer into `metrics.bin`.
 

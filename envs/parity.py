@@ -70,6 +70,27 @@ def _gymnasium_env(env_id: str):
     return gymnasium.make(env_id).unwrapped
 
 
+def _inject(shadows: list[Any], state: np.ndarray) -> None:
+    """Put env i's state (column i of `state`) into shadow i, as a fresh non-terminal state."""
+    for i, shadow in enumerate(shadows):
+        shadow.state = np.array(state[:, i], dtype=np.float64)
+        if hasattr(shadow, "steps_beyond_terminated"):
+            shadow.steps_beyond_terminated = None
+
+
+def _first_mismatch(checks: tuple[tuple[str, np.ndarray, np.ndarray, bool], ...]) -> str:
+    """'env I: FIELD GOT where Gymnasium gives WANT' for the first disagreeing (field, env) of
+    `checks` ((field, got, want, exact) per field, in order), or '' when all agree."""
+    for name, got, want, exact in checks:
+        equal = (got == want) if exact else np.isclose(got, want, rtol=RTOL, atol=ATOL)
+        if equal.ndim > 1:
+            equal = equal.all(axis=tuple(range(1, equal.ndim)))
+        if not equal.all():
+            i = int(np.flatnonzero(~equal)[0])
+            return f"env {i}: {name} {got[i]!r} where Gymnasium gives {want[i]!r}"
+    return ""
+
+
 def shadow_check(env_id: str, impl: str = "native", num_envs: int = 256, steps: int = 200,
                  seed: int = 0,
                  reference: Callable[[str], Any] | None = None) -> ParityReport:
@@ -93,10 +114,7 @@ def shadow_check(env_id: str, impl: str = "native", num_envs: int = 256, steps: 
     try:
         for t in range(steps):
             state = _state(env)
-            for i, shadow in enumerate(shadows):
-                shadow.state = np.array(state[:, i], dtype=np.float64)
-                if hasattr(shadow, "steps_beyond_terminated"):
-                    shadow.steps_beyond_terminated = None
+            _inject(shadows, state)
             actions = random_actions(env, rng)
             per_env = actions.tolist() if isinstance(space, spaces.Discrete) else list(actions)
             if impl == "torch":
@@ -117,19 +135,14 @@ def shadow_check(env_id: str, impl: str = "native", num_envs: int = 256, steps: 
             expected_truncated = (elapsed >= env.max_episode_steps) & ~expected_terminated
             done = expected_terminated | expected_truncated
             seen_obs = np.where(done[:, None], final_obs, obs)
-            checks = (("terminated", terminated.astype(bool), expected_terminated, True),
-                      ("truncated", truncated.astype(bool), expected_truncated, True),
-                      ("reward", rewards, expected_reward, False),
-                      ("observation", seen_obs, expected_obs, False))
-            for name, got, want, exact in checks:
-                equal = (got == want) if exact else np.isclose(got, want, rtol=RTOL, atol=ATOL)
-                if equal.ndim > 1:
-                    equal = equal.all(axis=tuple(range(1, equal.ndim)))
-                if not equal.all():
-                    i = int(np.flatnonzero(~equal)[0])
-                    report.mismatch = (f"{env_id} ({impl}) step {t}, env {i}: {name} "
-                                       f"{got[i]!r} where Gymnasium gives {want[i]!r}")
-                    return report
+            mismatch = _first_mismatch((
+                ("terminated", terminated.astype(bool), expected_terminated, True),
+                ("truncated", truncated.astype(bool), expected_truncated, True),
+                ("reward", rewards, expected_reward, False),
+                ("observation", seen_obs, expected_obs, False)))
+            if mismatch:
+                report.mismatch = f"{env_id} ({impl}) step {t}, {mismatch}"
+                return report
             elapsed[done] = 0
             report.compared += num_envs
             report.episodes_ended += int(done.sum())

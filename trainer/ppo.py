@@ -116,29 +116,9 @@ def ppo_update(policy: nn.Module, flat: FlatParameters, optimizer: FlatAdam,
         count = 0
         for start in range(0, batch, minibatch_size):
             mb = slice(start, start + minibatch_size)
-            logprob, entropy, value = policy.evaluate(e_obs[mb], e_actions[mb],
-                                                      entropy=need_entropy_grad)
-            log_ratio = logprob - e_logprobs[mb]
-            ratio = log_ratio.exp()
-            mb_advantages = e_advantages[mb]
-            if config.norm_adv:
-                mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
-            policy_loss = torch.max(
-                -mb_advantages * ratio,
-                -mb_advantages * ratio.clamp(1 - config.clip_coef, 1 + config.clip_coef),
-            ).mean()
-            mb_returns = e_returns[mb]
-            if config.clip_vloss:
-                mb_values = e_values[mb]
-                unclipped = (value - mb_returns) ** 2
-                clipped_value = mb_values + (value - mb_values).clamp(-config.clip_coef,
-                                                                      config.clip_coef)
-                value_loss = 0.5 * torch.max(unclipped, (clipped_value - mb_returns) ** 2).mean()
-            else:
-                value_loss = 0.5 * ((value - mb_returns) ** 2).mean()
-            loss = policy_loss + config.vf_coef * value_loss
-            if need_entropy_grad:
-                loss = loss - config.ent_coef * entropy.mean()
+            loss, policy_loss, value_loss, entropy, ratio, log_ratio = _minibatch_loss(
+                policy, config, need_entropy_grad, e_obs[mb], e_actions[mb], e_logprobs[mb],
+                e_advantages[mb], e_returns[mb], e_values[mb])
             flat.zero_grad()
             loss.backward()
             flat.clip_grad_norm_(config.max_grad_norm)
@@ -161,3 +141,30 @@ def ppo_update(policy: nn.Module, flat: FlatParameters, optimizer: FlatAdam,
     return PPOStatistics(policy_loss=means[0], value_loss=means[1], entropy=means[2],
                          approx_kl=means[3], clip_fraction=means[4],
                          explained_variance=explained, epochs=float(epochs_run))
+
+
+def _minibatch_loss(policy: nn.Module, config: PPOConfig, need_entropy_grad: bool,
+                    mb_obs: torch.Tensor, mb_actions: torch.Tensor, mb_logprobs: torch.Tensor,
+                    mb_advantages: torch.Tensor, mb_returns: torch.Tensor,
+                    mb_values: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """One minibatch's PPO loss: (total loss, clipped surrogate, value loss, entropy or None,
+    probability ratio, its log), the last four kept for the statistics."""
+    logprob, entropy, value = policy.evaluate(mb_obs, mb_actions, entropy=need_entropy_grad)
+    log_ratio = logprob - mb_logprobs
+    ratio = log_ratio.exp()
+    if config.norm_adv:
+        mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+    policy_loss = torch.max(
+        -mb_advantages * ratio,
+        -mb_advantages * ratio.clamp(1 - config.clip_coef, 1 + config.clip_coef),
+    ).mean()
+    if config.clip_vloss:
+        unclipped = (value - mb_returns) ** 2
+        clipped_value = mb_values + (value - mb_values).clamp(-config.clip_coef, config.clip_coef)
+        value_loss = 0.5 * torch.max(unclipped, (clipped_value - mb_returns) ** 2).mean()
+    else:
+        value_loss = 0.5 * ((value - mb_returns) ** 2).mean()
+    loss = policy_loss + config.vf_coef * value_loss
+    if need_entropy_grad:
+        loss = loss - config.ent_coef * entropy.mean()
+    return loss, policy_loss, value_loss, entropy, ratio, log_ratio
