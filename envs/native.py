@@ -49,7 +49,6 @@ from operant.envs.registry import (
 from operant.envs.render import RenderFace
 from operant.envs.seeding import check_seed, per_env_streams
 
-
 # Attributes of a kernel that make up an env's state (cext/kernel_common.pxi): what a
 # checkpoint saves and restores, besides the observation buffer. `stats`, a structured record,
 # is saved as its 8 float64 words (the form checkpoints have always stored it in).

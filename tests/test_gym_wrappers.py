@@ -23,7 +23,7 @@ from gymnasium.utils.env_checker import check_env
 from gymnasium.vector import AutoresetMode
 from gymnasium.wrappers import vector as wrappers
 
-import operant.envs  # noqa: F401  (registers operant/<id> with Gymnasium)
+import operant.envs
 from operant.envs import ENVS, make_env
 
 MODES = [AutoresetMode.SAME_STEP, AutoresetMode.NEXT_STEP]
