@@ -255,3 +255,19 @@ def test_reference_next_step_is_gymnasiums_own():
             np.testing.assert_array_equal(a, b)
     stats = ours.drain_episode_stats()
     assert stats.episodes == 8 and stats.length_sum == 8 * 20
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda mode: mode.value)
+def test_reward_and_action_wrappers_run_in_both_modes(mode):
+    raw = np.concatenate([result[1] for result in _run(_make("Pendulum-v1", mode=mode))[1:]])
+    doubled = wrappers.TransformReward(_make("Pendulum-v1", mode=mode), lambda r: 2 * r)
+    np.testing.assert_allclose(
+        np.concatenate([result[1] for result in _run(doubled)[1:]]), 2 * raw, rtol=1e-6)
+    clipped = wrappers.ClipReward(_make("Pendulum-v1", mode=mode), -0.5, 0.5)
+    np.testing.assert_allclose(np.concatenate([result[1] for result in _run(clipped)[1:]]),
+                               np.clip(raw, -0.5, 0.5), rtol=1e-6)
+    normalized = wrappers.NormalizeReward(_make("Pendulum-v1", mode=mode))
+    scaled = np.concatenate([result[1] for result in _run(normalized)[1:]])
+    assert np.all(np.isfinite(scaled)) and np.abs(scaled).max() < np.abs(raw).max()
+    within = wrappers.ClipAction(_make("Pendulum-v1", mode=mode))
+    assert all(np.all(np.isfinite(result[0])) for result in _run(within))
