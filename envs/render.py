@@ -65,11 +65,31 @@ def check_render_mode(render_mode: str | None) -> None:
     except ImportError:
         raise EnvError(f'render_mode="{render_mode}" draws with Gymnasium\'s renderer, which '
                        'needs pygame: pip install "operant-rl[render]"') from None
-    if render_mode == "human" and sys.platform.startswith("linux") and not any(
-            os.environ.get(name) for name in ("DISPLAY", "WAYLAND_DISPLAY", "SDL_VIDEODRIVER")):
+    if render_mode == "human" and not _has_display():
         raise EnvError('render_mode="human" needs a display, and there is none here (DISPLAY '
                        'and WAYLAND_DISPLAY are unset); use render_mode="rgb_array", or '
                        "operant eval RUN --video out.mp4")
+
+
+def _has_display() -> bool:
+    """Whether SDL can open a window here (or was told which driver to use)."""
+    return not sys.platform.startswith("linux") or any(
+        os.environ.get(name) for name in ("DISPLAY", "WAYLAND_DISPLAY", "SDL_VIDEODRIVER"))
+
+
+def _init_headless_display() -> None:
+    """With no display, start pygame's display on SDL's "dummy" driver before Gymnasium starts
+    it: SDL's own fallback works too, but prints "error: XDG_RUNTIME_DIR is invalid" to stderr
+    on a server, which reads like a failure. Frames are software surfaces either way."""
+    import pygame
+
+    if pygame.display.get_init() or _has_display():
+        return
+    os.environ["SDL_VIDEODRIVER"] = "dummy"
+    try:
+        pygame.display.init()
+    finally:
+        del os.environ["SDL_VIDEODRIVER"]
 
 
 class Renderer:
@@ -83,6 +103,8 @@ class Renderer:
         self.render_mode = render_mode
         self.gym_env = gymnasium.make(env_id, render_mode=render_mode).unwrapped
         self.gym_env.reset(seed=0)
+        if render_mode == "rgb_array":
+            _init_headless_display()
         self.metadata = dict(self.gym_env.metadata)
 
     def draw(self, state: np.ndarray, last_action: np.ndarray | None = None) -> Any:

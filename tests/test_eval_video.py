@@ -27,6 +27,8 @@ def _eval_video(root, video, *extra):
     result = run("operant", "eval", "v", "--runs-dir", str(root), "--video", str(video),
                  "--json", *extra)
     assert result.returncode == 0, result.stderr
+    # Nothing on stderr that reads like a failure (SDL's XDG_RUNTIME_DIR complaint included).
+    assert "error" not in result.stderr.lower(), result.stderr
     return json.loads(result.stdout)
 
 
