@@ -271,3 +271,23 @@ def test_reward_and_action_wrappers_run_in_both_modes(mode):
     assert np.all(np.isfinite(scaled)) and np.abs(scaled).max() < np.abs(raw).max()
     within = wrappers.ClipAction(_make("Pendulum-v1", mode=mode))
     assert all(np.all(np.isfinite(result[0])) for result in _run(within))
+
+
+@pytest.mark.parametrize("env_id", list(ENVS))
+def test_torch_next_step_face_never_reads_the_device_from_the_host(env_id, monkeypatch):
+    env = make_env(env_id, 16, impl="torch", copy=False, action_checks="deferred",
+                   autoreset_mode="NextStep", max_episode_steps=5)
+    env.reset(seed=0)
+    actions = env.actions.clone()
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("host sync inside a torch env step")
+
+    for name in ("item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__float__",
+                 "__index__"):
+        monkeypatch.setattr(torch.Tensor, name, refuse)
+    for _ in range(60):
+        env.step(actions)
+    monkeypatch.undo()
+    stats = env.drain_episode_stats()
+    assert stats.episodes == 16 * (60 // 6) and stats.length_max == 5
