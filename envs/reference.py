@@ -27,7 +27,7 @@ from operant.envs.autoreset import with_autoreset_mode
 from operant.envs.contract import ActSpec, ObsSpec, RowLayout
 from operant.envs.native import allocate_buffers, recent_from_ring
 from operant.envs.registry import EnvError, EpisodeStats, check_action_batch
-from operant.envs.render import check_render_mode
+from operant.envs.render import check_render_mode, init_headless_display
 from operant.envs.seeding import check_seed
 
 RECENT_CAPACITY = 1024
@@ -61,6 +61,8 @@ class ReferenceVectorEnv(VectorEnv):
             spec.id, num_envs=num_envs, vectorization_mode="sync",
             vector_kwargs={"autoreset_mode": self.autoreset_mode}, **kwargs)
         self.render_mode = render_mode
+        if render_mode == "rgb_array":
+            init_headless_display()
         self.metadata = with_autoreset_mode(
             {**type(self).metadata, **{key: value for key, value in self.inner.metadata.items()
                                        if key.startswith("render")}}, self.autoreset_mode)

@@ -77,7 +77,7 @@ def _has_display() -> bool:
         os.environ.get(name) for name in ("DISPLAY", "WAYLAND_DISPLAY", "SDL_VIDEODRIVER"))
 
 
-def _init_headless_display() -> None:
+def init_headless_display() -> None:
     """With no display, start pygame's display on SDL's "dummy" driver before Gymnasium starts
     it: SDL's own fallback works too, but prints "error: XDG_RUNTIME_DIR is invalid" to stderr
     on a server, which reads like a failure. Frames are software surfaces either way."""
@@ -104,7 +104,7 @@ class Renderer:
         self.gym_env = gymnasium.make(env_id, render_mode=render_mode).unwrapped
         self.gym_env.reset(seed=0)
         if render_mode == "rgb_array":
-            _init_headless_display()
+            init_headless_display()
         self.metadata = dict(self.gym_env.metadata)
 
     def draw(self, state: np.ndarray, last_action: np.ndarray | None = None) -> Any:
