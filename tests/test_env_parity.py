@@ -9,6 +9,9 @@ the replay checks too. Observations, rewards and flags must equal Gymnasium's wi
 tolerance (the native kernels other than CartPole, whose pole-angle sine and cosine are a
 polynomial within 1 ulp of libm, in fact agree bit for bit).
 
+The Gymnasium face (`step()`) is then checked in both autoreset modes, SAME_STEP and NEXT_STEP,
+against Gymnasium's own SyncVectorEnv in the same mode (see the second half of this file).
+
 Acrobot is chaotic: the 1-ulp differences between torch's sin/cos and libm's grow into a
 different trajectory after a few dozen steps, so its torch replay restarts every step from
 Gymnasium's state (each step is then compared from the same state, through the autoresets).
