@@ -15,7 +15,11 @@ moves, and this raises InvalidActionError naming the env and the value.
 
 Autoreset is Gymnasium's SAME_STEP mode: an env that ends on a step already holds its next
 episode's first observation in `obs`; the terminal observation is in `final_obs` (and in
-`info["final_obs"]`, masked by `info["_final_obs"]`).
+`info["final_obs"]`, masked by `info["_final_obs"]`). `autoreset_mode=AutoresetMode.NEXT_STEP`
+makes `step()` (not `step_bound()`) follow Gymnasium's NEXT_STEP mode instead
+(operant.envs.autoreset). `reset(seed=...)` takes an int or a list of per-env seeds
+(operant.envs.seeding); `render_mode="rgb_array"` or `"human"` draws with Gymnasium's renderer
+(operant.envs.render).
 
 The env implements operant.envs.contract.BatchEnv: its episode statistics are the kernel's
 `op_episode_stats` record, read by field name, and its explicit state (`state_dict()`,
@@ -32,6 +36,8 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from operant.envs.autoreset import HELD_LENGTH, Held, NextStepFace, with_autoreset_mode
+from operant.envs.autoreset import autoreset_mode as parse_autoreset_mode
 from operant.envs.contract import ActSpec, ObsSpec, RowLayout, check_state, clear_stats
 from operant.envs.registry import (
     EnvEntry,
@@ -40,7 +46,8 @@ from operant.envs.registry import (
     check_action_batch,
     invalid_action_message,
 )
-
+from operant.envs.render import RenderFace
+from operant.envs.seeding import check_seed, per_env_streams
 
 # Attributes of a kernel that make up an env's state (cext/kernel_common.pxi): what a
 # checkpoint saves and restores, besides the observation buffer. `stats`, a structured record,
@@ -73,7 +80,7 @@ def allocate_buffers(env: VectorEnv, num_envs: int, obs_spec: ObsSpec) -> None:
     env.final_obs = np.zeros_like(env.obs)
 
 
-class NativeVectorEnv(VectorEnv):
+class NativeVectorEnv(RenderFace, VectorEnv):
     """N copies of one environment stepped by a compiled kernel."""
 
     metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
@@ -81,7 +88,9 @@ class NativeVectorEnv(VectorEnv):
     resumable = True
 
     def __init__(self, entry: EnvEntry, num_envs: int, copy: bool = True,
-                 max_episode_steps: int | None = None):
+                 max_episode_steps: int | None = None,
+                 autoreset_mode: AutoresetMode | str = AutoresetMode.SAME_STEP,
+                 render_mode: str | None = None):
         if entry.native is None:
             raise ValueError(f"{entry.id} has no native implementation")
         if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs <= 0:
@@ -101,11 +110,31 @@ class NativeVectorEnv(VectorEnv):
         self.max_episode_steps = max_episode_steps or entry.max_episode_steps
         self.kernels = self._bind_kernels()
         self._seeded = False
+        self.autoreset_mode = parse_autoreset_mode(autoreset_mode)
+        self.metadata = with_autoreset_mode(type(self).metadata, self.autoreset_mode)
+        self._next_step = (NextStepFace(self, self._held_state())
+                           if self.autoreset_mode == AutoresetMode.NEXT_STEP else None)
+        self._init_render(entry.id, render_mode)
 
     def _bind_kernels(self) -> tuple[Any, ...]:
         """The kernels that step this env's buffers: here one, over all of them."""
         self.kernel = self._kernel_over(0, self.num_envs)
         return (self.kernel,)
+
+    def _kernel_rows(self) -> tuple[tuple[int, int], ...]:
+        """The rows (lo, hi) each of self.kernels steps."""
+        return ((0, self.num_envs),)
+
+    def _held_state(self) -> list[Held]:
+        """Every kernel's per-env arrays, for NEXT_STEP's ignored steps."""
+        return [Held(array, axis, lo, hi, held)
+                for (lo, hi), kernel in zip(self._kernel_rows(), self.kernels)
+                for array, axis, held in ((kernel.state, 1, None), (kernel.rng_state, 0, None),
+                                          (kernel.episode_return, 0, None),
+                                          (kernel.episode_length, 0, HELD_LENGTH))]
+
+    def _render_states(self) -> np.ndarray:
+        return np.concatenate([kernel.state for kernel in self.kernels], axis=1)
 
     def _kernel_over(self, lo: int, hi: int):
         """A kernel bound to rows lo:hi of the buffers, its envs seeded as rows lo:hi."""
@@ -114,29 +143,46 @@ class NativeVectorEnv(VectorEnv):
                                  self.truncated[lo:hi], self.final_obs[lo:hi],
                                  max_episode_steps=self.max_episode_steps, index_offset=lo)
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        """Reset every env. A seed re-seeds env i's stream from (seed, i); no seed on the
-        first reset seeds from the OS's entropy; later resets without one continue."""
-        if seed is not None:
-            if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) \
-                    or not 0 <= int(seed) < 2**64:
-                raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
-            seed = int(seed)
-        elif not self._seeded:
+    def reset(self, *, seed: int | list[int | None] | None = None,
+              options: dict[str, Any] | None = None):
+        """Reset every env. An int seed re-seeds env i's stream from (seed, i); a list of
+        per-env seeds env i's from (seed[i], 0), keeping it where seed[i] is None
+        (operant.envs.seeding). No seed on the first reset seeds from the OS's entropy; later
+        resets without one continue."""
+        seed = check_seed(seed, self.num_envs)
+        if isinstance(seed, list):
+            streams = per_env_streams(seed, None if self._seeded else secrets.randbits(64))
+            for (lo, hi), kernel in zip(self._kernel_rows(), self.kernels):
+                for row in range(lo, hi):
+                    if streams[row] is not None:
+                        kernel.rng_state[row - lo] = streams[row]
+            seed = None
+        elif seed is None and not self._seeded:
             seed = secrets.randbits(64)
         for kernel in self.kernels:
             kernel.reset(seed)
         self._seeded = True
-        return (self.obs.copy() if self.copy else self.obs), {}
+        obs = self.obs if self._next_step is None else self._next_step.reset()
+        if self.render_mode is not None:
+            self._rendered_reset()
+        return (obs.copy() if self.copy else obs), {}
 
     def step(self, actions):
         self._load_actions(actions)
+        if self._next_step is not None:
+            face = self._next_step
+            face.step()
+            if self.render_mode is not None:
+                self._rendered_step(~face.was_pending, face.pending, face.obs)
+            return face.outputs(self.copy)
         self.step_bound()
         info: dict[str, Any] = {}
         np.logical_or(self.terminated, self.truncated, out=self._done)
         if self._done.any():
             info["final_obs"] = self.final_obs.copy()
             info["_final_obs"] = self._done.copy()
+        if self.render_mode is not None:
+            self._rendered_step(~self._done, np.zeros_like(self._done), None)
         if self.copy:
             return (self.obs.copy(), self.rewards.copy(), self.terminated.copy(),
                     self.truncated.copy(), info)
@@ -198,4 +244,4 @@ class NativeVectorEnv(VectorEnv):
         self._seeded = True
 
     def close_extras(self, **kwargs) -> None:
-        pass
+        self._close_render()

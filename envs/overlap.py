@@ -36,12 +36,14 @@ class SplitNativeVectorEnv(NativeVectorEnv):
     """A native env stepped as two halves, either of them on a native thread."""
 
     def __init__(self, entry: EnvEntry, num_envs: int, copy: bool = True,
-                 max_episode_steps: int | None = None, spin_us: float = 200.0):
+                 max_episode_steps: int | None = None, spin_us: float = 200.0,
+                 **face_options: Any):
         if isinstance(num_envs, int) and not isinstance(num_envs, bool) \
                 and (num_envs < 2 or num_envs % 2):
             raise ValueError(f"an overlapped env needs an even num_envs of at least 2, "
                              f"got {num_envs}")
-        super().__init__(entry, num_envs, copy=copy, max_episode_steps=max_episode_steps)
+        super().__init__(entry, num_envs, copy=copy, max_episode_steps=max_episode_steps,
+                         **face_options)
         from operant.cext.overlap import StepThread
 
         self.thread = StepThread(self.kernels, spin_us=spin_us)
@@ -51,6 +53,9 @@ class SplitNativeVectorEnv(NativeVectorEnv):
         self.halves = ((0, half), (half, self.num_envs))
         self.kernel = None  # no one kernel holds every row
         return tuple(self._kernel_over(lo, hi) for lo, hi in self.halves)
+
+    def _kernel_rows(self) -> tuple[tuple[int, int], ...]:
+        return self.halves
 
     # -- stepping ------------------------------------------------------------------------
     def start_half(self, which: int) -> None:
@@ -95,3 +100,4 @@ class SplitNativeVectorEnv(NativeVectorEnv):
 
     def close_extras(self, **kwargs) -> None:
         self.thread.close()
+        super().close_extras(**kwargs)

@@ -3,6 +3,14 @@
 Any installed Gymnasium env id trains this way (`env.impl = "reference"`). It is the slow
 path and the parity oracle: the episode statistics that kernels reduce in C are reduced here
 with numpy, once per step.
+
+Its Gymnasium face is Gymnasium's own: `autoreset_mode` (SAME_STEP by default, or NEXT_STEP)
+is handed to the SyncVectorEnv inside, whose sub-envs' Python state cannot be held back for a
+step as the kernels' arrays are (operant.envs.autoreset); the buffers, `step_bound()` and the
+episode statistics then follow that mode (statistics count no reset step). `reset(seed=...)`
+takes an int (env i gets seed + i, Gymnasium's rule) or a list of per-env seeds (env i gets
+seed[i], so it plays as env 0 of `reset(seed=seed[i])`), checked as every family checks them
+(operant.envs.seeding); `render_mode` is Gymnasium's too.
 """
 
 from __future__ import annotations
@@ -14,16 +22,20 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 
+from operant.envs.autoreset import autoreset_mode as parse_autoreset_mode
+from operant.envs.autoreset import with_autoreset_mode
 from operant.envs.contract import ActSpec, ObsSpec, RowLayout
 from operant.envs.native import allocate_buffers, recent_from_ring
 from operant.envs.registry import EnvError, EpisodeStats, check_action_batch
+from operant.envs.render import check_render_mode, init_headless_display
+from operant.envs.seeding import check_seed
 
 RECENT_CAPACITY = 1024
 
 
 class ReferenceVectorEnv(VectorEnv):
-    """Gymnasium's SyncVectorEnv in SAME_STEP autoreset mode (Gymnasium's own vectorised
-    classes, such as CartPoleVectorEnv, only autoreset NEXT_STEP), exposing
+    """Gymnasium's SyncVectorEnv, in SAME_STEP autoreset mode unless told otherwise (Gymnasium's
+    own vectorised classes, such as CartPoleVectorEnv, only autoreset NEXT_STEP), exposing
     `actions`/`obs`/... buffers and `step_bound()`."""
 
     metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
@@ -31,17 +43,29 @@ class ReferenceVectorEnv(VectorEnv):
     resumable = False  # Gymnasium's envs keep arbitrary Python state: a resume re-seeds them
 
     def __init__(self, env_id: str, num_envs: int, copy: bool = True,
-                 max_episode_steps: int | None = None):
+                 max_episode_steps: int | None = None,
+                 autoreset_mode: AutoresetMode | str = AutoresetMode.SAME_STEP,
+                 render_mode: str | None = None):
         try:
             spec = gymnasium.spec(env_id)
         except gymnasium.error.Error as error:
             raise EnvError(f"unknown env id {env_id!r} for env.impl \"reference\": {error}") from None
+        self.autoreset_mode = parse_autoreset_mode(autoreset_mode)
+        check_render_mode(render_mode)
         kwargs: dict[str, Any] = {}
         if max_episode_steps is not None:
             kwargs["max_episode_steps"] = max_episode_steps
+        if render_mode is not None:
+            kwargs["render_mode"] = render_mode
         self.inner = gymnasium.make_vec(
             spec.id, num_envs=num_envs, vectorization_mode="sync",
-            vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP}, **kwargs)
+            vector_kwargs={"autoreset_mode": self.autoreset_mode}, **kwargs)
+        self.render_mode = render_mode
+        if render_mode == "rgb_array":
+            init_headless_display()
+        self.metadata = with_autoreset_mode(
+            {**type(self).metadata, **{key: value for key, value in self.inner.metadata.items()
+                                       if key.startswith("render")}}, self.autoreset_mode)
         self.num_envs = num_envs
         self.copy = copy
         self.single_observation_space = self.inner.single_observation_space
@@ -60,9 +84,13 @@ class ReferenceVectorEnv(VectorEnv):
         self._stats = np.zeros(8, dtype=np.float64)
         self._recent_returns = np.zeros(RECENT_CAPACITY, dtype=np.float64)
         self._recent_head = 0
+        self._resetting = np.zeros(num_envs, dtype=np.bool_)
+        """NEXT_STEP: the envs whose next step is a reset (not part of any episode)."""
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        obs, info = self.inner.reset(seed=seed, options=options)
+    def reset(self, *, seed: int | list[int | None] | None = None,
+              options: dict[str, Any] | None = None):
+        obs, info = self.inner.reset(seed=check_seed(seed, self.num_envs), options=options)
+        self._resetting[:] = False
         self.obs[:] = obs.reshape(self.num_envs, -1)
         self._episode_return[:] = 0.0
         self._episode_length[:] = 0
@@ -90,13 +118,17 @@ class ReferenceVectorEnv(VectorEnv):
         self.terminated[:] = terminated
         self.truncated[:] = truncated
         self._episode_return += rewards
-        self._episode_length += 1
+        self._episode_length += ~self._resetting
         done = terminated | truncated
-        if done.any():
+        if self.autoreset_mode == AutoresetMode.NEXT_STEP:
+            self._resetting[:] = done
+            self.final_obs[done] = self.obs[done]
+        elif done.any():
             mask = info.get("_final_obs", done)
             final = info.get("final_obs")
             for i in np.flatnonzero(mask):
                 self.final_obs[i] = np.asarray(final[i], dtype=np.float32).reshape(-1)
+        if done.any():
             self._record(self._episode_return[done], self._episode_length[done])
             self._episode_return[done] = 0.0
             self._episode_length[done] = 0
@@ -131,6 +163,11 @@ class ReferenceVectorEnv(VectorEnv):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state:
             raise ValueError(f"a reference env has no state to load, got {sorted(state)}")
+
+    def render(self) -> list[Any] | None:
+        """Gymnasium's frames, one per env ("rgb_array"); None in "human" mode."""
+        frames = self.inner.render()
+        return None if frames is None else list(frames)
 
     def close_extras(self, **kwargs) -> None:
         self.inner.close()

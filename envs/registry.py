@@ -247,7 +247,10 @@ def make_env(env_id: str, num_envs: int, impl: str = "auto", copy: bool = True,
 
 def gymnasium_vector_entry_point(num_envs: int = 1, *, env_id: str, impl: str = "auto",
                                  copy: bool = True, **kwargs):
-    """What `gymnasium.make_vec("operant/<id>", vectorization_mode="vector_entry_point")` calls."""
+    """What `gymnasium.make_vec("operant/<id>", vectorization_mode="vector_entry_point")` calls.
+    Every keyword reaches the env's constructor: `impl`, `copy`, `device`, `max_episode_steps`,
+    `autoreset_mode` (AutoresetMode.SAME_STEP, the default, or NEXT_STEP, or their string
+    values) and `render_mode` ("rgb_array", "human")."""
     return make_env(env_id, num_envs, impl=impl, copy=copy, **kwargs)
 
 

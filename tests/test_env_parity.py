@@ -9,6 +9,9 @@ the replay checks too. Observations, rewards and flags must equal Gymnasium's wi
 tolerance (the native kernels other than CartPole, whose pole-angle sine and cosine are a
 polynomial within 1 ulp of libm, in fact agree bit for bit).
 
+The Gymnasium face (`step()`) is then checked in both autoreset modes, SAME_STEP and NEXT_STEP,
+against Gymnasium's own SyncVectorEnv in the same mode (see the second half of this file).
+
 Acrobot is chaotic: the 1-ulp differences between torch's sin/cos and libm's grow into a
 different trajectory after a few dozen steps, so its torch replay restarts every step from
 Gymnasium's state (each step is then compared from the same state, through the autoresets).
@@ -239,3 +242,107 @@ def test_cartpole_angles_past_the_polynomial_range_step_with_libm():
         assert env.terminated[i] == terminated
         observed = env.final_obs[i] if terminated else env.obs[i]
         np.testing.assert_array_equal(observed, obs)
+
+
+# --- The Gymnasium face, in both autoreset modes, against Gymnasium's own vector env ---------
+
+FACE_ENVS = 128
+FACE_STEPS = 300
+MODES = [gymnasium.vector.AutoresetMode.SAME_STEP, gymnasium.vector.AutoresetMode.NEXT_STEP]
+
+
+def _observe(gym_env) -> np.ndarray:
+    """A Gymnasium env's observation of its current state (what its reset returns)."""
+    for method in ("_get_obs", "_get_ob"):
+        if hasattr(gym_env, method):
+            return np.asarray(getattr(gym_env, method)(), dtype=np.float32)
+    return np.array(gym_env.state, dtype=np.float32)
+
+
+class _ResetsTo(gymnasium.Wrapper):
+    """A Gymnasium env whose resets draw as usual, then take the state `next_state` (the one
+    Operant's env reset to), so both sides start every episode from the same state."""
+
+    next_state: np.ndarray | None = None
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        if self.next_state is not None:
+            _inject(self.env.unwrapped, self.next_state)
+            obs = _observe(self.env.unwrapped)
+        return obs, info
+
+
+def _core_state(env) -> np.ndarray:
+    if env.impl == "torch":
+        return env.state.numpy()
+    return np.concatenate([kernel.state for kernel in env.kernels], axis=1)
+
+
+def _set_core_state(env, state: np.ndarray, rows: np.ndarray) -> None:
+    """Put `state` into the rows `rows` of the core (torch Acrobot's per-step resync)."""
+    env.state[:, torch.from_numpy(rows)] = torch.from_numpy(state[:, rows])
+    env.obs.copy_(env._observe(env.state))
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda mode: mode.value)
+@pytest.mark.parametrize("impl", ["native", "overlap", "torch"])
+@pytest.mark.parametrize("env_id", list(ENVS))
+def test_step_matches_gymnasium_vector_env_in_each_autoreset_mode(env_id, impl, mode):
+    """`step()` against Gymnasium's SyncVectorEnv in the same autoreset mode, whole
+    trajectories: the same wide initial states, the same random actions, every episode
+    starting from the state Operant's env reset to (injected into Gymnasium's at its reset).
+    Observations, rewards, flags, `info["final_obs"]` (SAME_STEP) and the NEXT_STEP reset
+    steps (reward 0, no flags, the action ignored) must all agree."""
+    options = {"overlap": True} if impl == "overlap" else {"impl": impl}
+    env = make_env(env_id, FACE_ENVS, copy=True, autoreset_mode=mode, **options)
+    assert env.metadata["autoreset_mode"] == mode
+    wrappers = [_ResetsTo(gymnasium.make(env_id, disable_env_checker=True))
+                for _ in range(FACE_ENVS)]
+    gym_vec = gymnasium.vector.SyncVectorEnv([lambda w=w: w for w in wrappers],
+                                             autoreset_mode=mode)
+    rng = np.random.default_rng(SEED + 1)
+    env.reset(seed=SEED)
+    gym_vec.reset(seed=SEED)
+    initial = _wide_states(env_id, rng, FACE_ENVS)
+    core = env.state if impl == "torch" else None
+    if impl == "torch":
+        core.copy_(torch.from_numpy(initial))
+        env.obs.copy_(env._observe(env.state))
+    else:
+        for (lo, hi), kernel in zip(env._kernel_rows(), env.kernels):
+            kernel.state[:] = initial[:, lo:hi]
+            kernel.write_obs()
+    for wrapper, column in zip(wrappers, initial.T):
+        _inject(wrapper.unwrapped, column)
+    resync = (impl, env_id) in RESYNC_EVERY_STEP
+    resets = 0
+    for t in range(FACE_STEPS):
+        actions = _random_actions(env.single_action_space, rng, FACE_ENVS)
+        obs, rewards, terminated, truncated, info = env.step(actions)
+        obs, rewards, terminated, truncated = (np.asarray(x) for x in
+                                               (obs, rewards, terminated, truncated))
+        ended = terminated | truncated
+        state = _core_state(env)
+        for i in np.flatnonzero(ended):
+            wrappers[i].next_state = state[:, i].copy()
+        want = gym_vec.step(actions)
+        message = f"{env_id} {impl} {mode.value} step {t}"
+        np.testing.assert_array_equal(terminated, want[2], err_msg=message)
+        np.testing.assert_array_equal(truncated, want[3], err_msg=message)
+        np.testing.assert_allclose(rewards, want[1], **REWARD_TOLERANCE, err_msg=message)
+        np.testing.assert_allclose(obs, want[0], **OBS_TOLERANCE, err_msg=message)
+        if mode == gymnasium.vector.AutoresetMode.SAME_STEP and ended.any():
+            np.testing.assert_array_equal(np.asarray(info["_final_obs"]), want[4]["_final_obs"])
+            np.testing.assert_allclose(np.asarray(info["final_obs"])[ended],
+                                       np.stack(want[4]["final_obs"][ended]), **OBS_TOLERANCE,
+                                       err_msg=message)
+        if resync:
+            gym_state = np.stack([np.asarray(w.unwrapped.state, dtype=np.float64)
+                                  for w in wrappers], axis=1)
+            waiting = (ended if mode == gymnasium.vector.AutoresetMode.NEXT_STEP
+                       else np.zeros_like(ended))
+            _set_core_state(env, gym_state, np.flatnonzero(~waiting))
+        resets += int(ended.sum())
+    assert resets >= 20
+    env.close()

@@ -214,3 +214,85 @@ def test_old_import_paths_are_deprecated_aliases_of_the_same_objects():
     assert modules["torch_envs"].STATE_TENSORS is base.STATE_TENSORS
     with pytest.raises(AttributeError):
         modules["torch_envs"].no_such_name  # noqa: B018
+
+
+# --- reset(seed=[...]): per-env seeds -------------------------------------------------------
+
+SEEDED_IMPLS = ["native", "overlap", "torch", "reference"]
+
+
+def _seeded_env(env_id, impl, num_envs):
+    options = {"overlap": True} if impl == "overlap" else {"impl": impl}
+    return make_env(env_id, num_envs, copy=True, **options)
+
+
+def _trajectory(env, seed, steps=30):
+    obs = [_host(env.reset(seed=seed)[0])]
+    for t in range(steps):
+        if isinstance(env.single_action_space, gymnasium.spaces.Discrete):
+            actions = np.full(env.num_envs, t % env.single_action_space.n)
+        else:
+            actions = np.full((env.num_envs, 1), 0.5, dtype=np.float32)
+        obs.append(_host(env.step(actions)[0]))
+    return np.stack(obs)
+
+
+@pytest.mark.parametrize("impl", SEEDED_IMPLS)
+@pytest.mark.parametrize("env_id", list(ENVS))
+def test_env_i_seeded_with_s_plays_as_env_0_of_reset_seed_s(env_id, impl):
+    seeds = [11, 2**64 - 1, 5, 11]
+    together = _trajectory(_seeded_env(env_id, impl, 4), seeds)
+    for i, seed in enumerate(seeds):
+        alone = _trajectory(_seeded_env(env_id, impl, 2), seed)
+        np.testing.assert_array_equal(together[:, i], alone[:, 0], err_msg=f"env {i}")
+    np.testing.assert_array_equal(together[:, 0], together[:, 3])
+
+
+@pytest.mark.parametrize("impl", SEEDED_IMPLS)
+def test_none_entries_keep_their_envs_streams(impl):
+    env, again = (_seeded_env("Pendulum-v1", impl, 4) for _ in range(2))
+    np.testing.assert_array_equal(_host(env.reset(seed=7)[0]), _host(again.reset(seed=7)[0]))
+    # None entries continue those envs' streams, exactly as a reset with no seed would.
+    continued = _host(env.reset()[0])
+    partly = _host(again.reset(seed=[None, 3, None, None])[0])
+    np.testing.assert_array_equal(partly[[0, 2, 3]], continued[[0, 2, 3]])
+    assert not np.array_equal(partly[1], continued[1])
+
+
+def test_an_int_seed_still_seeds_env_i_from_seed_and_i():
+    """reset(seed=S) is what it was before per-env seeds: env i's stream is op_rng_seed(S, i)
+    (recomputed here by operant.envs.seeding, which per-env seeds use)."""
+    from operant.envs.seeding import rng_stream
+
+    env = make_env("CartPole-v1", 4, impl="native", copy=False)
+    env.reset(seed=7)
+    by_int = env.obs.copy()
+    env.kernel.rng_state[:] = [rng_stream(7, i) for i in range(4)]
+    env.reset()
+    np.testing.assert_array_equal(env.obs, by_int)
+
+
+def test_a_never_seeded_env_takes_entropy_for_none_entries():
+    a, b = (_seeded_env("CartPole-v1", "native", 3) for _ in range(2))
+    obs_a, obs_b = (_host(env.reset(seed=[4, None, None])[0]) for env in (a, b))
+    np.testing.assert_array_equal(obs_a[0], obs_b[0])
+    assert not np.array_equal(obs_a[1:], obs_b[1:])
+
+
+@pytest.mark.parametrize("impl", SEEDED_IMPLS)
+@pytest.mark.parametrize("seed, message", [
+    ([1, 2], r"a list of seeds needs one per env: 4 entries, got 2"),
+    ([1, 2, 3, 4, 5], r"4 entries, got 5"),
+    ([1, "2", 3, 4], r"seed\[1\] must be an integer in \[0, 2\*\*64\) or None, got '2'"),
+    ([1, 2, -1, 4], r"seed\[2\] must be"),
+    ([1.5, 2, 3, 4], r"seed\[0\] must be"),
+    ([True, 2, 3, 4], r"seed\[0\] must be"),
+    ("123", r"seed must be an integer in \[0, 2\*\*64\), a list of 4 of them"),
+    (2.0, r"seed must be an integer"),
+    (2**64, r"seed must be an integer"),
+])
+def test_bad_seeds_are_refused_in_one_line(impl, seed, message):
+    env = _seeded_env("CartPole-v1", impl, 4)
+    with pytest.raises(ValueError, match=message) as refused:
+        env.reset(seed=seed)
+    assert "\n" not in str(refused.value)

@@ -14,6 +14,14 @@ What it evaluates, named any of these ways:
 The policy acts greedily by default (argmax, or the Gaussian's mean); `--stochastic` samples
 as in training. Observation normalisation saved with the policy is applied. Exit codes: 0 ok,
 2 bad input (a run, file or flag that names no usable policy: one line says why).
+
+`--video out.mp4` (or .gif, .webm, ...) records the episodes instead on one env drawn by
+Gymnasium's renderer (operant.envs.render), every frame of every episode, the terminal one
+included (the env autoresets NEXT_STEP), and reports those episodes' returns. Frames stream
+to the file through imageio (GIF through pillow, other formats through imageio-ffmpeg's own
+ffmpeg binary): the `video` extra, `pip install "operant-rl[video]"`. Gymnasium's RecordVideo
+writes through moviepy, which itself writes through imageio-ffmpeg; imageio alone is the
+smaller dependency and also writes GIFs without ffmpeg.
 """
 
 from __future__ import annotations
@@ -69,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="sample actions instead of greedy")
     parser.add_argument("--runs-dir", help="runs root, to resolve a run id")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--video", metavar="FILE.mp4|FILE.gif",
+                        help="record the episodes (on one env) to a video file; needs the "
+                             "video extra: pip install \"operant-rl[video]\"")
     return parser
 
 
@@ -228,12 +239,94 @@ def play(env: Any, policy: Any, normalizer: Any, episodes: int, seed: int,
     return returns[:episodes]
 
 
+VIDEO_EXTRA = 'pip install "operant-rl[video]"'
+GIF_SUFFIX = ".gif"
+FFMPEG_SUFFIXES = (".mp4", ".webm", ".avi", ".mkv", ".mov")
+
+
+def check_video(path: Path) -> Any:
+    """imageio's v2 API, once `path` is known writable as a video: a .gif or an ffmpeg format,
+    in a folder that exists, with its writer installed. Raises EvalInputError, one line."""
+    suffix = path.suffix.lower()
+    if suffix != GIF_SUFFIX and suffix not in FFMPEG_SUFFIXES:
+        raise EvalInputError(f"--video {path}: write a {GIF_SUFFIX} or one of "
+                             f"{', '.join(FFMPEG_SUFFIXES)}")
+    if not path.parent.is_dir():
+        raise EvalInputError(f"--video {path}: no folder {path.parent}")
+    try:
+        import imageio.v2 as imageio
+
+        if suffix != GIF_SUFFIX:
+            import imageio_ffmpeg  # noqa: F401  (imageio's ffmpeg writer needs it)
+    except ImportError as error:
+        missing = (error.name or "imageio").split(".")[0]
+        raise EvalInputError(f"--video needs {missing}: {VIDEO_EXTRA}") from None
+    return imageio
+
+
+def open_video(path: Path, fps: float) -> Any:
+    """An imageio writer for `path` at `fps` frames per second (append_data, close)."""
+    imageio = check_video(path)
+    if path.suffix.lower() == GIF_SUFFIX:
+        return imageio.get_writer(path, mode="I", duration=1000.0 / fps, loop=0)
+    # macro_block_size=1: keep Gymnasium's frame size (600x400, 500x500) instead of padding it.
+    return imageio.get_writer(path, mode="I", fps=fps, macro_block_size=1)
+
+
+def record(config: Any, policy: Any, normalizer: Any, episodes: int, seed: int,
+           stochastic: bool, path: Path) -> tuple[list[float], int]:
+    """Play `episodes` episodes on one env drawn into the video `path`; returns their returns
+    and the number of frames written."""
+    import torch
+    from gymnasium import spaces
+    from gymnasium.vector import AutoresetMode
+
+    from operant.envs import EnvError, make_env
+
+    try:
+        env = make_env(config.env.id, 1, impl=config.env.impl, copy=False,
+                       render_mode="rgb_array", autoreset_mode=AutoresetMode.NEXT_STEP)
+    except EnvError as error:
+        raise EvalInputError(f"--video: {error}") from None
+    writer = open_video(path, float(env.metadata.get("render_fps", 30)))
+    space = env.single_action_space
+    generator = torch.Generator().manual_seed(seed)
+    returns: list[float] = []
+    episode_return, frames = 0.0, 0
+    try:
+        obs, _ = env.reset(seed=seed)
+        writer.append_data(env.render()[0])
+        frames += 1
+        with torch.inference_mode():
+            while len(returns) < episodes:
+                seen = torch.as_tensor(obs)
+                seen = seen if normalizer is None else normalizer(seen)
+                chosen = policy.act(seen, generator)[0] if stochastic else policy.greedy(seen)
+                if isinstance(space, spaces.Box):
+                    chosen = torch.clamp(chosen, torch.as_tensor(space.low),
+                                         torch.as_tensor(space.high))
+                obs, reward, terminated, truncated, _ = env.step(
+                    chosen if env.impl == "torch" else chosen.numpy())
+                writer.append_data(env.render()[0])
+                frames += 1
+                episode_return += float(reward[0])
+                if terminated[0] or truncated[0]:
+                    returns.append(episode_return)
+                    episode_return = 0.0
+    finally:
+        writer.close()
+        env.close()
+    return returns, frames
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.episodes < 1 or args.num_envs < 1:
         print("operant eval: --episodes and --num-envs must be at least 1", file=sys.stderr)
         return EXIT_USAGE
     try:
+        if args.video is not None:
+            check_video(Path(args.video).expanduser())
         loaded = resolve(args.target, args.runs_dir, args.best)
         config, env, policy, normalizer = build_policy(loaded, args.num_envs)
     except EvalInputError as error:
@@ -241,12 +334,22 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     import numpy as np
 
-    returns = play(env, policy, normalizer, args.episodes, args.seed, args.stochastic)
+    video: dict[str, Any] = {}
+    if args.video is not None:
+        try:
+            returns, frames = record(config, policy, normalizer, args.episodes, args.seed,
+                                     args.stochastic, Path(args.video).expanduser())
+        except EvalInputError as error:
+            print(f"operant eval: {error}", file=sys.stderr)
+            return EXIT_USAGE
+        video = {"video": str(Path(args.video).expanduser()), "video_frames": frames}
+    else:
+        returns = play(env, policy, normalizer, args.episodes, args.seed, args.stochastic)
     result = {"model": str(loaded.path), "kind": loaded.kind, "global_step": loaded.global_step,
               "env_id": config.env.id, "episodes": len(returns),
               "return_mean": float(np.mean(returns)), "return_std": float(np.std(returns)),
               "return_min": float(np.min(returns)), "return_max": float(np.max(returns)),
-              "greedy": not args.stochastic}
+              "greedy": not args.stochastic, **video}
     if args.json:
         print(json.dumps(result))
         return EXIT_OK
@@ -255,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
           f"± {result['return_std']:.1f} (min {result['return_min']:.1f}, max "
           f"{result['return_max']:.1f}), {'greedy' if not args.stochastic else 'stochastic'}; "
           f"{loaded.kind} {loaded.path}{step}")
+    if video:
+        print(f"video: {video['video']} ({video['video_frames']} frames)")
     return EXIT_OK
 
 

@@ -1,6 +1,8 @@
 """What every torch env shares (`env.impl = "torch"`): `TorchVectorEnv`, an implementation of
 operant.envs.contract.BatchEnv as batched torch tensor ops on any device.
 
+(Over 400 lines: one class that every torch env shares; split, its buffers would be scattered.)
+
 The same dynamics as the native kernels and Gymnasium, written over a batch of N envs so that on
 a GPU the observations, rewards and flags never leave the device. Each env (one module of
 operant.envs.torch per env) subclasses `TorchVectorEnv` and adds three pieces:
@@ -35,6 +37,9 @@ Gymnasium's vector API (`reset`, `step`) takes actions as tensors on any device,
 lists, and returns torch tensors on the env's device: clones with `copy=True` (the default, as
 in Gymnasium), the live buffers with `copy=False`. `info` always holds "final_obs" and its mask
 "_final_obs" (whether any env ended is a tensor value, so it is not tested on the host).
+`autoreset_mode=AutoresetMode.NEXT_STEP` makes `step()` Gymnasium's NEXT_STEP mode
+(operant.envs.autoreset; `info` is then empty), `reset(seed=[...])` takes per-env seeds
+(operant.envs.seeding), and `render_mode` draws with Gymnasium's renderer (operant.envs.render).
 
 Where float results can differ from Gymnasium in the last bit: torch's sin/cos (SLEEF on CPU,
 CUDA's libdevice) are within 1 ulp of libm rather than equal to it, and `x ** 2` is x * x rather
@@ -57,6 +62,8 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from operant.envs.autoreset import HELD_LENGTH, Held, NextStepFace, with_autoreset_mode
+from operant.envs.autoreset import autoreset_mode as parse_autoreset_mode
 from operant.envs.contract import (
     EPISODE_STATS_DTYPE,
     ActSpec,
@@ -72,6 +79,8 @@ from operant.envs.registry import (
     check_action_batch,
     invalid_action_message,
 )
+from operant.envs.render import RenderFace
+from operant.envs.seeding import INDEX_STRIDE, check_seed, per_env_streams, stream_base
 
 RECENT_CAPACITY = 1024
 ACTION_CHECKS = ("auto", "every_step", "deferred")
@@ -80,8 +89,6 @@ _MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
 _MIX1 = 0xBF58476D1CE4E5B9
 _MIX2 = 0x94D049BB133111EB
-_SEED_SALT = 0x6A09E667F3BCC909
-_INDEX_STRIDE = 0xD1B54A32D192ED03
 
 
 def _i64(value: int) -> int:
@@ -102,17 +109,10 @@ def _mix(z: torch.Tensor) -> torch.Tensor:
     return z ^ _shift_right(z, 31)
 
 
-def _mix_int(z: int) -> int:
-    z = ((z ^ (z >> 30)) * _MIX1) & _MASK64
-    z = ((z ^ (z >> 27)) * _MIX2) & _MASK64
-    return z ^ (z >> 31)
-
-
 def seed_streams(seed: int, num_envs: int, device: torch.device) -> torch.Tensor:
     """Every env's SplitMix64 state for `seed`, bit for bit kernel_common.h's op_rng_seed."""
-    first = _mix_int(((seed ^ _SEED_SALT) + _GOLDEN) & _MASK64)
     index = torch.arange(num_envs, dtype=torch.int64, device=device)
-    return _mix(index * _i64(_INDEX_STRIDE) + _i64(first + _GOLDEN))
+    return _mix(index * _i64(INDEX_STRIDE) + _i64(stream_base(seed)))
 
 
 # Where each statistic lives in `stats`, by field name. The reduction updates the return and
@@ -133,7 +133,7 @@ STATE_TENSORS = ("state", "rng_state", "episode_return", "episode_length", "stat
                  "_invalid_value", "obs")
 
 
-class TorchVectorEnv(VectorEnv):
+class TorchVectorEnv(RenderFace, VectorEnv):
     """N copies of one environment as tensor ops on `device`; subclasses give the dynamics."""
 
     metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
@@ -145,7 +145,9 @@ class TorchVectorEnv(VectorEnv):
 
     def __init__(self, entry: EnvEntry, num_envs: int, device: torch.device | str | None = None,
                  copy: bool = True, max_episode_steps: int | None = None,
-                 action_checks: str = "auto"):
+                 action_checks: str = "auto",
+                 autoreset_mode: AutoresetMode | str = AutoresetMode.SAME_STEP,
+                 render_mode: str | None = None):
         if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs <= 0:
             raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
         if action_checks not in ACTION_CHECKS:
@@ -200,6 +202,13 @@ class TorchVectorEnv(VectorEnv):
         self._reset_span = torch.tensor([high - low for low, high in self.reset_bounds],
                                         dtype=torch.float64, **options).unsqueeze(1)
         self._seeded = False
+        self.autoreset_mode = parse_autoreset_mode(autoreset_mode)
+        self.metadata = with_autoreset_mode(type(self).metadata, self.autoreset_mode)
+        self._next_step = None if self.autoreset_mode == AutoresetMode.SAME_STEP else NextStepFace(
+            self, [Held(self.state, 1, 0, num_envs), Held(self.rng_state, 0, 0, num_envs),
+                   Held(self.episode_return, 0, 0, num_envs),
+                   Held(self.episode_length, 0, 0, num_envs, HELD_LENGTH)])
+        self._init_render(entry.id, render_mode)
 
     # --- what each env defines ---------------------------------------------------------------
     def _initial_state(self, draws: torch.Tensor) -> torch.Tensor:
@@ -217,15 +226,20 @@ class TorchVectorEnv(VectorEnv):
         raise NotImplementedError
 
     # --- Gymnasium's vector API --------------------------------------------------------------
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        """Reset every env. A seed sets env i's stream from (seed, i), as the native kernels do;
-        no seed on the first reset seeds from the OS's entropy; later resets continue."""
+    def reset(self, *, seed: int | list[int | None] | None = None,
+              options: dict[str, Any] | None = None):
+        """Reset every env, seeding as the native kernels do (operant.envs.seeding): env i's
+        stream from (seed, i) for an int, from (seed[i], 0) for a list (kept where None); no
+        seed on the first reset seeds from the OS's entropy; later resets continue."""
         self.check_actions()
-        if seed is not None:
-            if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) \
-                    or not 0 <= int(seed) < 2**64:
-                raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
-            self.rng_state.copy_(seed_streams(int(seed), self.num_envs, self.device))
+        seed = check_seed(seed, self.num_envs)
+        if isinstance(seed, list):
+            streams = per_env_streams(seed, None if self._seeded else secrets.randbits(64))
+            rows = [row for row, stream in enumerate(streams) if stream is not None]
+            self.rng_state[rows] = torch.tensor([_i64(streams[row]) for row in rows],
+                                                dtype=torch.int64, device=self.device)
+        elif seed is not None:
+            self.rng_state.copy_(seed_streams(seed, self.num_envs, self.device))
         elif not self._seeded:
             self.rng_state.copy_(seed_streams(secrets.randbits(64), self.num_envs, self.device))
         self._seeded = True
@@ -238,13 +252,25 @@ class TorchVectorEnv(VectorEnv):
         self.terminated.zero_()
         self.truncated.zero_()
         self.obs.copy_(self._observe(self.state))
-        return (self.obs.clone() if self.copy else self.obs), {}
+        obs = self.obs if self._next_step is None else self._next_step.reset()
+        if self.render_mode is not None:
+            self._rendered_reset()
+        return (obs.clone() if self.copy else obs), {}
 
     def step(self, actions):
         """Gymnasium's step: returns (obs, rewards, terminated, truncated, info) as tensors."""
         self._load_actions(actions)
+        if self._next_step is not None:
+            face = self._next_step
+            face.step()
+            if self.render_mode is not None:
+                self._rendered_step(~face.was_pending, face.pending, face.obs)
+            return face.outputs(self.copy)
         self.step_bound()
-        info = {"final_obs": self.final_obs, "_final_obs": self.terminated | self.truncated}
+        done = self.terminated | self.truncated
+        info = {"final_obs": self.final_obs, "_final_obs": done}
+        if self.render_mode is not None:
+            self._rendered_step(~done, torch.zeros_like(done), None)
         if self.copy:
             info["final_obs"] = self.final_obs.clone()
             return (self.obs.clone(), self.rewards.clone(), self.terminated.clone(),
@@ -278,7 +304,10 @@ class TorchVectorEnv(VectorEnv):
         self.obs.copy_(self._observe(self.state))
 
     def close_extras(self, **kwargs) -> None:
-        pass
+        self._close_render()
+
+    def _render_states(self) -> np.ndarray:
+        return self.state.cpu().numpy()
 
     # --- explicit state (BatchEnv contract) -------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
