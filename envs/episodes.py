@@ -70,11 +70,13 @@ class EpisodeAccounting:
         self.episode_return[:] = 0.0
         self.episode_length[:] = 0
 
-    def record(self, rewards: np.ndarray, terminated: np.ndarray,
-               truncated: np.ndarray) -> None:
-        """One step of every row: accumulate, then reduce and restart the rows that ended."""
+    def record(self, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
+               counted: np.ndarray | None = None) -> None:
+        """One step of every row: accumulate, then reduce and restart the rows that ended.
+        `counted` (bool per row) marks the rows whose step belongs to an episode; the others
+        (a NEXT_STEP env's reset step) add their reward, 0, but no length."""
         self.episode_return += rewards
-        self.episode_length += 1
+        self.episode_length += 1 if counted is None else counted
         done = np.logical_or(terminated, truncated)
         if not done.any():
             return

@@ -25,7 +25,8 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from operant.envs.autoreset import autoreset_mode as parse_autoreset_mode
 from operant.envs.autoreset import with_autoreset_mode
 from operant.envs.contract import ActSpec, ObsSpec, RowLayout
-from operant.envs.native import allocate_buffers, recent_from_ring
+from operant.envs.episodes import EpisodeAccounting
+from operant.envs.native import allocate_buffers
 from operant.envs.registry import EnvError, EpisodeStats, check_action_batch
 from operant.envs.render import check_render_mode, init_headless_display
 from operant.envs.seeding import check_seed
@@ -79,11 +80,7 @@ class ReferenceVectorEnv(VectorEnv):
         allocate_buffers(self, num_envs, self.obs_spec)
         self.act_spec = ActSpec.from_space(self.single_action_space)
         self.layout = RowLayout(num_envs)
-        self._episode_return = np.zeros(num_envs, dtype=np.float64)
-        self._episode_length = np.zeros(num_envs, dtype=np.int64)
-        self._stats = np.zeros(8, dtype=np.float64)
-        self._recent_returns = np.zeros(RECENT_CAPACITY, dtype=np.float64)
-        self._recent_head = 0
+        self.episodes = EpisodeAccounting(self.layout, RECENT_CAPACITY)
         self._resetting = np.zeros(num_envs, dtype=np.bool_)
         """NEXT_STEP: the envs whose next step is a reset (not part of any episode)."""
 
@@ -92,8 +89,7 @@ class ReferenceVectorEnv(VectorEnv):
         obs, info = self.inner.reset(seed=check_seed(seed, self.num_envs), options=options)
         self._resetting[:] = False
         self.obs[:] = obs.reshape(self.num_envs, -1)
-        self._episode_return[:] = 0.0
-        self._episode_length[:] = 0
+        self.episodes.reset_episodes()
         return (self.obs.copy() if self.copy else self.obs), info
 
     def step(self, actions):
@@ -117,8 +113,7 @@ class ReferenceVectorEnv(VectorEnv):
         self.rewards[:] = rewards
         self.terminated[:] = terminated
         self.truncated[:] = truncated
-        self._episode_return += rewards
-        self._episode_length += ~self._resetting
+        self.episodes.record(rewards, terminated, truncated, counted=~self._resetting)
         done = terminated | truncated
         if self.autoreset_mode == AutoresetMode.NEXT_STEP:
             self._resetting[:] = done
@@ -128,34 +123,13 @@ class ReferenceVectorEnv(VectorEnv):
             final = info.get("final_obs")
             for i in np.flatnonzero(mask):
                 self.final_obs[i] = np.asarray(final[i], dtype=np.float32).reshape(-1)
-        if done.any():
-            self._record(self._episode_return[done], self._episode_length[done])
-            self._episode_return[done] = 0.0
-            self._episode_length[done] = 0
         return info
 
-    def _record(self, returns: np.ndarray, lengths: np.ndarray) -> None:
-        stats = self._stats
-        if stats[0] == 0:
-            stats[2], stats[3] = returns.min(), returns.max()
-            stats[5], stats[6] = lengths.min(), lengths.max()
-        else:
-            stats[2], stats[3] = min(stats[2], returns.min()), max(stats[3], returns.max())
-            stats[5], stats[6] = min(stats[5], lengths.min()), max(stats[6], lengths.max())
-        stats[0] += len(returns)
-        stats[1] += returns.sum()
-        stats[4] += lengths.sum()
-        for value in returns:
-            self._recent_returns[self._recent_head % RECENT_CAPACITY] = value
-            self._recent_head += 1
-
     def drain_episode_stats(self) -> EpisodeStats:
-        result = EpisodeStats.from_record(self._stats)
-        self._stats[:] = 0.0
-        return result
+        return self.episodes.drain()
 
     def recent_returns(self, count: int) -> np.ndarray:
-        return recent_from_ring(self._recent_returns, self._recent_head, count)
+        return self.episodes.recent_returns(count)
 
     def state_dict(self) -> dict[str, Any]:
         return {}
