@@ -22,8 +22,15 @@ from tensorboard.backend.event_processing.event_accumulator import SCALARS, Even
 from operant.shared.record import PHASES, RECORD_METRICS, UpdateRecord
 from operant.trainer import tensorboard
 
-SMALL = ["--set", "env.num_envs=8", "--set", "ppo.num_steps=32",
-         "--set", "ppo.num_minibatches=2", "--quiet"]
+SMALL = [
+    "--set",
+    "env.num_envs=8",
+    "--set",
+    "ppo.num_steps=32",
+    "--set",
+    "ppo.num_minibatches=2",
+    "--quiet",
+]
 STEPS_PER_UPDATE = 8 * 32
 
 
@@ -50,8 +57,9 @@ def expected_points(records: list[dict]) -> dict[str, dict[int, np.float32]]:
 def event_points(run_dir: Path) -> dict[str, dict[int, np.float32]]:
     """The scalars TensorBoard reads from the run's event files; each step at most once per
     tag (a resumed run's redone updates replace the ones they redo)."""
-    accumulator = EventAccumulator(str(run_dir / tensorboard.TENSORBOARD_DIR),
-                                   size_guidance={SCALARS: 0})
+    accumulator = EventAccumulator(
+        str(run_dir / tensorboard.TENSORBOARD_DIR), size_guidance={SCALARS: 0}
+    )
     accumulator.Reload()
     points = {}
     for tag in accumulator.Tags()["scalars"]:
@@ -78,13 +86,29 @@ def test_scalars_are_every_number_of_the_record_under_progress_jsonl_names():
     record_keys = [field.encode_name for field in msgspec.structs.fields(UpdateRecord)]
     assert tags == ["phase" if key == "phase_s" else key for key in record_keys]
     assert record_keys[0] == "update" and len(tags) == len(RECORD_METRICS)
-    record = UpdateRecord(updates=3, global_step=768, episodes=5, elapsed_s=1.5, sps=10.0,
-                          sps_mean=9.0, episode_return_mean=None, episode_return_min=None,
-                          episode_return_max=None, episode_length_mean=None,
-                          episodes_this_update=0, learning_rate=0.001, policy_loss=0.5,
-                          value_loss=2.0, entropy=0.6, approx_kl=None, clip_fraction=0.1,
-                          explained_variance=None, epochs=2.0,
-                          phase_s={phase: 0.25 for phase in PHASES}, solved=True)
+    record = UpdateRecord(
+        updates=3,
+        global_step=768,
+        episodes=5,
+        elapsed_s=1.5,
+        sps=10.0,
+        sps_mean=9.0,
+        episode_return_mean=None,
+        episode_return_min=None,
+        episode_return_max=None,
+        episode_length_mean=None,
+        episodes_this_update=0,
+        learning_rate=0.001,
+        policy_loss=0.5,
+        value_loss=2.0,
+        entropy=0.6,
+        approx_kl=None,
+        clip_fraction=0.1,
+        explained_variance=None,
+        epochs=2.0,
+        phase_s={phase: 0.25 for phase in PHASES},
+        solved=True,
+    )
     pairs = dict(tensorboard.scalars(record))
     assert pairs["update"] == 3.0 and pairs["global_step"] == 768.0 and pairs["solved"] == 1.0
     assert {tag for tag in pairs if tag.startswith("phase/")} == {f"phase/{p}" for p in PHASES}
@@ -94,8 +118,19 @@ def test_scalars_are_every_number_of_the_record_under_progress_jsonl_names():
 
 
 def test_a_finished_run_has_the_scalars_of_progress_jsonl(server, tmp_path):
-    code, _, err = server.run(["--runs-dir", tmp_path, "--run-id", "tb", "--tensorboard",
-                               "--total-steps", 6 * STEPS_PER_UPDATE, *SMALL], tmp_path / "log")
+    code, _, err = server.run(
+        [
+            "--runs-dir",
+            tmp_path,
+            "--run-id",
+            "tb",
+            "--tensorboard",
+            "--total-steps",
+            6 * STEPS_PER_UPDATE,
+            *SMALL,
+        ],
+        tmp_path / "log",
+    )
     assert code == 0, err
     run_dir = tmp_path / "tb"
     assert_same_scalars(run_dir, 6)
@@ -104,17 +139,30 @@ def test_a_finished_run_has_the_scalars_of_progress_jsonl(server, tmp_path):
 
 
 def test_without_the_setting_no_event_files_are_written(server, tmp_path):
-    code, _, err = server.run(["--runs-dir", tmp_path, "--run-id", "plain",
-                               "--total-steps", STEPS_PER_UPDATE, *SMALL], tmp_path / "log")
+    code, _, err = server.run(
+        ["--runs-dir", tmp_path, "--run-id", "plain", "--total-steps", STEPS_PER_UPDATE, *SMALL],
+        tmp_path / "log",
+    )
     assert code == 0, err
     assert progress(tmp_path / "plain") and not (tmp_path / "plain" / "tensorboard").exists()
 
 
 def test_a_run_stopped_by_sigterm_has_flushed_every_update(server, tmp_path):
     run_dir = tmp_path / "stopped"
-    server.start(["--runs-dir", tmp_path, "--run-id", "stopped", "--set",
-                  "train.tensorboard=true", "--total-steps", 100_000 * STEPS_PER_UPDATE,
-                  *SMALL], tmp_path / "log")
+    server.start(
+        [
+            "--runs-dir",
+            tmp_path,
+            "--run-id",
+            "stopped",
+            "--set",
+            "train.tensorboard=true",
+            "--total-steps",
+            100_000 * STEPS_PER_UPDATE,
+            *SMALL,
+        ],
+        tmp_path / "log",
+    )
     deadline = time.monotonic() + 120
     while not (run_dir / "progress.jsonl").exists() or len(progress(run_dir)) < 5:
         assert time.monotonic() < deadline, "no 5 updates"
@@ -125,20 +173,42 @@ def test_a_run_stopped_by_sigterm_has_flushed_every_update(server, tmp_path):
 
 
 def test_a_failed_run_keeps_the_scalars_of_its_recorded_updates(server, tmp_path):
-    code, _, err = server.run(["--runs-dir", tmp_path, "--run-id", "nan", "--tensorboard",
-                               "--total-steps", 6 * STEPS_PER_UPDATE, *SMALL], tmp_path / "log",
-                              poison_after_update=3)
+    code, _, err = server.run(
+        [
+            "--runs-dir",
+            tmp_path,
+            "--run-id",
+            "nan",
+            "--tensorboard",
+            "--total-steps",
+            6 * STEPS_PER_UPDATE,
+            *SMALL,
+        ],
+        tmp_path / "log",
+        poison_after_update=3,
+    )
     assert code == 1 and "non-finite" in err, err
     assert_same_scalars(tmp_path / "nan", 2)  # update 3 is never recorded
 
 
 def test_a_resumed_run_continues_its_events_and_redone_updates_replace_the_lost_ones(
-        server, tmp_path):
+    server, tmp_path
+):
     run_dir = tmp_path / "crashed"
     argv = ["--runs-dir", tmp_path, "--total-steps", 12 * STEPS_PER_UPDATE, *SMALL]
-    code, _, err = server.run([*argv, "--run-id", "crashed", "--tensorboard", "--set",
-                               "checkpoint.every_updates=4", "--set", "checkpoint.keep=5"],
-                              tmp_path / "first")
+    code, _, err = server.run(
+        [
+            *argv,
+            "--run-id",
+            "crashed",
+            "--tensorboard",
+            "--set",
+            "checkpoint.every_updates=4",
+            "--set",
+            "checkpoint.keep=5",
+        ],
+        tmp_path / "first",
+    )
     assert code == 0, err
     # As if the process had died after update 12 with update 8's checkpoint its newest:
     # updates 9-12 are in the event files, and are redone by the resumed run.
@@ -159,13 +229,42 @@ def test_without_the_tensorboard_package_it_says_which_extra_and_starts_nothing(
     hidden = tmp_path / "hide"
     (hidden / "tensorboard").mkdir(parents=True)
     (hidden / "tensorboard" / "__init__.py").write_text(
-        "raise ModuleNotFoundError(\"No module named 'tensorboard'\")\n")
+        "raise ModuleNotFoundError(\"No module named 'tensorboard'\")\n"
+    )
     environment = {**os.environ, "PYTHONPATH": str(hidden)}
-    result = subprocess.run([sys.executable, "-m", "operant.trainer.main", "--runs-dir",
-                             str(tmp_path / "runs"), "--tensorboard", "--total-steps", "2048"],
-                            capture_output=True, text=True, env=environment, timeout=240)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "operant.trainer.main",
+            "--runs-dir",
+            str(tmp_path / "runs"),
+            "--tensorboard",
+            "--total-steps",
+            "2048",
+        ],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=240,
+    )
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
         "operant-train: train.tensorboard = true (--tensorboard) needs the tensorboard package "
-        "(No module named 'tensorboard'): pip install 'operant-rl[tensorboard]'"]
+        "(No module named 'tensorboard'): pip install 'operant-rl[tensorboard]'"
+    ]
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_event_files_that_cannot_be_written_cost_one_warning_and_training_goes_on(tmp_path, capsys):
+    (tmp_path / "run").write_text("a file where the run's folder should be")
+    trainer = type("Trainer", (), {"global_step": 0})()
+    service = tensorboard.WriteTensorBoard(tmp_path / "run" / "tensorboard", trainer)
+    service.on_start()
+    service.on_update(None)  # no writer: nothing to do, nothing raised
+    service.close()
+    assert capsys.readouterr().err.splitlines() == [
+        f"operant-train: warning: cannot write TensorBoard event files in "
+        f"{tmp_path / 'run' / 'tensorboard'}: [Errno 20] Not a directory: "
+        f"'{tmp_path / 'run' / 'tensorboard'}'; training goes on without them"
+    ]

@@ -31,7 +31,6 @@ them.
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import typing
 from pathlib import Path
@@ -80,8 +79,9 @@ def scalars(record: UpdateRecord) -> list[tuple[str, float]]:
     for attribute, tag, mapping in SCALARS:
         value = getattr(record, attribute)
         if mapping:
-            pairs.extend((f"{tag}/{key}", float(item)) for key, item in value.items()
-                         if item is not None)
+            pairs.extend(
+                (f"{tag}/{key}", float(item)) for key, item in value.items() if item is not None
+            )
         elif value is not None:
             pairs.append((tag, float(value)))
     return pairs
@@ -93,8 +93,10 @@ def require() -> None:
     try:
         import torch.utils.tensorboard  # noqa: F401
     except ImportError as error:
-        raise ConfigError(f"train.tensorboard = true (--tensorboard) needs the tensorboard "
-                          f"package ({error}): {EXTRA}") from None
+        raise ConfigError(
+            f"train.tensorboard = true (--tensorboard) needs the tensorboard "
+            f"package ({error}): {EXTRA}"
+        ) from None
 
 
 class WriteTensorBoard(Service):
@@ -105,6 +107,8 @@ class WriteTensorBoard(Service):
     def __init__(self, directory: Path, trainer: Any):
         self.directory, self.trainer = directory, trainer
         self.writer: Any = None
+        self._summary: Any = None
+        self._value: Any = None
 
     def on_start(self) -> None:
         from tensorboard.compat.proto.event_pb2 import Event, SessionLog
@@ -113,12 +117,15 @@ class WriteTensorBoard(Service):
 
         self._summary, self._value = Summary, Summary.Value
         try:
-            self.writer = FileWriter(self.directory, max_queue=QUEUE_EVENTS,
-                                     flush_secs=FLUSH_SECONDS)
-            # Steps past the trainer's (a resumed run's checkpoint) are the previous
-            # process's, about to be redone.
-            self.writer.add_event(Event(session_log=SessionLog(status=SessionLog.START)),
-                                  step=self.trainer.global_step + 1)
+            self.writer = FileWriter(
+                self.directory, max_queue=QUEUE_EVENTS, flush_secs=FLUSH_SECONDS
+            )
+            # TensorBoard's sign of a restart: what an earlier process wrote past this step
+            # (the updates a resumed run redoes after its checkpoint) is dropped.
+            self.writer.add_event(
+                Event(session_log=SessionLog(status=SessionLog.START)),
+                step=self.trainer.global_step + 1,
+            )
         except OSError as error:
             self._give_up(error)
 
@@ -126,8 +133,9 @@ class WriteTensorBoard(Service):
         if self.writer is None:
             return
         value = self._value
-        summary = self._summary(value=[value(tag=tag, simple_value=number)
-                                       for tag, number in scalars(record)])
+        summary = self._summary(
+            value=[value(tag=tag, simple_value=number) for tag, number in scalars(record)]
+        )
         try:
             self.writer.add_summary(summary, record.global_step)
         except OSError as error:  # the writer's thread failed; it says so here
@@ -145,10 +153,15 @@ class WriteTensorBoard(Service):
         self._warn(error)
         writer, self.writer = self.writer, None
         if writer is not None:
-            with contextlib.suppress(OSError):  # said once already
+            try:
                 writer.close()
+            except OSError:
+                pass  # the same failure, said once already
 
     def _warn(self, error: OSError) -> None:
-        print(f"operant-train: warning: cannot write TensorBoard event files in "
-              f"{self.directory}: {error}; training goes on without them", file=sys.stderr,
-              flush=True)
+        print(
+            f"operant-train: warning: cannot write TensorBoard event files in "
+            f"{self.directory}: {error}; training goes on without them",
+            file=sys.stderr,
+            flush=True,
+        )
