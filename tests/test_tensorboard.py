@@ -76,6 +76,20 @@ def assert_same_scalars(run_dir: Path, updates: int) -> None:
     assert event_points(run_dir) == expected_points(records)
 
 
+def training(root: Path, run_id: str, updates: int, *extra: str) -> list:
+    """operant-train's arguments for a new run of `updates` small updates."""
+    return [
+        "--runs-dir",
+        root,
+        "--run-id",
+        run_id,
+        "--total-steps",
+        updates * STEPS_PER_UPDATE,
+        *SMALL,
+        *extra,
+    ]
+
+
 @pytest.fixture(scope="module")
 def server(trainer_server):
     return trainer_server
@@ -118,19 +132,7 @@ def test_scalars_are_every_number_of_the_record_under_progress_jsonl_names():
 
 
 def test_a_finished_run_has_the_scalars_of_progress_jsonl(server, tmp_path):
-    code, _, err = server.run(
-        [
-            "--runs-dir",
-            tmp_path,
-            "--run-id",
-            "tb",
-            "--tensorboard",
-            "--total-steps",
-            6 * STEPS_PER_UPDATE,
-            *SMALL,
-        ],
-        tmp_path / "log",
-    )
+    code, _, err = server.run(training(tmp_path, "tb", 6, "--tensorboard"), tmp_path / "log")
     assert code == 0, err
     run_dir = tmp_path / "tb"
     assert_same_scalars(run_dir, 6)
@@ -139,10 +141,7 @@ def test_a_finished_run_has_the_scalars_of_progress_jsonl(server, tmp_path):
 
 
 def test_without_the_setting_no_event_files_are_written(server, tmp_path):
-    code, _, err = server.run(
-        ["--runs-dir", tmp_path, "--run-id", "plain", "--total-steps", STEPS_PER_UPDATE, *SMALL],
-        tmp_path / "log",
-    )
+    code, _, err = server.run(training(tmp_path, "plain", 1), tmp_path / "log")
     assert code == 0, err
     assert progress(tmp_path / "plain") and not (tmp_path / "plain" / "tensorboard").exists()
 
@@ -150,18 +149,7 @@ def test_without_the_setting_no_event_files_are_written(server, tmp_path):
 def test_a_run_stopped_by_sigterm_has_flushed_every_update(server, tmp_path):
     run_dir = tmp_path / "stopped"
     server.start(
-        [
-            "--runs-dir",
-            tmp_path,
-            "--run-id",
-            "stopped",
-            "--set",
-            "train.tensorboard=true",
-            "--total-steps",
-            100_000 * STEPS_PER_UPDATE,
-            *SMALL,
-        ],
-        tmp_path / "log",
+        training(tmp_path, "stopped", 100_000, "--set", "train.tensorboard=true"), tmp_path / "log"
     )
     deadline = time.monotonic() + 120
     while not (run_dir / "progress.jsonl").exists() or len(progress(run_dir)) < 5:
@@ -174,18 +162,7 @@ def test_a_run_stopped_by_sigterm_has_flushed_every_update(server, tmp_path):
 
 def test_a_failed_run_keeps_the_scalars_of_its_recorded_updates(server, tmp_path):
     code, _, err = server.run(
-        [
-            "--runs-dir",
-            tmp_path,
-            "--run-id",
-            "nan",
-            "--tensorboard",
-            "--total-steps",
-            6 * STEPS_PER_UPDATE,
-            *SMALL,
-        ],
-        tmp_path / "log",
-        poison_after_update=3,
+        training(tmp_path, "nan", 6, "--tensorboard"), tmp_path / "log", poison_after_update=3
     )
     assert code == 1 and "non-finite" in err, err
     assert_same_scalars(tmp_path / "nan", 2)  # update 3 is never recorded
@@ -195,19 +172,9 @@ def test_a_resumed_run_continues_its_events_and_redone_updates_replace_the_lost_
     server, tmp_path
 ):
     run_dir = tmp_path / "crashed"
-    argv = ["--runs-dir", tmp_path, "--total-steps", 12 * STEPS_PER_UPDATE, *SMALL]
+    every_4 = ["--set", "checkpoint.every_updates=4", "--set", "checkpoint.keep=5"]
     code, _, err = server.run(
-        [
-            *argv,
-            "--run-id",
-            "crashed",
-            "--tensorboard",
-            "--set",
-            "checkpoint.every_updates=4",
-            "--set",
-            "checkpoint.keep=5",
-        ],
-        tmp_path / "first",
+        training(tmp_path, "crashed", 12, "--tensorboard", *every_4), tmp_path / "first"
     )
     assert code == 0, err
     # As if the process had died after update 12 with update 8's checkpoint its newest:
@@ -216,7 +183,9 @@ def test_a_resumed_run_continues_its_events_and_redone_updates_replace_the_lost_
     (run_dir / "checkpoints" / "ckpt-000000012.pt").unlink()
     lost = event_points(run_dir)["elapsed_s"]
     time.sleep(1.0)  # event files sort by their names' whole seconds: the new one comes later
-    code, _, err = server.run([*argv, "--resume", "crashed"], tmp_path / "second")
+    code, _, err = server.run(
+        ["--runs-dir", tmp_path, "--resume", "crashed", "--quiet"], tmp_path / "second"
+    )
     assert code == 0, err
     assert len(list((run_dir / "tensorboard").glob("events.out.tfevents.*"))) == 2
     assert_same_scalars(run_dir, 12)
