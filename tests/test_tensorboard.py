@@ -220,7 +220,8 @@ def test_without_the_tensorboard_package_it_says_which_extra_and_starts_nothing(
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
         "operant-train: train.tensorboard = true (--tensorboard) needs the tensorboard package "
-        "(No module named 'tensorboard'): pip install 'operant-rl[tensorboard]'"
+        "(No module named 'tensorboard'): pip install 'operant-rl[tensorboard]', or leave it "
+        "off (--set train.tensorboard=false)"
     ]
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 

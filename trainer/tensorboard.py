@@ -95,7 +95,7 @@ def require() -> None:
     except ImportError as error:
         raise ConfigError(
             f"train.tensorboard = true (--tensorboard) needs the tensorboard "
-            f"package ({error}): {EXTRA}"
+            f"package ({error}): {EXTRA}, or leave it off (--set train.tensorboard=false)"
         ) from None
 
 
