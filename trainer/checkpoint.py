@@ -43,7 +43,7 @@ _FILE = re.compile(r"^ckpt-(\d{9,})\.pt$")
 # what its state means. Everything else must equal the checkpoint's.
 RESUMABLE_CHANGES = ("train.total_steps", "train.target_return", "train.log_every",
                      "train.publish_metrics", "train.runs_dir", "train.run_id",
-                     "train.torch_threads", "checkpoint.")
+                     "train.torch_threads", "train.tensorboard", "checkpoint.")
 
 
 def file_name(update: int) -> str:

@@ -143,6 +143,11 @@ class TrainConfig(Struct, forbid_unknown_fields=True, kw_only=True):
     publish_metrics: bool = True
     """Publish live state into the run's metrics.bin for monitors, `operant runs` and the
     exporter. Off only to measure what publication costs."""
+    tensorboard: bool = False
+    """Also write every update's scalars (progress.jsonl's, phases as phase/<name>) as
+    TensorBoard event files in the run's tensorboard/ folder, so `tensorboard --logdir
+    RUNS_ROOT` shows every run; needs `pip install 'operant-rl[tensorboard]'`
+    (docs/tensorboard.md). The monitor stays the live view."""
 
 
 class CheckpointConfig(Struct, forbid_unknown_fields=True, kw_only=True):

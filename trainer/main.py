@@ -56,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "start it")
     parser.add_argument("--log-format", choices=("plain", "json"), default="plain",
                         help="plain: one compact line per update; json: one JSON object per line")
+    parser.add_argument("--tensorboard", action="store_true", default=None,
+                        help="also write TensorBoard event files into the run directory "
+                             "(train.tensorboard)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines, only the summary")
     parser.add_argument("--detach", action="store_true",
                         help="train in the background (log in the run directory), print the run id")
@@ -68,7 +71,8 @@ def _flag_values(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     extra: dict[str, dict[str, Any]] = {}
     for value, section, key in ((args.env, "env", "id"), (args.total_steps, "train", "total_steps"),
                                 (args.seed, "train", "seed"), (args.runs_dir, "train", "runs_dir"),
-                                (args.run_id, "train", "run_id")):
+                                (args.run_id, "train", "run_id"),
+                                (args.tensorboard, "train", "tensorboard")):
         if value is not None:
             extra.setdefault(section, {})[key] = value
     return extra
@@ -94,6 +98,10 @@ def main(argv: list[str] | None = None) -> int:
 
         try:
             plan = plan_run(args.resume, args.config, args.overrides, _flag_values(args))
+            if plan.config.train.tensorboard:
+                from operant.trainer import tensorboard
+
+                tensorboard.require()
         except (ConfigError, EnvError, ResumeError, runs.RunNotFoundError) as error:
             print(f"operant-train: {error}", file=sys.stderr)
             return EXIT_USAGE

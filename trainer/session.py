@@ -43,6 +43,7 @@ from operant.trainer.services import (
     WriteProgress,
 )
 from operant.trainer.signals import StopSignals
+from operant.trainer.tensorboard import TENSORBOARD_DIR, WriteTensorBoard
 
 _EXIT = {"finished": EXIT_OK, "stopped": EXIT_OK, "failed": EXIT_FAILED,
          "interrupted": EXIT_INTERRUPTED}
@@ -107,6 +108,8 @@ def compose(args: Any, plan: RunPlan, signals: StopSignals, trainer: Any, run_di
     progress = WriteProgress(run_dir / runs.PROGRESS_FILE, args, plan)
     publish = ([PublishMetrics(plan, run_dir, trainer, records)]
                if config.train.publish_metrics else [])
+    tensorboard = ([WriteTensorBoard(run_dir / TENSORBOARD_DIR, trainer)]
+                   if config.train.tensorboard else [])
     services = [
         StopOnSignal(signals),
         records,
@@ -114,6 +117,7 @@ def compose(args: Any, plan: RunPlan, signals: StopSignals, trainer: Any, run_di
         *publish,  # the metrics file appears complete, then `latest` points at it
         UpdateLatest(plan),
         progress,
+        *tensorboard,
         NotifySystemd(notifier, checkpointer, trainer, plan.derived.num_updates),
         Checkpoints(trainer, checkpointer, signals, progress),
         SaveModel(trainer, run_dir),
