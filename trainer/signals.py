@@ -1,6 +1,8 @@
 """How the trainer answers signals: a clean stop at the next update boundary, never mid-update.
 
-- SIGTERM (systemd's stop, `kill`) and SIGINT (Ctrl-C) only set a flag. The training loop
+- SIGTERM (systemd's stop, `kill`) and SIGINT (Ctrl-C) set a flag and say so in one line on
+  stderr (the process may take an update to stop: the line tells the person or the journal
+  the signal was taken). The training loop
   looks at it between updates; the trainer then writes a checkpoint, marks its metrics file
   finished and interrupted, tells systemd STOPPING=1, and exits 0.
 - A second SIGINT (Ctrl-C again, impatiently) raises KeyboardInterrupt where the main thread
@@ -21,6 +23,7 @@ Nothing is installed at import: `install()` is called by operant-train's main() 
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from types import FrameType
@@ -64,6 +67,11 @@ class StopSignals:
                 raise KeyboardInterrupt
             return
         self.received = signum
+        # Said at once, so whoever pressed Ctrl-C (or an operator reading the journal) knows
+        # the signal was taken; os.write, since print() may be mid-write on this thread.
+        again = " (Ctrl-C again: quit at once, without it)" if signum == signal.SIGINT else ""
+        os.write(2, f"operant-train: {signal.Signals(signum).name}: stopping at the next update "
+                    f"boundary, with a checkpoint{again}\n".encode())
 
     @property
     def stop_requested(self) -> bool:
