@@ -17,12 +17,32 @@ from collections.abc import Callable
 from typing import Any
 
 
+def cpu_name() -> str:
+    """The CPU's model name and widest SIMD extension ("AMD EPYC (AVX-512)"): every figure
+    names its machine, since the machines these benchmarks run on change between sessions."""
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name":
+                    model = value.strip()
+                elif key.strip() == "flags":
+                    flags = set(value.split())
+                    break
+    except OSError:
+        pass
+    simd = ("AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags
+            else "SSE only" if flags else "")
+    return f"{model} ({simd})" if simd else model
+
+
 def machine() -> dict[str, Any]:
     import numpy
     import torch
 
-    return {"host": platform.node(), "cpu": platform.processor() or platform.machine(),
-            "cpus": os.cpu_count(), "python": platform.python_version(),
+    return {"host": platform.node(), "cpu": cpu_name(), "cpus": os.cpu_count(),
+            "date": time.strftime("%Y-%m-%d"), "python": platform.python_version(),
             "numpy": numpy.__version__, "torch": torch.__version__,
             "torch_threads": torch.get_num_threads()}
 
