@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -118,8 +119,14 @@ class PublishMetrics(Service):
         self.publisher = Publisher(self.run_dir / runs.METRICS_FILE, self.plan.run_id,
                                    config.env.id, self.trainer.impl, config.train.device,
                                    config.train.total_steps)
+        self.publisher.set_elapsed_before(self.trainer.elapsed_offset_s)
         self.publisher.resume(self.history.records)
         self.publisher.start()
+
+    def warn(self, text: str) -> None:
+        """The metrics file's warning text (empty clears it)."""
+        if self.publisher is not None:
+            self.publisher.warn(text)
 
     def on_update(self, record: Any) -> None:
         self.publisher.publish(record)
@@ -140,6 +147,8 @@ class PublishMetrics(Service):
         elif kind == "interrupted":
             publisher.finish(interrupted=True,
                              reason="interrupted by a second SIGINT, without a final checkpoint")
+        elif kind == "no_space":
+            publisher.fail(f"the disk is full: {outcome.error}")
         else:
             publisher.fail(f"{type(outcome.error).__name__}: {outcome.error}")
 
@@ -187,19 +196,54 @@ class WriteProgress(Service):
 
 
 class Checkpoints(Service):
-    """Periodic checkpoints (checkpoint.every_updates / every_seconds), one on SIGUSR1, and
-    the final one when the loop ends cleanly; never for update 0, never twice for one."""
+    """Periodic checkpoints (checkpoint.every_updates / every_seconds), one on SIGUSR1 (said in
+    one line), and the final one when the loop ends cleanly; never for update 0, never twice
+    for one. A periodic or SIGUSR1 checkpoint the disk refuses is one warning line and the
+    metrics file's warning (operant.trainer.disk: the policy); the next interval tries again.
+    A final one it refuses ends the run (the error propagates: Outcome.kind "no_space")."""
 
     def __init__(self, trainer: Any, checkpointer: Checkpointer, signals: StopSignals,
-                 progress: WriteProgress):
+                 progress: WriteProgress, warn: Callable[[str], None] = lambda text: None):
         self.trainer, self.checkpointer, self.signals = trainer, checkpointer, signals
-        self.progress = progress
+        self.progress, self.warn = progress, warn
         self.config_dict = to_dict(trainer.config)
+        self.failing = False
+        """The last periodic checkpoint was refused (warned once until one is written)."""
 
     def on_boundary(self) -> bool:
-        if self.signals.take_checkpoint_request() or self.checkpointer.due(self.trainer.update):
-            self.checkpoint()
+        requested = self.signals.take_checkpoint_request()
+        if requested or self.checkpointer.due(self.trainer.update):
+            path = self._try_checkpoint()
+            if requested and path is not None:
+                print(f"operant-train: SIGUSR1: checkpoint {path} (update "
+                      f"{self.trainer.update}, step {self.trainer.global_step:,})",
+                      file=sys.stderr, flush=True)
         return self.signals.stop_requested  # a signal during that checkpoint stops here too
+
+    def _try_checkpoint(self) -> Path | None:
+        from operant.trainer.disk import describe_storage_error, is_storage_error
+
+        try:
+            path = self.checkpoint()
+        except OSError as error:
+            if not is_storage_error(error):
+                raise
+            self.checkpointer.failed()
+            why = describe_storage_error(error, self.checkpointer.directory,
+                                         self.checkpointer.last_size)
+            text = (f"checkpoint of update {self.trainer.update} not written: {why}; training "
+                    "goes on, the next checkpoint interval tries again")
+            self.warn(text)
+            if not self.failing:
+                print(f"operant-train: warning: {text}", file=sys.stderr, flush=True)
+            self.failing = True
+            return None
+        if self.failing:
+            self.failing = False
+            self.warn("")
+            print(f"operant-train: checkpoints are written again: {path}", file=sys.stderr,
+                  flush=True)
+        return path
 
     def on_stopping(self, outcome: Outcome) -> None:
         outcome.checkpoint = self.checkpoint()
@@ -288,9 +332,9 @@ class Console(Service):
     the run's lock is released, so the run can be resumed the moment it is printed)."""
 
     def __init__(self, args: Any, plan: RunPlan, trainer: Any, run_dir: Path,
-                 checkpointer: Checkpointer):
+                 checkpointer: Checkpointer, best: Any = None):
         self.args, self.plan, self.trainer, self.run_dir = args, plan, trainer, run_dir
-        self.checkpointer = checkpointer
+        self.checkpointer, self.best = checkpointer, best
         self.started = 0.0
         self.outcome: Outcome | None = None
 
@@ -317,6 +361,24 @@ class Console(Service):
         elif outcome.kind == "interrupted":
             print(f"operant-train: interrupted; the last checkpoint is {last_path or 'none'}; "
                   f"run directory {self.run_dir}", file=sys.stderr)
+        elif outcome.kind == "no_space":
+            print(f"operant-train: {self._no_space(outcome)}", file=sys.stderr, flush=True)
+
+    def _no_space(self, outcome: Outcome) -> str:
+        """The full disk's line: what could not be written, the space, what to do."""
+        from operant.trainer.disk import describe_storage_error
+
+        why = describe_storage_error(outcome.error, self.run_dir, self.checkpointer.last_size)
+        resume = runs.command_hint("operant-train --resume", self.plan.run_id,
+                                   root=self.run_dir.parent)
+        if not self.started:
+            fresh = self.plan.payload is None and not self.plan.restart
+            after = ("nothing was created; free space and run again" if fresh
+                     else f"the run is as it was; free space, then {resume}")
+            return f"cannot start run {self.plan.run_id}: {why}; {after}"
+        what = "model.pt" if outcome.checkpoint else "the final checkpoint"
+        return (f"{what} cannot be written: {why}; the last checkpoint is "
+                f"{self.checkpointer.last_path or 'none'}; free space, then {resume}")
 
     def close(self) -> None:
         if self.outcome is not None and self.outcome.kind in ("finished", "stopped"):
@@ -325,14 +387,19 @@ class Console(Service):
     def _summary(self, outcome: Outcome, seconds: float) -> None:
         trainer, run_id, last = self.trainer, self.plan.run_id, outcome.last_record
         path, stopped_by = outcome.checkpoint, outcome.stopped_by
+        best = self.best
+        verdict = best.summary_fields() if best is not None else {}
+        if verdict.get("solved_at_s") is None:
+            verdict["solved_at_s"] = trainer.solved_at
         summary = RunSummary(
             run_id=run_id, global_step=trainer.global_step,
             episode_return_mean=last.episode_return_mean if last else None,
             elapsed_s=round(seconds, 3),
-            sps_mean=last.sps_mean if last else None, solved_at_s=trainer.solved_at,
+            sps_mean=last.sps_mean if last else None,
             run_dir=str(self.run_dir),
             stopped_by=stopped_by or None,
             checkpoint=str(path) if path else None,
+            **verdict,
         )
         if self.args.log_format == "json":
             print(json.dumps({"summary": msgspec.to_builtins(summary)}), flush=True)
@@ -349,3 +416,6 @@ class Console(Service):
               f"({number_or_dash(summary.sps_mean, ',.0f')} steps/s), mean return of the last 100 "
               f"episodes {number_or_dash(summary.episode_return_mean, '.1f')}{solved} -> "
               f"{self.run_dir}", flush=True)
+        for line in (best.verdict(), best.best_line()) if best is not None else ():
+            if line is not None:
+                print(line, flush=True)
