@@ -37,7 +37,7 @@ STEP_FLOAT_TENSORS = 3
 FORWARD_COPIES = 3
 """Activations alive at once per hidden unit while the policy acts on all rows (a layer's
 output, its activation, and the next layer's output)."""
-BACKWARD_COPIES = 4
+BACKWARD_COPIES = 3
 """Per hidden unit and minibatch sample in the update: the forward activations autograd keeps
 (pre- and post-activation) and their gradients."""
 RUNTIME_BYTES = 400 << 20
