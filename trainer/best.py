@@ -110,12 +110,13 @@ class TrackBest(Service):
         import torch
 
         from operant.shared import atomic
-        from operant.trainer.disk import describe_storage_error, is_storage_error
+        from operant.trainer.disk import describe_storage_error, is_storage_error, storage_errors
 
         model, self._pending = self._pending, None
         self._written_at = time.monotonic()
         try:
-            atomic.write_with(self.path, lambda handle: torch.save(model, handle))
+            with storage_errors():
+                atomic.write_with(self.path, lambda handle: torch.save(model, handle))
         except OSError as error:
             if not is_storage_error(error):
                 raise
@@ -136,8 +137,10 @@ class TrackBest(Service):
             return (f"solved at {self.solved_at_s:.2f} s (step {self.solved_at_step:,}): mean "
                     f"return of the last {SOLVE_WINDOW} episodes {self.solved_return:.1f} >= "
                     f"target {self.target:g}")
-        best = "-" if self.best_return is None else f"{self.best_return:.1f}"
-        return f"not solved: best mean return {best} < target {self.target:g}"
+        if self.best_return is None:
+            return (f"not solved: fewer than {SOLVE_WINDOW} episodes finished (target "
+                    f"{self.target:g})")
+        return f"not solved: best mean return {self.best_return:.1f} < target {self.target:g}"
 
     def summary_fields(self) -> dict[str, Any]:
         """The verdict and the best as operant.shared.record.RunSummary's fields."""

@@ -34,6 +34,7 @@ from operant.trainer.checkpoint_format import (  # noqa: F401
     build_payload,
     load,
 )
+from operant.trainer.disk import storage_errors
 from operant.trainer.state import capture_global_rng
 
 POINTER = "latest"
@@ -186,7 +187,8 @@ class Checkpointer:
                                 progress_bytes)
         path = self.directory / file_name(trainer.update)
         try:
-            atomic.write_with(path, lambda handle: torch.save(payload, handle), self.beat)
+            with storage_errors():
+                atomic.write_with(path, lambda handle: torch.save(payload, handle), self.beat)
         except OSError:
             self.last_size = _serialized_size(payload)  # what a retry needs, for the message
             raise

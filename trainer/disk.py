@@ -15,6 +15,8 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EIO)
@@ -23,6 +25,30 @@ STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EIO)
 def is_storage_error(error: BaseException) -> bool:
     """Whether `error` says the disk cannot take what is written (full, over quota, failing)."""
     return isinstance(error, OSError) and error.errno in STORAGE_ERRNOS
+
+
+def storage_error_in(error: BaseException) -> OSError | None:
+    """The full disk's OSError behind `error`, or None. torch.save's zip writer turns a failed
+    write into a RuntimeError of its own while the OSError unwinds: look down the chain."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if is_storage_error(error):
+            return error  # type: ignore[return-value]
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
+@contextmanager
+def storage_errors() -> Iterator[None]:
+    """Raise a full disk as its OSError (see storage_error_in), whatever wrapped it."""
+    try:
+        yield
+    except RuntimeError as error:
+        cause = storage_error_in(error)
+        if cause is None:
+            raise
+        raise cause from None
 
 
 def free_bytes(directory: Path) -> int | None:

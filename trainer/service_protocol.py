@@ -66,6 +66,9 @@ class Outcome:
     """The run's final checkpoint (on_stopping writes it)."""
     last_record: Any = None
     """The run's last progress record (of this process, else of the run it resumed)."""
+    ending: bool = False
+    """The end hooks' writes had begun (on_stopping was called): an error now is one of
+    theirs (the final checkpoint, model.pt), not the training's."""
 
     @property
     def kind(self) -> Literal["finished", "stopped", "failed", "interrupted", "no_space",

@@ -191,8 +191,16 @@ class WriteProgress(Service):
         return handle.tell()
 
     def close(self) -> None:
-        if self.log is not None:
+        from operant.trainer.disk import is_storage_error
+
+        if self.log is None:
+            return
+        try:
             self.log.close()
+        except OSError as error:
+            # A full disk that refused the last lines has ended the run already, and said so.
+            if not is_storage_error(error):
+                raise
 
 
 class Checkpoints(Service):
@@ -264,8 +272,11 @@ class SaveModel(Service):
         self.trainer, self.run_dir = trainer, run_dir
 
     def on_stopping(self, outcome: Outcome) -> None:
+        from operant.trainer.disk import storage_errors
+
         if outcome.kind == "finished":
-            self.trainer.save_model(self.run_dir / "model.pt")
+            with storage_errors():
+                self.trainer.save_model(self.run_dir / "model.pt")
 
 
 class NotifySystemd(Service):
@@ -368,15 +379,19 @@ class Console(Service):
         """The full disk's line: what could not be written, the space, what to do."""
         from operant.trainer.disk import describe_storage_error
 
-        why = describe_storage_error(outcome.error, self.run_dir, self.checkpointer.last_size)
         resume = runs.command_hint("operant-train --resume", self.plan.run_id,
                                    root=self.run_dir.parent)
         if not self.started:
+            why = describe_storage_error(outcome.error, self.run_dir.parent)
             fresh = self.plan.payload is None and not self.plan.restart
             after = ("nothing was created; free space and run again" if fresh
                      else f"the run is as it was; free space, then {resume}")
             return f"cannot start run {self.plan.run_id}: {why}; {after}"
-        what = "model.pt" if outcome.checkpoint else "the final checkpoint"
+        why = describe_storage_error(outcome.error, self.run_dir, self.checkpointer.last_size)
+        if outcome.ending:
+            what = "model.pt" if outcome.checkpoint else "the final checkpoint"
+        else:
+            what = "the run's records (progress.jsonl)"
         return (f"{what} cannot be written: {why}; the last checkpoint is "
                 f"{self.checkpointer.last_path or 'none'}; free space, then {resume}")
 

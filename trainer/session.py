@@ -173,6 +173,7 @@ class Session:
             self.trainer.log = self.on_update
             outcome.last_record = self.trainer.run(should_stop=self.should_stop)
             outcome.stopped_by = self.signals.name
+            outcome.ending = True
             self._call("on_stopping", outcome)
             self._call("on_stop", outcome)
         except BaseException as error:
