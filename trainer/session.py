@@ -37,9 +37,9 @@ from operant.trainer.exit_codes import (
 from operant.trainer.resume import RunPlan
 from operant.trainer.sdnotify import SystemdNotifier
 from operant.trainer.service_protocol import HOOKS, Outcome, Rank, Service
+from operant.trainer.console import Console
 from operant.trainer.services import (
     Checkpoints,
-    Console,
     ContinueRecords,
     NotifySystemd,
     PublishMetrics,
