@@ -12,7 +12,8 @@ import time
 import pytest
 from user_runs import ENDLESS, SMALL, run, start_trainer, stop, wait_for_updates
 
-from operant.monitor.source import ReaderSource, run_uptime
+from operant.monitor.source import ReaderSource, RunView, run_uptime
+from operant.monitor.widgets import describe_status
 from operant.shared.reader import MetricsReader
 
 
@@ -69,3 +70,14 @@ def test_the_monitors_uptime_agrees_with_elapsed_after_a_resume(tmp_path):
     assert elapsed > metrics["elapsed_before_s"]
     # This process's start-up (before its clock ran) is all that uptime may add.
     assert elapsed <= view.uptime_s <= elapsed + 10, (view.uptime_s, elapsed)
+
+
+def test_the_monitor_shows_the_trainers_warning_in_its_banner():
+    text = ("checkpoint of update 40 not written: No space left on device (52.0 KiB free in "
+            "/runs/p/checkpoints, about 157.1 KiB needed); training goes on")
+    view = RunView(run_id="p", run_dir="/runs/p", status="running", state="running",
+                   metrics={"warning": text})
+    assert describe_status(view) == ("warning", f"Warning: {text}.")
+    cleared = RunView(run_id="p", run_dir="/runs/p", status="running", state="running",
+                      metrics={"warning": ""})
+    assert describe_status(cleared) == ("", "")

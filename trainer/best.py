@@ -15,8 +15,10 @@ When best.pt is written: the improvement's copy is cheap (one tensor copy per pa
 a file is a serialisation, an fsync and a rename, so the file is written at most once every
 BEST_WRITE_INTERVAL_S seconds while the mean keeps improving, and once more when the run ends
 (finished, stopped, or failed: after a NaN the best policy is what is worth keeping). An
-update that improves nothing costs one comparison. A resumed run reads the best it had from
-its best.pt, so a worse policy never replaces it.
+update that improves nothing costs one comparison. A trainer killed outright (SIGKILL, power
+loss) loses at most that interval's improvements; best.pt itself is always whole (written
+through operant.shared.atomic). A resumed run reads the best it had from its best.pt, so a
+worse policy never replaces it.
 """
 
 from __future__ import annotations
