@@ -50,6 +50,9 @@ class Console(Service):
         if outcome.kind == "failed":
             kept = (f"; the last good checkpoint is {last_path}" if last_path
                     else "; no checkpoint was written")
+            if self.best is not None and self.best.best_line() is not None:
+                kept += (f"; the best policy (mean return {self.best.best_return:.1f}) is "
+                         f"{self.best.path}")
             print(f"operant-train: training failed: {outcome.error}{kept}", file=sys.stderr)
         elif outcome.kind == "interrupted":
             print(f"operant-train: interrupted; the last checkpoint is {last_path or 'none'}; "
