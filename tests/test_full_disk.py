@@ -27,8 +27,7 @@ from operant.trainer.exit_codes import EXIT_NO_SPACE
 UNIT = Path(__file__).resolve().parent.parent / "deploy" / "operant-train@.service"
 # Updates of 4,096 steps: slow enough that the progress lines a test leaves room for last
 # for seconds, not milliseconds.
-SLOW = ["--set", "env.num_envs=64", "--set", "ppo.num_steps=64",
-        "--set", "ppo.num_minibatches=2"]
+SLOW = ["--set", "env.num_envs=64", "--set", "ppo.num_steps=64", "--set", "ppo.num_minibatches=2"]
 
 
 @pytest.fixture
@@ -38,8 +37,11 @@ def small_disk(tmp_path):
     mount.mkdir()
     if shutil.which("mount") is None:
         pytest.skip("no mount command")
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4M", "tmpfs", str(mount)],
-                          capture_output=True, text=True)
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4M", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+    )
     if made.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()}")
     try:
@@ -78,10 +80,28 @@ def test_a_full_disk_at_start_is_one_line_exit_75_and_nothing_created(small_disk
 def start(root: Path, log: Path) -> subprocess.Popen:
     with open(log, "w") as err:
         return subprocess.Popen(
-            command(["operant-train", "--runs-dir", str(root), "--run-id", "tight", *SLOW,
-                     *ENDLESS, "--set", "checkpoint.every_updates=10",
-                     "--set", "checkpoint.keep=1", "--log-format", "json", "--quiet"]),
-            stdout=subprocess.DEVNULL, stderr=err, preexec_fn=default_signals)
+            command(
+                [
+                    "operant-train",
+                    "--runs-dir",
+                    str(root),
+                    "--run-id",
+                    "tight",
+                    *SLOW,
+                    *ENDLESS,
+                    "--set",
+                    "checkpoint.every_updates=10",
+                    "--set",
+                    "checkpoint.keep=1",
+                    "--log-format",
+                    "json",
+                    "--quiet",
+                ]
+            ),
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            preexec_fn=default_signals,
+        )
 
 
 def wait_for(predicate, what: str, timeout: float = 120) -> None:
@@ -102,8 +122,13 @@ def test_a_full_disk_at_checkpoints_warns_trains_on_then_exits_75_and_resumes(sm
         with MetricsReader(run_dir / "metrics.bin") as reader:
             warning = reader.snapshot().metrics()["warning"]
             steps = reader.snapshot().metrics()["global_step"]
-        wait_for(lambda: json.loads((run_dir / "progress.jsonl").read_text().splitlines()[-1])
-                 ["global_step"] > steps, "training stopped after the warning")
+        wait_for(
+            lambda: (
+                json.loads((run_dir / "progress.jsonl").read_text().splitlines()[-1])["global_step"]
+                > steps
+            ),
+            "training stopped after the warning",
+        )
         trainer.send_signal(signal.SIGTERM)
         status = trainer.wait(timeout=120)
     finally:
@@ -114,14 +139,16 @@ def test_a_full_disk_at_checkpoints_warns_trains_on_then_exits_75_and_resumes(sm
     assert status == EXIT_NO_SPACE, lines
     # One warning for the refused periodic checkpoint, one line for the refused final one.
     assert len(lines) == 2, lines
-    pattern = (r"checkpoint of update \d+ not written: No space left on device "
-               r"\(\d+\.\d KiB free in .*, about \d+\.\d KiB needed\); training goes on")
+    pattern = (
+        r"checkpoint of update \d+ not written: No space left on device "
+        r"\(\d+\.\d KiB free in .*, about \d+\.\d KiB needed\); training goes on"
+    )
     assert re.search(pattern, lines[0]) and lines[0].startswith("operant-train: warning: ")
     assert re.search(pattern, warning), warning
-    assert lines[1].startswith("operant-train: the final checkpoint cannot be written: No "
-                               "space left on device")
-    assert "ckpt-000000010.pt; free space, then operant-train --resume tight --runs-dir" \
-        in lines[1]
+    assert lines[1].startswith(
+        "operant-train: the final checkpoint cannot be written: No space left on device"
+    )
+    assert "ckpt-000000010.pt; free space, then operant-train --resume tight --runs-dir" in lines[1]
     # The earlier checkpoint is whole, and nothing half-written is left beside it.
     assert sorted(os.listdir(run_dir / "checkpoints")) == ["ckpt-000000010.pt", "latest"]
     payload = checkpoint_format.load(run_dir / "checkpoints" / "ckpt-000000010.pt")
@@ -130,9 +157,17 @@ def test_a_full_disk_at_checkpoints_warns_trains_on_then_exits_75_and_resumes(sm
         snapshot = reader.snapshot()
     assert snapshot.state == "failed" and "disk is full" in snapshot.reason
     filler.unlink()
-    resumed = run("operant-train", "--resume", "tight", "--runs-dir", str(root),
-                  "--total-steps", str(20 * 4096), "--quiet", timeout=240)
+    resumed = run(
+        "operant-train",
+        "--resume",
+        "tight",
+        "--runs-dir",
+        str(root),
+        "--total-steps",
+        str(20 * 4096),
+        "--quiet",
+        timeout=240,
+    )
     assert resumed.returncode == 0, resumed.stderr
     assert "resumed at update 10 from" in resumed.stderr
-    assert json.loads((run_dir / "progress.jsonl").read_text().splitlines()[-1])[
-        "update"] == 20
+    assert json.loads((run_dir / "progress.jsonl").read_text().splitlines()[-1])["update"] == 20

@@ -41,17 +41,25 @@ print(json.dumps({"estimate": estimate.total, "growth": peak - before}))
 
 def test_the_users_200_million_envs_are_refused_at_once_with_nothing_allocated(tmp_path):
     started = time.monotonic()
-    result = run("operant-train", "--set", "env.num_envs=200000000", "--runs-dir",
-                 str(tmp_path / "runs"), timeout=120)
+    result = run(
+        "operant-train",
+        "--set",
+        "env.num_envs=200000000",
+        "--runs-dir",
+        str(tmp_path / "runs"),
+        timeout=120,
+    )
     seconds = time.monotonic() - started
     lines = result.stderr.strip().splitlines()
     assert (result.returncode, len(lines)) == (2, 1), result.stderr
     assert lines[0].startswith("operant-train: this config needs about ")
     assert "env.num_envs = 200,000,000 x ppo.num_steps = 16" in lines[0]
     # The estimate and the memory available, both named.
-    assert re.search(r"needs about \d+\.\d [GT]iB of memory .*, and \d+\.\d [KMGT]iB is "
-                     r"(available on this machine|the cgroup's memory.max less its use)",
-                     lines[0]), lines[0]
+    assert re.search(
+        r"needs about \d+\.\d [GT]iB of memory .*, and \d+\.\d [KMGT]iB is "
+        r"(available on this machine|the cgroup's memory.max less its use)",
+        lines[0],
+    ), lines[0]
     assert "lower env.num_envs or ppo.num_steps" in lines[0]
     assert not (tmp_path / "runs").exists()
     # Refused before allocating: the process never held more than a trainer's imports.
@@ -82,14 +90,23 @@ def test_a_cgroup_limit_is_the_memory_available(tmp_path):
     assert memory.cgroup_available(group) is None
 
 
-@pytest.mark.parametrize("words", [
-    ["env.num_envs=65536"],
-    ["env.num_envs=65536", "ppo.num_minibatches=1"],
-    ["env.num_envs=16384", "env.id=Pendulum-v1", "policy.hidden_sizes=[256, 256]"],
-], ids=["default-65536", "one-minibatch", "pendulum-wide"])
+@pytest.mark.parametrize(
+    "words",
+    [
+        ["env.num_envs=65536"],
+        ["env.num_envs=65536", "ppo.num_minibatches=1"],
+        ["env.num_envs=16384", "env.id=Pendulum-v1", "policy.hidden_sizes=[256, 256]"],
+    ],
+    ids=["default-65536", "one-minibatch", "pendulum-wide"],
+)
 def test_the_estimate_is_within_a_factor_of_two_of_a_real_trainers_growth(words):
-    result = subprocess.run([sys.executable, "-c", MEASURE, *words], capture_output=True,
-                            text=True, timeout=300, cwd=Path(__file__).parent)
+    result = subprocess.run(
+        [sys.executable, "-c", MEASURE, *words],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).parent,
+    )
     assert result.returncode == 0, result.stderr
     measured = json.loads(result.stdout)
     ratio = measured["estimate"] / measured["growth"]

@@ -49,8 +49,10 @@ def taken_port():
 TRAIN_CORPUS = [
     (["--set", "train.device=cuda:99"], ["train.device = 'cuda:99'"]),
     (["--set", "train.device=gpu0"], ["train.device = 'gpu0' is not a torch device"]),
-    (["--set", "env.num_envs=200000000"],
-     ["needs about", "TiB of memory", "env.num_envs = 200,000,000", "available", "lower"]),
+    (
+        ["--set", "env.num_envs=200000000"],
+        ["needs about", "TiB of memory", "env.num_envs = 200,000,000", "available", "lower"],
+    ),
     (["--env", "NoSuchEnv-v0"], ["unknown env id 'NoSuchEnv-v0'"]),
     (["--env", "somepackage_not_installed:Thing-v0"], ["cannot import", "install"]),
     (["--config", "{base}/random.bin"], ["random.bin: not valid TOML"]),
@@ -62,20 +64,31 @@ TRAIN_CORPUS = [
     (["--resume", "not-a-run", "--runs-dir", "{base}/runs"], ["no checkpoint"]),
 ]
 if not CUDA:
-    TRAIN_CORPUS.append((["--set", "train.device=cuda"],
-                         ["train.device = 'cuda'", "CPU-only build", "install a CUDA build"]))
+    TRAIN_CORPUS.append(
+        (
+            ["--set", "train.device=cuda"],
+            ["train.device = 'cuda'", "CPU-only build", "install a CUDA build"],
+        )
+    )
 if not box2d_installed():
-    TRAIN_CORPUS.append((["--env", "LunarLander-v3"],
-                         ["LunarLander-v3", "not installed", 'pip install "gymnasium[box2d]"']))
+    TRAIN_CORPUS.append(
+        (
+            ["--env", "LunarLander-v3"],
+            ["LunarLander-v3", "not installed", 'pip install "gymnasium[box2d]"'],
+        )
+    )
 
 OTHER_CORPUS = [
-    (["operant", "monitor", "--latest", "--once", "--runs-dir", "{base}/nowhere"],
-     ["no runs yet under"]),
-    (["operant", "monitor", "--latest", "--json", "--runs-dir", "{base}/notes.txt"],
-     ["is a file, not a directory"]),
+    (
+        ["operant", "monitor", "--latest", "--once", "--runs-dir", "{base}/nowhere"],
+        ["no runs yet under"],
+    ),
+    (
+        ["operant", "monitor", "--latest", "--json", "--runs-dir", "{base}/notes.txt"],
+        ["is a file, not a directory"],
+    ),
     (["operant", "monitor", "nope", "--once", "--runs-dir", "{base}/runs"], ["no run 'nope'"]),
-    (["operant", "monitor", "not-a-run", "--once", "--runs-dir", "{base}/runs"],
-     ["metrics.bin"]),
+    (["operant", "monitor", "not-a-run", "--once", "--runs-dir", "{base}/runs"], ["metrics.bin"]),
     (["operant", "runs", "--runs-dir", "{base}/nowhere"], ["nowhere is not there"]),
     (["operant", "runs", "--runs-dir", "{base}/notes.txt"], ["notes.txt is a file"]),
     (["operant", "eval", "{base}/random.bin"], ["is not an operant model or checkpoint"]),
@@ -83,23 +96,37 @@ OTHER_CORPUS = [
     (["operant", "eval", "{base}/missing.pt"], ["missing.pt"]),
     (["operant", "eval", "nope", "--runs-dir", "{base}/runs"], ["no run 'nope'"]),
     (["operant", "eval", "not-a-run", "--best", "--runs-dir", "{base}/runs"], ["best.pt"]),
-    (["operant", "bench", "trainer", "--set", "train.device=cuda:99", "--rounds", "1"],
-     ["train.device = 'cuda:99'"]),
-    (["operant", "bench", "trainer", "--set", "env.num_envs=200000000", "--rounds", "1"],
-     ["needs about", "of memory", "available"]),
-    (["operant", "bench", "env_only", "--num-envs", "2000000000", "--rounds", "1"],
-     ["--num-envs 2,000,000,000", "needs about", "available"]),
-    (["operant", "bench", "trainer", "--config", "{base}/cut.toml", "--rounds", "1"],
-     ["cut.toml: not valid TOML"]),
+    (
+        ["operant", "bench", "trainer", "--set", "train.device=cuda:99", "--rounds", "1"],
+        ["train.device = 'cuda:99'"],
+    ),
+    (
+        ["operant", "bench", "trainer", "--set", "env.num_envs=200000000", "--rounds", "1"],
+        ["needs about", "of memory", "available"],
+    ),
+    (
+        ["operant", "bench", "env_only", "--num-envs", "2000000000", "--rounds", "1"],
+        ["--num-envs 2,000,000,000", "needs about", "available"],
+    ),
+    (
+        ["operant", "bench", "trainer", "--config", "{base}/cut.toml", "--rounds", "1"],
+        ["cut.toml: not valid TOML"],
+    ),
     (["operant", "exporter", "--listen", "127.0.0.1:99999"], ["between 0 and 65535"]),
     (["operant", "exporter", "--listen", "127.0.0.1:{port}"], ["cannot listen", "--listen"]),
     (["operant", "exporter", "--listen", "192.0.2.1:9464"], ["cannot listen"]),
-    (["operant", "exporter", "--runs-dir", "{base}/notes.txt", "--listen", "127.0.0.1:0"],
-     ["is a file, not a directory"]),
+    (
+        ["operant", "exporter", "--runs-dir", "{base}/notes.txt", "--listen", "127.0.0.1:0"],
+        ["is a file, not a directory"],
+    ),
 ]
 if not box2d_installed():
-    OTHER_CORPUS.append((["operant", "bench", "trainer", "--set", "env.id=LunarLander-v3",
-                          "--rounds", "1"], ["not installed", "box2d"]))
+    OTHER_CORPUS.append(
+        (
+            ["operant", "bench", "trainer", "--set", "env.id=LunarLander-v3", "--rounds", "1"],
+            ["not installed", "box2d"],
+        )
+    )
 
 
 def assert_refused(result, fragments, prog):
@@ -112,12 +139,17 @@ def assert_refused(result, fragments, prog):
     assert result.stdout == "", result.stdout
 
 
-@pytest.mark.parametrize("launcher", [["operant-train"], ["operant", "train", "--detach"]],
-                         ids=["operant-train", "operant train --detach"])
-@pytest.mark.parametrize("words, fragments", TRAIN_CORPUS,
-                         ids=[" ".join(words) for words, _ in TRAIN_CORPUS])
-def test_training_commands_refuse_the_users_environment(place, tmp_path, launcher, words,
-                                                        fragments):
+@pytest.mark.parametrize(
+    "launcher",
+    [["operant-train"], ["operant", "train", "--detach"]],
+    ids=["operant-train", "operant train --detach"],
+)
+@pytest.mark.parametrize(
+    "words, fragments", TRAIN_CORPUS, ids=[" ".join(words) for words, _ in TRAIN_CORPUS]
+)
+def test_training_commands_refuse_the_users_environment(
+    place, tmp_path, launcher, words, fragments
+):
     root = tmp_path / "fresh-root"
     words = [word.format(base=place) for word in words]
     given_root = [] if "--runs-dir" in words else ["--runs-dir", str(root)]
@@ -128,11 +160,14 @@ def test_training_commands_refuse_the_users_environment(place, tmp_path, launche
     assert sorted(path.name for path in (place / "runs").iterdir()) == ["not-a-run"]
 
 
-@pytest.mark.parametrize("words, fragments", OTHER_CORPUS,
-                         ids=[" ".join(words[1:3]) + " " + words[-1] for words, _ in OTHER_CORPUS])
-def test_every_other_entry_point_refuses_the_users_environment(place, taken_port, words,
-                                                               fragments):
+@pytest.mark.parametrize(
+    "words, fragments",
+    OTHER_CORPUS,
+    ids=[" ".join(words[1:3]) + " " + words[-1] for words, _ in OTHER_CORPUS],
+)
+def test_every_other_entry_point_refuses_the_users_environment(place, taken_port, words, fragments):
     words = [word.format(base=place, port=taken_port) for word in words]
     result = run(*words, timeout=120)
-    assert_refused(result, [fragment.format(port=taken_port) for fragment in fragments],
-                   f"operant {words[1]}")
+    assert_refused(
+        result, [fragment.format(port=taken_port) for fragment in fragments], f"operant {words[1]}"
+    )

@@ -81,14 +81,21 @@ class TrackBest(Service):
         if self.best_return is None or mean > self.best_return:
             self.best_return, self.best_step = mean, record.global_step
             self._pending = self._snapshot()
-        if self._pending is not None and time.monotonic() - self._written_at >= \
-                BEST_WRITE_INTERVAL_S:
+        if (
+            self._pending is not None
+            and time.monotonic() - self._written_at >= BEST_WRITE_INTERVAL_S
+        ):
             self.write()
 
     def _judge_solve(self, record: Any) -> None:
         mean = record.episode_return_mean
-        if (self.target is not None and self.solved_at_s is None and mean is not None
-                and record.episodes >= SOLVE_WINDOW and mean >= self.target):
+        if (
+            self.target is not None
+            and self.solved_at_s is None
+            and mean is not None
+            and record.episodes >= SOLVE_WINDOW
+            and mean >= self.target
+        ):
             self.solved_at_s, self.solved_at_step = record.elapsed_s, record.global_step
             self.solved_return = mean
 
@@ -97,12 +104,15 @@ class TrackBest(Service):
         return it is the best for)."""
         trainer = self.trainer
         model = trainer.model_payload()
-        model["policy"] = {name: tensor.detach().clone()
-                           for name, tensor in model["policy"].items()}
+        model["policy"] = {
+            name: tensor.detach().clone() for name, tensor in model["policy"].items()
+        }
         for key in ("obs_normalizer", "reward_normalizer"):
             if key in model:
-                model[key] = {name: value.clone() if hasattr(value, "clone") else value
-                              for name, value in model[key].items()}
+                model[key] = {
+                    name: value.clone() if hasattr(value, "clone") else value
+                    for name, value in model[key].items()
+                }
         model["episode_return_mean"] = self.best_return
         return model
 
@@ -123,8 +133,11 @@ class TrackBest(Service):
             if not is_storage_error(error):
                 raise
             self._pending = model
-            print(f"operant-train: warning: {self.path} not written: "
-                  f"{describe_storage_error(error, self.path.parent)}", file=sys.stderr)
+            print(
+                f"operant-train: warning: {self.path} not written: "
+                f"{describe_storage_error(error, self.path.parent)}",
+                file=sys.stderr,
+            )
 
     def on_stop(self, outcome: Outcome) -> None:
         if self._pending is not None and outcome.kind in ("finished", "stopped", "failed"):
@@ -136,29 +149,35 @@ class TrackBest(Service):
         if self.target is None:
             return None
         if self.solved_at_s is not None:
-            return (f"solved at {self.solved_at_s:.2f} s (step {self.solved_at_step:,}): mean "
-                    f"return of the last {SOLVE_WINDOW} episodes {self.solved_return:.1f} >= "
-                    f"target {self.target:g}")
+            return (
+                f"solved at {self.solved_at_s:.2f} s (step {self.solved_at_step:,}): mean "
+                f"return of the last {SOLVE_WINDOW} episodes {self.solved_return:.1f} >= "
+                f"target {self.target:g}"
+            )
         if self.best_return is None:
-            return (f"not solved: fewer than {SOLVE_WINDOW} episodes finished (target "
-                    f"{self.target:g})")
+            return (
+                f"not solved: fewer than {SOLVE_WINDOW} episodes finished (target {self.target:g})"
+            )
         return f"not solved: best mean return {self.best_return:.1f} < target {self.target:g}"
 
     def summary_fields(self) -> dict[str, Any]:
         """The verdict and the best as operant.shared.record.RunSummary's fields."""
         written = self.best_return is not None and self.path.exists()
-        return {"target_return": self.target,
-                "solved": None if self.target is None else self.solved_at_s is not None,
-                "solved_at_s": self.solved_at_s, "solved_at_step": self.solved_at_step,
-                "best_return_mean": self.best_return, "best_at_step": self.best_step,
-                "best_model": str(self.path) if written else None}
+        return {
+            "target_return": self.target,
+            "solved": None if self.target is None else self.solved_at_s is not None,
+            "solved_at_s": self.solved_at_s,
+            "solved_at_step": self.solved_at_step,
+            "best_return_mean": self.best_return,
+            "best_at_step": self.best_step,
+            "best_model": str(self.path) if written else None,
+        }
 
     def best_line(self) -> str | None:
         """Where the best policy is; None before 100 episodes have finished."""
         if self.best_return is None or not self.path.exists():
             return None
-        return (f"best mean return {self.best_return:.1f} at step {self.best_step:,} -> "
-                f"{self.path}")
+        return f"best mean return {self.best_return:.1f} at step {self.best_step:,} -> {self.path}"
 
 
 def _read_best(path: Path) -> tuple[float, int] | None:

@@ -63,8 +63,10 @@ class MemoryEstimate:
         return self.envs + self.storage + self.acting + self.update
 
     def breakdown(self) -> str:
-        return (f"rollout storage {size_text(self.storage)}, envs {size_text(self.envs)}, "
-                f"policy workspaces {size_text(self.acting + self.update)}")
+        return (
+            f"rollout storage {size_text(self.storage)}, envs {size_text(self.envs)}, "
+            f"policy workspaces {size_text(self.acting + self.update)}"
+        )
 
 
 def size_text(size: float) -> str:
@@ -74,8 +76,9 @@ def size_text(size: float) -> str:
     return f"{int(size)} bytes"
 
 
-def estimate(config: Any, impl: str, obs_spec: Any, act_spec: Any,
-             agents_per_env: int = 1) -> MemoryEstimate:
+def estimate(
+    config: Any, impl: str, obs_spec: Any, act_spec: Any, agents_per_env: int = 1
+) -> MemoryEstimate:
     """What training `config` allocates, from the env's specs (operant.envs.contract)."""
     rows = config.env.num_envs * agents_per_env
     steps = config.ppo.num_steps
@@ -85,10 +88,12 @@ def estimate(config: Any, impl: str, obs_spec: Any, act_spec: Any,
     act_bytes = 8 if act_spec.discrete else 4 * act_elements
     # Env buffers: observations and the final observations of SAME_STEP autoreset, actions,
     # rewards, two flags; then each env's own state.
-    envs = (rows * (2 * obs_bytes + act_bytes + 4 + 2)
-            + config.env.num_envs * ENV_STATE_BYTES.get(impl, ENV_STATE_BYTES["reference"]))
-    storage = (steps * rows * (obs_bytes + act_bytes + 4 * ROLLOUT_FLOAT_TENSORS)
-               + rows * (1 + 4 * STEP_FLOAT_TENSORS + (0 if act_spec.discrete else act_bytes)))
+    envs = rows * (2 * obs_bytes + act_bytes + 4 + 2) + config.env.num_envs * ENV_STATE_BYTES.get(
+        impl, ENV_STATE_BYTES["reference"]
+    )
+    storage = steps * rows * (obs_bytes + act_bytes + 4 * ROLLOUT_FLOAT_TENSORS) + rows * (
+        1 + 4 * STEP_FLOAT_TENSORS + (0 if act_spec.discrete else act_bytes)
+    )
     widths = sum(config.policy.hidden_sizes) * (1 if config.policy.shared else 2)
     heads = act_spec.num_actions + 1 + act_elements  # logits or means, value, the sample
     # Acting: the policy's input (observations as float32), its activations, its heads.
@@ -97,15 +102,23 @@ def estimate(config: Any, impl: str, obs_spec: Any, act_spec: Any,
     minibatch = batch // config.ppo.num_minibatches
     # The update: the shuffled indices over the batch, one minibatch's gathered rollout, the
     # activations and gradients of its forward and backward passes.
-    update = (batch * 8 + minibatch * (obs_bytes + 4 * obs_elements + act_bytes
-                                       + 4 * ROLLOUT_FLOAT_TENSORS)
-              + minibatch * 4 * (BACKWARD_COPIES * widths + 2 * heads))
+    update = (
+        batch * 8
+        + minibatch * (obs_bytes + 4 * obs_elements + act_bytes + 4 * ROLLOUT_FLOAT_TENSORS)
+        + minibatch * 4 * (BACKWARD_COPIES * widths + 2 * heads)
+    )
     on_gpu = config.train.device.split(":")[0] not in ("cpu", "")
     device = storage + acting + update if on_gpu else 0
     env_on_device = on_gpu and impl == "torch"
     host = (0 if env_on_device else envs) + (0 if on_gpu else storage + acting + update)
-    return MemoryEstimate(envs=envs, storage=storage, acting=acting, update=update,
-                          host=host, device=device + (envs if env_on_device else 0))
+    return MemoryEstimate(
+        envs=envs,
+        storage=storage,
+        acting=acting,
+        update=update,
+        host=host,
+        device=device + (envs if env_on_device else 0),
+    )
 
 
 def cgroup_available(root: Path = Path("/sys/fs/cgroup")) -> int | None:
@@ -142,26 +155,35 @@ def runtime_bytes() -> int:
     return 0 if "torch" in sys.modules else RUNTIME_BYTES
 
 
-def check(config: Any, impl: str, obs_spec: Any, act_spec: Any, agents_per_env: int = 1,
-          what: str = "this config") -> str | None:
+def check(
+    config: Any,
+    impl: str,
+    obs_spec: Any,
+    act_spec: Any,
+    agents_per_env: int = 1,
+    what: str = "this config",
+) -> str | None:
     """One line refusing a config whose estimate does not fit in the memory available (host,
     and the GPU's when the policy is on one); None when it fits."""
     needed = estimate(config, impl, obs_spec, act_spec, agents_per_env)
-    shape = (f"env.num_envs = {config.env.num_envs:,} x ppo.num_steps = "
-             f"{config.ppo.num_steps:,}")
+    shape = f"env.num_envs = {config.env.num_envs:,} x ppo.num_steps = {config.ppo.num_steps:,}"
     host = needed.host + runtime_bytes()
     free, source = available()
     if host > free:
-        return (f"{what} needs about {size_text(host)} of memory ({shape}: "
-                f"{needed.breakdown()}), and {size_text(free)} is {source}; lower "
-                "env.num_envs or ppo.num_steps")
+        return (
+            f"{what} needs about {size_text(host)} of memory ({shape}: "
+            f"{needed.breakdown()}), and {size_text(free)} is {source}; lower "
+            "env.num_envs or ppo.num_steps"
+        )
     if needed.device:
         device_free = _device_free(config.train.device)
         if device_free is not None and needed.device > device_free:
-            return (f"{what} needs about {size_text(needed.device)} on "
-                    f"{config.train.device} ({shape}: {needed.breakdown()}), and "
-                    f"{size_text(device_free)} is free there; lower env.num_envs or "
-                    "ppo.num_steps")
+            return (
+                f"{what} needs about {size_text(needed.device)} on "
+                f"{config.train.device} ({shape}: {needed.breakdown()}), and "
+                f"{size_text(device_free)} is free there; lower env.num_envs or "
+                "ppo.num_steps"
+            )
     return None
 
 

@@ -39,37 +39,47 @@ def check_device(device: str) -> None:
     try:
         parsed = torch.device(device)
     except RuntimeError:
-        raise UnavailableError(f"train.device = {device!r} is not a torch device; use cpu, "
-                               "cuda, cuda:N or mps") from None
+        raise UnavailableError(
+            f"train.device = {device!r} is not a torch device; use cpu, cuda, cuda:N or mps"
+        ) from None
     if parsed.type == "cuda":
         if torch.version.cuda is None and not torch.cuda.is_available():
             raise UnavailableError(
                 f"train.device = {device!r}, but this torch ({torch.__version__}) is a "
                 "CPU-only build; install a CUDA build of torch (pytorch.org's selector, e.g. "
                 "pip install torch --index-url https://download.pytorch.org/whl/cu128) or set "
-                "train.device = \"cpu\"")
+                'train.device = "cpu"'
+            )
         if not torch.cuda.is_available():
             raise UnavailableError(
                 f"train.device = {device!r}, but torch sees no CUDA GPU (no GPU, no driver, or "
-                "CUDA_VISIBLE_DEVICES hides it); set train.device = \"cpu\"")
+                'CUDA_VISIBLE_DEVICES hides it); set train.device = "cpu"'
+            )
         count = torch.cuda.device_count()
         if parsed.index is not None and parsed.index >= count:
-            raise UnavailableError(f"train.device = {device!r}, but this machine has {count} "
-                                   f"CUDA GPU(s) (cuda:0 to cuda:{count - 1})")
+            raise UnavailableError(
+                f"train.device = {device!r}, but this machine has {count} "
+                f"CUDA GPU(s) (cuda:0 to cuda:{count - 1})"
+            )
         return
     if parsed.type == "mps" and not torch.backends.mps.is_available():
-        raise UnavailableError(f"train.device = {device!r}, but MPS is not available here "
-                               "(Apple silicon with a torch built for it); set "
-                               "train.device = \"cpu\"")
+        raise UnavailableError(
+            f"train.device = {device!r}, but MPS is not available here "
+            "(Apple silicon with a torch built for it); set "
+            'train.device = "cpu"'
+        )
     try:
         torch.empty(1, device=parsed)
     except RuntimeError as error:
-        raise UnavailableError(f"train.device = {device!r} is not usable here "
-                               f"({_first_line(error)}); set train.device = \"cpu\"") from None
+        raise UnavailableError(
+            f"train.device = {device!r} is not usable here "
+            f'({_first_line(error)}); set train.device = "cpu"'
+        ) from None
 
 
-def probe_env(env_id: str, impl: str, max_episode_steps: int | None = None,
-              device: str = "cpu") -> EnvShape:
+def probe_env(
+    env_id: str, impl: str, max_episode_steps: int | None = None, device: str = "cpu"
+) -> EnvShape:
     """Build the env once with one copy, to read its specs and to find a package it needs
     that is missing (Gymnasium's DependencyNotInstalled: box2d, mujoco, ...)."""
     import gymnasium
@@ -84,8 +94,9 @@ def probe_env(env_id: str, impl: str, max_episode_steps: int | None = None,
     try:
         env = make_env(env_id, 1, impl=impl, copy=False, **kwargs)
     except (gymnasium.error.DependencyNotInstalled, ImportError) as error:
-        raise UnavailableError(f"env.id = {env_id!r} needs a package that is not installed: "
-                               f"{_first_line(error)}") from None
+        raise UnavailableError(
+            f"env.id = {env_id!r} needs a package that is not installed: {_first_line(error)}"
+        ) from None
     try:
         return EnvShape(env.obs_spec, env.act_spec, env.layout.agents_per_env)
     finally:
