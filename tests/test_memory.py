@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from user_runs import run
+from user_runs import command, run
 
 from operant.trainer import memory, preflight
 from operant.trainer.config import load_config
@@ -62,8 +62,32 @@ def test_the_users_200_million_envs_are_refused_at_once_with_nothing_allocated(t
     ), lines[0]
     assert "lower env.num_envs or ppo.num_steps" in lines[0]
     assert not (tmp_path / "runs").exists()
-    # Refused before allocating: the process never held more than a trainer's imports.
+    # Refused before allocating: quickly, and the process never held more than its imports.
     assert seconds < 60
+    peak = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            PEAK,
+            *command(["operant-train"]),
+            "--set",
+            "env.num_envs=200000000",
+            "--runs-dir",
+            str(tmp_path / "runs"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert int(peak.stdout) < 1 << 30, peak.stdout
+
+
+# Runs its arguments as a command and prints the command's peak resident memory in bytes.
+PEAK = """
+import resource, subprocess, sys
+subprocess.run(sys.argv[1:], capture_output=True)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)
+"""
 
 
 def test_the_estimate_names_its_parts_and_grows_with_the_config():
