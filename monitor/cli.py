@@ -96,8 +96,10 @@ def interactive(args: argparse.Namespace) -> int:
 
 
 def _error(message: str) -> int:
+    """Bad input (a run, a runs root or a file that is not there or not readable): one line,
+    exit status 2, as every operant command."""
     print(f"{PROG}: {message}", file=sys.stderr)
-    return 1
+    return 2
 
 
 def json_document(snapshot: Snapshot, schema: fmt.Schema) -> dict[str, object]:

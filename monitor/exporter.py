@@ -455,13 +455,19 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     root = runs.runs_root(args.runs_dir)
+    problem = runs.root_problem(root)
+    if problem is not None:  # a root that does not exist yet is fine: runs appear later
+        print(f"{PROG}: runs root {root}: {problem}; pass --runs-dir a directory",
+              file=sys.stderr)
+        return 2
     collector = Collector(root, args.keep_finished)
     try:
         server = make_server(host, port, collector)
     except OSError as error:
-        print(f"{PROG}: cannot listen on {args.listen}: {error.strerror or error}",
-              file=sys.stderr)
-        return 1
+        # The host's environment (a port taken, an address not on this host): bad input.
+        print(f"{PROG}: cannot listen on {args.listen}: {error.strerror or error}; choose "
+              "another --listen HOST:PORT", file=sys.stderr)
+        return 2
 
     def stop(signum: int, frame: FrameType | None) -> None:
         raise _Stop

@@ -37,13 +37,15 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     root = runs_root(args.runs_dir)
     if args.runs_dir and not root.is_dir():
-        print(f"{PROG}: --runs-dir {root} is not a directory", file=sys.stderr)
-        return 1
+        what = "a file" if root.exists() else "not there"
+        print(f"{PROG}: --runs-dir {root} is {what}, not a directory of runs; pass the runs "
+              "root operant-train used", file=sys.stderr)
+        return 2
     try:
         rows = list_runs(root)
     except OSError as error:
         print(f"{PROG}: cannot list {root} ({error.strerror})", file=sys.stderr)
-        return 1
+        return 2
     if args.json:
         sys.stdout.write(msgspec.json.encode(rows).decode() + "\n")
         return 0

@@ -19,7 +19,7 @@ import traceback
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import msgspec
 import psutil
@@ -28,6 +28,7 @@ from textual.message_pump import MessagePump
 
 from operant.monitor.listing import RunRow, list_runs
 from operant.shared import metrics_layout as fmt
+from operant.shared import record
 from operant.shared.reader import MetricsFileError, MetricsReader, Snapshot
 from operant.shared.runs import (
     LATEST_NAME,
@@ -98,6 +99,21 @@ class RunView(msgspec.Struct, frozen=True, kw_only=True):
     following: bool = False
     taken_at: float = 0.0
     """The source's clock when this view was taken (Unix seconds)."""
+
+
+ELAPSED_BEFORE = record.ELAPSED_BEFORE_S.name
+
+
+def run_uptime(status: str, now: float, created: float, last_heartbeat: float,
+               elapsed_before: Any) -> float:
+    """How long the run has run (ended: ran), across resumes: this trainer's time since it
+    created the metrics file (to now, or to its last heartbeat once it ended) plus the seconds
+    the run trained before it (a resumed run's `elapsed_before_s`; absent or NaN in a file of
+    an older trainer, then 0), so it agrees with the record's elapsed_s."""
+    end = now if status in ("running", "stalled") else last_heartbeat
+    before = elapsed_before if isinstance(elapsed_before, float) and math.isfinite(
+        elapsed_before) else 0.0
+    return max(0.0, end - created) + max(0.0, before)
 
 
 class RunUpdate(Message):
@@ -256,13 +272,9 @@ class ReaderSource:
 
     def _view(self, run_dir: Path, snapshot: Snapshot, history_head: int) -> RunView:
         """What to draw for one good read of the run."""
-        now = self.clock()
-        created = snapshot.created_wall_ns / 1e9
-        if snapshot.status in ("running", "stalled"):
-            uptime = now - created
-        else:
-            uptime = snapshot.heartbeat_wall_ns / 1e9 - created
         metrics = snapshot.metrics()
+        uptime = run_uptime(snapshot.status, self.clock(), snapshot.created_wall_ns / 1e9,
+                            snapshot.heartbeat_wall_ns / 1e9, metrics.get(ELAPSED_BEFORE))
         return RunView(
             run_id=snapshot.run_id or run_dir.name,
             run_dir=str(run_dir),

@@ -20,6 +20,7 @@ from textual.widget import Widget
 
 from operant.monitor import format as fmt
 from operant.monitor.source import STATUS_UNKNOWN, STATUS_WAITING, RunView
+from operant.shared import record
 from operant.shared.record import PHASES, phase_of
 
 PHASE_COLORS = ("#4e9a06", "#3465a4", "#c4a000", "#75507b", "#cc0000", "#06989a",
@@ -58,6 +59,9 @@ def describe_status(view: RunView) -> tuple[str, str]:
                            "the trainer is stopped or hung.")
     if view.state == "initializing":
         return "information", "The trainer is starting up."
+    warning = view.metrics.get(record.WARNING.name)
+    if isinstance(warning, str) and warning:
+        return "warning", f"Warning: {warning}."
     return "", ""
 
 

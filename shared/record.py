@@ -200,9 +200,20 @@ ENV_IMPL = MetricDeclaration(name="env_impl", kind=TEXT,
                                          "reference).", label="env impl")
 DEVICE = MetricDeclaration(name="device", kind=TEXT, description="Torch device of the policy.",
                            label="device")
-RUN_METRICS = (TOTAL_STEPS, CPU_PERCENT, RSS_BYTES, ENV_ID, ENV_IMPL, DEVICE)
+ELAPSED_BEFORE_S = MetricDeclaration(
+    name="elapsed_before_s", kind=GAUGE, unit="s",
+    description="Seconds the run trained before this trainer process (its earlier starts, "
+                "when resumed); a monitor's uptime adds it, so it agrees with elapsed_s.",
+    label="trained before")
+WARNING = MetricDeclaration(name="warning", kind=TEXT,
+                            description="What the trainer could not do but trains on without "
+                                        "(a checkpoint the disk refused); empty when all is well.",
+                            label="warning")
+RUN_METRICS = (TOTAL_STEPS, CPU_PERCENT, RSS_BYTES, ELAPSED_BEFORE_S, ENV_ID, ENV_IMPL, DEVICE,
+               WARNING)
 """What the metrics file holds about the run besides its records: the budget, the trainer
-process's resources, and texts."""
+process's resources, and texts. (A field added later goes last in its kind: readers find
+metrics by name.)"""
 
 _LABELS = {declared.name: declared.label
            for declared in (*RECORD_METRICS, *PHASE_METRICS, *RUN_METRICS)}
@@ -246,3 +257,17 @@ class RunSummary(msgspec.Struct, kw_only=True):
     stopped_by: str | None
     """The signal that stopped the run early (SIGTERM, SIGINT), None when it ran out."""
     checkpoint: str | None
+    target_return: float | None = None
+    """What "solved" means for this run: train.target_return, else the env's registered
+    reward threshold; None when there is neither."""
+    solved: bool | None = None
+    """Whether the mean return of the last 100 episodes reached target_return (None without a
+    target)."""
+    solved_at_step: int | None = None
+    """The step of the first update at or above the target (with solved_at_s, the run's
+    seconds then)."""
+    best_return_mean: float | None = None
+    """The best mean return of the last 100 episodes the run saw (once 100 had finished)."""
+    best_at_step: int | None = None
+    best_model: str | None = None
+    """best.pt, the policy of that best mean, when it was written."""

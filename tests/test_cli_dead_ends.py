@@ -80,7 +80,7 @@ def test_the_resume_hint_after_sigterm_resumes_the_run_as_printed(root, tmp_path
 
 def test_a_missing_run_points_at_a_listing_of_the_right_root(root, finished):
     result = run("operant", "monitor", "nosuch", "--once", "--runs-dir", str(root))
-    assert result.returncode == 1 and len(result.stderr.splitlines()) == 1
+    assert result.returncode == 2 and len(result.stderr.splitlines()) == 1
     hint = re.search(r"\(see `([^`]+)`\)", result.stderr).group(1)
     assert hint == f"operant runs --runs-dir {root}"
     listing = run_hint(hint)
@@ -149,7 +149,10 @@ def test_a_budget_between_updates_is_rounded_up_and_said(finished, root):
     assert finished.stderr.splitlines() == [
         "operant-train: train.total_steps = 20,000 is not a whole number of updates of 2,048 "
         "steps (env.num_envs x ppo.num_steps): training 20,480 steps (10 updates)"]
-    assert finished.stdout.splitlines()[-1].startswith("done: 20,480 steps in ")
+    # The summary, then the verdict and where the best policy is (tests/test_run_verdict.py).
+    done, verdict, best = finished.stdout.splitlines()[-3:]
+    assert done.startswith("done: 20,480 steps in ")
+    assert verdict.startswith("not solved: best mean return ") and best.endswith("best.pt")
     assert last_record(root / "twenty-k")["global_step"] == 20_480
     run_json = json.loads((root / "twenty-k" / "run.json").read_text())
     assert run_json["config"]["train"]["total_steps"] == 20_480

@@ -158,7 +158,7 @@ def test_exporter_serves_a_live_run_that_matches_the_reader(tmp_path, exporter, 
     info = [labels for (name, labels) in samples if name == "operant_run_info"]
     assert dict(info[0]) == {**run, "env_id": "CartPole-v1", "hostname": socket.gethostname(),
                              "writer": dict(info[0])["writer"], "env_impl": "native",
-                             "device": "cpu"}
+                             "device": "cpu", "warning": ""}
 
     content_type, text = scrape(port)
     assert content_type == "text/plain; version=0.0.4; charset=utf-8"

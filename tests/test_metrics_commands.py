@@ -61,7 +61,7 @@ def operant(*args, cwd=None, env_extra=None):
                           text=True, cwd=cwd, env=env, timeout=60)
 
 
-def assert_one_line_error(result, *fragments, code=1):
+def assert_one_line_error(result, *fragments, code=2):
     assert result.returncode == code, result
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()

@@ -108,7 +108,7 @@ def test_the_monitor_never_writes_into_a_run_directory(tmp_path):
 def test_interactive_mistakes_fail_in_one_line_before_textual(tmp_path, capsys, args,
                                                               message, monkeypatch):
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
-    assert cli.main([*args, "--runs-dir", str(tmp_path)]) == 1
+    assert cli.main([*args, "--runs-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and err.startswith("operant monitor: ")
 

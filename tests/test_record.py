@@ -94,8 +94,9 @@ def test_metrics_file_keeps_the_names_readers_use():
         "gauge": {"sps", "sps_mean", "elapsed_s", "total_steps", "episode_return_mean",
                   "episode_return_min", "episode_return_max", "episode_length_mean",
                   "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction",
-                  "explained_variance", "learning_rate", "cpu_percent", "rss_bytes"},
-        "text": {"env_id", "env_impl", "device"},
+                  "explained_variance", "learning_rate", "cpu_percent", "rss_bytes",
+                  "elapsed_before_s"},
+        "text": {"env_id", "env_impl", "device", "warning"},
     }
     units = {metric.name: metric.unit for metric in schema.metrics}
     assert units["sps"] == "steps/s" and units["rss_bytes"] == "bytes"

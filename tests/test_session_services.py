@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 
 from operant.trainer import services
+from operant.trainer.best import TrackBest
+from operant.trainer.console import Console
 from operant.trainer.service_protocol import Outcome, Rank, Role, Service
 from operant.trainer.session import Session
 from operant.trainer.signals import StopSignals
@@ -108,13 +110,16 @@ def test_outcomes_are_named_by_what_ended_the_run():
     assert Outcome(stopped_by="SIGTERM").kind == "stopped"
     assert Outcome(stopped_by="SIGTERM", error=KeyboardInterrupt()).kind == "interrupted"
     assert Outcome(error=ValueError()).kind == "crashed"
+    assert Outcome(error=OSError(28, "No space left on device")).kind == "no_space"
+    assert Outcome(stopped_by="SIGTERM", error=OSError(122, "Disk quota exceeded")).kind == \
+        "no_space"
 
 
 def test_rank_zero_runs_every_service_other_ranks_only_the_per_rank_ones():
     every = {services.StopOnSignal, services.PublishMetrics}
     rank_zero = {services.ContinueRecords, services.RunRecord, services.UpdateLatest,
                  services.WriteProgress, services.NotifySystemd, services.Checkpoints,
-                 services.SaveModel, services.ReleaseRunLock, services.Console}
+                 services.SaveModel, services.ReleaseRunLock, Console, TrackBest}
     assert {cls for cls in every | rank_zero if cls.role is Role.EVERY_RANK} == every
     assert all(Rank().runs(cls.role) for cls in every | rank_zero)
     assert {cls for cls in every | rank_zero if Rank(rank=1, world_size=2).runs(cls.role)} == every

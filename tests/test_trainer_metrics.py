@@ -30,7 +30,9 @@ def test_trainer_publishes_counters_gauges_phases_and_history(tmp_path):
     assert math.isclose(gauges["episode_return_mean"], last["episode_return_mean"])
     assert gauges["policy_loss"] == last["policy_loss"]
     assert gauges["rss_bytes"] > 10e6 and gauges["cpu_percent"] > 0
-    assert snapshot.texts == {"env_id": "CartPole-v1", "env_impl": "native", "device": "cpu"}
+    assert snapshot.texts == {"env_id": "CartPole-v1", "env_impl": "native", "device": "cpu",
+                              "warning": ""}
+    assert gauges["elapsed_before_s"] == 0.0  # a run that was never resumed
     assert set(snapshot.snapshot) == {f"phase_{name}_s" for name in
                                       ("env", "forward", "store", "gae", "update", "publish")}
     assert snapshot.snapshot["phase_update_s"] == last["phase_s"]["update"]

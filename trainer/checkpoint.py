@@ -34,6 +34,7 @@ from operant.trainer.checkpoint_format import (  # noqa: F401
     build_payload,
     load,
 )
+from operant.trainer.disk import storage_errors
 from operant.trainer.state import capture_global_rng
 
 POINTER = "latest"
@@ -143,6 +144,9 @@ class Checkpointer:
         """Update of the newest checkpoint written (or resumed from) by this process."""
         self.last_path: Path | None = None
         self.last_duration_s = 0.0
+        self.last_size: int | None = None
+        """Bytes of the newest checkpoint this process wrote or failed to write (about what the
+        next one needs)."""
         self._last_time = time.monotonic()
         directory.mkdir(parents=True, exist_ok=True)
 
@@ -170,6 +174,11 @@ class Checkpointer:
         return (self.every_seconds is not None
                 and time.monotonic() - self._last_time >= self.every_seconds)
 
+    def failed(self) -> None:
+        """A checkpoint due now could not be written: the next try is one interval away (by
+        time; by update count it is the next multiple), not at every update."""
+        self._last_time = time.monotonic()
+
     def save(self, trainer: Any, config_dict: dict[str, Any], progress_bytes: int) -> Path:
         """Write the checkpoint of the trainer's current update, then point `latest` at it."""
         started = time.monotonic()
@@ -177,10 +186,16 @@ class Checkpointer:
         payload = build_payload(trainer.state_dict(), capture_global_rng(), config_dict,
                                 progress_bytes)
         path = self.directory / file_name(trainer.update)
-        atomic.write_with(path, lambda handle: torch.save(payload, handle), self.beat)
+        try:
+            with storage_errors():
+                atomic.write_with(path, lambda handle: torch.save(payload, handle), self.beat)
+        except OSError:
+            self.last_size = _serialized_size(payload)  # what a retry needs, for the message
+            raise
         atomic.write_with(self.directory / POINTER,
                           lambda handle: handle.write(f"{path.name}\n".encode()), self.beat)
         self._prune(path)
+        self.last_size = path.stat().st_size
         self.last_update, self.last_path = trainer.update, path
         self._last_time = time.monotonic()
         self.last_duration_s = self._last_time - started
@@ -194,3 +209,24 @@ class Checkpointer:
             path.unlink(missing_ok=True)
         if excess:
             atomic.fsync_directory(self.directory)
+
+
+class _Counter:
+    """A file-like sink that counts what is written to it."""
+
+    def __init__(self) -> None:
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        self.size += len(data)
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+
+def _serialized_size(payload: dict[str, Any]) -> int:
+    """Bytes `payload` takes as a checkpoint file (serialised into nothing)."""
+    counter = _Counter()
+    torch.save(payload, counter)
+    return counter.size

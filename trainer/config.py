@@ -273,6 +273,9 @@ def load_config(path: str | os.PathLike[str] | None = None, overrides: Sequence[
             raise ConfigError(f"config file {path} cannot be read: {error.strerror}") from None
         except tomllib.TOMLDecodeError as error:
             raise ConfigError(f"{path}: not valid TOML: {error}") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"{path}: not valid TOML (not UTF-8 text: is it the config "
+                              "file?)") from None
     for section, values in (extra or {}).items():
         data.setdefault(section, {}).update(values)
     for assignment in overrides:

@@ -8,5 +8,11 @@ EXIT_FAILED = 1
 """Training failed: an error, or a non-finite loss or parameter."""
 EXIT_USAGE = 2
 """Bad input: flags, config, env id, a run that cannot be resumed; nothing was started."""
+EXIT_NO_SPACE = 75
+"""The disk cannot take what the run cannot end (or start) without: the run directory or the
+metrics file at start, the final checkpoint, model.pt (ENOSPC, EDQUOT, EIO). sysexits.h's
+EX_TEMPFAIL: the condition is temporary and the same command works once space is freed
+(`--resume` continues from the last checkpoint written), but restarting at once cannot, so the
+systemd unit lists it in RestartPreventExitStatus= (operant.trainer.disk: the policy)."""
 EXIT_INTERRUPTED = 130
 """A second SIGINT: stopped at once, without a final checkpoint."""

@@ -6,8 +6,14 @@ Exit codes:
   1  training failed (an error, or a non-finite loss or parameter: the metrics file says
      why, and the last good checkpoint is kept)
   2  bad input: flags, config file, config values, env id, a run to resume that does not
-     exist, has no usable checkpoint or is trained by another process (nothing was started
-     and nothing was overwritten)
+     exist, has no usable checkpoint or is trained by another process; or what the config
+     asks of this machine is not there: the device, a package the env needs, the memory the
+     config would allocate (operant.trainer.preflight). Nothing was started and nothing was
+     overwritten
+  75  the disk is full (or failing): the run directory or metrics file could not be created
+     (nothing is left behind), or the final checkpoint or model.pt could not be written (the
+     earlier checkpoints are kept: free space, then --resume). Periodic checkpoints the disk
+     refuses are warnings, not failures (operant.trainer.disk)
   130  interrupted by a second SIGINT, without a final checkpoint
 """
 
@@ -20,6 +26,7 @@ from typing import Any
 from operant.trainer.exit_codes import (  # noqa: F401  (operant-train's documented codes)
     EXIT_FAILED,
     EXIT_INTERRUPTED,
+    EXIT_NO_SPACE,
     EXIT_OK,
     EXIT_USAGE,
 )
@@ -41,7 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train a policy with PPO, headless. Config: defaults < --config FILE < "
                     "dedicated flags < --set section.key=value.",
         epilog="Exit codes: 0 finished (or stopped by SIGTERM/SIGINT, checkpointed), "
-               "1 training failed, 2 bad input, 130 a second SIGINT.")
+               "1 training failed, 2 bad input (or a device, package or memory this machine "
+               "lacks), 75 the disk is full, 130 a second SIGINT.")
     parser.add_argument("--config", metavar="FILE.toml", help="TOML config file")
     parser.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append",
                         default=[], help="override one config value, e.g. ppo.learning_rate=1e-3")
@@ -98,6 +106,11 @@ def main(argv: list[str] | None = None) -> int:
 
         try:
             plan = plan_run(args.resume, args.config, args.overrides, _flag_values(args))
+            # What this machine must offer (device, the env's packages, memory), before
+            # anything is created or launched.
+            from operant.trainer import preflight
+
+            preflight.check(plan.config, plan.impl)
             if plan.config.train.tensorboard:
                 from operant.trainer import tensorboard
 
@@ -105,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         except (ConfigError, EnvError, ResumeError, runs.RunNotFoundError) as error:
             print(f"operant-train: {error}", file=sys.stderr)
             return EXIT_USAGE
+        for note in plan.notes:
+            print(f"operant-train: {note}", file=sys.stderr, flush=True)
         if launching:
             from operant.launch import launch
 

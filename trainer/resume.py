@@ -25,8 +25,7 @@ import errno
 import fcntl
 import json
 import os
-import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +68,9 @@ class RunPlan:
     restart: bool = False
     """The directory exists but holds no checkpoint: start the run again inside it."""
     lock_fd: int = -1
+    notes: list[str] = field(default_factory=list)
+    """What the trainer says about the plan once it is accepted (a rounded step budget):
+    not said when the plan is refused, so a refusal is one line."""
 
     @property
     def resumed_update(self) -> int:
@@ -110,12 +112,12 @@ def _finish(config: Config, root: Path, run_id: str) -> RunPlan:
     derived = derive(config)
     note = derived.rounding_note(config)
     if note is not None:
-        print(f"operant-train: {note}", file=sys.stderr, flush=True)
         # The budget trained is the one recorded (run.json, checkpoints, the monitor's
         # progress), so every place that shows it agrees with the summary.
         config.train.total_steps = derived.total_steps
     return RunPlan(config=config, derived=derived,
-                   impl=resolve_impl(config.env.id, config.env.impl), root=root, run_id=run_id)
+                   impl=resolve_impl(config.env.id, config.env.impl), root=root, run_id=run_id,
+                   notes=[note] if note is not None else [])
 
 
 def _read_checkpoint(run_dir: Path, required: bool) -> tuple[int, Path | None, dict | None]:

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+from operant.trainer.disk import STORAGE_ERRNOS
+
 HOOKS = ("on_start", "on_update", "on_boundary", "on_stopping", "on_stop", "close")
 
 
@@ -59,16 +61,23 @@ class Outcome:
     """The stop signal's name (SIGTERM, SIGINT) when one ended the loop."""
     error: BaseException | None = None
     """What ended the run abnormally: FloatingPointError (the NaN guard), KeyboardInterrupt (a
-    second SIGINT) or any other exception."""
+    second SIGINT), an OSError of a full disk, or any other exception."""
     checkpoint: Path | None = None
     """The run's final checkpoint (on_stopping writes it)."""
     last_record: Any = None
     """The run's last progress record (of this process, else of the run it resumed)."""
+    ending: bool = False
+    """The end hooks' writes had begun (on_stopping was called): an error now is one of
+    theirs (the final checkpoint, model.pt), not the training's."""
 
     @property
-    def kind(self) -> Literal["finished", "stopped", "failed", "interrupted", "crashed"]:
+    def kind(self) -> Literal["finished", "stopped", "failed", "interrupted", "no_space",
+                              "crashed"]:
+        """no_space: the disk refused what the run cannot do without (operant.trainer.disk)."""
         if isinstance(self.error, FloatingPointError):
             return "failed"
+        if isinstance(self.error, OSError) and self.error.errno in STORAGE_ERRNOS:
+            return "no_space"
         if isinstance(self.error, KeyboardInterrupt):
             return "interrupted"
         if self.error is not None:

@@ -1,5 +1,7 @@
 """The services a training session runs around the loop (the hooks and roles they implement:
-operant.trainer.service_protocol; the order they run in: operant.trainer.session.compose)."""
+operant.trainer.service_protocol; the order they run in: operant.trainer.session.compose).
+What a person reads is operant.trainer.console's; the verdict and best.pt, operant.trainer.best's.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +9,12 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from operant.shared import atomic, runs
-from operant.shared.record import RunSummary, UpdateRecord
+from operant.shared.record import UpdateRecord
 from operant.trainer.checkpoint import Checkpointer
 from operant.trainer.config import to_dict
 from operant.trainer.progress import ProgressLog, number_or_dash
@@ -118,8 +119,14 @@ class PublishMetrics(Service):
         self.publisher = Publisher(self.run_dir / runs.METRICS_FILE, self.plan.run_id,
                                    config.env.id, self.trainer.impl, config.train.device,
                                    config.train.total_steps)
+        self.publisher.set_elapsed_before(self.trainer.elapsed_offset_s)
         self.publisher.resume(self.history.records)
         self.publisher.start()
+
+    def warn(self, text: str) -> None:
+        """The metrics file's warning text (empty clears it)."""
+        if self.publisher is not None:
+            self.publisher.warn(text)
 
     def on_update(self, record: Any) -> None:
         self.publisher.publish(record)
@@ -140,6 +147,8 @@ class PublishMetrics(Service):
         elif kind == "interrupted":
             publisher.finish(interrupted=True,
                              reason="interrupted by a second SIGINT, without a final checkpoint")
+        elif kind == "no_space":
+            publisher.fail(f"the disk is full: {outcome.error}")
         else:
             publisher.fail(f"{type(outcome.error).__name__}: {outcome.error}")
 
@@ -182,24 +191,67 @@ class WriteProgress(Service):
         return handle.tell()
 
     def close(self) -> None:
-        if self.log is not None:
+        from operant.trainer.disk import is_storage_error
+
+        if self.log is None:
+            return
+        try:
             self.log.close()
+        except OSError as error:
+            # A full disk that refused the last lines has ended the run already, and said so.
+            if not is_storage_error(error):
+                raise
 
 
 class Checkpoints(Service):
-    """Periodic checkpoints (checkpoint.every_updates / every_seconds), one on SIGUSR1, and
-    the final one when the loop ends cleanly; never for update 0, never twice for one."""
+    """Periodic checkpoints (checkpoint.every_updates / every_seconds), one on SIGUSR1 (said in
+    one line), and the final one when the loop ends cleanly; never for update 0, never twice
+    for one. A periodic or SIGUSR1 checkpoint the disk refuses is one warning line and the
+    metrics file's warning (operant.trainer.disk: the policy); the next interval tries again.
+    A final one it refuses ends the run (the error propagates: Outcome.kind "no_space")."""
 
     def __init__(self, trainer: Any, checkpointer: Checkpointer, signals: StopSignals,
-                 progress: WriteProgress):
+                 progress: WriteProgress, warn: Callable[[str], None] = lambda text: None):
         self.trainer, self.checkpointer, self.signals = trainer, checkpointer, signals
-        self.progress = progress
+        self.progress, self.warn = progress, warn
         self.config_dict = to_dict(trainer.config)
+        self.failing = False
+        """The last periodic checkpoint was refused (warned once until one is written)."""
 
     def on_boundary(self) -> bool:
-        if self.signals.take_checkpoint_request() or self.checkpointer.due(self.trainer.update):
-            self.checkpoint()
+        requested = self.signals.take_checkpoint_request()
+        if requested or self.checkpointer.due(self.trainer.update):
+            path = self._try_checkpoint()
+            if requested and path is not None:
+                print(f"operant-train: SIGUSR1: checkpoint {path} (update "
+                      f"{self.trainer.update}, step {self.trainer.global_step:,})",
+                      file=sys.stderr, flush=True)
         return self.signals.stop_requested  # a signal during that checkpoint stops here too
+
+    def _try_checkpoint(self) -> Path | None:
+        from operant.trainer.disk import describe_storage_error, is_storage_error
+
+        try:
+            path = self.checkpoint()
+        except OSError as error:
+            if not is_storage_error(error):
+                raise
+            self.checkpointer.failed()
+            why = describe_storage_error(error, self.checkpointer.directory,
+                                         self.checkpointer.last_size)
+            text = (f"checkpoint of update {self.trainer.update} not written: {why}; training "
+                    "goes on, the next checkpoint interval tries again")
+            self.warn(text)
+            if not self.failing:
+                print(f"operant-train: warning: {text}", file=sys.stderr, flush=True)
+            self.failing = True
+            return None
+        if self.failing:
+            self.failing = False
+            self.warn("")
+            print(f"operant-train: checkpoints are written again: {path}", file=sys.stderr,
+                  flush=True)
+        return path
 
     def on_stopping(self, outcome: Outcome) -> None:
         outcome.checkpoint = self.checkpoint()
@@ -220,8 +272,11 @@ class SaveModel(Service):
         self.trainer, self.run_dir = trainer, run_dir
 
     def on_stopping(self, outcome: Outcome) -> None:
+        from operant.trainer.disk import storage_errors
+
         if outcome.kind == "finished":
-            self.trainer.save_model(self.run_dir / "model.pt")
+            with storage_errors():
+                self.trainer.save_model(self.run_dir / "model.pt")
 
 
 class NotifySystemd(Service):
@@ -281,71 +336,3 @@ class ReleaseRunLock(Service):
 
     def close(self) -> None:
         self.plan.release()
-
-
-class Console(Service):
-    """What a person reads: the run's first line, why it failed, and its summary (last, after
-    the run's lock is released, so the run can be resumed the moment it is printed)."""
-
-    def __init__(self, args: Any, plan: RunPlan, trainer: Any, run_dir: Path,
-                 checkpointer: Checkpointer):
-        self.args, self.plan, self.trainer, self.run_dir = args, plan, trainer, run_dir
-        self.checkpointer = checkpointer
-        self.started = 0.0
-        self.outcome: Outcome | None = None
-
-    def on_start(self) -> None:
-        plan, trainer, derived = self.plan, self.trainer, self.plan.derived
-        if self.args.log_format == "plain" and not self.args.quiet:
-            origin = (f", resumed at update {trainer.update} from {plan.checkpoint.name}"
-                      if plan.payload is not None else "")
-            print(f"run {plan.run_id}: {plan.config.env.id} ({trainer.impl}), "
-                  f"{plan.config.env.num_envs} envs, {derived.num_updates} updates of "
-                  f"{derived.batch_size} steps{origin} -> {self.run_dir}", flush=True)
-        elif plan.payload is not None:
-            print(f"operant-train: run {plan.run_id} resumed at update {trainer.update} from "
-                  f"{plan.checkpoint}", file=sys.stderr, flush=True)
-        self.started = time.perf_counter()
-
-    def on_stop(self, outcome: Outcome) -> None:
-        self.outcome = outcome
-        last_path = self.checkpointer.last_path
-        if outcome.kind == "failed":
-            kept = (f"; the last good checkpoint is {last_path}" if last_path
-                    else "; no checkpoint was written")
-            print(f"operant-train: training failed: {outcome.error}{kept}", file=sys.stderr)
-        elif outcome.kind == "interrupted":
-            print(f"operant-train: interrupted; the last checkpoint is {last_path or 'none'}; "
-                  f"run directory {self.run_dir}", file=sys.stderr)
-
-    def close(self) -> None:
-        if self.outcome is not None and self.outcome.kind in ("finished", "stopped"):
-            self._summary(self.outcome, time.perf_counter() - self.started)
-
-    def _summary(self, outcome: Outcome, seconds: float) -> None:
-        trainer, run_id, last = self.trainer, self.plan.run_id, outcome.last_record
-        path, stopped_by = outcome.checkpoint, outcome.stopped_by
-        summary = RunSummary(
-            run_id=run_id, global_step=trainer.global_step,
-            episode_return_mean=last.episode_return_mean if last else None,
-            elapsed_s=round(seconds, 3),
-            sps_mean=last.sps_mean if last else None, solved_at_s=trainer.solved_at,
-            run_dir=str(self.run_dir),
-            stopped_by=stopped_by or None,
-            checkpoint=str(path) if path else None,
-        )
-        if self.args.log_format == "json":
-            print(json.dumps({"summary": msgspec.to_builtins(summary)}), flush=True)
-            return
-        if stopped_by:
-            print(f"stopped by {stopped_by} at step {trainer.global_step:,} (update "
-                  f"{trainer.update}); checkpoint {path or 'none'}; continue with "
-                  f"{runs.command_hint('operant-train --resume', run_id, root=self.run_dir.parent)}",
-                  flush=True)
-            return
-        solved = (f", solved in {trainer.solved_at:.2f}s" if trainer.solved_at is not None
-                  else "")
-        print(f"done: {summary.global_step:,} steps in {summary.elapsed_s:.1f}s "
-              f"({number_or_dash(summary.sps_mean, ',.0f')} steps/s), mean return of the last 100 "
-              f"episodes {number_or_dash(summary.episode_return_mean, '.1f')}{solved} -> "
-              f"{self.run_dir}", flush=True)

@@ -18,20 +18,28 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
 from operant.shared import runs
+from operant.trainer.best import TrackBest
 from operant.trainer.checkpoint import Checkpointer
 from operant.trainer.checkpoint_format import CheckpointError
-from operant.trainer.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from operant.trainer.exit_codes import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_NO_SPACE,
+    EXIT_OK,
+    EXIT_USAGE,
+)
 from operant.trainer.resume import RunPlan
 from operant.trainer.sdnotify import SystemdNotifier
 from operant.trainer.service_protocol import HOOKS, Outcome, Rank, Service
+from operant.trainer.console import Console
 from operant.trainer.services import (
     Checkpoints,
-    Console,
     ContinueRecords,
     NotifySystemd,
     PublishMetrics,
@@ -46,7 +54,7 @@ from operant.trainer.signals import StopSignals
 from operant.trainer.tensorboard import TENSORBOARD_DIR, WriteTensorBoard
 
 _EXIT = {"finished": EXIT_OK, "stopped": EXIT_OK, "failed": EXIT_FAILED,
-         "interrupted": EXIT_INTERRUPTED}
+         "interrupted": EXIT_INTERRUPTED, "no_space": EXIT_NO_SPACE}
 
 
 def run(args: Any, plan: RunPlan, signals: StopSignals) -> int:
@@ -54,12 +62,17 @@ def run(args: Any, plan: RunPlan, signals: StopSignals) -> int:
     trainer = _build_trainer(plan)
     if trainer is None:
         return EXIT_USAGE
-    run_dir = _open_run_dir(plan)
+    fresh = plan.run_dir is None
+    run_dir, status = _open_run_dir(plan)
     if run_dir is None:
-        return EXIT_USAGE
+        return status
     trainer.run_dir = run_dir
     session = Session(trainer, compose(args, plan, signals, trainer, run_dir), signals)
-    return session.run()
+    status = session.run()
+    if status == EXIT_NO_SPACE and fresh and not session.started:
+        # A new run that could not start leaves nothing behind (its lock is released).
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return status
 
 
 def _build_trainer(plan: RunPlan) -> Any:
@@ -80,20 +93,31 @@ def _build_trainer(plan: RunPlan) -> Any:
     return trainer
 
 
-def _open_run_dir(plan: RunPlan) -> Path | None:
-    """The run's directory, created and locked (a resumed run's is already); None (said why)
-    if it cannot be."""
+def _open_run_dir(plan: RunPlan) -> tuple[Path | None, int]:
+    """The run's directory, created and locked (a resumed run's is already); (None, exit
+    status), said why, if it cannot be."""
     from operant.trainer import resume
+    from operant.trainer.disk import describe_storage_error, is_storage_error
 
     try:
-        return resume.create(plan)
+        return resume.create(plan), EXIT_OK
     except FileExistsError:
         print(f"operant-train: run {plan.run_id!r} already exists under {plan.root}; resume it "
               f"with --resume {plan.run_id}, or choose another --run-id", file=sys.stderr)
-    except (OSError, ValueError, resume.RunInUseError) as error:
+    except OSError as error:
+        if not is_storage_error(error):
+            print(f"operant-train: cannot create the run directory under {plan.root}: {error}",
+                  file=sys.stderr)
+            return None, EXIT_USAGE
+        print(f"operant-train: cannot create the run directory under {plan.root}: "
+              f"{describe_storage_error(error, plan.root)}; nothing was created; free space "
+              "and run again", file=sys.stderr)
+        shutil.rmtree(plan.root / plan.run_id, ignore_errors=True)
+        return None, EXIT_NO_SPACE
+    except (ValueError, resume.RunInUseError) as error:
         print(f"operant-train: cannot create the run directory under {plan.root}: {error}",
               file=sys.stderr)
-    return None
+    return None, EXIT_USAGE
 
 
 def compose(args: Any, plan: RunPlan, signals: StopSignals, trainer: Any, run_dir: Path,
@@ -110,6 +134,7 @@ def compose(args: Any, plan: RunPlan, signals: StopSignals, trainer: Any, run_di
                if config.train.publish_metrics else [])
     tensorboard = ([WriteTensorBoard(run_dir / TENSORBOARD_DIR, trainer)]
                    if config.train.tensorboard else [])
+    best = TrackBest(trainer, run_dir, records)
     services = [
         StopOnSignal(signals),
         records,
@@ -119,10 +144,12 @@ def compose(args: Any, plan: RunPlan, signals: StopSignals, trainer: Any, run_di
         progress,
         *tensorboard,
         NotifySystemd(notifier, checkpointer, trainer, plan.derived.num_updates),
-        Checkpoints(trainer, checkpointer, signals, progress),
+        Checkpoints(trainer, checkpointer, signals, progress,
+                    warn=publish[0].warn if publish else lambda text: None),
         SaveModel(trainer, run_dir),
+        best,
         ReleaseRunLock(plan),
-        Console(args, plan, trainer, run_dir, checkpointer),
+        Console(args, plan, trainer, run_dir, checkpointer, best),
     ]
     return [service for service in services if rank.runs(service.role)]
 
@@ -132,6 +159,8 @@ class Session:
 
     def __init__(self, trainer: Any, services: list[Service], signals: StopSignals):
         self.trainer, self.signals = trainer, signals
+        self.started = False
+        """Every service's on_start has run."""
         # Only the services that override a hook are called for it: on_update and
         # on_boundary run once per update.
         self.hooks = {name: [getattr(service, name) for service in services
@@ -144,9 +173,11 @@ class Session:
         outcome = Outcome()
         try:
             self._call("on_start")
+            self.started = True
             self.trainer.log = self.on_update
             outcome.last_record = self.trainer.run(should_stop=self.should_stop)
             outcome.stopped_by = self.signals.name
+            outcome.ending = True
             self._call("on_stopping", outcome)
             self._call("on_stop", outcome)
         except BaseException as error:

@@ -78,6 +78,15 @@ class Publisher:
         self.writer.set_text(slot(names.ENV_IMPL.name), impl)
         self.writer.set_text(slot(names.DEVICE.name), device)
 
+    def set_elapsed_before(self, seconds: float) -> None:
+        """Seconds the run trained before this process (a resumed run's), for the monitor's
+        uptime."""
+        self.writer.set_gauge(self.schema.slot(names.ELAPSED_BEFORE_S.name), float(seconds))
+
+    def warn(self, text: str) -> None:
+        """Show `text` as the run's warning (empty clears it)."""
+        self.writer.set_text(self.schema.slot(names.WARNING.name), text)
+
     def start(self) -> None:
         """The run is running: heartbeat thread on, state word last."""
         self.writer.start_heartbeat()

@@ -250,14 +250,20 @@ class Trainer:
                 raise FloatingPointError(
                     f"non-finite values in parameter {name} after update {self.update}")
 
-    def save_model(self, path: Path) -> None:
-        """The policy with what it needs to act: its config and normalisation statistics."""
+    def model_payload(self) -> dict[str, Any]:
+        """model.pt's content: the policy with what it needs to act, its config and
+        normalisation statistics (the tensors are the live ones, not copies)."""
         model: dict[str, Any] = {"policy": self.policy.state_dict(), "config": to_dict(self.config),
                                  "global_step": self.global_step}
         if self.obs_normalizer is not None:
             model["obs_normalizer"] = self.obs_normalizer.state_dict()
         if self.reward_normalizer is not None:
             model["reward_normalizer"] = self.reward_normalizer.state_dict()
+        return model
+
+    def save_model(self, path: Path) -> None:
+        """Write `model_payload()` to `path`, whole or not at all."""
+        model = self.model_payload()
         atomic.write_with(path, lambda handle: torch.save(model, handle))
 
 

@@ -95,6 +95,7 @@ def bench_env_only(args: argparse.Namespace) -> dict[str, Any]:
                   f"{report.episodes_ended:,} episodes ended: {verdict}", flush=True)
         if not all(report.ok for report in reports):
             return record
+    _check_env_memory(args.env, impls, max(args.num_envs))
     results: list[dict[str, Any]] = []
     before = _rss_mb()
     for num_envs in args.num_envs:
@@ -127,6 +128,26 @@ def bench_env_only(args: argparse.Namespace) -> dict[str, Any]:
     record["results"] = results
     record["mem_delta_mb"] = round(_rss_mb() - before, 2)
     return record
+
+
+def _check_env_memory(env_id: str, impls: list[str], num_envs: int) -> None:
+    """Refuse (ConfigError, one line) a --num-envs whose env buffers do not fit in memory."""
+    from operant.envs import resolve_impl
+    from operant.trainer import memory, preflight
+    from operant.trainer.config import load_config
+
+    config = load_config(None, [f"env.num_envs={num_envs}"], {"env": {"id": env_id}})
+    for impl in impls:
+        resolved = resolve_impl(env_id, impl)
+        shape = preflight.probe_env(env_id, resolved)
+        needed = memory.estimate(config, resolved, shape.obs_spec, shape.act_spec,
+                                 shape.agents_per_env).envs + memory.runtime_bytes()
+        free, source = memory.available()
+        if needed > free:
+            raise preflight.UnavailableError(
+                f"--num-envs {num_envs:,} of {env_id} ({resolved}) needs about "
+                f"{memory.size_text(needed)} of memory, and {memory.size_text(free)} is "
+                f"{source}; measure fewer envs")
 
 
 def _print_env_row(env_id: str, impls: list[str], row: dict[str, Any]) -> None:
@@ -179,6 +200,8 @@ def _rss_mb() -> float:
 
 def _load_cell_config(args: argparse.Namespace, cell: dict[str, int], seed: int,
                       target: bool = True):
+    from operant.envs import resolve_impl
+    from operant.trainer import preflight
     from operant.trainer.config import derive, load_config
 
     overrides = [f"train.seed={seed}", *_cell_overrides(cell)]
@@ -188,6 +211,8 @@ def _load_cell_config(args: argparse.Namespace, cell: dict[str, int], seed: int,
         overrides.append(f"train.total_steps={args.total_steps}")
     config = load_config(args.config, [*overrides, *args.overrides])
     derive(config)  # refuse a bad combination (minibatches not dividing the batch) up front
+    # ...and what this machine lacks for it (device, the env's packages, memory).
+    preflight.check(config, resolve_impl(config.env.id, config.env.impl))
     return config
 
 

@@ -1,0 +1,173 @@
+"""A full disk (issue 14, item 11), on a real small tmpfs with the real operant-train: at start
+the run is refused in one line with exit 75 and nothing is left behind; a periodic checkpoint
+the disk refuses is one warning line (free space, size needed) and the metrics file's warning,
+and training goes on; a final checkpoint it refuses ends the run with exit 75, which the
+systemd unit does not restart; the earlier checkpoint survives, and --resume works once space
+is freed. Skipped where mounting a tmpfs is not permitted."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from signal_defaults import default_signals
+from user_runs import ENDLESS, command, run
+
+from operant.shared.reader import MetricsReader
+from operant.trainer import checkpoint_format
+from operant.trainer.exit_codes import EXIT_NO_SPACE
+
+UNIT = Path(__file__).resolve().parent.parent / "deploy" / "operant-train@.service"
+# Updates of 4,096 steps: slow enough that the progress lines a test leaves room for last
+# for seconds, not milliseconds.
+SLOW = ["--set", "env.num_envs=64", "--set", "ppo.num_steps=64", "--set", "ppo.num_minibatches=2"]
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 4 MiB tmpfs (a metrics file, a few checkpoints); unmounted afterwards."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if shutil.which("mount") is None:
+        pytest.skip("no mount command")
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4M", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+    )
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(disk: Path, leave: int) -> Path:
+    """A file that takes all of `disk` but `leave` bytes."""
+    filler = disk / "filler"
+    free = shutil.disk_usage(disk).free
+    with open(filler, "wb") as handle:
+        handle.write(b"\0" * max(0, free - leave))
+    return filler
+
+
+def test_exit_75_is_not_restarted_by_the_unit():
+    (line,) = re.findall(r"^RestartPreventExitStatus=(.*)$", UNIT.read_text(), re.MULTILINE)
+    assert str(EXIT_NO_SPACE) in line.split() and EXIT_NO_SPACE == 75
+
+
+def test_a_full_disk_at_start_is_one_line_exit_75_and_nothing_created(small_disk):
+    root = small_disk / "runs"
+    fill(small_disk, leave=192 << 10)  # less than a metrics file
+    result = run("operant-train", "--runs-dir", str(root), "--run-id", "full", timeout=120)
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert (result.returncode, len(lines)) == (EXIT_NO_SPACE, 1), result.stderr
+    assert lines[0].startswith("operant-train: cannot start run full: No space left on device (")
+    assert re.search(r"\(\d+\.\d KiB free in .*runs\)", lines[0]), lines[0]
+    assert lines[0].endswith("nothing was created; free space and run again")
+    assert not (root / "full").exists()
+
+
+def start(root: Path, log: Path) -> subprocess.Popen:
+    with open(log, "w") as err:
+        return subprocess.Popen(
+            command(
+                [
+                    "operant-train",
+                    "--runs-dir",
+                    str(root),
+                    "--run-id",
+                    "tight",
+                    *SLOW,
+                    *ENDLESS,
+                    "--set",
+                    "checkpoint.every_updates=10",
+                    "--set",
+                    "checkpoint.keep=1",
+                    "--log-format",
+                    "json",
+                    "--quiet",
+                ]
+            ),
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            preexec_fn=default_signals,
+        )
+
+
+def wait_for(predicate, what: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+def test_a_full_disk_at_checkpoints_warns_trains_on_then_exits_75_and_resumes(small_disk):
+    root, log = small_disk / "runs", small_disk.parent / "stderr.txt"
+    run_dir = root / "tight"
+    trainer = start(root, log)
+    try:
+        wait_for((run_dir / "checkpoints" / "latest").exists, "no first checkpoint")
+        filler = fill(small_disk, leave=128 << 10)  # room for progress lines, not a checkpoint
+        wait_for(lambda: "warning" in log.read_text(), "no warning")
+        with MetricsReader(run_dir / "metrics.bin") as reader:
+            warning = reader.snapshot().metrics()["warning"]
+            steps = reader.snapshot().metrics()["global_step"]
+        wait_for(
+            lambda: (
+                json.loads((run_dir / "progress.jsonl").read_text().splitlines()[-1])["global_step"]
+                > steps
+            ),
+            "training stopped after the warning",
+        )
+        trainer.send_signal(signal.SIGTERM)
+        status = trainer.wait(timeout=120)
+    finally:
+        if trainer.poll() is None:
+            trainer.kill()
+    lines = log.read_text().strip().splitlines()
+    assert "Traceback" not in log.read_text()
+    assert status == EXIT_NO_SPACE, lines
+    # One warning for the refused periodic checkpoint, one line for the refused final one.
+    assert len(lines) == 2, lines
+    pattern = (
+        r"checkpoint of update \d+ not written: No space left on device "
+        r"\(\d+\.\d KiB free in .*, about \d+\.\d KiB needed\); training goes on"
+    )
+    assert re.search(pattern, lines[0]) and lines[0].startswith("operant-train: warning: ")
+    assert re.search(pattern, warning), warning
+    assert lines[1].startswith(
+        "operant-train: the final checkpoint cannot be written: No space left on device"
+    )
+    assert "ckpt-000000010.pt; free space, then operant-train --resume tight --runs-dir" in lines[1]
+    # The earlier checkpoint is whole, and nothing half-written is left beside it.
+    assert sorted(os.listdir(run_dir / "checkpoints")) == ["ckpt-000000010.pt", "latest"]
+    payload = checkpoint_format.load(run_dir / "checkpoints" / "ckpt-000000010.pt")
+    assert payload["trainer"]["counters"]["update"] == 10
+    with MetricsReader(run_dir / "metrics.bin") as reader:
+        snapshot = reader.snapshot()
+    assert snapshot.state == "failed" and "disk is full" in snapshot.reason
+    filler.unlink()
+    resumed = run(
+        "operant-train",
+        "--resume",
+        "tight",
+        "--runs-dir",
+        str(root),
+        "--total-steps",
+        str(20 * 4096),
+        "--quiet",
+        timeout=240,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed at update 10 from" in resumed.stderr
+    assert json.loads((run_dir / "progress.jsonl").read_text().splitlines()[-1])["update"] == 20

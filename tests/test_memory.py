@@ -1,0 +1,137 @@
+"""A config that cannot fit in memory is refused before anything is allocated (issue 14, item
+10), and the estimate it is refused by is close to what a real trainer takes."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from user_runs import command, run
+
+from operant.trainer import memory, preflight
+from operant.trainer.config import load_config
+
+# Builds a Trainer of the config given by --set words, trains one update, and prints the
+# estimate and the peak resident growth over the process before the Trainer existed.
+MEASURE = """
+import json, resource, sys
+import psutil, torch, numpy, gymnasium
+from operant.envs import resolve_impl
+from operant.trainer import memory, preflight
+from operant.trainer.config import load_config
+from operant.trainer.train import Trainer
+
+config = load_config(None, sys.argv[1:])
+impl = resolve_impl(config.env.id, config.env.impl)
+shape = preflight.probe_env(config.env.id, impl)
+estimate = memory.estimate(config, impl, shape.obs_spec, shape.act_spec, shape.agents_per_env)
+before = psutil.Process().memory_info().rss
+trainer = Trainer(config)
+trainer.started = 0.0
+trainer.train_update()
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(json.dumps({"estimate": estimate.total, "growth": peak - before}))
+"""
+
+
+def test_the_users_200_million_envs_are_refused_at_once_with_nothing_allocated(tmp_path):
+    started = time.monotonic()
+    result = run(
+        "operant-train",
+        "--set",
+        "env.num_envs=200000000",
+        "--runs-dir",
+        str(tmp_path / "runs"),
+        timeout=120,
+    )
+    seconds = time.monotonic() - started
+    lines = result.stderr.strip().splitlines()
+    assert (result.returncode, len(lines)) == (2, 1), result.stderr
+    assert lines[0].startswith("operant-train: this config needs about ")
+    assert "env.num_envs = 200,000,000 x ppo.num_steps = 16" in lines[0]
+    # The estimate and the memory available, both named.
+    assert re.search(
+        r"needs about \d+\.\d [GT]iB of memory .*, and \d+\.\d [KMGT]iB is "
+        r"(available on this machine|the cgroup's memory.max less its use)",
+        lines[0],
+    ), lines[0]
+    assert "lower env.num_envs or ppo.num_steps" in lines[0]
+    assert not (tmp_path / "runs").exists()
+    # Refused before allocating: quickly, and the process never held more than its imports.
+    assert seconds < 60
+    peak = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            PEAK,
+            *command(["operant-train"]),
+            "--set",
+            "env.num_envs=200000000",
+            "--runs-dir",
+            str(tmp_path / "runs"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert int(peak.stdout) < 1 << 30, peak.stdout
+
+
+# Runs its arguments as a command and prints the command's peak resident memory in bytes.
+PEAK = """
+import resource, subprocess, sys
+subprocess.run(sys.argv[1:], capture_output=True)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)
+"""
+
+
+def test_the_estimate_names_its_parts_and_grows_with_the_config():
+    config = load_config(None, ["env.num_envs=1000"])
+    shape = preflight.probe_env("CartPole-v1", "native")
+    small = memory.estimate(config, "native", shape.obs_spec, shape.act_spec)
+    config.env.num_envs = 2000
+    double = memory.estimate(config, "native", shape.obs_spec, shape.act_spec)
+    assert double.total == pytest.approx(2 * small.total, rel=0.01)
+    # CartPole's rollout storage, by storage.py's shapes: 16 steps x 1000 rows x (obs 4 x
+    # float32 + int64 action + 6 float32), plus 13 bytes per row of per-step scratch.
+    assert small.storage == 16 * 1000 * (16 + 8 + 24) + 1000 * 13
+    assert small.host == small.total and small.device == 0
+    assert "rollout storage" in small.breakdown()
+
+
+def test_a_cgroup_limit_is_the_memory_available(tmp_path):
+    group = tmp_path / "cgroup"
+    group.mkdir()
+    (group / "memory.max").write_text("1073741824\n")
+    (group / "memory.current").write_text("268435456\n")
+    assert memory.cgroup_available(group) == 768 << 20
+    (group / "memory.max").write_text("max\n")
+    assert memory.cgroup_available(group) is None
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        ["env.num_envs=65536"],
+        ["env.num_envs=65536", "ppo.num_minibatches=1"],
+        ["env.num_envs=16384", "env.id=Pendulum-v1", "policy.hidden_sizes=[256, 256]"],
+    ],
+    ids=["default-65536", "one-minibatch", "pendulum-wide"],
+)
+def test_the_estimate_is_within_a_factor_of_two_of_a_real_trainers_growth(words):
+    result = subprocess.run(
+        [sys.executable, "-c", MEASURE, *words],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).parent,
+    )
+    assert result.returncode == 0, result.stderr
+    measured = json.loads(result.stdout)
+    ratio = measured["estimate"] / measured["growth"]
+    assert 0.5 <= ratio <= 2.0, measured

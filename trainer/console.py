@@ -1,0 +1,157 @@
+"""What a person reads from operant-train: the run's first line, why it failed, and its summary
+(the verdict and the best policy from operant.trainer.best). A session service
+(operant.trainer.service_protocol), last in the session's list."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from operant.shared import runs
+from operant.shared.record import RunSummary
+from operant.trainer.checkpoint import Checkpointer
+from operant.trainer.progress import number_or_dash
+from operant.trainer.resume import RunPlan
+from operant.trainer.service_protocol import Outcome, Service
+
+
+class Console(Service):
+    """What a person reads: the run's first line, why it failed, and its summary (last, after
+    the run's lock is released, so the run can be resumed the moment it is printed)."""
+
+    def __init__(
+        self,
+        args: Any,
+        plan: RunPlan,
+        trainer: Any,
+        run_dir: Path,
+        checkpointer: Checkpointer,
+        best: Any = None,
+    ):
+        self.args, self.plan, self.trainer, self.run_dir = args, plan, trainer, run_dir
+        self.checkpointer, self.best = checkpointer, best
+        self.started = 0.0
+        self.outcome: Outcome | None = None
+
+    def on_start(self) -> None:
+        plan, trainer, derived = self.plan, self.trainer, self.plan.derived
+        if self.args.log_format == "plain" and not self.args.quiet:
+            origin = (
+                f", resumed at update {trainer.update} from {plan.checkpoint.name}"
+                if plan.payload is not None
+                else ""
+            )
+            print(
+                f"run {plan.run_id}: {plan.config.env.id} ({trainer.impl}), "
+                f"{plan.config.env.num_envs} envs, {derived.num_updates} updates of "
+                f"{derived.batch_size} steps{origin} -> {self.run_dir}",
+                flush=True,
+            )
+        elif plan.payload is not None:
+            print(
+                f"operant-train: run {plan.run_id} resumed at update {trainer.update} from "
+                f"{plan.checkpoint}",
+                file=sys.stderr,
+                flush=True,
+            )
+        self.started = time.perf_counter()
+
+    def on_stop(self, outcome: Outcome) -> None:
+        self.outcome = outcome
+        last_path = self.checkpointer.last_path
+        if outcome.kind == "failed":
+            kept = (
+                f"; the last good checkpoint is {last_path}"
+                if last_path
+                else "; no checkpoint was written"
+            )
+            if self.best is not None and self.best.best_line() is not None:
+                kept += (
+                    f"; the best policy (mean return {self.best.best_return:.1f}) is "
+                    f"{self.best.path}"
+                )
+            print(f"operant-train: training failed: {outcome.error}{kept}", file=sys.stderr)
+        elif outcome.kind == "interrupted":
+            print(
+                f"operant-train: interrupted; the last checkpoint is {last_path or 'none'}; "
+                f"run directory {self.run_dir}",
+                file=sys.stderr,
+            )
+        elif outcome.kind == "no_space":
+            print(f"operant-train: {self._no_space(outcome)}", file=sys.stderr, flush=True)
+
+    def _no_space(self, outcome: Outcome) -> str:
+        """The full disk's line: what could not be written, the space, what to do."""
+        from operant.trainer.disk import describe_storage_error
+
+        resume = runs.command_hint(
+            "operant-train --resume", self.plan.run_id, root=self.run_dir.parent
+        )
+        if not self.started:
+            why = describe_storage_error(outcome.error, self.run_dir.parent)
+            fresh = self.plan.payload is None and not self.plan.restart
+            after = (
+                "nothing was created; free space and run again"
+                if fresh
+                else f"the run is as it was; free space, then {resume}"
+            )
+            return f"cannot start run {self.plan.run_id}: {why}; {after}"
+        why = describe_storage_error(outcome.error, self.run_dir, self.checkpointer.last_size)
+        if outcome.ending:
+            what = "model.pt" if outcome.checkpoint else "the final checkpoint"
+        else:
+            what = "the run's records (progress.jsonl)"
+        return (
+            f"{what} cannot be written: {why}; the last checkpoint is "
+            f"{self.checkpointer.last_path or 'none'}; free space, then {resume}"
+        )
+
+    def close(self) -> None:
+        if self.outcome is not None and self.outcome.kind in ("finished", "stopped"):
+            self._summary(self.outcome, time.perf_counter() - self.started)
+
+    def _summary(self, outcome: Outcome, seconds: float) -> None:
+        trainer, run_id, last = self.trainer, self.plan.run_id, outcome.last_record
+        path, stopped_by = outcome.checkpoint, outcome.stopped_by
+        best = self.best
+        verdict = best.summary_fields() if best is not None else {}
+        if verdict.get("solved_at_s") is None:
+            verdict["solved_at_s"] = trainer.solved_at
+        summary = RunSummary(
+            run_id=run_id,
+            global_step=trainer.global_step,
+            episode_return_mean=last.episode_return_mean if last else None,
+            elapsed_s=round(seconds, 3),
+            sps_mean=last.sps_mean if last else None,
+            run_dir=str(self.run_dir),
+            stopped_by=stopped_by or None,
+            checkpoint=str(path) if path else None,
+            **verdict,
+        )
+        if self.args.log_format == "json":
+            print(json.dumps({"summary": msgspec.to_builtins(summary)}), flush=True)
+            return
+        if stopped_by:
+            print(
+                f"stopped by {stopped_by} at step {trainer.global_step:,} (update "
+                f"{trainer.update}); checkpoint {path or 'none'}; continue with "
+                f"{runs.command_hint('operant-train --resume', run_id, root=self.run_dir.parent)}",
+                flush=True,
+            )
+            return
+        solved = f", solved in {trainer.solved_at:.2f}s" if trainer.solved_at is not None else ""
+        print(
+            f"done: {summary.global_step:,} steps in {summary.elapsed_s:.1f}s "
+            f"({number_or_dash(summary.sps_mean, ',.0f')} steps/s), mean return of the last 100 "
+            f"episodes {number_or_dash(summary.episode_return_mean, '.1f')}{solved} -> "
+            f"{self.run_dir}",
+            flush=True,
+        )
+        for line in (best.verdict(), best.best_line()) if best is not None else ():
+            if line is not None:
+                print(line, flush=True)

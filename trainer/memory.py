@@ -1,0 +1,196 @@
+"""How much memory a config will allocate, estimated before anything is allocated, and the
+memory this machine (or its cgroup) has for it.
+
+A run allocates most of its memory once, from its shapes: the envs' buffers and state, the
+rollout storage (operant.trainer.storage: `(num_steps, rows, ...)` per tensor, in the dtypes
+that module names), the policy's activations while it acts on every row, and the update's
+minibatch tensors and the activations its backward pass keeps. `estimate` adds these up from
+the config and the env's specs (one row's observation and action: operant.envs.contract), so a
+config that cannot fit (`env.num_envs = 200000000`) is refused in one line before a byte of it
+is allocated, instead of being killed by the kernel's OOM killer after taking the machine's
+memory (and, under systemd, restarted into the same death).
+
+The estimate aims at the peak resident growth within a factor of two (tests/test_memory.py
+measures a real trainer); it is a refusal threshold, not an accounting. Memory on a GPU is
+estimated alike and compared with what the device has free.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+ENV_STATE_BYTES = {"native": 128, "torch": 128, "reference": 4096}
+"""Each env's own state besides its buffers: a C kernel's structure-of-arrays fields, RNG and
+episode accounting (CartPole measured 161 bytes per env in all, buffers included), a torch
+env's state tensors, or a whole Gymnasium env object per env (measured 3.6 KiB for CartPole)."""
+ROLLOUT_FLOAT_TENSORS = 6
+"""float32 per row per step in the storage: logprobs, rewards, dones, values, advantages,
+returns."""
+STEP_FLOAT_TENSORS = 3
+"""float32 per row, once: truncated, final_values, next_value."""
+FORWARD_COPIES = 3
+"""Activations alive at once per hidden unit while the policy acts on all rows (a layer's
+output, its activation, and the next layer's output)."""
+BACKWARD_COPIES = 3
+"""Per hidden unit and minibatch sample in the update: the forward activations autograd keeps
+(pre- and post-activation) and their gradients."""
+RUNTIME_BYTES = 400 << 20
+"""The trainer process before any of this: Python, torch, numpy, Gymnasium (measured ~350 MiB
+on CPU). Counted only where those are not loaded yet."""
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes a config will allocate, by what allocates them, on the host and on the policy's
+    device (the same place on CPU)."""
+
+    envs: int
+    storage: int
+    acting: int
+    update: int
+    host: int
+    device: int
+    """What lives on a GPU (0 when the device is the CPU)."""
+
+    @property
+    def total(self) -> int:
+        return self.envs + self.storage + self.acting + self.update
+
+    def breakdown(self) -> str:
+        return (
+            f"rollout storage {size_text(self.storage)}, envs {size_text(self.envs)}, "
+            f"policy workspaces {size_text(self.acting + self.update)}"
+        )
+
+
+def size_text(size: float) -> str:
+    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{int(size)} bytes"
+
+
+def estimate(
+    config: Any, impl: str, obs_spec: Any, act_spec: Any, agents_per_env: int = 1
+) -> MemoryEstimate:
+    """What training `config` allocates, from the env's specs (operant.envs.contract)."""
+    rows = config.env.num_envs * agents_per_env
+    steps = config.ppo.num_steps
+    obs_bytes = obs_spec.row_bytes
+    obs_elements = int(math.prod(obs_spec.shape))
+    act_elements = int(math.prod(act_spec.shape)) if act_spec.shape else 1
+    act_bytes = 8 if act_spec.discrete else 4 * act_elements
+    # Env buffers: observations and the final observations of SAME_STEP autoreset, actions,
+    # rewards, two flags; then each env's own state.
+    envs = rows * (2 * obs_bytes + act_bytes + 4 + 2) + config.env.num_envs * ENV_STATE_BYTES.get(
+        impl, ENV_STATE_BYTES["reference"]
+    )
+    storage = steps * rows * (obs_bytes + act_bytes + 4 * ROLLOUT_FLOAT_TENSORS) + rows * (
+        1 + 4 * STEP_FLOAT_TENSORS + (0 if act_spec.discrete else act_bytes)
+    )
+    widths = sum(config.policy.hidden_sizes) * (1 if config.policy.shared else 2)
+    heads = act_spec.num_actions + 1 + act_elements  # logits or means, value, the sample
+    # Acting: the policy's input (observations as float32), its activations, its heads.
+    acting = rows * 4 * (obs_elements + FORWARD_COPIES * widths + 2 * heads)
+    batch = steps * rows
+    minibatch = batch // config.ppo.num_minibatches
+    # The update: the shuffled indices over the batch, one minibatch's gathered rollout, the
+    # activations and gradients of its forward and backward passes.
+    update = (
+        batch * 8
+        + minibatch * (obs_bytes + 4 * obs_elements + act_bytes + 4 * ROLLOUT_FLOAT_TENSORS)
+        + minibatch * 4 * (BACKWARD_COPIES * widths + 2 * heads)
+    )
+    on_gpu = config.train.device.split(":")[0] not in ("cpu", "")
+    device = storage + acting + update if on_gpu else 0
+    env_on_device = on_gpu and impl == "torch"
+    host = (0 if env_on_device else envs) + (0 if on_gpu else storage + acting + update)
+    return MemoryEstimate(
+        envs=envs,
+        storage=storage,
+        acting=acting,
+        update=update,
+        host=host,
+        device=device + (envs if env_on_device else 0),
+    )
+
+
+def cgroup_available(root: Path = Path("/sys/fs/cgroup")) -> int | None:
+    """Bytes this process's cgroup (v2) may still use: memory.max less memory.current; None
+    without a limit (or without cgroup v2)."""
+    try:
+        cgroup = Path("/proc/self/cgroup").read_text().strip().splitlines()
+        relative = next(line.split("::", 1)[1] for line in cgroup if line.startswith("0::"))
+    except (OSError, StopIteration, IndexError):
+        relative = "/"
+    for directory in (root / relative.lstrip("/"), root):
+        try:
+            limit = (directory / "memory.max").read_text().strip()
+            current = int((directory / "memory.current").read_text().strip())
+        except (OSError, ValueError):
+            continue
+        if limit == "max":
+            return None
+        return max(0, int(limit) - current)
+    return None
+
+
+def available() -> tuple[int, str]:
+    """Bytes of memory a new allocation can have, and where that figure comes from."""
+    free = psutil.virtual_memory().available
+    limited = cgroup_available()
+    if limited is not None and limited < free:
+        return limited, "the cgroup's memory.max less its use"
+    return free, "available on this machine"
+
+
+def runtime_bytes() -> int:
+    """What the trainer's runtime will add that is not loaded yet (torch, mostly)."""
+    return 0 if "torch" in sys.modules else RUNTIME_BYTES
+
+
+def check(
+    config: Any,
+    impl: str,
+    obs_spec: Any,
+    act_spec: Any,
+    agents_per_env: int = 1,
+    what: str = "this config",
+) -> str | None:
+    """One line refusing a config whose estimate does not fit in the memory available (host,
+    and the GPU's when the policy is on one); None when it fits."""
+    needed = estimate(config, impl, obs_spec, act_spec, agents_per_env)
+    shape = f"env.num_envs = {config.env.num_envs:,} x ppo.num_steps = {config.ppo.num_steps:,}"
+    host = needed.host + runtime_bytes()
+    free, source = available()
+    if host > free:
+        return (
+            f"{what} needs about {size_text(host)} of memory ({shape}: "
+            f"{needed.breakdown()}), and {size_text(free)} is {source}; lower "
+            "env.num_envs or ppo.num_steps"
+        )
+    if needed.device:
+        device_free = _device_free(config.train.device)
+        if device_free is not None and needed.device > device_free:
+            return (
+                f"{what} needs about {size_text(needed.device)} on "
+                f"{config.train.device} ({shape}: {needed.breakdown()}), and "
+                f"{size_text(device_free)} is free there; lower env.num_envs or "
+                "ppo.num_steps"
+            )
+    return None
+
+
+def _device_free(device: str) -> int | None:
+    import torch
+
+    if not device.startswith("cuda"):
+        return None
+    free, _ = torch.cuda.mem_get_info(torch.device(device))
+    return int(free)

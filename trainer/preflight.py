@@ -1,0 +1,119 @@
+"""What this machine must offer a config before a run starts: its device, the packages its env
+needs, and the memory it will allocate. Checked when the run is planned, before anything is
+created (no run directory, no metrics file, no allocation), by operant-train, `operant train`
+(before it launches anything) and `operant bench`.
+
+Each refusal is an `UnavailableError`, a ConfigError: bad input, one line that says what to
+install or change, exit status 2 (a supervisor must not restart into it: the same start fails
+the same way).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from operant.trainer.config import ConfigError
+
+
+class UnavailableError(ConfigError):
+    """The config asks for what this machine does not have: a device, a package, memory."""
+
+
+@dataclass(frozen=True)
+class EnvShape:
+    """One row's observation and action, and rows per env: what an env's memory is made of."""
+
+    obs_spec: Any
+    act_spec: Any
+    agents_per_env: int
+
+
+def check_device(device: str) -> None:
+    """Refuse a train.device this torch cannot use (a CPU-only build asked for cuda, a GPU
+    index that does not exist, a name torch does not know)."""
+    if device == "cpu":
+        return  # without importing torch: every build has a CPU
+    import torch
+
+    try:
+        parsed = torch.device(device)
+    except RuntimeError:
+        raise UnavailableError(
+            f"train.device = {device!r} is not a torch device; use cpu, cuda, cuda:N or mps"
+        ) from None
+    if parsed.type == "cuda":
+        if torch.version.cuda is None and not torch.cuda.is_available():
+            raise UnavailableError(
+                f"train.device = {device!r}, but this torch ({torch.__version__}) is a "
+                "CPU-only build; install a CUDA build of torch (pytorch.org's selector, e.g. "
+                "pip install torch --index-url https://download.pytorch.org/whl/cu128) or set "
+                'train.device = "cpu"'
+            )
+        if not torch.cuda.is_available():
+            raise UnavailableError(
+                f"train.device = {device!r}, but torch sees no CUDA GPU (no GPU, no driver, or "
+                'CUDA_VISIBLE_DEVICES hides it); set train.device = "cpu"'
+            )
+        count = torch.cuda.device_count()
+        if parsed.index is not None and parsed.index >= count:
+            raise UnavailableError(
+                f"train.device = {device!r}, but this machine has {count} "
+                f"CUDA GPU(s) (cuda:0 to cuda:{count - 1})"
+            )
+        return
+    if parsed.type == "mps" and not torch.backends.mps.is_available():
+        raise UnavailableError(
+            f"train.device = {device!r}, but MPS is not available here "
+            "(Apple silicon with a torch built for it); set "
+            'train.device = "cpu"'
+        )
+    try:
+        torch.empty(1, device=parsed)
+    except RuntimeError as error:
+        raise UnavailableError(
+            f"train.device = {device!r} is not usable here "
+            f'({_first_line(error)}); set train.device = "cpu"'
+        ) from None
+
+
+def probe_env(
+    env_id: str, impl: str, max_episode_steps: int | None = None, device: str = "cpu"
+) -> EnvShape:
+    """Build the env once with one copy, to read its specs and to find a package it needs
+    that is missing (Gymnasium's DependencyNotInstalled: box2d, mujoco, ...)."""
+    import gymnasium
+
+    from operant.envs import make_env
+
+    kwargs: dict[str, Any] = {}
+    if max_episode_steps is not None:
+        kwargs["max_episode_steps"] = max_episode_steps
+    if impl == "torch":
+        kwargs["device"] = device
+    try:
+        env = make_env(env_id, 1, impl=impl, copy=False, **kwargs)
+    except (gymnasium.error.DependencyNotInstalled, ImportError) as error:
+        raise UnavailableError(
+            f"env.id = {env_id!r} needs a package that is not installed: {_first_line(error)}"
+        ) from None
+    try:
+        return EnvShape(env.obs_spec, env.act_spec, env.layout.agents_per_env)
+    finally:
+        env.close()
+
+
+def check(config: Any, impl: str) -> None:
+    """Everything above for a training config: device, env, memory."""
+    from operant.trainer import memory
+
+    check_device(config.train.device)
+    shape = probe_env(config.env.id, impl, config.env.max_episode_steps, config.train.device)
+    refusal = memory.check(config, impl, shape.obs_spec, shape.act_spec, shape.agents_per_env)
+    if refusal is not None:
+        raise UnavailableError(refusal)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
