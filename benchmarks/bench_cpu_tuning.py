@@ -26,8 +26,10 @@ from operant.trainer.config import load_config
 from operant.trainer.policy import ActorCritic
 
 ROOT = Path(__file__).resolve().parent.parent
-CONFIGS = {"default": ROOT / "configs" / "CartPole-v1.toml",
-           "throughput": ROOT / "configs" / "throughput" / "CartPole-v1.toml"}
+CONFIGS = {
+    "default": ROOT / "configs" / "CartPole-v1.toml",
+    "throughput": ROOT / "configs" / "throughput" / "CartPole-v1.toml",
+}
 
 
 def per_second(work, samples: int, rounds: int) -> float:
@@ -42,9 +44,12 @@ def threads(rounds: int) -> None:
             config = load_config(path, [f"train.torch_threads={count}"])
             best = compute_bound(config, 0.3 * rounds)  # the best of its rounds
             forward = best["forward_samples_per_s"]
-            print(f"  {name:10s} {count} thread(s): forward {forward / 1e6:6.2f}M"
-                  f"  update {best['train_samples_per_s'] / 1e6:6.2f}M"
-                  f"  bound {best['bound_steps_per_s'] / 1e3:7.0f}K", flush=True)
+            print(
+                f"  {name:10s} {count} thread(s): forward {forward / 1e6:6.2f}M"
+                f"  update {best['train_samples_per_s'] / 1e6:6.2f}M"
+                f"  bound {best['bound_steps_per_s'] / 1e3:7.0f}K",
+                flush=True,
+            )
     torch.set_num_threads(1)
 
 
@@ -61,21 +66,36 @@ def grad_modes(rounds: int) -> None:
             def work():
                 with mode():
                     policy.act(obs, generator, out=out if mode is not torch.enable_grad else None)
+
             return work
 
-        rates = {name: per_second(act(mode), batch, rounds) for name, mode in
-                 (("inference_mode", torch.inference_mode), ("no_grad", torch.no_grad),
-                  ("autograd on", torch.enable_grad))}
+        rates = {
+            name: per_second(act(mode), batch, rounds)
+            for name, mode in (
+                ("inference_mode", torch.inference_mode),
+                ("no_grad", torch.no_grad),
+                ("autograd on", torch.enable_grad),
+            )
+        }
         base = rates["inference_mode"]
-        print(f"  batch {batch:5d}: " + "  ".join(
-            f"{name} {rate / 1e6:.2f}M ({rate / base:.2f}x)" for name, rate in rates.items()),
-            flush=True)
+        print(
+            f"  batch {batch:5d}: "
+            + "  ".join(
+                f"{name} {rate / 1e6:.2f}M ({rate / base:.2f}x)" for name, rate in rates.items()
+            ),
+            flush=True,
+        )
 
 
 def compiled(rounds: int) -> None:
     torch.manual_seed(0)
-    mlp = torch.nn.Sequential(torch.nn.Linear(4, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64),
-                              torch.nn.Tanh(), torch.nn.Linear(64, 3))
+    mlp = torch.nn.Sequential(
+        torch.nn.Linear(4, 64),
+        torch.nn.Tanh(),
+        torch.nn.Linear(64, 64),
+        torch.nn.Tanh(),
+        torch.nn.Linear(64, 3),
+    )
     print("torch.compile (inductor) vs eager, a 4-64-64-3 tanh MLP, samples/s:")
     started = time.perf_counter()
     try:
@@ -93,11 +113,15 @@ def compiled(rounds: int) -> None:
             def work():
                 with torch.inference_mode():
                     model(obs)
+
             return work
 
         eager, comp = (per_second(forward(model), batch, rounds) for model in (mlp, fast))
-        print(f"  forward batch {batch:5d}: eager {eager / 1e6:.2f}M  compiled {comp / 1e6:.2f}M "
-              f"({comp / eager:.2f}x)", flush=True)
+        print(
+            f"  forward batch {batch:5d}: eager {eager / 1e6:.2f}M  compiled {comp / 1e6:.2f}M "
+            f"({comp / eager:.2f}x)",
+            flush=True,
+        )
     target = torch.randn(512, 3)
     obs = torch.randn(512, 4)
 
@@ -106,14 +130,18 @@ def compiled(rounds: int) -> None:
             model.zero_grad(set_to_none=False)
             loss = ((model(obs) - target) ** 2).mean()
             loss.backward()
+
         return work
 
     started = time.perf_counter()
     loss_step(fast)()
     print(f"  compile of forward+backward: {time.perf_counter() - started:.1f} s")
     eager, comp = (per_second(loss_step(model), 512, rounds) for model in (mlp, fast))
-    print(f"  loss+backward minibatch 512: eager {eager / 1e6:.2f}M  compiled {comp / 1e6:.2f}M "
-          f"({comp / eager:.2f}x)", flush=True)
+    print(
+        f"  loss+backward minibatch 512: eager {eager / 1e6:.2f}M  compiled {comp / 1e6:.2f}M "
+        f"({comp / eager:.2f}x)",
+        flush=True,
+    )
 
 
 def main() -> None:

@@ -60,14 +60,15 @@ def _rounds(call: Callable[[], Any], num_envs: int, rounds: int, round_seconds: 
 def _actions(space: gymnasium.spaces.Space, num_envs: int, rng: np.random.Generator) -> np.ndarray:
     if isinstance(space, gymnasium.spaces.Discrete):
         return rng.integers(0, space.n, size=num_envs)
-    return rng.uniform(space.low, space.high,
-                       size=(num_envs, *space.shape)).astype(np.float32)
+    return rng.uniform(space.low, space.high, size=(num_envs, *space.shape)).astype(np.float32)
 
 
 def _gymnasium_env(env_id: str, num_envs: int) -> tuple[gymnasium.vector.VectorEnv, str]:
     if gymnasium.spec(env_id).vector_entry_point is not None:
-        return (gymnasium.make_vec(env_id, num_envs=num_envs,
-                                   vectorization_mode="vector_entry_point"), "vector_entry_point")
+        return (
+            gymnasium.make_vec(env_id, num_envs=num_envs, vectorization_mode="vector_entry_point"),
+            "vector_entry_point",
+        )
     return gymnasium.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync"), "sync"
 
 
@@ -100,28 +101,35 @@ def _rate(value: float) -> str:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| env | N | native | torch (CPU, 1 thread) | Gymnasium (mode) | native / Gym | "
-             "torch / Gym |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| env | N | native | torch (CPU, 1 thread) | Gymnasium (mode) | native / Gym | "
+        "torch / Gym |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for row in rows:
         lines.append(
             f"| {row['env']} | {row['num_envs']} | {_rate(row['native'])} | "
             f"{_rate(row['torch'])} | {_rate(row['gymnasium'])} ({row['gymnasium_mode']}) | "
-            f"{row['native_vs_gymnasium']:.1f}x | {row['torch_vs_gymnasium']:.1f}x |")
+            f"{row['native_vs_gymnasium']:.1f}x | {row['torch_vs_gymnasium']:.1f}x |"
+        )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--env", action="append", choices=list(ENVS),
-                        help="env id (repeatable); default: every env")
-    parser.add_argument("--num-envs", type=int, action="append",
-                        help="N (repeatable); default: 256, 4096, 16384")
+    parser.add_argument(
+        "--env", action="append", choices=list(ENVS), help="env id (repeatable); default: every env"
+    )
+    parser.add_argument(
+        "--num-envs", type=int, action="append", help="N (repeatable); default: 256, 4096, 16384"
+    )
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds per figure")
-    parser.add_argument("--round-seconds", type=float, default=0.25,
-                        help="minimum length of a round")
-    parser.add_argument("--min-ratio", type=float, default=4.0,
-                        help="native / Gymnasium ratio required at N=4096")
+    parser.add_argument(
+        "--round-seconds", type=float, default=0.25, help="minimum length of a round"
+    )
+    parser.add_argument(
+        "--min-ratio", type=float, default=4.0, help="native / Gymnasium ratio required at N=4096"
+    )
     parser.add_argument("--json", help="also write the rows to this JSON file")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -134,11 +142,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w") as file:
             json.dump({"torch_threads": 1, "rows": rows}, file, indent=2)
-    below = [row for row in rows if row["num_envs"] == TARGET_NUM_ENVS
-             and row["native_vs_gymnasium"] < args.min_ratio]
+    below = [
+        row
+        for row in rows
+        if row["num_envs"] == TARGET_NUM_ENVS and row["native_vs_gymnasium"] < args.min_ratio
+    ]
     for row in below:
-        print(f"{row['env']}: native is {row['native_vs_gymnasium']:.1f}x Gymnasium at "
-              f"N={TARGET_NUM_ENVS}, below {args.min_ratio}x", file=sys.stderr)
+        print(
+            f"{row['env']}: native is {row['native_vs_gymnasium']:.1f}x Gymnasium at "
+            f"N={TARGET_NUM_ENVS}, below {args.min_ratio}x",
+            file=sys.stderr,
+        )
     return 1 if below else 0
 
 

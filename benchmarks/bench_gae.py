@@ -29,8 +29,12 @@ ROUND_S = 0.1
 
 def rollout(steps: int, envs: int) -> tuple[torch.Tensor, ...]:
     rng = np.random.default_rng(0)
-    arrays = (rng.normal(size=(steps, envs)), rng.normal(size=(steps, envs)),
-              (rng.random((steps, envs)) < 0.02).astype(np.float64), rng.normal(size=envs))
+    arrays = (
+        rng.normal(size=(steps, envs)),
+        rng.normal(size=(steps, envs)),
+        (rng.random((steps, envs)) < 0.02).astype(np.float64),
+        rng.normal(size=envs),
+    )
     return tuple(torch.from_numpy(array.astype(np.float32)) for array in arrays)
 
 
@@ -46,14 +50,28 @@ def bench(steps: int, envs: int, rounds: int) -> dict[str, float]:
     arrays = tuple(t.numpy() for t in (rewards, values, dones, next_value))
     out = (advantages.numpy(), returns.numpy())
     return {
-        "T": steps, "N": envs,
+        "T": steps,
+        "N": envs,
         "kernel_us": median_us(lambda: gae_kernel(*arrays, GAMMA, LAM, *out), rounds),
         "compute_gae_us": median_us(
-            lambda: compute_gae(rewards, values, dones, next_value, GAMMA, LAM,
-                                advantages=advantages, returns=returns), rounds),
+            lambda: compute_gae(
+                rewards,
+                values,
+                dones,
+                next_value,
+                GAMMA,
+                LAM,
+                advantages=advantages,
+                returns=returns,
+            ),
+            rounds,
+        ),
         "torch_us": median_us(
-            lambda: _compute_gae_torch(rewards, values, dones, next_value, GAMMA, LAM,
-                                       advantages, returns), rounds),
+            lambda: _compute_gae_torch(
+                rewards, values, dones, next_value, GAMMA, LAM, advantages, returns
+            ),
+            rounds,
+        ),
     }
 
 
@@ -70,9 +88,11 @@ def main() -> None:
     print(f"GAE, float32, 1 torch thread, median of {args.rounds} rounds, µs per call")
     print(f"{'T':>5} {'N':>6} {'kernel':>10} {'compute_gae':>12} {'torch':>10} {'torch/ours':>11}")
     for row in rows:
-        print(f"{row['T']:>5} {row['N']:>6} {row['kernel_us']:>10.1f} "
-              f"{row['compute_gae_us']:>12.1f} {row['torch_us']:>10.1f} "
-              f"{row['torch_us'] / row['compute_gae_us']:>10.1f}x")
+        print(
+            f"{row['T']:>5} {row['N']:>6} {row['kernel_us']:>10.1f} "
+            f"{row['compute_gae_us']:>12.1f} {row['torch_us']:>10.1f} "
+            f"{row['torch_us'] / row['compute_gae_us']:>10.1f}x"
+        )
 
 
 if __name__ == "__main__":

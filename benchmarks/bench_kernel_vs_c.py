@@ -26,8 +26,19 @@ from setup_flags import COMPILE_ARGS  # noqa: E402
 
 def build_c_loop() -> ctypes.CDLL:
     out = os.path.join(tempfile.mkdtemp(), "cartpole_c_loop.so")
-    subprocess.run(["cc", *COMPILE_ARGS, "-shared", "-fPIC", "-o", out,
-                    os.path.join(HERE, "cartpole_c_loop.c"), "-lm"], check=True)
+    subprocess.run(
+        [
+            "cc",
+            *COMPILE_ARGS,
+            "-shared",
+            "-fPIC",
+            "-o",
+            out,
+            os.path.join(HERE, "cartpole_c_loop.c"),
+            "-lm",
+        ],
+        check=True,
+    )
     return ctypes.CDLL(out)
 
 
@@ -55,8 +66,19 @@ def main() -> None:
     seeds = np.arange(n, dtype=np.uint64)
     episodes = np.zeros(2)
     ptr = lambda a: a.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
-    c_args = [ctypes.c_int64(n), ctypes.c_int64(steps), *map(ptr, state), ptr(actions), ptr(obs),
-              ptr(rewards), ptr(term), ptr(trunc), ptr(length), ptr(seeds), ptr(episodes)]
+    c_args = [
+        ctypes.c_int64(n),
+        ctypes.c_int64(steps),
+        *map(ptr, state),
+        ptr(actions),
+        ptr(obs),
+        ptr(rewards),
+        ptr(term),
+        ptr(trunc),
+        ptr(length),
+        ptr(seeds),
+        ptr(episodes),
+    ]
 
     def kernel_round():
         started = time.perf_counter()
@@ -75,8 +97,10 @@ def main() -> None:
         kernel.append(kernel_round())
         c_loop.append(c_round())
     k, c = statistics.median(kernel), statistics.median(c_loop)
-    print(f"N={n}: kernel {k / 1e6:.1f}M steps/s, plain C loop {c / 1e6:.1f}M steps/s, "
-          f"kernel/C {k / c:.2f} (flags: {' '.join(COMPILE_ARGS)})")
+    print(
+        f"N={n}: kernel {k / 1e6:.1f}M steps/s, plain C loop {c / 1e6:.1f}M steps/s, "
+        f"kernel/C {k / c:.2f} (flags: {' '.join(COMPILE_ARGS)})"
+    )
 
 
 if __name__ == "__main__":

@@ -29,9 +29,12 @@ HISTORY_FIELDS = 32
 
 def make_writer(directory: Path) -> MetricsWriter:
     schema = fmt.make_schema(
-        "bench", counters=["global_step"], gauges=["sps"],
+        "bench",
+        counters=["global_step"],
+        gauges=["sps"],
         snapshot=[f"s{i}" for i in range(SNAPSHOT_WORDS)],
-        history=[f"h{i}" for i in range(HISTORY_FIELDS)])
+        history=[f"h{i}" for i in range(HISTORY_FIELDS)],
+    )
     return MetricsWriter.create(directory / "metrics.bin", schema, history_capacity=1024)
 
 
@@ -71,9 +74,15 @@ def python_cases(writer: MetricsWriter) -> dict[str, object]:
         for _ in range(calls):
             heartbeat()
 
-    return {"loop": loop, "counter_set": counter_set, "counter_add": counter_add,
-            "gauge": gauge_set, "snapshot": snapshot_publish, "history": history_append,
-            "heartbeat": heartbeat_tick}
+    return {
+        "loop": loop,
+        "counter_set": counter_set,
+        "counter_add": counter_add,
+        "gauge": gauge_set,
+        "snapshot": snapshot_publish,
+        "history": history_append,
+        "heartbeat": heartbeat_tick,
+    }
 
 
 def reader_cases(reader: MetricsReader) -> dict[str, object]:
@@ -109,25 +118,35 @@ def main(argv: list[str] | None = None) -> int:
         for name, function in python_cases(writer).items():
             results["python_ns"][name] = median_ns(function, args.calls, args.rounds)
         c_calls = args.calls * 50
-        slots = {"counter_set": writer.schema.slot("global_step"),
-                 "counter_add": writer.schema.slot("global_step"),
-                 "gauge": writer.schema.slot("sps")}
+        slots = {
+            "counter_set": writer.schema.slot("global_step"),
+            "counter_add": writer.schema.slot("global_step"),
+            "gauge": writer.schema.slot("sps"),
+        }
         for name in ("counter_set", "counter_add", "gauge", "snapshot", "history", "heartbeat"):
-            rounds = [writer._benchmark(name, c_calls, slots.get(name, 0)) / c_calls
-                      for _ in range(args.rounds)]
+            rounds = [
+                writer._benchmark(name, c_calls, slots.get(name, 0)) / c_calls
+                for _ in range(args.rounds)
+            ]
             results["c_ns"][name] = statistics.median(rounds)
         with MetricsReader(writer.path) as reader:
             for name, function in reader_cases(reader).items():
                 calls = args.calls if name == "snapshot_block" else args.calls // 20
                 results["reader_ns"][name] = median_ns(function, calls, args.rounds)
         writer.close()
-    results["config"] = {"rounds": args.rounds, "calls": args.calls,
-                         "snapshot_words": SNAPSHOT_WORDS, "history_fields": HISTORY_FIELDS}
+    results["config"] = {
+        "rounds": args.rounds,
+        "calls": args.calls,
+        "snapshot_words": SNAPSHOT_WORDS,
+        "history_fields": HISTORY_FIELDS,
+    }
     if args.json:
         print(json.dumps(results))
         return 0
-    print(f"median of {args.rounds} rounds; snapshot = {SNAPSHOT_WORDS} words, "
-          f"history record = {HISTORY_FIELDS} fields")
+    print(
+        f"median of {args.rounds} rounds; snapshot = {SNAPSHOT_WORDS} words, "
+        f"history record = {HISTORY_FIELDS} fields"
+    )
     print(f"{'operation':<14} {'python ns/call':>15} {'C ns/op':>10}")
     for name, python_ns in results["python_ns"].items():
         c_ns = results["c_ns"].get(name)

@@ -65,8 +65,14 @@ class Terminal:
         master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
         self.started = time.perf_counter()
-        self.process = subprocess.Popen(command, stdin=slave, stdout=slave, stderr=slave,
-                                        env=user_environment(), start_new_session=True)
+        self.process = subprocess.Popen(
+            command,
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env=user_environment(),
+            start_new_session=True,
+        )
         os.close(slave)
         self.master = master
         self.output = b""
@@ -99,9 +105,23 @@ class Terminal:
 
 def start_trainer(root: Path, steps: int, run_id: str) -> subprocess.Popen:
     trainer = subprocess.Popen(
-        [sys.executable, "-m", "operant.trainer.main", "--total-steps", str(steps), "--seed",
-         str(SEED), "--runs-dir", str(root), "--run-id", run_id, "--quiet"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            sys.executable,
+            "-m",
+            "operant.trainer.main",
+            "--total-steps",
+            str(steps),
+            "--seed",
+            str(SEED),
+            "--runs-dir",
+            str(root),
+            "--run-id",
+            run_id,
+            "--quiet",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     while not (root / run_id / METRICS_FILE).exists():
         if trainer.poll() is not None:
             raise RuntimeError("the trainer exited before creating its metrics file")
@@ -149,7 +169,7 @@ def trainer_sps(root: Path, steps: int, run_id: str, monitored: bool) -> float:
         if terminal is not None:
             terminal.close()
     records = [decode_progress_line(line) for line in (root / run_id / PROGRESS_FILE).open()]
-    return statistics.median(record.sps for record in records[len(records) // 2:])
+    return statistics.median(record.sps for record in records[len(records) // 2 :])
 
 
 def main() -> int:
@@ -158,8 +178,11 @@ def main() -> int:
     parser.add_argument("--watch-s", type=float, default=20.0)
     parser.add_argument("--sps-steps", type=int, default=300_000)
     parser.add_argument("--sps-rounds", type=int, default=3)
-    parser.add_argument("--parts", default="startup,cpu,sps",
-                        help="comma-separated: startup, cpu, sps (default: all)")
+    parser.add_argument(
+        "--parts",
+        default="startup,cpu,sps",
+        help="comma-separated: startup, cpu, sps (default: all)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
@@ -187,34 +210,44 @@ def main() -> int:
             watched.wait()
         for index in range(args.sps_rounds if "sps" in parts else 0):
             for mode in ("alone", "monitored"):
-                sps[mode].append(trainer_sps(root, args.sps_steps, f"sps-{mode}-{index}",
-                                             mode == "monitored"))
+                sps[mode].append(
+                    trainer_sps(root, args.sps_steps, f"sps-{mode}-{index}", mode == "monitored")
+                )
     result: dict[str, object] = {"cpus": os.cpu_count()}
     if startup:
-        result["startup_s"] = {"median": statistics.median(startup), "all": startup,
-                               "target": 0.5}
+        result["startup_s"] = {"median": statistics.median(startup), "all": startup, "target": 0.5}
     if cpu:
-        result["cpu_percent_of_one_core"] = {"median": statistics.median(cpu), "all": cpu,
-                                             "target": 5.0, "refresh_s": 1.0}
+        result["cpu_percent_of_one_core"] = {
+            "median": statistics.median(cpu),
+            "all": cpu,
+            "target": 5.0,
+            "refresh_s": 1.0,
+        }
     if sps["alone"]:
-        result["trainer_sps"] = {mode: {"median": statistics.median(values), "all": values}
-                                 for mode, values in sps.items()}
+        result["trainer_sps"] = {
+            mode: {"median": statistics.median(values), "all": values}
+            for mode, values in sps.items()
+        }
     if args.json:
         print(json.dumps(result))
         return 0
     if startup:
-        print(f"start-up to first frame with data: median {statistics.median(startup):.3f} s "
-              f"(target 0.5 s) over {len(startup)} starts: "
-              + ", ".join(f"{t:.3f}" for t in startup))
+        print(
+            f"start-up to first frame with data: median {statistics.median(startup):.3f} s "
+            f"(target 0.5 s) over {len(startup)} starts: " + ", ".join(f"{t:.3f}" for t in startup)
+        )
     if cpu:
-        print(f"CPU at the default 1 s refresh: median {statistics.median(cpu):.2f} % of one "
-              f"core (target 5 %), {args.watch_s:g} s windows: "
-              + ", ".join(f"{c:.2f}" for c in cpu))
+        print(
+            f"CPU at the default 1 s refresh: median {statistics.median(cpu):.2f} % of one "
+            f"core (target 5 %), {args.watch_s:g} s windows: " + ", ".join(f"{c:.2f}" for c in cpu)
+        )
     if sps["alone"]:
         alone = statistics.median(sps["alone"])
         monitored = statistics.median(sps["monitored"])
-        print(f"trainer steps/s: alone {alone:,.0f}, with a monitor {monitored:,.0f} "
-              f"({100 * (monitored / alone - 1):+.1f} %)")
+        print(
+            f"trainer steps/s: alone {alone:,.0f}, with a monitor {monitored:,.0f} "
+            f"({100 * (monitored / alone - 1):+.1f} %)"
+        )
     return 0
 
 

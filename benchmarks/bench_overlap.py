@@ -22,16 +22,29 @@ from operant.trainer.config import load_config
 from operant.trainer.train import Trainer
 
 ROOT = Path(__file__).resolve().parent.parent
-CASES = [("CartPole-v1", 128), ("CartPole-v1", 4096), ("Pendulum-v1", 1024),
-         ("Pendulum-v1", 8192), ("Acrobot-v1", 256), ("Acrobot-v1", 4096)]
+CASES = [
+    ("CartPole-v1", 128),
+    ("CartPole-v1", 4096),
+    ("Pendulum-v1", 1024),
+    ("Pendulum-v1", 8192),
+    ("Acrobot-v1", 256),
+    ("Acrobot-v1", 4096),
+]
 ROUND_S = 0.3
 
 
 def trainer(env_id: str, num_envs: int, overlap: bool) -> Trainer:
-    config = load_config(ROOT / "configs" / f"{env_id}.toml",
-                         [f"env.num_envs={num_envs}", f"env.overlap={str(overlap).lower()}",
-                          "ppo.num_steps=16", "ppo.num_minibatches=1",
-                          "train.torch_threads=1", "train.publish_metrics=false"])
+    config = load_config(
+        ROOT / "configs" / f"{env_id}.toml",
+        [
+            f"env.num_envs={num_envs}",
+            f"env.overlap={str(overlap).lower()}",
+            "ppo.num_steps=16",
+            "ppo.num_minibatches=1",
+            "train.torch_threads=1",
+            "train.publish_metrics=false",
+        ],
+    )
     built = Trainer(config)
     built.collect()
     return built
@@ -50,15 +63,23 @@ def main() -> None:
             for overlap, built in pair.items():
                 rounds[overlap] += _timed_rounds(built.collect, steps, 1, ROUND_S, warm=0)
         plain, overlapped = (statistics.median(rounds[key]) for key in (False, True))
-        row = {"env": env_id, "num_envs": num_envs, "plain_sps": round(plain),
-               "overlap_sps": round(overlapped), "ratio": round(overlapped / plain, 3)}
+        row = {
+            "env": env_id,
+            "num_envs": num_envs,
+            "plain_sps": round(plain),
+            "overlap_sps": round(overlapped),
+            "ratio": round(overlapped / plain, 3),
+        }
         for built in pair.values():
             built.env.close()
         if args.json:
             print(json.dumps(row), flush=True)
         else:
-            print(f"{env_id:14s} N={num_envs:>5}: plain {plain / 1e3:9.1f}K  overlapped "
-                  f"{overlapped / 1e3:9.1f}K steps/s  ratio {row['ratio']:.2f}", flush=True)
+            print(
+                f"{env_id:14s} N={num_envs:>5}: plain {plain / 1e3:9.1f}K  overlapped "
+                f"{overlapped / 1e3:9.1f}K steps/s  ratio {row['ratio']:.2f}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

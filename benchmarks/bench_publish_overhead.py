@@ -26,8 +26,14 @@ def run(publish: bool, total_steps: int, seed: int, costs: list[float]) -> float
     publisher = None
     if publish:
         directory = Path(tempfile.mkdtemp())
-        publisher = Publisher(directory / "metrics.bin", "bench", config.env.id, trainer.impl,
-                              config.train.device, total_steps)
+        publisher = Publisher(
+            directory / "metrics.bin",
+            "bench",
+            config.env.id,
+            trainer.impl,
+            config.train.device,
+            total_steps,
+        )
         publisher.start()
 
         def log(record):
@@ -56,12 +62,16 @@ def main() -> None:
         order = (True, False) if round_index % 2 == 0 else (False, True)
         for publish in order:
             (on if publish else off).append(run(publish, args.total_steps, args.seed, costs))
-        print(f"round {round_index + 1}: on {on[-1]:,.0f} steps/s, off {off[-1]:,.0f} steps/s",
-              flush=True)
+        print(
+            f"round {round_index + 1}: on {on[-1]:,.0f} steps/s, off {off[-1]:,.0f} steps/s",
+            flush=True,
+        )
     median_on, median_off = statistics.median(on), statistics.median(off)
-    print(f"median: publication on {median_on:,.0f} steps/s, off {median_off:,.0f} steps/s, "
-          f"on/off {median_on / median_off:.4f} ({(median_on / median_off - 1) * 100:+.2f}%); "
-          f"one publish call {statistics.median(costs) * 1e6:.0f} us")
+    print(
+        f"median: publication on {median_on:,.0f} steps/s, off {median_off:,.0f} steps/s, "
+        f"on/off {median_on / median_off:.4f} ({(median_on / median_off - 1) * 100:+.2f}%); "
+        f"one publish call {statistics.median(costs) * 1e6:.0f} us"
+    )
 
 
 if __name__ == "__main__":

@@ -51,8 +51,16 @@ def _linear(initial: float) -> Callable[[float], float]:
 
 
 # rl-baselines3-zoo, hyperparams/ppo.yml, CartPole-v1.
-RL_ZOO_PPO = dict(n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
-                  ent_coef=0.0, learning_rate=_linear(1e-3), clip_range=_linear(0.2))
+RL_ZOO_PPO = dict(
+    n_steps=32,
+    batch_size=256,
+    gae_lambda=0.8,
+    gamma=0.98,
+    n_epochs=20,
+    ent_coef=0.0,
+    learning_rate=_linear(1e-3),
+    clip_range=_linear(0.2),
+)
 
 MAKERS: dict[str, Callable[..., VecEnv]] = {
     "operant": lambda num_envs, seed: make_vec_env(ENV_ID, n_envs=num_envs, seed=seed),
@@ -94,32 +102,49 @@ def alternate(rounds: int, run: Callable[[str, int], float]) -> dict[str, Any]:
         for name in order:
             rates[name].append(run(name, round_index))
     medians = {f"{name}_sps": statistics.median(values) for name, values in rates.items()}
-    return {**medians, "operant_over_dummy_vec_env":
-            medians["operant_sps"] / medians["dummy_vec_env_sps"],
-            "rounds": {name: [round(value, 1) for value in values]
-                       for name, values in rates.items()}}
+    return {
+        **medians,
+        "operant_over_dummy_vec_env": medians["operant_sps"] / medians["dummy_vec_env_sps"],
+        "rounds": {name: [round(value, 1) for value in values] for name, values in rates.items()},
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5, help="rounds per figure (median)")
-    parser.add_argument("--ppo-steps", type=int, default=10_240,
-                        help="PPO env steps per round (a multiple of 256, rl-zoo's rollout)")
-    parser.add_argument("--env-seconds", type=float, default=2.0,
-                        help="seconds per env-only round")
-    parser.add_argument("--num-envs", type=int, nargs="+", default=[8, 256],
-                        help="env-only: numbers of envs")
+    parser.add_argument(
+        "--ppo-steps",
+        type=int,
+        default=10_240,
+        help="PPO env steps per round (a multiple of 256, rl-zoo's rollout)",
+    )
+    parser.add_argument("--env-seconds", type=float, default=2.0, help="seconds per env-only round")
+    parser.add_argument(
+        "--num-envs", type=int, nargs="+", default=[8, 256], help="env-only: numbers of envs"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     record: dict[str, Any] = {
-        "bench": "sb3", "env": ENV_ID,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": machine(), "stable_baselines3": stable_baselines3.__version__,
-        "ppo": {"num_envs": PPO_NUM_ENVS, "steps_per_round": args.ppo_steps,
-                **alternate(args.rounds, lambda name, seed: ppo_round(name, args.ppo_steps, seed))},
-        "env_only": [{"num_envs": num_envs, **alternate(
-            args.rounds, lambda name, seed, n=num_envs: env_round(name, n, args.env_seconds, seed))}
-            for num_envs in args.num_envs],
+        "bench": "sb3",
+        "env": ENV_ID,
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "stable_baselines3": stable_baselines3.__version__,
+        "ppo": {
+            "num_envs": PPO_NUM_ENVS,
+            "steps_per_round": args.ppo_steps,
+            **alternate(args.rounds, lambda name, seed: ppo_round(name, args.ppo_steps, seed)),
+        },
+        "env_only": [
+            {
+                "num_envs": num_envs,
+                **alternate(
+                    args.rounds,
+                    lambda name, seed, n=num_envs: env_round(name, n, args.env_seconds, seed),
+                ),
+            }
+            for num_envs in args.num_envs
+        ],
     }
     print(json.dumps(record))
 

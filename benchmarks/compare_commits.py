@@ -23,12 +23,34 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHES = {
-    "trainer default": ["trainer", "--config", "configs/CartPole-v1.toml", "--seeds", "1,2,3",
-                        "--no-bound"],
-    "trainer throughput": ["trainer", "--config", "configs/throughput/CartPole-v1.toml",
-                           "--seeds", "1,2,3", "--no-bound"],
-    "env_only CartPole N=4096": ["env_only", "--env", "CartPole-v1", "--impl", "native",
-                                 "--num-envs", "4096", "--rounds", "3", "--no-gymnasium"],
+    "trainer default": [
+        "trainer",
+        "--config",
+        "configs/CartPole-v1.toml",
+        "--seeds",
+        "1,2,3",
+        "--no-bound",
+    ],
+    "trainer throughput": [
+        "trainer",
+        "--config",
+        "configs/throughput/CartPole-v1.toml",
+        "--seeds",
+        "1,2,3",
+        "--no-bound",
+    ],
+    "env_only CartPole N=4096": [
+        "env_only",
+        "--env",
+        "CartPole-v1",
+        "--impl",
+        "native",
+        "--num-envs",
+        "4096",
+        "--rounds",
+        "3",
+        "--no-gymnasium",
+    ],
 }
 
 
@@ -39,8 +61,12 @@ def _median_sps(record: dict) -> float:
 
 
 def _run(venv: Path, bench: list[str], out: Path) -> float:
-    subprocess.run([str(venv / "bin" / "operant"), "bench", *bench, "--output", str(out)],
-                   check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [str(venv / "bin" / "operant"), "bench", *bench, "--output", str(out)],
+        check=True,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+    )
     return _median_sps(json.loads(out.read_text()))
 
 
@@ -52,8 +78,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("/tmp/operant-compare"))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    results: dict[str, dict[str, list[float]]] = {name: {"base": [], "new": []}
-                                                  for name in BENCHES}
+    results: dict[str, dict[str, list[float]]] = {name: {"base": [], "new": []} for name in BENCHES}
     for round_index in range(args.rounds):
         order = ("base", "new") if round_index % 2 == 0 else ("new", "base")
         for name, bench in BENCHES.items():
@@ -65,10 +90,13 @@ def main() -> int:
     summary = {}
     for name, sides in results.items():
         ratios = [new / base for base, new in zip(sides["base"], sides["new"])]
-        summary[name] = {"base_median": statistics.median(sides["base"]),
-                         "new_median": statistics.median(sides["new"]),
-                         "ratio_median": round(statistics.median(ratios), 4),
-                         "ratios": [round(r, 4) for r in ratios], **sides}
+        summary[name] = {
+            "base_median": statistics.median(sides["base"]),
+            "new_median": statistics.median(sides["new"]),
+            "ratio_median": round(statistics.median(ratios), 4),
+            "ratios": [round(r, 4) for r in ratios],
+            **sides,
+        }
     print(json.dumps(summary, indent=2))
     return 0
 

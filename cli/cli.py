@@ -11,7 +11,10 @@ import sys
 
 # subcommand -> (module, one-line description); each module has main(argv) -> int
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "train": ("operant.trainer.main", "train a policy (same as operant-train; --monitor, --detach)"),
+    "train": (
+        "operant.trainer.main",
+        "train a policy (same as operant-train; --monitor, --detach)",
+    ),
     "monitor": ("operant.monitor.cli", "watch a run live (--latest, --once, --json)"),
     "runs": ("operant.monitor.runs_cmd", "list runs with their status, steps and SPS"),
     "bench": ("operant.trainer.bench", "measure env-only and training throughput"),
@@ -40,8 +43,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     name = args[0]
     if name not in SUBCOMMANDS:
-        print(f"operant: unknown command {name!r}; choose one of: {', '.join(SUBCOMMANDS)}",
-              file=sys.stderr)
+        print(
+            f"operant: unknown command {name!r}; choose one of: {', '.join(SUBCOMMANDS)}",
+            file=sys.stderr,
+        )
         return 2
     module_name, _ = SUBCOMMANDS[name]
     try:

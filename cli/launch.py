@@ -52,8 +52,9 @@ def trainer_command(argv: list[str], run_id: str) -> list[str]:
     return [sys.executable, "-m", "operant.trainer.main", *args]
 
 
-def launch(argv: list[str], root: Path, run_id: str, *, monitor: bool,
-           timeout_s: float = STARTUP_TIMEOUT_S) -> int:
+def launch(
+    argv: list[str], root: Path, run_id: str, *, monitor: bool, timeout_s: float = STARTUP_TIMEOUT_S
+) -> int:
     """Start the trainer for run `run_id` under `root` in the background and say on stderr
     how to watch and stop it; with `monitor`, run the monitor on it until the user detaches,
     else print the run id alone on stdout (for `RUN=$(operant train --detach)`). Returns the
@@ -68,23 +69,31 @@ def launch(argv: list[str], root: Path, run_id: str, *, monitor: bool,
     early_log = run_dir / LOG_FILE if resuming else root / f".{run_id}.{LOG_FILE}"
     try:
         root.mkdir(parents=True, exist_ok=True)
-        log = open(early_log, "ab")
+        log = open(early_log, "ab")  # noqa: SIM115 (handed to the child, closed after Popen)
     except OSError as error:
-        print(f"operant train: cannot write a log under {root}: {error.strerror}",
-              file=sys.stderr)
+        print(f"operant train: cannot write a log under {root}: {error.strerror}", file=sys.stderr)
         return 2
     old_metrics = _identity(run_dir / METRICS_FILE)
     with log:
-        trainer = subprocess.Popen(trainer_command(argv, run_id), stdin=subprocess.DEVNULL,
-                                   stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True, close_fds=True)
+        trainer = subprocess.Popen(
+            trainer_command(argv, run_id),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
     log_path = _wait_for_metrics(trainer, run_dir, early_log, old_metrics, timeout_s)
     if log_path is None:
         return _report_early_exit(trainer, run_dir, early_log, timeout_s)
-    print(f"run {run_id} is training in the background (pid {trainer.pid})\n"
-          f"  log:    {log_path}\n"
-          f"  watch:  {command_hint('operant monitor', run_id, root=root)}\n"
-          f"  stop:   kill -TERM {trainer.pid}", file=sys.stderr, flush=True)
+    print(
+        f"run {run_id} is training in the background (pid {trainer.pid})\n"
+        f"  log:    {log_path}\n"
+        f"  watch:  {command_hint('operant monitor', run_id, root=root)}\n"
+        f"  stop:   kill -TERM {trainer.pid}",
+        file=sys.stderr,
+        flush=True,
+    )
     if not monitor:
         print(run_id, flush=True)  # alone on stdout: RUN=$(operant train --detach)
         return 0
@@ -101,8 +110,13 @@ def _identity(path: Path) -> tuple[int, int] | None:
     return st.st_ino, st.st_mtime_ns
 
 
-def _wait_for_metrics(trainer: subprocess.Popen, run_dir: Path, early_log: Path,
-                      old_metrics: tuple[int, int] | None, timeout_s: float) -> Path | None:
+def _wait_for_metrics(
+    trainer: subprocess.Popen,
+    run_dir: Path,
+    early_log: Path,
+    old_metrics: tuple[int, int] | None,
+    timeout_s: float,
+) -> Path | None:
     """The log's final path once the trainer has made the run's metrics file; None if it
     exited before that or the timeout passed."""
     log_path = early_log
@@ -119,12 +133,16 @@ def _wait_for_metrics(trainer: subprocess.Popen, run_dir: Path, early_log: Path,
         time.sleep(_POLL_S)
 
 
-def _report_early_exit(trainer: subprocess.Popen, run_dir: Path, early_log: Path,
-                       timeout_s: float) -> int:
+def _report_early_exit(
+    trainer: subprocess.Popen, run_dir: Path, early_log: Path, timeout_s: float
+) -> int:
     log_path = run_dir / LOG_FILE if (run_dir / LOG_FILE).exists() else early_log
     if trainer.returncode is None:
-        print(f"operant train: the trainer (pid {trainer.pid}) made no metrics file in "
-              f"{timeout_s:g} s; it keeps running, see {log_path}", file=sys.stderr)
+        print(
+            f"operant train: the trainer (pid {trainer.pid}) made no metrics file in "
+            f"{timeout_s:g} s; it keeps running, see {log_path}",
+            file=sys.stderr,
+        )
         return 1
     lines = log_path.read_text(errors="replace").strip().splitlines()
     if log_path.parent == run_dir:
@@ -132,10 +150,14 @@ def _report_early_exit(trainer: subprocess.Popen, run_dir: Path, early_log: Path
         # and may hold earlier sessions too, so only its end is shown.
         lines = lines[-LOG_TAIL_LINES:] + [
             f"operant train: the trainer exited with status {trainer.returncode}; its log "
-            f"is {log_path}"]
+            f"is {log_path}"
+        ]
     else:
         early_log.unlink()  # nothing else of this run exists: leave no trace
     output = "\n".join(lines)
-    sys.stderr.write((output + "\n") if output else
-                     f"operant train: the trainer exited with status {trainer.returncode}\n")
+    sys.stderr.write(
+        (output + "\n")
+        if output
+        else f"operant train: the trainer exited with status {trainer.returncode}\n"
+    )
     return trainer.returncode or 1

@@ -38,16 +38,19 @@ try:
 except ModuleNotFoundError as error:
     if not (error.name or "").startswith("stable_baselines3"):
         raise
-    raise ImportError("operant.compat.sb3 needs stable-baselines3: "
-                      "pip install stable-baselines3") from None
+    raise ImportError(
+        "operant.compat.sb3 needs stable-baselines3: pip install stable-baselines3"
+    ) from None
 
 from operant.envs import make_env
 
 __all__ = ["OperantVecEnv", "make_vec_env"]
 
 # What SB3 asks a single env for, and where a vector env keeps the single-env answer.
-_SINGLE_ENV_ATTRIBUTES = {"observation_space": "single_observation_space",
-                          "action_space": "single_action_space"}
+_SINGLE_ENV_ATTRIBUTES = {
+    "observation_space": "single_observation_space",
+    "action_space": "single_action_space",
+}
 
 
 def _numpy(value: Any) -> np.ndarray:
@@ -89,13 +92,16 @@ class OperantVecEnv(VecEnv):
     def __init__(self, vector_env: VectorEnv):
         mode = vector_env.metadata.get("autoreset_mode")
         if mode != AutoresetMode.SAME_STEP:
-            raise ValueError(f"OperantVecEnv needs a vector env that autoresets in SAME_STEP "
-                             f"mode (SB3's convention), got autoreset_mode={mode!r}; create the "
-                             "env without autoreset_mode, or with AutoresetMode.SAME_STEP")
+            raise ValueError(
+                f"OperantVecEnv needs a vector env that autoresets in SAME_STEP "
+                f"mode (SB3's convention), got autoreset_mode={mode!r}; create the "
+                "env without autoreset_mode, or with AutoresetMode.SAME_STEP"
+            )
         self.vector_env = vector_env
         self.actions: np.ndarray | None = None
-        super().__init__(vector_env.num_envs, vector_env.single_observation_space,
-                         vector_env.single_action_space)
+        super().__init__(
+            vector_env.num_envs, vector_env.single_observation_space, vector_env.single_action_space
+        )
         # The env's own metadata wins, as in DummyVecEnv (it uses its first env's).
         self.metadata = {**self.metadata, **vector_env.metadata}
 
@@ -124,8 +130,10 @@ class OperantVecEnv(VecEnv):
         if not any(options):
             return None
         if any(option != options[0] for option in options):
-            raise ValueError("set_options() gave the envs different options; an Operant vector "
-                             "env resets all its envs with one options dict: pass one dict")
+            raise ValueError(
+                "set_options() gave the envs different options; an Operant vector "
+                "env resets all its envs with one options dict: pass one dict"
+            )
         return options[0]
 
     def step_async(self, actions: np.ndarray) -> None:
@@ -140,16 +148,26 @@ class OperantVecEnv(VecEnv):
         obs, rewards, terminated, truncated, info = self.vector_env.step(actions)
         terminated, truncated = _numpy(terminated), _numpy(truncated)
         dones = terminated | truncated
-        infos = _per_env(info, [{"TimeLimit.truncated": time_limit}
-                                for time_limit in (truncated & ~terminated).tolist()])
+        infos = _per_env(
+            info,
+            [
+                {"TimeLimit.truncated": time_limit}
+                for time_limit in (truncated & ~terminated).tolist()
+            ],
+        )
         ended = np.flatnonzero(dones)
         if ended.size:
             self._place_episode_ends(ended, info, infos)
-        return (self._observations(obs), _numpy(rewards).astype(np.float32, copy=False), dones,
-                infos)
+        return (
+            self._observations(obs),
+            _numpy(rewards).astype(np.float32, copy=False),
+            dones,
+            infos,
+        )
 
-    def _place_episode_ends(self, ended: np.ndarray, info: dict[str, Any],
-                            infos: list[dict[str, Any]]) -> None:
+    def _place_episode_ends(
+        self, ended: np.ndarray, info: dict[str, Any], infos: list[dict[str, Any]]
+    ) -> None:
         """For each env that ended: the terminal observation and the ending step's own info
         into its step info, and what the vector env reported after its reset into
         `reset_infos` (where DummyVecEnv keeps a reset's info)."""
@@ -181,8 +199,9 @@ class OperantVecEnv(VecEnv):
         self._require_all(indices, f"set_attr({attr_name!r})")
         setattr(self.vector_env, attr_name, value)
 
-    def env_method(self, method_name: str, *method_args, indices: VecEnvIndices = None,
-                   **method_kwargs) -> list[Any]:
+    def env_method(
+        self, method_name: str, *method_args, indices: VecEnvIndices = None, **method_kwargs
+    ) -> list[Any]:
         """Call the vector env's method once, whatever `indices` name (it acts on every env it
         holds), and give each index its result: `render` renders once, not N times."""
         indices = list(self._get_indices(indices))
@@ -203,8 +222,11 @@ class OperantVecEnv(VecEnv):
         """One frame per env from the vector env's `render()`, when its render_mode is
         "rgb_array" (else a warning and None per env, as DummyVecEnv does)."""
         if self.render_mode != "rgb_array":
-            warnings.warn(f"The render mode is {self.render_mode}, but this method assumes it "
-                          "is `rgb_array` to obtain images.", stacklevel=2)
+            warnings.warn(
+                f"The render mode is {self.render_mode}, but this method assumes it "
+                "is `rgb_array` to obtain images.",
+                stacklevel=2,
+            )
             return [None for _ in range(self.num_envs)]
         frames = self.vector_env.render()
         return [None for _ in range(self.num_envs)] if frames is None else list(frames)
@@ -212,14 +234,22 @@ class OperantVecEnv(VecEnv):
     def _require_all(self, indices: VecEnvIndices, call: str) -> None:
         asked = sorted(set(self._get_indices(indices)))
         if asked != list(range(self.num_envs)):
-            raise ValueError(f"{call} on envs {asked}: an Operant vector env holds all "
-                             f"{self.num_envs} envs in one object, so this applies to all of "
-                             "them at once; pass indices=None")
+            raise ValueError(
+                f"{call} on envs {asked}: an Operant vector env holds all "
+                f"{self.num_envs} envs in one object, so this applies to all of "
+                "them at once; pass indices=None"
+            )
 
 
-def make_vec_env(env_id: str, n_envs: int = 1, seed: int | None = None, impl: str = "auto",
-                 monitor: bool = True, monitor_dir: str | os.PathLike | None = None,
-                 **env_kwargs: Any) -> VecEnv:
+def make_vec_env(
+    env_id: str,
+    n_envs: int = 1,
+    seed: int | None = None,
+    impl: str = "auto",
+    monitor: bool = True,
+    monitor_dir: str | os.PathLike | None = None,
+    **env_kwargs: Any,
+) -> VecEnv:
     """SB3's `make_vec_env` for an Operant env: `n_envs` envs of `env_id` (with or without the
     `operant/` prefix; any Gymnasium id with impl="reference") in one Operant vector env,
     adapted by OperantVecEnv.

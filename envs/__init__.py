@@ -25,8 +25,17 @@ from operant.envs.registry import (
     resolve_impl,
 )
 
-__all__ = ["ENVS", "EnvEntry", "EnvError", "EpisodeStats", "InvalidActionError", "lookup",
-           "make_env", "register_family", "resolve_impl"]
+__all__ = [
+    "ENVS",
+    "EnvEntry",
+    "EnvError",
+    "EpisodeStats",
+    "InvalidActionError",
+    "lookup",
+    "make_env",
+    "register_family",
+    "resolve_impl",
+]
 
 for _env_id, _entry in ENVS.items():
     _full_id = f"operant/{_env_id}"

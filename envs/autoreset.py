@@ -51,8 +51,10 @@ def autoreset_mode(value: Any) -> AutoresetMode:
         key = str(value).replace("_", "").replace("-", "").lower()
         mode = {m.value.lower(): m for m in AutoresetMode}.get(key)
     if mode not in (AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP):
-        raise ValueError(f"autoreset_mode must be AutoresetMode.NEXT_STEP or SAME_STEP (or "
-                         f"\"NextStep\" / \"SameStep\"), got {value!r}")
+        raise ValueError(
+            f"autoreset_mode must be AutoresetMode.NEXT_STEP or SAME_STEP (or "
+            f'"NextStep" / "SameStep"), got {value!r}'
+        )
     return mode
 
 
@@ -78,7 +80,7 @@ def _rows_mask(mask: Any, held: Held) -> Any:
     """`mask[lo:hi]` shaped to broadcast along `held.array`'s rows axis."""
     shape = [1] * held.array.ndim
     shape[held.rows_axis] = held.hi - held.lo
-    return mask[held.lo:held.hi].reshape(shape)
+    return mask[held.lo : held.hi].reshape(shape)
 
 
 class NextStepFace:
@@ -99,8 +101,10 @@ class NextStepFace:
         self.was_pending = zeros(env.terminated)
         """Envs the last step reset (their action ignored)."""
         self._ended = zeros(env.terminated)
-        self._held = [(item, zeros(item.array), _rows_mask(self.pending, item))
-                      for item in held + [Held(env.obs, 0, 0, env.num_envs)]]
+        self._held = [
+            (item, zeros(item.array), _rows_mask(self.pending, item))
+            for item in held + [Held(env.obs, 0, 0, env.num_envs)]
+        ]
         n = env.num_envs
         self._obs_rows = self._ended.reshape(n, *([1] * (env.obs.ndim - 1)))
         self._action_rows = self.pending.reshape(n, *([1] * (env.actions.ndim - 1)))
@@ -132,8 +136,14 @@ class NextStepFace:
     def reset(self) -> Any:
         """After the core's reset: nothing pending; returns the face's observations."""
         self._copy(self.obs, self.env.obs)
-        for buffer in (self.rewards, self.terminated, self.truncated, self.pending,
-                       self.was_pending, self._ended):
+        for buffer in (
+            self.rewards,
+            self.terminated,
+            self.truncated,
+            self.pending,
+            self.was_pending,
+            self._ended,
+        ):
             if self.torch:
                 buffer.zero_()
             else:
@@ -178,4 +188,3 @@ class NextStepFace:
         if copy:
             buffers = tuple(b.clone() if self.torch else b.copy() for b in buffers)
         return (*buffers, {})
-

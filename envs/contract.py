@@ -29,12 +29,20 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 import numpy as np
 from gymnasium import spaces
 
-EPISODE_STAT_FIELDS = ("episodes", "return_sum", "return_min", "return_max", "length_sum",
-                       "length_min", "length_max")
+EPISODE_STAT_FIELDS = (
+    "episodes",
+    "return_sum",
+    "return_min",
+    "return_max",
+    "length_sum",
+    "length_min",
+    "length_max",
+)
 """The finished-episode statistics every family reduces, in this order (the C struct's too)."""
 
-EPISODE_STATS_DTYPE = np.dtype([(name, np.float64) for name in EPISODE_STAT_FIELDS]
-                               + [("reserved", np.float64)])
+EPISODE_STATS_DTYPE = np.dtype(
+    [(name, np.float64) for name in EPISODE_STAT_FIELDS] + [("reserved", np.float64)]
+)
 """One record of episode statistics as numpy sees the C struct: 8 float64 fields (64 bytes, a
 cache line). Min fields start at +inf and max fields at -inf after a drain, so the first
 episode sets them."""
@@ -62,10 +70,11 @@ class ObsSpec:
         return self.dtype.kind == "f"
 
     @classmethod
-    def from_space(cls, space: spaces.Space[Any]) -> "ObsSpec":
+    def from_space(cls, space: spaces.Space[Any]) -> ObsSpec:
         if not isinstance(space, spaces.Box):
-            raise TypeError(f"operant trains on Box observations (any shape and dtype), "
-                            f"got {space}")
+            raise TypeError(
+                f"operant trains on Box observations (any shape and dtype), got {space}"
+            )
         return cls(tuple(space.shape), space.dtype)
 
 
@@ -86,13 +95,17 @@ class ActSpec:
         return self.dtype.kind in "iu"
 
     @classmethod
-    def from_space(cls, space: spaces.Space[Any]) -> "ActSpec":
+    def from_space(cls, space: spaces.Space[Any]) -> ActSpec:
         if isinstance(space, spaces.Discrete):
             return cls((), np.dtype(np.int64), int(space.n))
         if isinstance(space, spaces.Box):
-            return cls(tuple(space.shape), np.dtype(np.float32), int(np.prod(space.shape)),
-                       np.asarray(space.low, dtype=np.float32),
-                       np.asarray(space.high, dtype=np.float32))
+            return cls(
+                tuple(space.shape),
+                np.dtype(np.float32),
+                int(np.prod(space.shape)),
+                np.asarray(space.low, dtype=np.float32),
+                np.asarray(space.high, dtype=np.float32),
+            )
         raise TypeError(f"operant trains Discrete and Box action spaces, got {space}")
 
 
@@ -124,11 +137,10 @@ class EpisodeStats:
     length_sum: float
     length_min: float
     length_max: float
-    per_env: "EpisodeStats | None" = None
+    per_env: EpisodeStats | None = None
 
     @classmethod
-    def from_record(cls, record: np.ndarray, per_env: "EpisodeStats | None" = None
-                    ) -> "EpisodeStats":
+    def from_record(cls, record: np.ndarray, per_env: EpisodeStats | None = None) -> EpisodeStats:
         """From one `EPISODE_STATS_DTYPE` record (a structured scalar or 1-element array),
         or a float64 array of its 8 words."""
         record = np.asarray(record)
@@ -141,17 +153,22 @@ class EpisodeStats:
         return cls(episodes=int(record["episodes"]), per_env=per_env, **fields)
 
     @classmethod
-    def merge(cls, parts: "list[EpisodeStats]") -> "EpisodeStats":
+    def merge(cls, parts: list[EpisodeStats]) -> EpisodeStats:
         """The statistics of the union of disjoint sets of episodes."""
         seen = [part for part in parts if part.episodes]
         if not seen:
             return cls(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
         envs = [part.per_env for part in seen if part.per_env is not None]
-        return cls(sum(part.episodes for part in seen), sum(part.return_sum for part in seen),
-                   min(part.return_min for part in seen), max(part.return_max for part in seen),
-                   sum(part.length_sum for part in seen), min(part.length_min for part in seen),
-                   max(part.length_max for part in seen),
-                   per_env=cls.merge(envs) if envs else None)
+        return cls(
+            sum(part.episodes for part in seen),
+            sum(part.return_sum for part in seen),
+            min(part.return_min for part in seen),
+            max(part.return_max for part in seen),
+            sum(part.length_sum for part in seen),
+            min(part.length_min for part in seen),
+            max(part.length_max for part in seen),
+            per_env=cls.merge(envs) if envs else None,
+        )
 
     @property
     def return_mean(self) -> float:
@@ -172,8 +189,9 @@ def cleared_stats() -> np.ndarray:
 def clear_stats(record: np.ndarray) -> None:
     """Reset a statistics record in place: counts and sums 0, minima +inf, maxima -inf."""
     for name in EPISODE_STAT_FIELDS:
-        record[name] = (np.inf if name.endswith("_min")
-                        else -np.inf if name.endswith("_max") else 0.0)
+        record[name] = (
+            np.inf if name.endswith("_min") else -np.inf if name.endswith("_max") else 0.0
+        )
     record["reserved"] = 0.0
 
 
@@ -183,17 +201,24 @@ def check_state(state: dict[str, Any], targets: dict[str, Any]) -> None:
     and shape. Raises ValueError naming the first difference."""
     missing, extra = sorted(set(targets) - set(state)), sorted(set(state) - set(targets))
     if missing or extra:
-        raise ValueError(f"env state {(missing or extra)[0]!r} is "
-                         f"{'missing' if missing else 'not part of this env'}; this env's state "
-                         f"is {', '.join(targets)}")
+        raise ValueError(
+            f"env state {(missing or extra)[0]!r} is "
+            f"{'missing' if missing else 'not part of this env'}; this env's state "
+            f"is {', '.join(targets)}"
+        )
     for name, target in targets.items():
         value = state[name]
-        if not isinstance(value, type(target)) or value.dtype != target.dtype \
-                or tuple(value.shape) != tuple(target.shape):
-            raise ValueError(f"env state {name!r} must be a {type(target).__name__} of "
-                             f"{target.dtype} {tuple(target.shape)}, got "
-                             f"{type(value).__name__} of {getattr(value, 'dtype', '?')} "
-                             f"{tuple(getattr(value, 'shape', ()))}")
+        if (
+            not isinstance(value, type(target))
+            or value.dtype != target.dtype
+            or tuple(value.shape) != tuple(target.shape)
+        ):
+            raise ValueError(
+                f"env state {name!r} must be a {type(target).__name__} of "
+                f"{target.dtype} {tuple(target.shape)}, got "
+                f"{type(value).__name__} of {getattr(value, 'dtype', '?')} "
+                f"{tuple(getattr(value, 'shape', ()))}"
+            )
 
 
 @runtime_checkable

@@ -70,8 +70,13 @@ class EpisodeAccounting:
         self.episode_return[:] = 0.0
         self.episode_length[:] = 0
 
-    def record(self, rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
-               counted: np.ndarray | None = None) -> None:
+    def record(
+        self,
+        rewards: np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+        counted: np.ndarray | None = None,
+    ) -> None:
         """One step of every row: accumulate, then reduce and restart the rows that ended.
         `counted` (bool per row) marks the rows whose step belongs to an episode; the others
         (a NEXT_STEP env's reset step) add their reward, 0, but no length."""
@@ -101,8 +106,9 @@ class EpisodeAccounting:
     def drain(self) -> EpisodeStats:
         """Episodes finished since the last drain (`per_env` set when rows are agents), then
         clear the statistics."""
-        per_env = (EpisodeStats.from_record(self.env_stats)
-                   if self.layout.agents_per_env > 1 else None)
+        per_env = (
+            EpisodeStats.from_record(self.env_stats) if self.layout.agents_per_env > 1 else None
+        )
         result = EpisodeStats.from_record(self.row_stats, per_env=per_env)
         clear_stats(self.row_stats)
         clear_stats(self.env_stats)
@@ -116,21 +122,29 @@ class EpisodeAccounting:
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """The live arrays under stable names (plain dtypes, for checkpoints)."""
-        return {"episode_return": self.episode_return, "episode_length": self.episode_length,
-                "row_stats": self.row_words, "env_stats": self.env_words, "ring": self.ring,
-                "ring_head": self.ring_head}
+        return {
+            "episode_return": self.episode_return,
+            "episode_length": self.episode_length,
+            "row_stats": self.row_words,
+            "env_stats": self.env_words,
+            "ring": self.ring,
+            "ring_head": self.ring_head,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Copy `state_dict()` output back in place; ValueError naming the first array that
         is missing or does not fit."""
         live = self.state_dict()
         if set(state) != set(live):
-            raise ValueError(f"episode accounting state holds {sorted(state)}, expected "
-                             f"{sorted(live)}")
+            raise ValueError(
+                f"episode accounting state holds {sorted(state)}, expected {sorted(live)}"
+            )
         for name, target in live.items():
             value = np.asarray(state[name])
             if value.shape != target.shape or value.dtype != target.dtype:
-                raise ValueError(f"episode accounting state {name!r} is {value.dtype} "
-                                 f"{value.shape}, expected {target.dtype} {target.shape}")
+                raise ValueError(
+                    f"episode accounting state {name!r} is {value.dtype} "
+                    f"{value.shape}, expected {target.dtype} {target.shape}"
+                )
         for name, target in live.items():
             np.copyto(target, state[name])

@@ -52,8 +52,16 @@ from operant.envs.seeding import check_seed, per_env_streams
 # Attributes of a kernel that make up an env's state (cext/kernel_common.pxi): what a
 # checkpoint saves and restores, besides the observation buffer. `stats`, a structured record,
 # is saved as its 8 float64 words (the form checkpoints have always stored it in).
-KERNEL_STATE = ("state", "rng_state", "episode_return", "episode_length", "stats",
-                "recent_returns", "recent_lengths", "recent_head")
+KERNEL_STATE = (
+    "state",
+    "rng_state",
+    "episode_return",
+    "episode_length",
+    "stats",
+    "recent_returns",
+    "recent_lengths",
+    "recent_head",
+)
 
 
 def recent_from_ring(ring: np.ndarray, head: int, count: int) -> np.ndarray:
@@ -87,10 +95,15 @@ class NativeVectorEnv(RenderFace, VectorEnv):
     impl = "native"
     resumable = True
 
-    def __init__(self, entry: EnvEntry, num_envs: int, copy: bool = True,
-                 max_episode_steps: int | None = None,
-                 autoreset_mode: AutoresetMode | str = AutoresetMode.SAME_STEP,
-                 render_mode: str | None = None):
+    def __init__(
+        self,
+        entry: EnvEntry,
+        num_envs: int,
+        copy: bool = True,
+        max_episode_steps: int | None = None,
+        autoreset_mode: AutoresetMode | str = AutoresetMode.SAME_STEP,
+        render_mode: str | None = None,
+    ):
         if entry.native is None:
             raise ValueError(f"{entry.id} has no native implementation")
         if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs <= 0:
@@ -112,8 +125,11 @@ class NativeVectorEnv(RenderFace, VectorEnv):
         self._seeded = False
         self.autoreset_mode = parse_autoreset_mode(autoreset_mode)
         self.metadata = with_autoreset_mode(type(self).metadata, self.autoreset_mode)
-        self._next_step = (NextStepFace(self, self._held_state())
-                           if self.autoreset_mode == AutoresetMode.NEXT_STEP else None)
+        self._next_step = (
+            NextStepFace(self, self._held_state())
+            if self.autoreset_mode == AutoresetMode.NEXT_STEP
+            else None
+        )
         self._init_render(entry.id, render_mode)
 
     def _bind_kernels(self) -> tuple[Any, ...]:
@@ -127,24 +143,37 @@ class NativeVectorEnv(RenderFace, VectorEnv):
 
     def _held_state(self) -> list[Held]:
         """Every kernel's per-env arrays, for NEXT_STEP's ignored steps."""
-        return [Held(array, axis, lo, hi, held)
-                for (lo, hi), kernel in zip(self._kernel_rows(), self.kernels)
-                for array, axis, held in ((kernel.state, 1, None), (kernel.rng_state, 0, None),
-                                          (kernel.episode_return, 0, None),
-                                          (kernel.episode_length, 0, HELD_LENGTH))]
+        return [
+            Held(array, axis, lo, hi, held)
+            for (lo, hi), kernel in zip(self._kernel_rows(), self.kernels)
+            for array, axis, held in (
+                (kernel.state, 1, None),
+                (kernel.rng_state, 0, None),
+                (kernel.episode_return, 0, None),
+                (kernel.episode_length, 0, HELD_LENGTH),
+            )
+        ]
 
     def _render_states(self) -> np.ndarray:
         return np.concatenate([kernel.state for kernel in self.kernels], axis=1)
 
     def _kernel_over(self, lo: int, hi: int):
         """A kernel bound to rows lo:hi of the buffers, its envs seeded as rows lo:hi."""
-        return self.entry.native(hi - lo, self.actions[lo:hi], self.obs[lo:hi],
-                                 self.rewards[lo:hi], self.terminated[lo:hi],
-                                 self.truncated[lo:hi], self.final_obs[lo:hi],
-                                 max_episode_steps=self.max_episode_steps, index_offset=lo)
+        return self.entry.native(
+            hi - lo,
+            self.actions[lo:hi],
+            self.obs[lo:hi],
+            self.rewards[lo:hi],
+            self.terminated[lo:hi],
+            self.truncated[lo:hi],
+            self.final_obs[lo:hi],
+            max_episode_steps=self.max_episode_steps,
+            index_offset=lo,
+        )
 
-    def reset(self, *, seed: int | list[int | None] | None = None,
-              options: dict[str, Any] | None = None):
+    def reset(
+        self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
+    ):
         """Reset every env. An int seed re-seeds env i's stream from (seed, i); a list of
         per-env seeds env i's from (seed[i], 0), keeping it where seed[i] is None
         (operant.envs.seeding). No seed on the first reset seeds from the OS's entropy; later
@@ -184,25 +213,38 @@ class NativeVectorEnv(RenderFace, VectorEnv):
         if self.render_mode is not None:
             self._rendered_step(~self._done, np.zeros_like(self._done), None)
         if self.copy:
-            return (self.obs.copy(), self.rewards.copy(), self.terminated.copy(),
-                    self.truncated.copy(), info)
+            return (
+                self.obs.copy(),
+                self.rewards.copy(),
+                self.terminated.copy(),
+                self.truncated.copy(),
+                info,
+            )
         return self.obs, self.rewards, self.terminated, self.truncated, info
 
     def step_bound(self) -> None:
         """Step with the actions already in `self.actions`; outputs land in the buffers."""
         bad = self.kernel.step()
         if bad >= 0:
-            raise InvalidActionError(invalid_action_message(
-                self.single_action_space, bad, self.actions[bad].tolist()))
+            raise InvalidActionError(
+                invalid_action_message(self.single_action_space, bad, self.actions[bad].tolist())
+            )
 
     def _load_actions(self, actions) -> None:
         try:
             array = np.asarray(actions)
         except (TypeError, ValueError) as error:
             raise InvalidActionError(
-                f"actions must be an array, got {type(actions).__name__}: {error}") from None
-        check_action_batch(array.shape, array.dtype.kind in "iu", array.dtype.kind == "f",
-                           self.actions.shape, self.single_action_space, str(array.dtype))
+                f"actions must be an array, got {type(actions).__name__}: {error}"
+            ) from None
+        check_action_batch(
+            array.shape,
+            array.dtype.kind in "iu",
+            array.dtype.kind == "f",
+            self.actions.shape,
+            self.single_action_space,
+            str(array.dtype),
+        )
         np.copyto(self.actions, array, casting="unsafe")
 
     # Episode statistics reduced inside the kernel: Python sees sums and counts.
@@ -225,9 +267,11 @@ class NativeVectorEnv(RenderFace, VectorEnv):
     def state_dict(self) -> dict[str, np.ndarray]:
         """The live arrays that hold this env's state: every kernel's (`<prefix>.<name>`, with
         `stats` as a float64 (8,) view of its record) and the observations (`obs`)."""
-        arrays = {f"{prefix}.{name}": getattr(kernel, name)
-                  for prefix, kernel in zip(self._state_prefixes(), self.kernels)
-                  for name in KERNEL_STATE}
+        arrays = {
+            f"{prefix}.{name}": getattr(kernel, name)
+            for prefix, kernel in zip(self._state_prefixes(), self.kernels)
+            for name in KERNEL_STATE
+        }
         for prefix in self._state_prefixes():
             arrays[f"{prefix}.stats"] = arrays[f"{prefix}.stats"].view(np.float64)
         arrays["obs"] = self.obs

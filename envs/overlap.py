@@ -35,15 +35,26 @@ from operant.envs.registry import (
 class SplitNativeVectorEnv(NativeVectorEnv):
     """A native env stepped as two halves, either of them on a native thread."""
 
-    def __init__(self, entry: EnvEntry, num_envs: int, copy: bool = True,
-                 max_episode_steps: int | None = None, spin_us: float = 200.0,
-                 **face_options: Any):
-        if isinstance(num_envs, int) and not isinstance(num_envs, bool) \
-                and (num_envs < 2 or num_envs % 2):
-            raise ValueError(f"an overlapped env needs an even num_envs of at least 2, "
-                             f"got {num_envs}")
-        super().__init__(entry, num_envs, copy=copy, max_episode_steps=max_episode_steps,
-                         **face_options)
+    def __init__(
+        self,
+        entry: EnvEntry,
+        num_envs: int,
+        copy: bool = True,
+        max_episode_steps: int | None = None,
+        spin_us: float = 200.0,
+        **face_options: Any,
+    ):
+        if (
+            isinstance(num_envs, int)
+            and not isinstance(num_envs, bool)
+            and (num_envs < 2 or num_envs % 2)
+        ):
+            raise ValueError(
+                f"an overlapped env needs an even num_envs of at least 2, got {num_envs}"
+            )
+        super().__init__(
+            entry, num_envs, copy=copy, max_episode_steps=max_episode_steps, **face_options
+        )
         from operant.cext.overlap import StepThread
 
         self.thread = StepThread(self.kernels, spin_us=spin_us)
@@ -75,8 +86,9 @@ class SplitNativeVectorEnv(NativeVectorEnv):
     def _check(self, which: int, bad: int) -> None:
         if bad >= 0:
             row = self.halves[which][0] + bad
-            raise InvalidActionError(invalid_action_message(
-                self.single_action_space, row, self.actions[row].tolist()))
+            raise InvalidActionError(
+                invalid_action_message(self.single_action_space, row, self.actions[row].tolist())
+            )
 
     # -- episode statistics ----------------------------------------------------------------
     def drain_episode_stats(self) -> EpisodeStats:
@@ -86,12 +98,15 @@ class SplitNativeVectorEnv(NativeVectorEnv):
         return EpisodeStats.merge(parts)
 
     def recent_returns(self, count: int) -> np.ndarray:
-        first, second = (recent_from_ring(kernel.recent_returns, int(kernel.recent_head[0]), count)
-                         for kernel in self.kernels)
+        first, second = (
+            recent_from_ring(kernel.recent_returns, int(kernel.recent_head[0]), count)
+            for kernel in self.kernels
+        )
         take_first = min(len(first), max(count // 2, count - len(second)))
         take_second = min(len(second), count - take_first)
-        return np.concatenate([first[len(first) - take_first:],
-                               second[len(second) - take_second:]])
+        return np.concatenate(
+            [first[len(first) - take_first :], second[len(second) - take_second :]]
+        )
 
     def _state_prefixes(self) -> tuple[str, ...]:
         """Each half's arrays are saved as `half0.<name>` and `half1.<name>` (state_dict and

@@ -38,9 +38,16 @@ class ParityReport:
         return self.mismatch is None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"env_id": self.env_id, "impl": self.impl, "num_envs": self.num_envs,
-                "steps": self.steps, "compared": self.compared,
-                "episodes_ended": self.episodes_ended, "ok": self.ok, "mismatch": self.mismatch}
+        return {
+            "env_id": self.env_id,
+            "impl": self.impl,
+            "num_envs": self.num_envs,
+            "steps": self.steps,
+            "compared": self.compared,
+            "episodes_ended": self.episodes_ended,
+            "ok": self.ok,
+            "mismatch": self.mismatch,
+        }
 
 
 def random_actions(env, rng: np.random.Generator) -> np.ndarray:
@@ -51,8 +58,7 @@ def random_actions(env, rng: np.random.Generator) -> np.ndarray:
     space = env.single_action_space
     if isinstance(space, spaces.Discrete):
         return rng.integers(0, space.n, size=env.num_envs)
-    return rng.uniform(space.low, space.high,
-                       size=(env.num_envs, *space.shape)).astype(np.float32)
+    return rng.uniform(space.low, space.high, size=(env.num_envs, *space.shape)).astype(np.float32)
 
 
 def _host(value) -> np.ndarray:
@@ -91,9 +97,14 @@ def _first_mismatch(checks: tuple[tuple[str, np.ndarray, np.ndarray, bool], ...]
     return ""
 
 
-def shadow_check(env_id: str, impl: str = "native", num_envs: int = 256, steps: int = 200,
-                 seed: int = 0,
-                 reference: Callable[[str], Any] | None = None) -> ParityReport:
+def shadow_check(
+    env_id: str,
+    impl: str = "native",
+    num_envs: int = 256,
+    steps: int = 200,
+    seed: int = 0,
+    reference: Callable[[str], Any] | None = None,
+) -> ParityReport:
     """Step `num_envs` copies of `env_id` (`impl`) and as many `reference(env_id)` envs
     (Gymnasium's, unwrapped, by default) for `steps` steps; the first disagreement is
     reported, naming the step, the env index, the field and both values."""
@@ -127,19 +138,25 @@ def shadow_check(env_id: str, impl: str = "native", num_envs: int = 256, steps: 
             results = [shadow.step(action) for shadow, action in zip(shadows, per_env)]
             elapsed += 1
             obs, final_obs = _host(env.obs), _host(env.final_obs)
-            rewards, terminated, truncated = (_host(env.rewards), _host(env.terminated),
-                                              _host(env.truncated))
+            rewards, terminated, truncated = (
+                _host(env.rewards),
+                _host(env.terminated),
+                _host(env.truncated),
+            )
             expected_obs = np.stack([np.asarray(r[0], dtype=np.float32) for r in results])
             expected_reward = np.array([r[1] for r in results], dtype=np.float32)
             expected_terminated = np.array([bool(r[2]) for r in results])
             expected_truncated = (elapsed >= env.max_episode_steps) & ~expected_terminated
             done = expected_terminated | expected_truncated
             seen_obs = np.where(done[:, None], final_obs, obs)
-            mismatch = _first_mismatch((
-                ("terminated", terminated.astype(bool), expected_terminated, True),
-                ("truncated", truncated.astype(bool), expected_truncated, True),
-                ("reward", rewards, expected_reward, False),
-                ("observation", seen_obs, expected_obs, False)))
+            mismatch = _first_mismatch(
+                (
+                    ("terminated", terminated.astype(bool), expected_terminated, True),
+                    ("truncated", truncated.astype(bool), expected_truncated, True),
+                    ("reward", rewards, expected_reward, False),
+                    ("observation", seen_obs, expected_obs, False),
+                )
+            )
             if mismatch:
                 report.mismatch = f"{env_id} ({impl}) step {t}, {mismatch}"
                 return report

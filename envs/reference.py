@@ -43,14 +43,19 @@ class ReferenceVectorEnv(VectorEnv):
     impl = "reference"
     resumable = False  # Gymnasium's envs keep arbitrary Python state: a resume re-seeds them
 
-    def __init__(self, env_id: str, num_envs: int, copy: bool = True,
-                 max_episode_steps: int | None = None,
-                 autoreset_mode: AutoresetMode | str = AutoresetMode.SAME_STEP,
-                 render_mode: str | None = None):
+    def __init__(
+        self,
+        env_id: str,
+        num_envs: int,
+        copy: bool = True,
+        max_episode_steps: int | None = None,
+        autoreset_mode: AutoresetMode | str = AutoresetMode.SAME_STEP,
+        render_mode: str | None = None,
+    ):
         try:
             spec = gymnasium.spec(env_id)
         except gymnasium.error.Error as error:
-            raise EnvError(f"unknown env id {env_id!r} for env.impl \"reference\": {error}") from None
+            raise EnvError(f'unknown env id {env_id!r} for env.impl "reference": {error}') from None
         self.autoreset_mode = parse_autoreset_mode(autoreset_mode)
         check_render_mode(render_mode)
         kwargs: dict[str, Any] = {}
@@ -59,14 +64,26 @@ class ReferenceVectorEnv(VectorEnv):
         if render_mode is not None:
             kwargs["render_mode"] = render_mode
         self.inner = gymnasium.make_vec(
-            spec.id, num_envs=num_envs, vectorization_mode="sync",
-            vector_kwargs={"autoreset_mode": self.autoreset_mode}, **kwargs)
+            spec.id,
+            num_envs=num_envs,
+            vectorization_mode="sync",
+            vector_kwargs={"autoreset_mode": self.autoreset_mode},
+            **kwargs,
+        )
         self.render_mode = render_mode
         if render_mode == "rgb_array":
             init_headless_display()
         self.metadata = with_autoreset_mode(
-            {**type(self).metadata, **{key: value for key, value in self.inner.metadata.items()
-                                       if key.startswith("render")}}, self.autoreset_mode)
+            {
+                **type(self).metadata,
+                **{
+                    key: value
+                    for key, value in self.inner.metadata.items()
+                    if key.startswith("render")
+                },
+            },
+            self.autoreset_mode,
+        )
         self.num_envs = num_envs
         self.copy = copy
         self.single_observation_space = self.inner.single_observation_space
@@ -74,8 +91,10 @@ class ReferenceVectorEnv(VectorEnv):
         self.observation_space = self.inner.observation_space
         self.action_space = self.inner.action_space
         if not isinstance(self.single_observation_space, spaces.Box):
-            raise EnvError(f"{env_id} has {self.single_observation_space} observations; "
-                           "operant trains on flat Box observations")
+            raise EnvError(
+                f"{env_id} has {self.single_observation_space} observations; "
+                "operant trains on flat Box observations"
+            )
         self.obs_spec = ObsSpec((int(np.prod(self.single_observation_space.shape)),), np.float32)
         allocate_buffers(self, num_envs, self.obs_spec)
         self.act_spec = ActSpec.from_space(self.single_action_space)
@@ -84,8 +103,9 @@ class ReferenceVectorEnv(VectorEnv):
         self._resetting = np.zeros(num_envs, dtype=np.bool_)
         """NEXT_STEP: the envs whose next step is a reset (not part of any episode)."""
 
-    def reset(self, *, seed: int | list[int | None] | None = None,
-              options: dict[str, Any] | None = None):
+    def reset(
+        self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
+    ):
         obs, info = self.inner.reset(seed=check_seed(seed, self.num_envs), options=options)
         self._resetting[:] = False
         self.obs[:] = obs.reshape(self.num_envs, -1)
@@ -94,20 +114,35 @@ class ReferenceVectorEnv(VectorEnv):
 
     def step(self, actions):
         array = np.asarray(actions)
-        check_action_batch(array.shape, array.dtype.kind in "iu", array.dtype.kind == "f",
-                           self.actions.shape, self.single_action_space, str(array.dtype))
+        check_action_batch(
+            array.shape,
+            array.dtype.kind in "iu",
+            array.dtype.kind == "f",
+            self.actions.shape,
+            self.single_action_space,
+            str(array.dtype),
+        )
         np.copyto(self.actions, array, casting="unsafe")
         info = self._step()
         if self.copy:
-            return (self.obs.copy(), self.rewards.copy(), self.terminated.copy(),
-                    self.truncated.copy(), info)
+            return (
+                self.obs.copy(),
+                self.rewards.copy(),
+                self.terminated.copy(),
+                self.truncated.copy(),
+                info,
+            )
         return self.obs, self.rewards, self.terminated, self.truncated, info
 
     def step_bound(self) -> None:
         self._step()
 
     def _step(self) -> dict[str, Any]:
-        actions = self.actions if not self.discrete else self.actions.astype(self.single_action_space.dtype)
+        actions = (
+            self.actions
+            if not self.discrete
+            else self.actions.astype(self.single_action_space.dtype)
+        )
         obs, rewards, terminated, truncated, info = self.inner.step(actions)
         self.obs[:] = obs.reshape(self.num_envs, -1)
         self.rewards[:] = rewards

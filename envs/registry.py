@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import functools
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import gymnasium
 from gymnasium import spaces
@@ -98,15 +99,20 @@ class EnvEntry:
         return getattr(torch_family, self.torch_env)
 
 
-ENVS: dict[str, EnvEntry] = {entry.id: entry for entry in (
-    EnvEntry("CartPole-v1", ("cartpole", "CartPoleKernel"), "TorchCartPole"),
-    EnvEntry("MountainCar-v0", ("mountain_car", "MountainCarKernel"), "TorchMountainCar"),
-    EnvEntry("MountainCarContinuous-v0",
-             ("mountain_car_continuous", "MountainCarContinuousKernel"),
-             "TorchMountainCarContinuous"),
-    EnvEntry("Pendulum-v1", ("pendulum", "PendulumKernel"), "TorchPendulum"),
-    EnvEntry("Acrobot-v1", ("acrobot", "AcrobotKernel"), "TorchAcrobot"),
-)}
+ENVS: dict[str, EnvEntry] = {
+    entry.id: entry
+    for entry in (
+        EnvEntry("CartPole-v1", ("cartpole", "CartPoleKernel"), "TorchCartPole"),
+        EnvEntry("MountainCar-v0", ("mountain_car", "MountainCarKernel"), "TorchMountainCar"),
+        EnvEntry(
+            "MountainCarContinuous-v0",
+            ("mountain_car_continuous", "MountainCarContinuousKernel"),
+            "TorchMountainCarContinuous",
+        ),
+        EnvEntry("Pendulum-v1", ("pendulum", "PendulumKernel"), "TorchPendulum"),
+        EnvEntry("Acrobot-v1", ("acrobot", "AcrobotKernel"), "TorchAcrobot"),
+    )
+}
 
 
 @dataclass(frozen=True)
@@ -140,8 +146,10 @@ def _key(env_id: str) -> str:
         try:
             importlib.import_module(module)
         except ImportError as error:
-            raise EnvError(f"env id {module}:{env_id}: cannot import {module!r} ({error}); "
-                           "install the package that provides it") from None
+            raise EnvError(
+                f"env id {module}:{env_id}: cannot import {module!r} ({error}); "
+                "install the package that provides it"
+            ) from None
     return env_id.removeprefix("operant/")
 
 
@@ -151,8 +159,10 @@ def lookup(env_id: str) -> EnvEntry:
     try:
         return ENVS[key]
     except KeyError:
-        raise EnvError(f"unknown env id {env_id!r}; operant implements: {', '.join(ENVS)} "
-                       f"(any Gymnasium id trains with env.impl = \"reference\")") from None
+        raise EnvError(
+            f"unknown env id {env_id!r}; operant implements: {', '.join(ENVS)} "
+            f'(any Gymnasium id trains with env.impl = "reference")'
+        ) from None
 
 
 @functools.cache
@@ -178,15 +188,19 @@ def resolve_impl(env_id: str, impl: str) -> str:
     family = FAMILIES.get(key)
     if family is not None:
         if impl not in ("auto", family.impl):
-            raise EnvError(f"{key} has only the {family.impl} implementation; use env.impl = "
-                           f'"{family.impl}" or "auto"')
+            raise EnvError(
+                f"{key} has only the {family.impl} implementation; use env.impl = "
+                f'"{family.impl}" or "auto"'
+            )
         return family.impl
     entry = ENVS.get(key)
     if impl in ("reference", "auto") and entry is None:
         refusal = _gymnasium_refusal(key)
         if refusal is not None:
-            raise EnvError(f"unknown env id {env_id!r}: operant implements {', '.join(ENVS)}, "
-                           f"and Gymnasium says: {refusal}")
+            raise EnvError(
+                f"unknown env id {env_id!r}: operant implements {', '.join(ENVS)}, "
+                f"and Gymnasium says: {refusal}"
+            )
         return "reference"
     if impl == "reference":
         return impl
@@ -194,22 +208,32 @@ def resolve_impl(env_id: str, impl: str) -> str:
         return "native" if entry.native is not None else "reference"
     if entry is None:
         if _gymnasium_refusal(key) is None:
-            raise EnvError(f"{key} has no {impl} implementation (operant implements "
-                           f"{', '.join(ENVS)}); use env.impl = \"reference\" to train it "
-                           "through Gymnasium")
+            raise EnvError(
+                f"{key} has no {impl} implementation (operant implements "
+                f'{", ".join(ENVS)}); use env.impl = "reference" to train it '
+                "through Gymnasium"
+            )
         lookup(env_id)
     if impl == "native" and entry.native is None:
-        raise EnvError(f"{key} has no native kernel in this build (operant.cext."
-                       f"{entry.native_kernel[0] if entry.native_kernel else '?'} did not "
-                       "import); rebuild, or use env.impl = \"torch\" or \"reference\"")
+        raise EnvError(
+            f"{key} has no native kernel in this build (operant.cext."
+            f"{entry.native_kernel[0] if entry.native_kernel else '?'} did not "
+            'import); rebuild, or use env.impl = "torch" or "reference"'
+        )
     if impl == "torch" and entry.torch_env is None:
-        raise EnvError(f"{key} has no torch implementation; use env.impl = \"native\" or "
-                       "\"reference\"")
+        raise EnvError(f'{key} has no torch implementation; use env.impl = "native" or "reference"')
     return impl
 
 
-def make_env(env_id: str, num_envs: int, impl: str = "auto", copy: bool = True,
-             device: Any = None, overlap: bool = False, **kwargs):
+def make_env(
+    env_id: str,
+    num_envs: int,
+    impl: str = "auto",
+    copy: bool = True,
+    device: Any = None,
+    overlap: bool = False,
+    **kwargs,
+):
     """A vector env for `env_id` with the chosen implementation (its `impl` attribute says
     which). `device` is for impl "torch" (default CPU); native and reference envs live on the
     CPU and refuse any other device. `overlap` makes a native env stepped in two halves,
@@ -218,15 +242,18 @@ def make_env(env_id: str, num_envs: int, impl: str = "auto", copy: bool = True,
     key = _key(env_id)
     if key in FAMILIES:
         if overlap:
-            raise EnvError(f"env.overlap = true is for the native classic-control kernels, "
-                           f"not {key}")
+            raise EnvError(
+                f"env.overlap = true is for the native classic-control kernels, not {key}"
+            )
         if device is not None:
             kwargs["device"] = device
         return FAMILIES[key].make(num_envs, copy=copy, **kwargs)
     if overlap:
         if chosen != "native":
-            raise EnvError(f'env.overlap = true needs the native kernels, and env.impl = '
-                           f'"{impl}" resolved to {chosen!r} (is the extension built?)')
+            raise EnvError(
+                f"env.overlap = true needs the native kernels, and env.impl = "
+                f'"{impl}" resolved to {chosen!r} (is the extension built?)'
+            )
         from operant.envs.overlap import SplitNativeVectorEnv
 
         return SplitNativeVectorEnv(lookup(key), num_envs, copy=copy, **kwargs)
@@ -234,8 +261,10 @@ def make_env(env_id: str, num_envs: int, impl: str = "auto", copy: bool = True,
         entry = lookup(key)
         return entry.torch(entry, num_envs, device=device, copy=copy, **kwargs)
     if device is not None and str(device) != "cpu":
-        raise EnvError(f"device={device!r} needs env.impl = \"torch\"; the {chosen} "
-                       f"implementation of {key} runs on the CPU")
+        raise EnvError(
+            f'device={device!r} needs env.impl = "torch"; the {chosen} '
+            f"implementation of {key} runs on the CPU"
+        )
     if chosen == "native":
         from operant.envs.native import NativeVectorEnv
 
@@ -245,8 +274,9 @@ def make_env(env_id: str, num_envs: int, impl: str = "auto", copy: bool = True,
     return ReferenceVectorEnv(key, num_envs, copy=copy, **kwargs)
 
 
-def gymnasium_vector_entry_point(num_envs: int = 1, *, env_id: str, impl: str = "auto",
-                                 copy: bool = True, **kwargs):
+def gymnasium_vector_entry_point(
+    num_envs: int = 1, *, env_id: str, impl: str = "auto", copy: bool = True, **kwargs
+):
     """What `gymnasium.make_vec("operant/<id>", vectorization_mode="vector_entry_point")` calls.
     Every keyword reaches the env's constructor: `impl`, `copy`, `device`, `max_episode_steps`,
     `autoreset_mode` (AutoresetMode.SAME_STEP, the default, or NEXT_STEP, or their string
@@ -254,28 +284,38 @@ def gymnasium_vector_entry_point(num_envs: int = 1, *, env_id: str, impl: str = 
     return make_env(env_id, num_envs, impl=impl, copy=copy, **kwargs)
 
 
-def check_action_batch(shape: tuple[int, ...], is_integer: bool, is_floating: bool,
-                       expected_shape: tuple[int, ...], space: spaces.Space,
-                       dtype_name: str) -> None:
+def check_action_batch(
+    shape: tuple[int, ...],
+    is_integer: bool,
+    is_floating: bool,
+    expected_shape: tuple[int, ...],
+    space: spaces.Space,
+    dtype_name: str,
+) -> None:
     """Refuse a batch of actions by its shape and dtype alone (no value is read).
 
     Discrete spaces take integers; Box spaces take floating point (cast to float32).
     """
     if tuple(shape) != tuple(expected_shape):
         raise InvalidActionError(
-            f"actions must have shape {tuple(expected_shape)} (one per env), got {tuple(shape)}")
+            f"actions must have shape {tuple(expected_shape)} (one per env), got {tuple(shape)}"
+        )
     if isinstance(space, spaces.Discrete):
         if not is_integer:
-            raise InvalidActionError(f"actions for {space} must be integers, "
-                                     f"got dtype {dtype_name}")
+            raise InvalidActionError(
+                f"actions for {space} must be integers, got dtype {dtype_name}"
+            )
     elif not is_floating:
         raise InvalidActionError(
-            f"actions for {space} must be floating point, got dtype {dtype_name}")
+            f"actions for {space} must be floating point, got dtype {dtype_name}"
+        )
 
 
 def invalid_action_message(space: spaces.Space, env_index: int, action: Any) -> str:
     """The error for a refused action value: what it was, which env, and why."""
     if isinstance(space, spaces.Discrete):
         return f"action {action!r} for env {env_index} is outside the action space {space}"
-    return (f"action {action!r} for env {env_index} is not finite (NaN or infinity); {space} "
-            "takes finite values (out-of-range ones are clipped as in Gymnasium)")
+    return (
+        f"action {action!r} for env {env_index} is not finite (NaN or infinity); {space} "
+        "takes finite values (out-of-range ones are clipped as in Gymnasium)"
+    )

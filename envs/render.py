@@ -38,8 +38,9 @@ RENDER_MODES = ("rgb_array", "human")
 
 def _angles(obs: np.ndarray) -> np.ndarray:
     """Acrobot's (theta1, theta2, dtheta1, dtheta2) from (cos1, sin1, cos2, sin2, d1, d2)."""
-    return np.array([np.arctan2(obs[1], obs[0]), np.arctan2(obs[3], obs[2]), obs[4], obs[5]],
-                    dtype=np.float64)
+    return np.array(
+        [np.arctan2(obs[1], obs[0]), np.arctan2(obs[3], obs[2]), obs[4], obs[5]], dtype=np.float64
+    )
 
 
 STATE_FROM_OBS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
@@ -58,23 +59,29 @@ def check_render_mode(render_mode: str | None) -> None:
     if render_mode is None:
         return
     if render_mode not in RENDER_MODES:
-        raise EnvError(f"render_mode must be one of {', '.join(RENDER_MODES)} or None, got "
-                       f"{render_mode!r}")
+        raise EnvError(
+            f"render_mode must be one of {', '.join(RENDER_MODES)} or None, got {render_mode!r}"
+        )
     try:
         import pygame  # noqa: F401
     except ImportError:
-        raise EnvError(f'render_mode="{render_mode}" draws with Gymnasium\'s renderer, which '
-                       'needs pygame: pip install "operant-rl[render]"') from None
+        raise EnvError(
+            f'render_mode="{render_mode}" draws with Gymnasium\'s renderer, which '
+            'needs pygame: pip install "operant-rl[render]"'
+        ) from None
     if render_mode == "human" and not _has_display():
-        raise EnvError('render_mode="human" needs a display, and there is none here (DISPLAY '
-                       'and WAYLAND_DISPLAY are unset); use render_mode="rgb_array", or '
-                       "operant eval RUN --video out.mp4")
+        raise EnvError(
+            'render_mode="human" needs a display, and there is none here (DISPLAY '
+            'and WAYLAND_DISPLAY are unset); use render_mode="rgb_array", or '
+            "operant eval RUN --video out.mp4"
+        )
 
 
 def _has_display() -> bool:
     """Whether SDL can open a window here (or was told which driver to use)."""
     return not sys.platform.startswith("linux") or any(
-        os.environ.get(name) for name in ("DISPLAY", "WAYLAND_DISPLAY", "SDL_VIDEODRIVER"))
+        os.environ.get(name) for name in ("DISPLAY", "WAYLAND_DISPLAY", "SDL_VIDEODRIVER")
+    )
 
 
 def init_headless_display() -> None:
@@ -113,8 +120,11 @@ class Renderer:
         gym_env = self.gym_env
         gym_env.state = np.array(state, dtype=np.float64)
         if hasattr(gym_env, "last_u"):
-            gym_env.last_u = (None if last_action is None else
-                              np.clip(last_action, -gym_env.max_torque, gym_env.max_torque)[0])
+            gym_env.last_u = (
+                None
+                if last_action is None
+                else np.clip(last_action, -gym_env.max_torque, gym_env.max_torque)[0]
+            )
         return gym_env.render()
 
     def close(self) -> None:
@@ -133,8 +143,11 @@ class RenderFace:
         self.render_mode = render_mode
         self._renderer = None if render_mode is None else Renderer(env_id, render_mode)
         if self._renderer is not None:
-            self.metadata = {**self.metadata, "render_modes": list(RENDER_MODES),
-                             "render_fps": self._renderer.metadata["render_fps"]}
+            self.metadata = {
+                **self.metadata,
+                "render_modes": list(RENDER_MODES),
+                "render_fps": self._renderer.metadata["render_fps"],
+            }
         self._acted = np.zeros(self.num_envs, dtype=np.bool_)
         self._terminal = np.zeros(self.num_envs, dtype=np.bool_)
         self._terminal_obs: np.ndarray | None = None
@@ -166,8 +179,10 @@ class RenderFace:
         if self._renderer is None:
             import gymnasium
 
-            gymnasium.logger.warn("You are calling render method without specifying any render "
-                                  "mode: make the env with render_mode=\"rgb_array\"")
+            gymnasium.logger.warn(
+                "You are calling render method without specifying any render "
+                'mode: make the env with render_mode="rgb_array"'
+            )
             return None
         states = self._render_states()
         actions = _host(self.actions).reshape(self.num_envs, -1)

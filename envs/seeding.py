@@ -50,8 +50,11 @@ def rng_stream(seed: int, index: int) -> int:
 
 
 def _is_seed(value: Any) -> bool:
-    return (isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-            and 0 <= int(value) < 2**64)
+    return (
+        isinstance(value, (int, np.integer))
+        and not isinstance(value, (bool, np.bool_))
+        and 0 <= int(value) < 2**64
+    )
 
 
 def check_seed(seed: Any, num_envs: int) -> int | list[int | None] | None:
@@ -62,16 +65,18 @@ def check_seed(seed: Any, num_envs: int) -> int | list[int | None] | None:
     if _is_seed(seed):
         return int(seed)
     if isinstance(seed, (str, bytes)) or not isinstance(seed, (Sequence, np.ndarray)):
-        raise ValueError(f"seed must be an integer in [0, 2**64), a list of {num_envs} of them "
-                         f"(None entries allowed), or None; got {seed!r}")
+        raise ValueError(
+            f"seed must be an integer in [0, 2**64), a list of {num_envs} of them "
+            f"(None entries allowed), or None; got {seed!r}"
+        )
     seeds = list(seed.tolist() if isinstance(seed, np.ndarray) else seed)
     if len(seeds) != num_envs:
-        raise ValueError(f"a list of seeds needs one per env: {num_envs} entries, got "
-                         f"{len(seeds)}")
+        raise ValueError(f"a list of seeds needs one per env: {num_envs} entries, got {len(seeds)}")
     for index, value in enumerate(seeds):
         if value is not None and not _is_seed(value):
-            raise ValueError(f"seed[{index}] must be an integer in [0, 2**64) or None, got "
-                             f"{value!r}")
+            raise ValueError(
+                f"seed[{index}] must be an integer in [0, 2**64) or None, got {value!r}"
+            )
     return [None if value is None else int(value) for value in seeds]
 
 
@@ -79,6 +84,11 @@ def per_env_streams(seeds: list[int | None], entropy: int | None) -> list[int | 
     """Each env's new stream for a list of seeds: from (s_i, 0), or None (keep the stream)
     where s_i is None. `entropy`, for an env never seeded, stands in for a None entry's seed:
     that env's stream is then set from (entropy, i)."""
-    return [rng_stream(seed, 0) if seed is not None
-            else None if entropy is None else rng_stream(entropy, index)
-            for index, seed in enumerate(seeds)]
+    return [
+        rng_stream(seed, 0)
+        if seed is not None
+        else None
+        if entropy is None
+        else rng_stream(entropy, index)
+        for index, seed in enumerate(seeds)
+    ]

@@ -112,7 +112,10 @@ def parse_args() -> Args:
     return args
 
 
-def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
+SQRT2 = float(np.sqrt(2))
+
+
+def layer_init(layer, std=SQRT2, bias_const=0.0):
     torch.nn.init.orthogonal_(layer.weight, std)
     torch.nn.init.constant_(layer.bias, bias_const)
     return layer
@@ -161,21 +164,32 @@ def compute_gae(args: Args, rewards, values, dones, next_value, next_done):
             nextvalues = values[t + 1]
         delta = rewards[t] + args.gamma * nextvalues * nextnonterminal - values[t]
         advantages[t] = lastgaelam = (
-            delta + args.gamma * args.gae_lambda * nextnonterminal * lastgaelam)
+            delta + args.gamma * args.gae_lambda * nextnonterminal * lastgaelam
+        )
     return advantages, advantages + values
 
 
-def update(args: Args, agent: Agent, optimizer, b_obs, b_logprobs, b_actions, b_advantages,
-           b_returns, b_values) -> dict[str, float]:
+def update(
+    args: Args,
+    agent: Agent,
+    optimizer,
+    b_obs,
+    b_logprobs,
+    b_actions,
+    b_advantages,
+    b_returns,
+    b_values,
+) -> dict[str, float]:
     """CleanRL's PPO update: `update_epochs` passes over shuffled minibatches."""
     b_inds = np.arange(args.batch_size)
     clipfracs = []
     for _epoch in range(args.update_epochs):
         np.random.shuffle(b_inds)
         for start in range(0, args.batch_size, args.minibatch_size):
-            mb_inds = b_inds[start:start + args.minibatch_size]
+            mb_inds = b_inds[start : start + args.minibatch_size]
             _, newlogprob, entropy, newvalue = agent.get_action_and_value(
-                b_obs[mb_inds], b_actions.long()[mb_inds])
+                b_obs[mb_inds], b_actions.long()[mb_inds]
+            )
             logratio = newlogprob - b_logprobs[mb_inds]
             ratio = logratio.exp()
             with torch.no_grad():
@@ -183,8 +197,9 @@ def update(args: Args, agent: Agent, optimizer, b_obs, b_logprobs, b_actions, b_
                 clipfracs += [((ratio - 1.0).abs() > args.clip_coef).float().mean().item()]
             mb_advantages = b_advantages[mb_inds]
             if args.norm_adv:
-                mb_advantages = ((mb_advantages - mb_advantages.mean())
-                                 / (mb_advantages.std() + 1e-8))
+                mb_advantages = (mb_advantages - mb_advantages.mean()) / (
+                    mb_advantages.std() + 1e-8
+                )
             pg_loss1 = -mb_advantages * ratio
             pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
             pg_loss = torch.max(pg_loss1, pg_loss2).mean()
@@ -192,7 +207,8 @@ def update(args: Args, agent: Agent, optimizer, b_obs, b_logprobs, b_actions, b_
             if args.clip_vloss:
                 v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
                 v_clipped = b_values[mb_inds] + torch.clamp(
-                    newvalue - b_values[mb_inds], -args.clip_coef, args.clip_coef)
+                    newvalue - b_values[mb_inds], -args.clip_coef, args.clip_coef
+                )
                 v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
                 v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
             else:
@@ -235,11 +251,17 @@ def main() -> None:
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
 
     # One Operant vector env holds all num_envs envs (SAME_STEP autoreset).
-    envs = RecordEpisodeStatistics(gym.make_vec(
-        args.env_id, num_envs=args.num_envs, vectorization_mode="vector_entry_point",
-        impl=args.env_impl))
-    assert isinstance(envs.single_action_space, gym.spaces.Discrete), \
+    envs = RecordEpisodeStatistics(
+        gym.make_vec(
+            args.env_id,
+            num_envs=args.num_envs,
+            vectorization_mode="vector_entry_point",
+            impl=args.env_impl,
+        )
+    )
+    assert isinstance(envs.single_action_space, gym.spaces.Discrete), (
         "only discrete action space is supported"
+    )
 
     agent = Agent(envs).to(device)
     optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
@@ -275,8 +297,9 @@ def main() -> None:
             actions[step] = action
             logprobs[step] = logprob
 
-            next_obs, rewards[step], next_done = step_envs(args, envs, agent, action, device,
-                                                           global_step)
+            next_obs, rewards[step], next_done = step_envs(
+                args, envs, agent, action, device, global_step
+            )
 
         with torch.no_grad():
             next_value = agent.get_value(next_obs).reshape(1, -1)
@@ -289,8 +312,9 @@ def main() -> None:
         b_advantages = advantages.reshape(-1)
         b_returns = returns.reshape(-1)
         b_values = values.reshape(-1)
-        update(args, agent, optimizer, b_obs, b_logprobs, b_actions, b_advantages, b_returns,
-               b_values)
+        update(
+            args, agent, optimizer, b_obs, b_logprobs, b_actions, b_advantages, b_returns, b_values
+        )
         print("SPS:", int(global_step / (time.time() - start_time)))
 
     envs.close()

@@ -40,19 +40,22 @@ from operant.monitor.widgets import (
     title_text,
 )
 from operant.shared.reader import shown_status
-from operant.shared.runs import command_hint
 from operant.shared.record import label
+from operant.shared.runs import command_hint
 
 # History fields drawn as curves when the run records them, in this order, with their titles
 # (operant.shared.record's labels).
-CURVES = tuple((name, label(name), color) for name, color in (
-    ("episode_return_mean", "#8ae234"),
-    ("sps", "#729fcf"),
-    ("policy_loss", "#ef2929"),
-    ("value_loss", "#fcaf3e"),
-    ("entropy", "#ad7fa8"),
-    ("approx_kl", "#34e2e2"),
-))
+CURVES = tuple(
+    (name, label(name), color)
+    for name, color in (
+        ("episode_return_mean", "#8ae234"),
+        ("sps", "#729fcf"),
+        ("policy_loss", "#ef2929"),
+        ("value_loss", "#fcaf3e"),
+        ("entropy", "#ad7fa8"),
+        ("approx_kl", "#34e2e2"),
+    )
+)
 # Fields never worth a curve of their own (they only grow).
 _NOT_CURVES = {"global_step", "episodes", "updates", "elapsed_s"}
 MAX_CURVES = len(CURVES)
@@ -115,20 +118,28 @@ class RunPicker(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="picker"):
-            yield Static("Attach to a run: ↑↓ choose, enter attaches, esc closes",
-                         id="picker-title")
+            yield Static(
+                "Attach to a run: ↑↓ choose, enter attaches, esc closes", id="picker-title"
+            )
             yield DataTable(id="runs", cursor_type="row", zebra_stripes=True)
 
     def on_mount(self) -> None:
         table = self.query_one("#runs", DataTable)
         table.add_columns("run id", "env", "status", "steps", "steps/s", "age")
         for row in reversed(self.rows):  # newest first
-            table.add_row(row.run_id, row.env_id or "-", shown_status(row.status, row.interrupted),
-                          fmt.count(row.global_step), fmt.compact(row.sps),
-                          fmt.duration(row.age_s), key=row.run_id)
+            table.add_row(
+                row.run_id,
+                row.env_id or "-",
+                shown_status(row.status, row.interrupted),
+                fmt.count(row.global_step),
+                fmt.compact(row.sps),
+                fmt.duration(row.age_s),
+                key=row.run_id,
+            )
         if not self.rows:
             self.query_one("#picker-title", Static).update(
-                "No runs under the runs root yet (esc closes)")
+                "No runs under the runs root yet (esc closes)"
+            )
         ids = [row.run_id for row in reversed(self.rows)]
         if self.current in ids:
             table.move_cursor(row=ids.index(self.current))
@@ -148,9 +159,12 @@ class RunCommands(Provider):
     def _commands(self):
         app = self.app
         for row in reversed(self.rows):
-            yield (f"Attach to run {row.run_id}", partial(app.attach, row.run_id),
-                   f"{row.env_id or '-'}, {shown_status(row.status, row.interrupted)}, "
-                   f"{fmt.count(row.global_step)} steps")
+            yield (
+                f"Attach to run {row.run_id}",
+                partial(app.attach, row.run_id),
+                f"{row.env_id or '-'}, {shown_status(row.status, row.interrupted)}, "
+                f"{fmt.count(row.global_step)} steps",
+            )
 
     async def discover(self) -> Hits:
         for text, command, help_text in self._commands():
@@ -230,10 +244,12 @@ class MonitorApp(App[str | None]):
 
     def get_system_commands(self, screen: Screen):
         yield from super().get_system_commands(screen)
-        yield SystemCommand("Attach to another run", "Pick a run to watch (same as r)",
-                            self.action_pick_run)
-        yield SystemCommand("Pause or resume", "Freeze the screen (same as p)",
-                            self.action_toggle_pause)
+        yield SystemCommand(
+            "Attach to another run", "Pick a run to watch (same as r)", self.action_pick_run
+        )
+        yield SystemCommand(
+            "Pause or resume", "Freeze the screen (same as p)", self.action_toggle_pause
+        )
 
     # --- data ------------------------------------------------------------------------------
 
@@ -250,9 +266,10 @@ class MonitorApp(App[str | None]):
         self.show(view)
 
     def on_source_failed(self, message: SourceFailed) -> None:
-        self.exit(return_code=1,
-                  message=f"operant monitor: the data source stopped on a bug:\n"
-                          f"{message.details}")
+        self.exit(
+            return_code=1,
+            message=f"operant monitor: the data source stopped on a bug:\n{message.details}",
+        )
 
     def show(self, view: RunView) -> None:
         # One repaint for all the widgets a view touches.
@@ -271,28 +288,35 @@ class MonitorApp(App[str | None]):
         sps = metrics.get("sps")
         total = metrics.get("total_steps")
         self.main.query_one("#steps", BigNumber).show(
-            fmt.count(steps), fmt.compact(steps),
+            fmt.count(steps),
+            fmt.compact(steps),
             f"of {fmt.compact(total)} ({fmt.percent(100 * steps / total)})"
-            if fmt.is_number(steps) and fmt.is_number(total) and total > 0 else "")
+            if fmt.is_number(steps) and fmt.is_number(total) and total > 0
+            else "",
+        )
         self.main.query_one("#sps", BigNumber).show(fmt.count(sps), fmt.compact(sps))
         length = metrics.get("episode_length_mean")
         self.main.query_one("#episodes", BigNumber).show(
-            fmt.count(metrics.get("episodes")), fmt.compact(metrics.get("episodes")),
-            f"length {fmt.real(length, 3)}" if fmt.is_number(length) else "")
+            fmt.count(metrics.get("episodes")),
+            fmt.compact(metrics.get("episodes")),
+            f"length {fmt.real(length, 3)}" if fmt.is_number(length) else "",
+        )
         low, high = metrics.get("episode_return_min"), metrics.get("episode_return_max")
         mean = metrics.get("episode_return_mean")
         self.main.query_one("#return", BigNumber).show(
-            fmt.real(mean, 4), fmt.compact(mean),
+            fmt.real(mean, 4),
+            fmt.compact(mean),
             f"{fmt.real(low, 3)}…{fmt.real(high, 3)}"
-            if fmt.is_number(low) and fmt.is_number(high) else "")
+            if fmt.is_number(low) and fmt.is_number(high)
+            else "",
+        )
         self._show_curves(view)
         self.main.query_one("#table", MetricsTable).show(view)
         self.main.query_one("#phases", PhaseBar).phases = phase_parts(metrics)
 
     def _show_header(self, view: RunView) -> None:
         # One-line widgets of a fixed height: no layout pass for new text.
-        self.main.query_one("#title", Static).update(title_text(view, self.paused),
-                                                     layout=False)
+        self.main.query_one("#title", Static).update(title_text(view, self.paused), layout=False)
         self.main.query_one("#process", Static).update(process_text(view), layout=False)
         banner = describe_status(view)
         if banner != self._banner:
@@ -312,8 +336,9 @@ class MonitorApp(App[str | None]):
                 self._curve_names = [name for name, _, _ in wanted]
                 container = self.main.query_one("#curves", Vertical)
                 container.remove_children()
-                container.mount_all(Curve(title, color=color, id=f"curve-{name}")
-                                    for name, title, color in wanted)
+                container.mount_all(
+                    Curve(title, color=color, id=f"curve-{name}") for name, title, color in wanted
+                )
                 # Mounting completes after this handler: fill the curves once they exist,
                 # with whatever view is on screen by then.
                 self.call_after_refresh(self._fill_curves)
@@ -323,7 +348,7 @@ class MonitorApp(App[str | None]):
     def _fill_curves(self) -> None:
         history = self.view.history if self.view is not None else {}
         for curve in self.main.query(Curve):
-            name = (curve.id or "")[len("curve-"):]
+            name = (curve.id or "")[len("curve-") :]
             curve.data = history.get(name, ())
 
     # --- actions ---------------------------------------------------------------------------
@@ -381,14 +406,22 @@ def detach_message(run_id: str, view: RunView | None, root: Path) -> str:
     as printed) that does the next thing a user wants with a run in that state."""
     status = view.status if view is not None and view.run_id == run_id else "running"
     if status == "finished" and view.interrupted:
-        return (f"detached from {run_id}, which was stopped before the end of its budget. "
-                f"Continue it: {command_hint('operant-train --resume', run_id, root=root)}")
+        return (
+            f"detached from {run_id}, which was stopped before the end of its budget. "
+            f"Continue it: {command_hint('operant-train --resume', run_id, root=root)}"
+        )
     if status == "finished":
-        return (f"detached from {run_id}, which has finished. Evaluate it: "
-                f"{command_hint('operant eval', run_id, root=root)}")
+        return (
+            f"detached from {run_id}, which has finished. Evaluate it: "
+            f"{command_hint('operant eval', run_id, root=root)}"
+        )
     if status in ("failed", "crashed"):
         why = f": {view.reason}" if view.reason else ""
-        return (f"detached from {run_id}, whose trainer {status}{why}. Continue from its last "
-                f"checkpoint: {command_hint('operant-train --resume', run_id, root=root)}")
-    return (f"detached from {run_id}; training goes on. Reattach: "
-            f"{command_hint('operant monitor', run_id, root=root)}")
+        return (
+            f"detached from {run_id}, whose trainer {status}{why}. Continue from its last "
+            f"checkpoint: {command_hint('operant-train --resume', run_id, root=root)}"
+        )
+    return (
+        f"detached from {run_id}; training goes on. Reattach: "
+        f"{command_hint('operant monitor', run_id, root=root)}"
+    )

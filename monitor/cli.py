@@ -31,21 +31,36 @@ WEB_DRIVER_ENV = "TEXTUAL_DRIVER"
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog=PROG, description="Watch a training run: its status, counters, gauges and losses.")
-    parser.add_argument("run", nargs="?", metavar="RUN_ID",
-                        help="the run to show (see `operant runs`); default: the latest")
+        prog=PROG, description="Watch a training run: its status, counters, gauges and losses."
+    )
+    parser.add_argument(
+        "run",
+        nargs="?",
+        metavar="RUN_ID",
+        help="the run to show (see `operant runs`); default: the latest",
+    )
     parser.add_argument("--latest", action="store_true", help="show the most recent run")
-    parser.add_argument("--runs-dir", metavar="DIR",
-                        help="runs root (default: $OPERANT_RUNS_DIR, else "
-                             "$XDG_STATE_HOME/operant/runs)")
-    parser.add_argument("--once", action="store_true",
-                        help="print one snapshot and exit instead of watching")
-    parser.add_argument("--json", action="store_true",
-                        help="print one JSON document (implies --once)")
-    parser.add_argument("--follow", action="store_true",
-                        help="with --latest: switch to a newer run when one starts")
-    parser.add_argument("--refresh", type=float, default=1.0, metavar="SECONDS",
-                        help="how often the interactive view reads the run (default: 1)")
+    parser.add_argument(
+        "--runs-dir",
+        metavar="DIR",
+        help="runs root (default: $OPERANT_RUNS_DIR, else $XDG_STATE_HOME/operant/runs)",
+    )
+    parser.add_argument(
+        "--once", action="store_true", help="print one snapshot and exit instead of watching"
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print one JSON document (implies --once)"
+    )
+    parser.add_argument(
+        "--follow", action="store_true", help="with --latest: switch to a newer run when one starts"
+    )
+    parser.add_argument(
+        "--refresh",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="how often the interactive view reads the run (default: 1)",
+    )
     return parser
 
 
@@ -86,13 +101,16 @@ def interactive(args: argparse.Namespace) -> int:
     except RunNotFoundError as error:
         return _error(str(error))
     if not sys.stdout.isatty() and WEB_DRIVER_ENV not in os.environ:
-        print(f"{PROG}: the interactive view needs a terminal; use --once or --json for "
-              "scripts", file=sys.stderr)
+        print(
+            f"{PROG}: the interactive view needs a terminal; use --once or --json for scripts",
+            file=sys.stderr,
+        )
         return 2
     from operant.monitor.app import run_app
 
-    return run_app(root, None if args.follow else run_dir.name, follow=args.follow,
-                   refresh_s=args.refresh)
+    return run_app(
+        root, None if args.follow else run_dir.name, follow=args.follow, refresh_s=args.refresh
+    )
 
 
 def _error(message: str) -> int:

@@ -82,6 +82,7 @@ class _Stop(Exception):
 
 # --- exposition ----------------------------------------------------------------------------
 
+
 def metric_name(name: str) -> str:
     """`operant_` + the schema's name, as a valid metric name, `_s` spelled `_seconds`."""
     base = re.sub(r"[^a-zA-Z0-9_]", "_", name)
@@ -133,22 +134,29 @@ class Family:
             header_name, kind = self.name, self.kind
         else:  # 0.0.4 names the family by its samples and has no info type
             header_name, kind = sample_name, ("gauge" if self.kind == "info" else self.kind)
-        lines = [f"# HELP {header_name} {_escape_help(self.help, openmetrics)}",
-                 f"# TYPE {header_name} {kind}"]
+        lines = [
+            f"# HELP {header_name} {_escape_help(self.help, openmetrics)}",
+            f"# TYPE {header_name} {kind}",
+        ]
         for labels, value in self.samples:
             text = ",".join(f'{key}="{_escape_label(str(val))}"' for key, val in labels.items())
-            lines.append(f"{sample_name}{{{text}}} {format_value(value)}" if text
-                         else f"{sample_name} {format_value(value)}")
+            lines.append(
+                f"{sample_name}{{{text}}} {format_value(value)}"
+                if text
+                else f"{sample_name} {format_value(value)}"
+            )
         return lines
 
 
-def exposition(runs_seen: list[tuple[str, Snapshot]], exporter_stats: dict[str, int],
-               openmetrics: bool) -> str:
+def exposition(
+    runs_seen: list[tuple[str, Snapshot]], exporter_stats: dict[str, int], openmetrics: bool
+) -> str:
     """The text of one scrape."""
     families: dict[str, Family] = {}
 
-    def add(name: str, kind: str, help_text: str, labels: dict[str, str],
-            value: float | int | bool) -> None:
+    def add(
+        name: str, kind: str, help_text: str, labels: dict[str, str], value: float | int | bool
+    ) -> None:
         family = families.get(name)
         if family is None:
             family = families[name] = Family(name, kind, help_text)
@@ -158,26 +166,47 @@ def exposition(runs_seen: list[tuple[str, Snapshot]], exporter_stats: dict[str, 
 
     for run_id, snapshot in runs_seen:
         labels = {"run": run_id, "rank": "0"}
-        info = {**labels, "env_id": snapshot.env_id, "hostname": snapshot.hostname,
-                "writer": snapshot.schema.writer}
+        info = {
+            **labels,
+            "env_id": snapshot.env_id,
+            "hostname": snapshot.hostname,
+            "writer": snapshot.schema.writer,
+        }
         for name, text in snapshot.texts.items():
             key = label_name(name)
             if key not in _RESERVED_LABELS:
                 info[key] = text
-        add(PREFIX + "run", "info", "The run: environment, host, writer, implementation.",
-            info, 1)
+        add(PREFIX + "run", "info", "The run: environment, host, writer, implementation.", info, 1)
         for status in STATUSES:
-            add(PREFIX + "run_status", "gauge",
+            add(
+                PREFIX + "run_status",
+                "gauge",
                 "1 for the run's status (running, finished, failed, crashed, stalled), else 0.",
-                {**labels, "status": status}, snapshot.status == status)
-        add(PREFIX + "run_interrupted", "gauge",
+                {**labels, "status": status},
+                snapshot.status == status,
+            )
+        add(
+            PREFIX + "run_interrupted",
+            "gauge",
             "1 if the run finished early on request (SIGTERM/SIGINT), else 0.",
-            labels, snapshot.interrupted)
-        add(PREFIX + "run_start_time_seconds", "gauge",
+            labels,
+            snapshot.interrupted,
+        )
+        add(
+            PREFIX + "run_start_time_seconds",
+            "gauge",
             "When the run's current metrics file was created (a resume makes a new one), "
-            "seconds since the Unix epoch.", labels, snapshot.created_wall_ns / 1e9)
-        add(PREFIX + "run_heartbeat_age_seconds", "gauge",
-            "Seconds since the trainer's last heartbeat.", labels, snapshot.heartbeat_age_s)
+            "seconds since the Unix epoch.",
+            labels,
+            snapshot.created_wall_ns / 1e9,
+        )
+        add(
+            PREFIX + "run_heartbeat_age_seconds",
+            "gauge",
+            "Seconds since the trainer's last heartbeat.",
+            labels,
+            snapshot.heartbeat_age_s,
+        )
         metrics = {metric.name: metric for metric in snapshot.schema.metrics}
         for name, count in snapshot.counters.items():
             add(metric_name(name), "counter", _describe(metrics.get(name), name), labels, count)
@@ -186,13 +215,21 @@ def exposition(runs_seen: list[tuple[str, Snapshot]], exporter_stats: dict[str, 
         fields = {item.name: item for item in snapshot.schema.snapshot}
         for name, value in (snapshot.snapshot or {}).items():
             add(metric_name(name), "gauge", _describe(fields.get(name), name), labels, value)
-    add(PREFIX + "exporter_runs", "gauge", "Metrics files in this scrape.", {},
-        len(runs_seen))
-    add(PREFIX + "exporter_read_errors", "counter",
-        "Metrics files the exporter could not read (missing, corrupt, foreign).", {},
-        exporter_stats["read_errors"])
-    add(PREFIX + "exporter_bad_requests", "counter",
-        "HTTP requests answered with a 4xx status.", {}, exporter_stats["bad_requests"])
+    add(PREFIX + "exporter_runs", "gauge", "Metrics files in this scrape.", {}, len(runs_seen))
+    add(
+        PREFIX + "exporter_read_errors",
+        "counter",
+        "Metrics files the exporter could not read (missing, corrupt, foreign).",
+        {},
+        exporter_stats["read_errors"],
+    )
+    add(
+        PREFIX + "exporter_bad_requests",
+        "counter",
+        "HTTP requests answered with a 4xx status.",
+        {},
+        exporter_stats["bad_requests"],
+    )
     lines = [line for family in families.values() for line in family.render(openmetrics)]
     if openmetrics:
         lines.append("# EOF")
@@ -227,6 +264,7 @@ def wants_openmetrics(accept: str | None) -> bool:
 
 # --- collection ----------------------------------------------------------------------------
 
+
 class Collector:
     """Reads every run's metrics files; keeps one reader per file between scrapes."""
 
@@ -256,8 +294,7 @@ class Collector:
                 found.append((run_dir.name, snapshot))
         for path in [path for path in self._readers if path not in seen]:
             self._forget(path)
-        self._expired = {path: identity for path, identity in self._expired.items()
-                         if path in seen}
+        self._expired = {path: identity for path, identity in self._expired.items() if path in seen}
         return found
 
     def _exportable(self, path: Path) -> Snapshot | None:
@@ -273,8 +310,7 @@ class Collector:
         snapshot = self._snapshot(path)
         if snapshot is None:
             return None
-        if (snapshot.status in FINAL_STATUSES
-                and snapshot.heartbeat_age_s > self.keep_finished_s):
+        if snapshot.status in FINAL_STATUSES and snapshot.heartbeat_age_s > self.keep_finished_s:
             self._expired[path] = identity
             self._forget(path)
             return None
@@ -300,8 +336,11 @@ class Collector:
     def scrape(self, openmetrics: bool) -> str:
         with self.lock:
             found = self.collect()
-            return exposition(found, {"read_errors": self.read_errors,
-                                      "bad_requests": self.bad_requests}, openmetrics)
+            return exposition(
+                found,
+                {"read_errors": self.read_errors, "bad_requests": self.bad_requests},
+                openmetrics,
+            )
 
     def close(self) -> None:
         with self.lock:
@@ -311,8 +350,7 @@ class Collector:
 
 # --- HTTP ----------------------------------------------------------------------------------
 
-LANDING = (b"Operant exporter: the metrics of the runs under this host's runs root are at "
-           b"/metrics\n")
+LANDING = b"Operant exporter: the metrics of the runs under this host's runs root are at /metrics\n"
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -413,7 +451,7 @@ def parse_listen(text: str) -> tuple[str, int]:
 
 def make_server(host: str, port: int, collector: Collector) -> ThreadingHTTPServer:
     try:
-        family = (6 if isinstance(ipaddress.ip_address(host), ipaddress.IPv6Address) else 4)
+        family = 6 if isinstance(ipaddress.ip_address(host), ipaddress.IPv6Address) else 4
     except ValueError:
         family = 4  # a host name: IPv4 resolution
     import socket
@@ -428,17 +466,29 @@ def make_server(host: str, port: int, collector: Collector) -> ThreadingHTTPServ
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog=PROG, description="Serve the live metrics of every run under the runs root in "
-                               "the OpenMetrics / Prometheus text format, at /metrics.")
-    parser.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
-                        help=f"address to serve on (default {DEFAULT_LISTEN}: loopback only)")
-    parser.add_argument("--runs-dir", metavar="DIR",
-                        help="runs root (default: $OPERANT_RUNS_DIR, else "
-                             "$XDG_STATE_HOME/operant/runs)")
-    parser.add_argument("--keep-finished", type=float, default=DEFAULT_KEEP_FINISHED_S,
-                        metavar="SECONDS",
-                        help="keep exporting a finished, failed or crashed run this long after "
-                             f"its last heartbeat (default {DEFAULT_KEEP_FINISHED_S:.0f})")
+        prog=PROG,
+        description="Serve the live metrics of every run under the runs root in "
+        "the OpenMetrics / Prometheus text format, at /metrics.",
+    )
+    parser.add_argument(
+        "--listen",
+        default=DEFAULT_LISTEN,
+        metavar="HOST:PORT",
+        help=f"address to serve on (default {DEFAULT_LISTEN}: loopback only)",
+    )
+    parser.add_argument(
+        "--runs-dir",
+        metavar="DIR",
+        help="runs root (default: $OPERANT_RUNS_DIR, else $XDG_STATE_HOME/operant/runs)",
+    )
+    parser.add_argument(
+        "--keep-finished",
+        type=float,
+        default=DEFAULT_KEEP_FINISHED_S,
+        metavar="SECONDS",
+        help="keep exporting a finished, failed or crashed run this long after "
+        f"its last heartbeat (default {DEFAULT_KEEP_FINISHED_S:.0f})",
+    )
     return parser
 
 
@@ -451,22 +501,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: {error}", file=sys.stderr)
         return 2
     if not math.isfinite(args.keep_finished) or args.keep_finished < 0:
-        print(f"{PROG}: --keep-finished must be a non-negative number of seconds",
-              file=sys.stderr)
+        print(f"{PROG}: --keep-finished must be a non-negative number of seconds", file=sys.stderr)
         return 2
     root = runs.runs_root(args.runs_dir)
     problem = runs.root_problem(root)
     if problem is not None:  # a root that does not exist yet is fine: runs appear later
-        print(f"{PROG}: runs root {root}: {problem}; pass --runs-dir a directory",
-              file=sys.stderr)
+        print(f"{PROG}: runs root {root}: {problem}; pass --runs-dir a directory", file=sys.stderr)
         return 2
     collector = Collector(root, args.keep_finished)
     try:
         server = make_server(host, port, collector)
     except OSError as error:
         # The host's environment (a port taken, an address not on this host): bad input.
-        print(f"{PROG}: cannot listen on {args.listen}: {error.strerror or error}; choose "
-              "another --listen HOST:PORT", file=sys.stderr)
+        print(
+            f"{PROG}: cannot listen on {args.listen}: {error.strerror or error}; choose "
+            "another --listen HOST:PORT",
+            file=sys.stderr,
+        )
         return 2
 
     def stop(signum: int, frame: FrameType | None) -> None:
@@ -475,8 +526,9 @@ def main(argv: list[str] | None = None) -> int:
     previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGTERM, signal.SIGINT)}
     bound_host, bound_port = server.socket.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
-    print(f"{PROG}: serving http://{shown}:{bound_port}/metrics for the runs under {root}",
-          flush=True)
+    print(
+        f"{PROG}: serving http://{shown}:{bound_port}/metrics for the runs under {root}", flush=True
+    )
     started = time.monotonic()
     try:
         server.serve_forever(poll_interval=0.5)

@@ -213,8 +213,9 @@ def sparkline(values: Sequence[float], width: int, height: int = 1) -> list[str]
 def shares(parts: Sequence[tuple[str, float]]) -> list[tuple[str, float, float]]:
     """(name, seconds, fraction of the total) for each part with a finite, non-negative time;
     fractions add up to 1 (all 0 when nothing was timed yet)."""
-    timed = [(name, float(seconds)) for name, seconds in parts
-             if is_number(seconds) and seconds >= 0]
+    timed = [
+        (name, float(seconds)) for name, seconds in parts if is_number(seconds) and seconds >= 0
+    ]
     total = sum(seconds for _, seconds in timed)
     return [(name, seconds, seconds / total if total > 0 else 0.0) for name, seconds in timed]
 
@@ -228,6 +229,6 @@ def allocate(fractions: Sequence[float], width: int) -> list[int]:
     cells = [math.floor(value) for value in exact]
     left = min(width, round(sum(exact))) - sum(cells)
     order = sorted(range(len(exact)), key=lambda i: (cells[i] - exact[i], i))
-    for index in order[:max(0, left)]:
+    for index in order[: max(0, left)]:
         cells[index] += 1
     return cells

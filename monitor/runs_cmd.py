@@ -25,10 +25,13 @@ PROG = "operant runs"
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog=PROG, description="List training runs with their status, steps and SPS.")
-    parser.add_argument("--runs-dir", metavar="DIR",
-                        help="runs root (default: $OPERANT_RUNS_DIR, else "
-                             "$XDG_STATE_HOME/operant/runs)")
+        prog=PROG, description="List training runs with their status, steps and SPS."
+    )
+    parser.add_argument(
+        "--runs-dir",
+        metavar="DIR",
+        help="runs root (default: $OPERANT_RUNS_DIR, else $XDG_STATE_HOME/operant/runs)",
+    )
     parser.add_argument("--json", action="store_true", help="print a JSON list of runs")
     return parser
 
@@ -38,8 +41,11 @@ def main(argv: list[str] | None = None) -> int:
     root = runs_root(args.runs_dir)
     if args.runs_dir and not root.is_dir():
         what = "a file" if root.exists() else "not there"
-        print(f"{PROG}: --runs-dir {root} is {what}, not a directory of runs; pass the runs "
-              "root operant-train used", file=sys.stderr)
+        print(
+            f"{PROG}: --runs-dir {root} is {what}, not a directory of runs; pass the runs "
+            "root operant-train used",
+            file=sys.stderr,
+        )
         return 2
     try:
         rows = list_runs(root)
@@ -50,8 +56,10 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(msgspec.json.encode(rows).decode() + "\n")
         return 0
     if not rows:
-        print(f"{PROG}: no runs under {root} (start one with operant-train, or pass "
-              "--runs-dir)", file=sys.stderr)
+        print(
+            f"{PROG}: no runs under {root} (start one with operant-train, or pass --runs-dir)",
+            file=sys.stderr,
+        )
         return 0
     print(render_table(rows))
     return 0
@@ -64,16 +72,24 @@ def _format_rate(sps: float | None) -> str:
 def render_table(rows: list[RunRow]) -> str:
     header = ("RUN ID", "ENV", "STATUS", "STEPS", "SPS", "AGE")
     cells = [header] + [
-        (row.run_id, row.env_id or "-", shown_status(row.status, row.interrupted),
-         format_value(row.global_step),
-         _format_rate(row.sps),
-         format_age(row.age_s if row.age_s is not None else -1.0))
+        (
+            row.run_id,
+            row.env_id or "-",
+            shown_status(row.status, row.interrupted),
+            format_value(row.global_step),
+            _format_rate(row.sps),
+            format_age(row.age_s if row.age_s is not None else -1.0),
+        )
         for row in rows
     ]
     widths = [max(len(line[column]) for line in cells) for column in range(len(header))]
     right = {3, 4, 5}
-    lines = ["  ".join(cell.rjust(width) if column in right else cell.ljust(width)
-                       for column, (cell, width) in enumerate(zip(line, widths))).rstrip()
-             for line in cells]
+    lines = [
+        "  ".join(
+            cell.rjust(width) if column in right else cell.ljust(width)
+            for column, (cell, width) in enumerate(zip(line, widths))
+        ).rstrip()
+        for line in cells
+    ]
     notes = [f"{row.run_id}: {row.error}" for row in rows if row.error]
     return "\n".join(lines + ([""] + notes if notes else []))

@@ -104,15 +104,19 @@ class RunView(msgspec.Struct, frozen=True, kw_only=True):
 ELAPSED_BEFORE = record.ELAPSED_BEFORE_S.name
 
 
-def run_uptime(status: str, now: float, created: float, last_heartbeat: float,
-               elapsed_before: Any) -> float:
+def run_uptime(
+    status: str, now: float, created: float, last_heartbeat: float, elapsed_before: Any
+) -> float:
     """How long the run has run (ended: ran), across resumes: this trainer's time since it
     created the metrics file (to now, or to its last heartbeat once it ended) plus the seconds
     the run trained before it (a resumed run's `elapsed_before_s`; absent or NaN in a file of
     an older trainer, then 0), so it agrees with the record's elapsed_s."""
     end = now if status in ("running", "stalled") else last_heartbeat
-    before = elapsed_before if isinstance(elapsed_before, float) and math.isfinite(
-        elapsed_before) else 0.0
+    before = (
+        elapsed_before
+        if isinstance(elapsed_before, float) and math.isfinite(elapsed_before)
+        else 0.0
+    )
     return max(0.0, end - created) + max(0.0, before)
 
 
@@ -157,9 +161,15 @@ class ReaderSource:
     daemon thread every `interval_s`.
     """
 
-    def __init__(self, root: Path, run: str | None = None, *, follow: bool = False,
-                 interval_s: float = DEFAULT_INTERVAL_S,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        root: Path,
+        run: str | None = None,
+        *,
+        follow: bool = False,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.root = root
         self.interval_s = interval_s
         self.clock = clock
@@ -188,8 +198,9 @@ class ReaderSource:
         # The first look is taken here, before the app's first paint, so the first frame
         # already shows the run; the thread takes every later one.
         if self._post(target):
-            self._thread = threading.Thread(target=self._loop, args=(target,),
-                                            name="operant-monitor-source", daemon=True)
+            self._thread = threading.Thread(
+                target=self._loop, args=(target,), name="operant-monitor-source", daemon=True
+            )
             self._thread.start()
 
     def stop(self) -> None:
@@ -249,11 +260,16 @@ class ReaderSource:
             path = run_dir / METRICS_FILE
             if not path.exists():
                 if self._last is None:
-                    return self._finish(RunView(
-                        run_id=run_dir.name, run_dir=str(run_dir), following=self._follow,
-                        problem=f"waiting for the trainer to create {path}"), remember=False)
-                return self._stale(f"{path}: the metrics file is gone (run directory "
-                                   "cleaned up?)")
+                    return self._finish(
+                        RunView(
+                            run_id=run_dir.name,
+                            run_dir=str(run_dir),
+                            following=self._follow,
+                            problem=f"waiting for the trainer to create {path}",
+                        ),
+                        remember=False,
+                    )
+                return self._stale(f"{path}: the metrics file is gone (run directory cleaned up?)")
             try:
                 reader = self._open(path)
             except MetricsFileError as error:
@@ -273,8 +289,13 @@ class ReaderSource:
     def _view(self, run_dir: Path, snapshot: Snapshot, history_head: int) -> RunView:
         """What to draw for one good read of the run."""
         metrics = snapshot.metrics()
-        uptime = run_uptime(snapshot.status, self.clock(), snapshot.created_wall_ns / 1e9,
-                            snapshot.heartbeat_wall_ns / 1e9, metrics.get(ELAPSED_BEFORE))
+        uptime = run_uptime(
+            snapshot.status,
+            self.clock(),
+            snapshot.created_wall_ns / 1e9,
+            snapshot.heartbeat_wall_ns / 1e9,
+            metrics.get(ELAPSED_BEFORE),
+        )
         return RunView(
             run_id=snapshot.run_id or run_dir.name,
             run_dir=str(run_dir),
@@ -304,18 +325,21 @@ class ReaderSource:
     def _open(self, path: Path) -> MetricsReader:
         reader = MetricsReader(path)
         schema = reader.schema
-        columns = [MetricInfo(m.name, m.kind, m.unit, m.description) for m in schema.metrics
-                   if m.kind in (fmt.KIND_COUNTER, fmt.KIND_GAUGE, fmt.KIND_TEXT)]
-        columns += [MetricInfo(f.name, "snapshot", f.unit, f.description)
-                    for f in schema.snapshot]
+        columns = [
+            MetricInfo(m.name, m.kind, m.unit, m.description)
+            for m in schema.metrics
+            if m.kind in (fmt.KIND_COUNTER, fmt.KIND_GAUGE, fmt.KIND_TEXT)
+        ]
+        columns += [MetricInfo(f.name, "snapshot", f.unit, f.description) for f in schema.snapshot]
         if self._last is not None and reader.created_wall_ns != self._created_ns:
             self._notice = "the metrics file was replaced by a new one; reading the new file"
             self._reset_curves()
         self._created_ns = reader.created_wall_ns
         self._reader = reader
         self._columns = tuple(columns)
-        self._curves = {f.name: self._curves.get(f.name, deque(maxlen=MAX_CURVE_POINTS))
-                        for f in schema.history}
+        self._curves = {
+            f.name: self._curves.get(f.name, deque(maxlen=MAX_CURVE_POINTS)) for f in schema.history
+        }
         self._process = None
         if schema.hostname == self._hostname and reader.pid:
             try:
@@ -329,8 +353,8 @@ class ReaderSource:
 
     def _add_history(self, history) -> None:
         names = list(self._curves)
-        for record in history.records:
-            for name, value in zip(names, record.values):
+        for entry in history.records:
+            for name, value in zip(names, entry.values):
                 self._curves[name].append(value)
         self._history_head = history.head
         if history.records or len(self._curve_tuples) != len(names):
@@ -338,20 +362,26 @@ class ReaderSource:
             # app the very same tuples, and the curves see nothing to redraw.
             self._curve_tuples = {name: tuple(curve) for name, curve in self._curves.items()}
 
-    def _process_info(self, status: str, hostname: str,
-                      metrics: dict[str, int | float | str]) -> ProcessInfo | None:
+    def _process_info(
+        self, status: str, hostname: str, metrics: dict[str, int | float | str]
+    ) -> ProcessInfo | None:
         if self._process is not None and status in ("running", "stalled"):
             try:
                 with self._process.oneshot():
-                    return ProcessInfo(self._process.cpu_percent(),
-                                       float(self._process.memory_info().rss), "psutil")
+                    return ProcessInfo(
+                        self._process.cpu_percent(),
+                        float(self._process.memory_info().rss),
+                        "psutil",
+                    )
             except psutil.Error:
                 self._process = None
         cpu, rss = metrics.get("cpu_percent"), metrics.get("rss_bytes")
         if isinstance(cpu, (int, float)) or isinstance(rss, (int, float)):
-            return ProcessInfo(float(cpu) if isinstance(cpu, (int, float)) else math.nan,
-                               float(rss) if isinstance(rss, (int, float)) else math.nan,
-                               "trainer")
+            return ProcessInfo(
+                float(cpu) if isinstance(cpu, (int, float)) else math.nan,
+                float(rss) if isinstance(rss, (int, float)) else math.nan,
+                "trainer",
+            )
         return None
 
     def _switch(self, run_dir: Path | None, notice: str) -> None:
@@ -378,8 +408,13 @@ class ReaderSource:
         if self._last is None:
             run_dir = self._run_dir
             name = run_dir.name if run_dir is not None else (self._run or LATEST_NAME)
-            view = RunView(run_id=name, run_dir=str(run_dir or self.root),
-                           status=STATUS_UNKNOWN, problem=problem, following=self._follow)
+            view = RunView(
+                run_id=name,
+                run_dir=str(run_dir or self.root),
+                status=STATUS_UNKNOWN,
+                problem=problem,
+                following=self._follow,
+            )
         else:
             view = msgspec.structs.replace(self._last, problem=problem, following=self._follow)
         return self._finish(view, remember=False)

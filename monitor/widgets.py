@@ -23,11 +23,23 @@ from operant.monitor.source import STATUS_UNKNOWN, STATUS_WAITING, RunView
 from operant.shared import record
 from operant.shared.record import PHASES, phase_of
 
-PHASE_COLORS = ("#4e9a06", "#3465a4", "#c4a000", "#75507b", "#cc0000", "#06989a",
-                "#ad7fa8", "#e9b96e")
+PHASE_COLORS = (
+    "#4e9a06",
+    "#3465a4",
+    "#c4a000",
+    "#75507b",
+    "#cc0000",
+    "#06989a",
+    "#ad7fa8",
+    "#e9b96e",
+)
 STATUS_STYLES = {
-    "running": "bold #4e9a06", "finished": "bold #3465a4", "failed": "bold #cc0000",
-    "crashed": "bold #cc0000", "stalled": "bold #c4a000", STATUS_WAITING: "bold #888888",
+    "running": "bold #4e9a06",
+    "finished": "bold #3465a4",
+    "failed": "bold #cc0000",
+    "crashed": "bold #cc0000",
+    "stalled": "bold #c4a000",
+    STATUS_WAITING: "bold #888888",
     STATUS_UNKNOWN: "bold #c4a000",
 }
 
@@ -39,24 +51,27 @@ def describe_status(view: RunView) -> tuple[str, str]:
     if view.status == STATUS_WAITING:
         return "information", f"Waiting: {view.problem}."
     if view.problem:
-        kept = (" Showing the last values read." if view.columns else "")
+        kept = " Showing the last values read." if view.columns else ""
         return "error", f"Cannot read the metrics file: {view.problem}.{kept} Retrying."
     ran = fmt.duration(view.uptime_s)
     if view.status == "finished":
-        how = ("stopped on request (SIGINT/SIGTERM)" if view.interrupted
-               else "finished")
+        how = "stopped on request (SIGINT/SIGTERM)" if view.interrupted else "finished"
         return "information", f"Run {how} after {ran}. These are its final values."
     if view.status == "failed":
         reason = view.reason or "no reason given"
         return "error", f"Run FAILED after {ran}: {reason}. These are its last values."
     if view.status == "crashed":
-        return "error", (f"Trainer CRASHED: pid {view.pid} is gone without saying it "
-                         f"finished (last heartbeat {fmt.duration(view.heartbeat_age_s)} ago). "
-                         "These are its last values.")
+        return "error", (
+            f"Trainer CRASHED: pid {view.pid} is gone without saying it "
+            f"finished (last heartbeat {fmt.duration(view.heartbeat_age_s)} ago). "
+            "These are its last values."
+        )
     if view.status == "stalled":
-        return "warning", (f"STALLED: no heartbeat for {fmt.duration(view.heartbeat_age_s)} "
-                           f"(expected every {fmt.short_time(view.heartbeat_interval_s)}); "
-                           "the trainer is stopped or hung.")
+        return "warning", (
+            f"STALLED: no heartbeat for {fmt.duration(view.heartbeat_age_s)} "
+            f"(expected every {fmt.short_time(view.heartbeat_interval_s)}); "
+            "the trainer is stopped or hung."
+        )
     if view.state == "initializing":
         return "information", "The trainer is starting up."
     warning = view.metrics.get(record.WARNING.name)
@@ -155,8 +170,9 @@ class Curve(Widget):
         if numbers:
             text.append(f" {fmt.real(numbers[-1])}", style="bold")
             if height > 1:
-                text.append(f"  {fmt.real(min(numbers), 3)}…{fmt.real(max(numbers), 3)}",
-                            style="dim")
+                text.append(
+                    f"  {fmt.real(min(numbers), 3)}…{fmt.real(max(numbers), 3)}", style="dim"
+                )
         else:
             text.append("  no data yet", style="dim")
         if height == 1:
@@ -175,8 +191,11 @@ class Curve(Widget):
 def phase_parts(metrics: dict[str, int | float | str]) -> tuple[tuple[str, float], ...]:
     """(phase, seconds) from every phase metric (`phase_<name>_s`): the loop's phases
     (operant.shared.record.PHASES) in loop order, then any others a run publishes."""
-    found = {phase: value for name, value in metrics.items()
-             if (phase := phase_of(name)) is not None and fmt.is_number(value)}
+    found = {
+        phase: value
+        for name, value in metrics.items()
+        if (phase := phase_of(name)) is not None and fmt.is_number(value)
+    }
     ordered = [name for name in PHASES if name in found]
     ordered += sorted(name for name in found if name not in PHASES)
     return tuple((name, float(found[name])) for name in ordered)
@@ -212,9 +231,10 @@ def table_rows(view: RunView) -> tuple[tuple[str, str, str], ...]:
     """(metric, value, unit) for every metric in the run's schema, in schema order, values
     formatted by kind and unit (fmt.metric), each unit said once: the metrics table's
     content."""
-    return tuple((info.name,
-                  *fmt.metric(view.metrics.get(info.name, math.nan), info.unit, info.kind))
-                 for info in view.columns)
+    return tuple(
+        (info.name, *fmt.metric(view.metrics.get(info.name, math.nan), info.unit, info.kind))
+        for info in view.columns
+    )
 
 
 class MetricsTable(ScrollView, can_focus=True):
@@ -238,9 +258,13 @@ class MetricsTable(ScrollView, can_focus=True):
         self.rows = table_rows(view)
 
     def watch_rows(self, rows: tuple[tuple[str, str, str], ...]) -> None:
-        self._widths = [min(max(len(row[column]) for row in (self.HEADER, *rows)),
-                            self.MAX_VALUE_WIDTH if column == 1 else 1000)
-                        for column in range(3)]
+        self._widths = [
+            min(
+                max(len(row[column]) for row in (self.HEADER, *rows)),
+                self.MAX_VALUE_WIDTH if column == 1 else 1000,
+            )
+            for column in range(3)
+        ]
         # The header stays on line 0; rows scroll beneath it.
         self.virtual_size = Size(sum(self._widths) + 3, len(rows) + 1)
         self.refresh()
@@ -256,12 +280,15 @@ class MetricsTable(ScrollView, can_focus=True):
             if index >= len(rows):
                 return Strip.blank(width, self.rich_style)
             row = rows[index]
-            style = (self.get_component_rich_style("metrics-table--stripe") if index % 2
-                     else self.rich_style)
+            style = (
+                self.get_component_rich_style("metrics-table--stripe")
+                if index % 2
+                else self.rich_style
+            )
         name_width, value_width, unit_width = self._widths
         name, value, unit = row
         if len(value) > value_width:
-            value = value[:value_width - 1] + "…"
+            value = value[: value_width - 1] + "…"
         line = f" {name:<{name_width}} {value:>{value_width}} {unit:<{unit_width}}"
         strip = Strip([Segment(line, style)])
         return strip.crop_extend(scroll_x, scroll_x + width, style)

@@ -48,8 +48,9 @@ def fsync_directory(directory: str | os.PathLike[str]) -> None:
 
 
 @contextmanager
-def replacing(path: str | os.PathLike[str], beat: Callable[[], None] = lambda: None,
-              mode: int = 0o644) -> Iterator[BinaryIO]:
+def replacing(
+    path: str | os.PathLike[str], beat: Callable[[], None] = lambda: None, mode: int = 0o644
+) -> Iterator[BinaryIO]:
     """A new file opened for reading and writing (binary) whose content replaces `path`
     when the block ends without an exception: flush, fsync, `os.replace`, fsync the
     directory. An exception removes the temporary file, leaves `path` untouched and
@@ -87,8 +88,11 @@ class _BeatingWriter:
         self.handle.flush()
 
 
-def write_with(path: str | os.PathLike[str], write: Callable[[Any], None],
-               beat: Callable[[], None] = lambda: None) -> None:
+def write_with(
+    path: str | os.PathLike[str],
+    write: Callable[[Any], None],
+    beat: Callable[[], None] = lambda: None,
+) -> None:
     """Replace `path` with what `write(handle)` writes into a binary file-like handle (for
     serialisers that stream, such as `torch.save`); `beat` is called on every write."""
     with replacing(path, beat) as handle:

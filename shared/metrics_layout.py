@@ -113,6 +113,7 @@ STATE_NAMES = {
     STATE_FAILED: "failed",
 }
 
+
 # A history record's seq: 2*index+1 while record `index` is being written, 2*index+2 once it
 # is whole; 0 means the slot was never written.
 def history_seq_complete(index: int) -> int:
@@ -215,8 +216,17 @@ def _spec(item: MetricSpec) -> tuple[str, str, str]:
     return name, unit, rest[0] if rest else ""
 
 
-def make_schema(run_id: str, *, env_id: str = "", counters=(), gauges=(), texts=(),
-                snapshot=(), history=(), writer: str = "") -> Schema:
+def make_schema(
+    run_id: str,
+    *,
+    env_id: str = "",
+    counters=(),
+    gauges=(),
+    texts=(),
+    snapshot=(),
+    history=(),
+    writer: str = "",
+) -> Schema:
     """A schema with slots assigned in order (counters, then gauges; texts separately).
 
     Each of counters/gauges/texts/snapshot/history is a sequence of names, (name, unit) or
@@ -227,15 +237,21 @@ def make_schema(run_id: str, *, env_id: str = "", counters=(), gauges=(), texts=
     for kind, items in ((KIND_COUNTER, counters), (KIND_GAUGE, gauges)):
         for item in items:
             name, unit, description = _spec(item)
-            metrics.append(Metric(name=name, kind=kind, slot=len(metrics), unit=unit,
-                                  description=description))
+            metrics.append(
+                Metric(name=name, kind=kind, slot=len(metrics), unit=unit, description=description)
+            )
     for slot, item in enumerate(texts):
         name, unit, description = _spec(item)
-        metrics.append(Metric(name=name, kind=KIND_TEXT, slot=slot, unit=unit,
-                              description=description))
+        metrics.append(
+            Metric(name=name, kind=KIND_TEXT, slot=slot, unit=unit, description=description)
+        )
     schema = Schema(
-        run_id=run_id, env_id=env_id, hostname=socket.gethostname(), boot_id=boot_id(),
-        writer=writer, metrics=tuple(metrics),
+        run_id=run_id,
+        env_id=env_id,
+        hostname=socket.gethostname(),
+        boot_id=boot_id(),
+        writer=writer,
+        metrics=tuple(metrics),
         snapshot=tuple(Field(name=n, unit=u, description=d) for n, u, d in map(_spec, snapshot)),
         history=tuple(Field(name=n, unit=u, description=d) for n, u, d in map(_spec, history)),
     )
@@ -331,8 +347,7 @@ class Layout(msgspec.Struct, frozen=True, kw_only=True):
             ("header", 0, HEADER_SIZE),
             ("schema", self.schema_offset, self.schema_length),
             ("values", self.values_offset, self.value_count * self.value_stride),
-            ("snapshot", self.snapshot_offset,
-             SNAPSHOT_HEADER_SIZE + 8 * self.snapshot_words),
+            ("snapshot", self.snapshot_offset, SNAPSHOT_HEADER_SIZE + 8 * self.snapshot_words),
             ("texts", self.text_offset, self.text_count * self.text_stride),
             ("reason", self.reason_offset, self.reason_size),
             ("history", self.history_offset, self.history_capacity * self.history_stride),
@@ -347,32 +362,56 @@ def compute_layout(schema: Schema, schema_length: int, history_capacity: int) ->
     schema_offset = HEADER_SIZE
     values_offset = _align(schema_offset + schema_length, CACHE_LINE)
     snapshot_offset = _align(values_offset + schema.value_count * VALUE_STRIDE, CACHE_LINE)
-    text_offset = _align(snapshot_offset + SNAPSHOT_HEADER_SIZE + 8 * len(schema.snapshot),
-                         CACHE_LINE)
+    text_offset = _align(
+        snapshot_offset + SNAPSHOT_HEADER_SIZE + 8 * len(schema.snapshot), CACHE_LINE
+    )
     reason_offset = _align(text_offset + schema.text_count * TEXT_STRIDE, CACHE_LINE)
     history_offset = _align(reason_offset + REASON_SIZE, CACHE_LINE)
     history_stride = HISTORY_RECORD_HEADER_SIZE + 8 * len(schema.history)
     file_size = _align(history_offset + history_capacity * history_stride, PAGE)
     return Layout(
-        file_size=file_size, schema_offset=schema_offset, schema_length=schema_length,
-        values_offset=values_offset, value_count=schema.value_count, value_stride=VALUE_STRIDE,
-        snapshot_offset=snapshot_offset, snapshot_words=len(schema.snapshot),
-        text_offset=text_offset, text_count=schema.text_count, text_stride=TEXT_STRIDE,
-        reason_offset=reason_offset, reason_size=REASON_SIZE,
-        history_offset=history_offset, history_capacity=history_capacity,
-        history_fields=len(schema.history), history_stride=history_stride,
+        file_size=file_size,
+        schema_offset=schema_offset,
+        schema_length=schema_length,
+        values_offset=values_offset,
+        value_count=schema.value_count,
+        value_stride=VALUE_STRIDE,
+        snapshot_offset=snapshot_offset,
+        snapshot_words=len(schema.snapshot),
+        text_offset=text_offset,
+        text_count=schema.text_count,
+        text_stride=TEXT_STRIDE,
+        reason_offset=reason_offset,
+        reason_size=REASON_SIZE,
+        history_offset=history_offset,
+        history_capacity=history_capacity,
+        history_fields=len(schema.history),
+        history_stride=history_stride,
     )
 
 
-def pack_header(layout: Layout, *, schema_crc32: int, pid: int, pid_start_time: float,
-                heartbeat_interval_ns: int, created_wall_ns: int) -> bytes:
+def pack_header(
+    layout: Layout,
+    *,
+    schema_crc32: int,
+    pid: int,
+    pid_start_time: float,
+    heartbeat_interval_ns: int,
+    created_wall_ns: int,
+) -> bytes:
     """The first HEADER_SIZE bytes of a new file (state initializing, heartbeat and head 0)."""
     fields: dict[str, Any] = {name: 0 for name, _ in HEADER_FIELDS}
     fields.update(msgspec.structs.asdict(layout))
     fields.update(
-        magic=MAGIC, version_major=VERSION_MAJOR, version_minor=VERSION_MINOR,
-        header_size=HEADER_SIZE, endian_tag=ENDIAN_TAG, schema_crc32=schema_crc32, pid=pid,
-        pid_start_time=pid_start_time, heartbeat_interval_ns=heartbeat_interval_ns,
+        magic=MAGIC,
+        version_major=VERSION_MAJOR,
+        version_minor=VERSION_MINOR,
+        header_size=HEADER_SIZE,
+        endian_tag=ENDIAN_TAG,
+        schema_crc32=schema_crc32,
+        pid=pid,
+        pid_start_time=pid_start_time,
+        heartbeat_interval_ns=heartbeat_interval_ns,
         created_wall_ns=created_wall_ns,
     )
     packed = HEADER_STRUCT.pack(*(fields[name] for name, _ in HEADER_FIELDS))
@@ -388,4 +427,3 @@ def unpack_header(prefix: bytes) -> dict[str, Any]:
 
 def schema_crc32(blob: bytes) -> int:
     return zlib.crc32(blob) & 0xFFFFFFFF
-

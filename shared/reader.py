@@ -145,21 +145,26 @@ class MetricsReader:
         self._mm: mmap.mmap | None = None
         self._views: list[memoryview[Any]] = []
         if sys.byteorder != "little":
-            raise MetricsFileError(f"{self.path}: this reader needs a little-endian host "
-                                   "(the metrics file is little-endian)")
+            raise MetricsFileError(
+                f"{self.path}: this reader needs a little-endian host "
+                "(the metrics file is little-endian)"
+            )
         try:
             self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
-            raise MetricsFileError(f"{self.path}: no such file; is the run id right, or has the "
-                                   "trainer not started yet?") from None
+            raise MetricsFileError(
+                f"{self.path}: no such file; is the run id right, or has the "
+                "trainer not started yet?"
+            ) from None
         except OSError as error:
             raise MetricsFileError(f"{self.path}: cannot open ({error.strerror})") from None
         try:
             self._open()
         except OSError as error:
             self.close()
-            raise MetricsFileError(f"{self.path}: cannot read ({error.strerror or error})") \
-                from None
+            raise MetricsFileError(
+                f"{self.path}: cannot read ({error.strerror or error})"
+            ) from None
         except BaseException:
             self.close()
             raise
@@ -176,18 +181,19 @@ class MetricsReader:
         self._identity = (st.st_dev, st.st_ino)
         size = st.st_size
         if size == 0:
-            raise self._fail("is empty (the trainer was stopped while creating it?); "
-                             "start the run again")
+            raise self._fail(
+                "is empty (the trainer was stopped while creating it?); start the run again"
+            )
         prefix = os.pread(self._fd, fmt.IDENTITY_SIZE, 0)
         if not prefix.strip(b"\0"):
             raise self._fail("is zeroed, not a metrics file (a crash before it was written?)")
-        magic = prefix[:len(fmt.MAGIC)]
-        if magic != fmt.MAGIC and not (len(magic) < len(fmt.MAGIC)
-                                       and fmt.MAGIC.startswith(magic)):
+        magic = prefix[: len(fmt.MAGIC)]
+        if magic != fmt.MAGIC and not (len(magic) < len(fmt.MAGIC) and fmt.MAGIC.startswith(magic)):
             raise self._fail("is not an Operant metrics file (wrong magic)")
         if len(prefix) < fmt.IDENTITY_SIZE:
-            raise self._fail(f"is truncated: {size} bytes, shorter than the "
-                             f"{fmt.IDENTITY_SIZE}-byte header")
+            raise self._fail(
+                f"is truncated: {size} bytes, shorter than the {fmt.IDENTITY_SIZE}-byte header"
+            )
         header = fmt.unpack_header(prefix)
         self.format_version = self._check_version(header)
         header_size = header["header_size"]
@@ -197,8 +203,10 @@ class MetricsReader:
         if file_size < header_size or file_size % 8:
             raise self._fail(f"has a corrupt header (file size {file_size})")
         if size < file_size:
-            raise self._fail(f"is truncated: {size} of {file_size} bytes; the file was cut "
-                             "short (disk full or copied while written?)")
+            raise self._fail(
+                f"is truncated: {size} of {file_size} bytes; the file was cut "
+                "short (disk full or copied while written?)"
+            )
         if header["heartbeat_interval_ns"] <= 0:
             raise self._fail("has a corrupt header (heartbeat interval 0)")
         pid, start = header["pid"], header["pid_start_time"]
@@ -213,7 +221,7 @@ class MetricsReader:
         self.created_wall_ns = header["created_wall_ns"]
 
         self._mm = mm = mmap.mmap(self._fd, file_size, access=mmap.ACCESS_READ)
-        blob = mm[layout.schema_offset:layout.schema_offset + layout.schema_length]
+        blob = mm[layout.schema_offset : layout.schema_offset + layout.schema_length]
         if fmt.schema_crc32(blob) != header["schema_crc32"]:
             raise self._fail("has a corrupted schema blob (checksum mismatch)")
         try:
@@ -226,29 +234,39 @@ class MetricsReader:
         """The file's "major.minor" once its byte order and major version are readable here."""
         major, minor = header["version_major"], header["version_minor"]
         if header["endian_tag"] != fmt.ENDIAN_TAG:
-            if header["endian_tag"] == int.from_bytes(
-                    fmt.ENDIAN_TAG.to_bytes(4, "little"), "big"):
-                raise self._fail("was written on a big-endian host; the format is "
-                                 "little-endian only")
+            if header["endian_tag"] == int.from_bytes(fmt.ENDIAN_TAG.to_bytes(4, "little"), "big"):
+                raise self._fail(
+                    "was written on a big-endian host; the format is little-endian only"
+                )
             raise self._fail("has a corrupt header (byte-order tag)")
         if major > fmt.VERSION_MAJOR:
-            raise self._fail(f"uses metrics format {major}.{minor}, newer than this reader "
-                             f"({fmt.VERSION_MAJOR}.x): upgrade operant to read it")
+            raise self._fail(
+                f"uses metrics format {major}.{minor}, newer than this reader "
+                f"({fmt.VERSION_MAJOR}.x): upgrade operant to read it"
+            )
         if major < fmt.VERSION_MAJOR:
-            raise self._fail(f"uses metrics format {major}.{minor}, older than this reader "
-                             f"supports ({fmt.VERSION_MAJOR}.x): read it with the operant "
-                             "version that wrote it")
+            raise self._fail(
+                f"uses metrics format {major}.{minor}, older than this reader "
+                f"supports ({fmt.VERSION_MAJOR}.x): read it with the operant "
+                "version that wrote it"
+            )
         return f"{major}.{minor}"
 
     def _check_regions(self, layout: fmt.Layout, header_size: int) -> None:
         if layout.value_stride < 8 or layout.value_stride % 8:
             raise self._fail(f"has a corrupt header (value stride {layout.value_stride})")
-        if (layout.text_stride < fmt.TEXT_HEADER_SIZE or layout.text_stride % 8
-                or layout.reason_size < fmt.TEXT_HEADER_SIZE or layout.reason_size % 8):
+        if (
+            layout.text_stride < fmt.TEXT_HEADER_SIZE
+            or layout.text_stride % 8
+            or layout.reason_size < fmt.TEXT_HEADER_SIZE
+            or layout.reason_size % 8
+        ):
             raise self._fail("has a corrupt header (text slot size)")
-        if (layout.history_capacity < 1 or layout.history_stride % 8
-                or layout.history_stride < fmt.HISTORY_RECORD_HEADER_SIZE
-                + 8 * layout.history_fields):
+        if (
+            layout.history_capacity < 1
+            or layout.history_stride % 8
+            or layout.history_stride < fmt.HISTORY_RECORD_HEADER_SIZE + 8 * layout.history_fields
+        ):
             raise self._fail("has a corrupt header (history ring shape)")
         previous_end, previous_name = header_size, "header"
         for name, offset, size in layout.regions()[1:]:
@@ -300,8 +318,9 @@ class MetricsReader:
         same_host = schema.hostname == hostname if schema.hostname else False
         # Same host and same boot: the pid can be checked and the monotonic clocks compared.
         self._local = same_host and (not schema.boot_id or schema.boot_id == boot)
-        self._rebooted = (same_host and bool(schema.boot_id) and bool(boot)
-                          and schema.boot_id != boot)
+        self._rebooted = (
+            same_host and bool(schema.boot_id) and bool(boot) and schema.boot_id != boot
+        )
 
     # --- lifetime ------------------------------------------------------------------------
 
@@ -339,8 +358,9 @@ class MetricsReader:
         # A file shrunk under the mapping would kill this process with SIGBUS on the next
         # read past its new end; no Operant writer ever shrinks one.
         if os.fstat(self._fd).st_size < self.layout.file_size:
-            raise self._fail("was truncated while being read (not by an Operant writer); "
-                             "open it again")
+            raise self._fail(
+                "was truncated while being read (not by an Operant writer); open it again"
+            )
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
@@ -348,8 +368,10 @@ class MetricsReader:
         except OSError as error:
             raise self._fail(f"cannot be checked ({error.strerror})") from None
         if (st.st_dev, st.st_ino) != self._identity:
-            raise self._fail("was replaced by a new file since it was opened (a new run in "
-                             "the same directory?); open it again")
+            raise self._fail(
+                "was replaced by a new file since it was opened (a new run in "
+                "the same directory?); open it again"
+            )
 
     # --- seqlocked reads -----------------------------------------------------------------
 
@@ -376,19 +398,24 @@ class MetricsReader:
     def snapshot_block(self) -> tuple[float, ...] | None:
         """The seqlock block's values in schema.snapshot order, all from one publish_snapshot
         call; None if no whole copy could be taken. The cheapest read there is."""
-        return self._read_seqlocked(self._snapshot_seq_word, self._snapshot_struct.unpack_from,
-                                    self._mm, self._snapshot_start)
+        return self._read_seqlocked(
+            self._snapshot_seq_word,
+            self._snapshot_struct.unpack_from,
+            self._mm,
+            self._snapshot_start,
+        )
 
     def _read_text(self, offset: int, size: int, what: str) -> str:
-        data = self._read_seqlocked(offset // 8, self._mapping().__getitem__,
-                                    slice(offset + 8, offset + size))
+        data = self._read_seqlocked(
+            offset // 8, self._mapping().__getitem__, slice(offset + 8, offset + size)
+        )
         if data is None:
             return ""
         length = int.from_bytes(data[:4], "little")
         capacity = size - fmt.TEXT_HEADER_SIZE
         if length > capacity:
             raise self._fail(f"has a corrupt {what} (length {length} > {capacity})")
-        return data[8:8 + length].decode("utf-8", "replace")
+        return data[8 : 8 + length].decode("utf-8", "replace")
 
     # --- snapshots -----------------------------------------------------------------------
 
@@ -407,17 +434,19 @@ class MetricsReader:
         state_word = q[fmt.STATE_OFFSET // 8]
         state_code = state_word & fmt.STATE_MASK
         if state_code not in fmt.STATE_NAMES:
-            raise self._fail(f"has an unknown state {state_code} (corrupt, or written by a "
-                             "newer Operant)")
-        reason = self._read_text(self.layout.reason_offset, self.layout.reason_size,
-                                 "reason text")
+            raise self._fail(
+                f"has an unknown state {state_code} (corrupt, or written by a newer Operant)"
+            )
+        reason = self._read_text(self.layout.reason_offset, self.layout.reason_size, "reason text")
         heartbeat_wall = q[fmt.HEARTBEAT_WALL_OFFSET // 8]
         heartbeat_mono = q[fmt.HEARTBEAT_MONO_OFFSET // 8]
         heartbeat_count = q[fmt.HEARTBEAT_COUNT_OFFSET // 8]
         counters = {name: q[word] for name, word in self._counters}
         gauges = {name: d[word] for name, word in self._gauges}
-        texts = {name: self._read_text(offset, self.layout.text_stride, f"text {name!r}")
-                 for name, offset in self._texts}
+        texts = {
+            name: self._read_text(offset, self.layout.text_stride, f"text {name!r}")
+            for name, offset in self._texts
+        }
         block = self.snapshot_block()
         head = q[fmt.HISTORY_HEAD_OFFSET // 8]
         age = self._heartbeat_age(heartbeat_wall, heartbeat_mono)
@@ -518,5 +547,6 @@ class MetricsReader:
                 break
             records.append(HistoryRecord(index, values))
         records.reverse()
-        return History(records=tuple(records), head=head,
-                       skipped=max(0, head - since_head - len(records)))
+        return History(
+            records=tuple(records), head=head, skipped=max(0, head - since_head - len(records))
+        )

@@ -58,16 +58,25 @@ class MetricDeclaration(msgspec.Struct, frozen=True, kw_only=True):
     """Also appended to the metrics file's history ring, once per update: a curve."""
 
 
-def counter(unit: str, description: str, *, label: str = "",
-            in_history: bool = False) -> MetricDeclaration:
-    return MetricDeclaration(kind=COUNTER, unit=unit, description=description, label=label,
-                             in_history=in_history)
+def counter(
+    unit: str, description: str, *, label: str = "", in_history: bool = False
+) -> MetricDeclaration:
+    return MetricDeclaration(
+        kind=COUNTER, unit=unit, description=description, label=label, in_history=in_history
+    )
 
 
-def gauge(unit: str, description: str, *, label: str = "", in_file: bool = True,
-          in_history: bool = False) -> MetricDeclaration:
-    return MetricDeclaration(kind=GAUGE, unit=unit, description=description, label=label,
-                             in_file=in_file, in_history=in_history)
+def gauge(
+    unit: str, description: str, *, label: str = "", in_file: bool = True, in_history: bool = False
+) -> MetricDeclaration:
+    return MetricDeclaration(
+        kind=GAUGE,
+        unit=unit,
+        description=description,
+        label=label,
+        in_file=in_file,
+        in_history=in_history,
+    )
 
 
 class PPOStatistics(msgspec.Struct, frozen=True):
@@ -93,69 +102,150 @@ class UpdateRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     progress.jsonl only when true.
     """
 
-    updates: Annotated[int, counter("updates", "PPO updates done.", label="update")] = \
+    updates: Annotated[int, counter("updates", "PPO updates done.", label="update")] = (
         msgspec.field(name="update")
-    global_step: Annotated[int, counter(
-        "steps", "Environment steps taken, summed over envs.", label="steps", in_history=True)]
+    )
+    global_step: Annotated[
+        int,
+        counter(
+            "steps", "Environment steps taken, summed over envs.", label="steps", in_history=True
+        ),
+    ]
     episodes: Annotated[int, counter("episodes", "Episodes finished.", label="episodes")]
-    elapsed_s: Annotated[float, gauge(
-        "s", "Seconds since training started.", label="elapsed", in_history=True)]
-    sps: Annotated[float, gauge(
-        "steps/s", "Environment steps per second over the last update.", label="steps/s",
-        in_history=True)]
-    sps_mean: Annotated[float, gauge(
-        "steps/s", "Environment steps per second since training started.",
-        label="mean steps/s")]
-    episode_return_mean: Annotated[float | None, gauge(
-        "", "Mean return of the last 100 finished episodes.", label="episode return",
-        in_history=True)]
-    episode_return_min: Annotated[float | None, gauge(
-        "", "Lowest return among episodes finished in the last update.",
-        label="lowest return")]
-    episode_return_max: Annotated[float | None, gauge(
-        "", "Highest return among episodes finished in the last update.",
-        label="highest return")]
-    episode_length_mean: Annotated[float | None, gauge(
-        "steps", "Mean length of episodes finished in the last update.",
-        label="episode length", in_history=True)]
-    episodes_this_update: Annotated[int, gauge(
-        "episodes", "Episodes finished during the last update.", label="episodes/update",
-        in_file=False)]
-    learning_rate: Annotated[float, gauge(
-        "", "Adam step size of the last update.", label="learning rate", in_history=True)]
-    policy_loss: Annotated[float | None, gauge(
-        "", "Clipped surrogate loss (last epoch's mean).", label="policy loss",
-        in_history=True)]
-    value_loss: Annotated[float | None, gauge(
-        "", "Value loss (last epoch's mean).", label="value loss", in_history=True)]
-    entropy: Annotated[float | None, gauge(
-        "nats", "Policy entropy (last epoch's mean).", label="entropy", in_history=True)]
-    approx_kl: Annotated[float | None, gauge(
-        "", "Approximate KL between old and new policy.", label="approx KL",
-        in_history=True)]
-    clip_fraction: Annotated[float | None, gauge(
-        "", "Fraction of samples whose ratio was clipped.", label="clip fraction",
-        in_history=True)]
-    explained_variance: Annotated[float | None, gauge(
-        "", "How much of the returns' variance the value function explains.",
-        label="explained variance", in_history=True)]
-    epochs: Annotated[float | None, gauge(
-        "epochs", "PPO epochs run (fewer than configured when ppo.target_kl stopped them).",
-        label="epochs", in_file=False)]
-    phase_s: Annotated[dict[str, float], gauge(
-        "s", "Seconds in each phase (PHASES) during the last update; the metrics file holds "
-        "them as PHASE_METRICS.", label="phases", in_file=False)]
-    solved: Annotated[bool, gauge(
-        "", "True on the update whose last-100 mean return first reached "
-        "train.target_return.", label="solved", in_file=False)] = False
+    elapsed_s: Annotated[
+        float, gauge("s", "Seconds since training started.", label="elapsed", in_history=True)
+    ]
+    sps: Annotated[
+        float,
+        gauge(
+            "steps/s",
+            "Environment steps per second over the last update.",
+            label="steps/s",
+            in_history=True,
+        ),
+    ]
+    sps_mean: Annotated[
+        float,
+        gauge(
+            "steps/s", "Environment steps per second since training started.", label="mean steps/s"
+        ),
+    ]
+    episode_return_mean: Annotated[
+        float | None,
+        gauge(
+            "",
+            "Mean return of the last 100 finished episodes.",
+            label="episode return",
+            in_history=True,
+        ),
+    ]
+    episode_return_min: Annotated[
+        float | None,
+        gauge(
+            "", "Lowest return among episodes finished in the last update.", label="lowest return"
+        ),
+    ]
+    episode_return_max: Annotated[
+        float | None,
+        gauge(
+            "", "Highest return among episodes finished in the last update.", label="highest return"
+        ),
+    ]
+    episode_length_mean: Annotated[
+        float | None,
+        gauge(
+            "steps",
+            "Mean length of episodes finished in the last update.",
+            label="episode length",
+            in_history=True,
+        ),
+    ]
+    episodes_this_update: Annotated[
+        int,
+        gauge(
+            "episodes",
+            "Episodes finished during the last update.",
+            label="episodes/update",
+            in_file=False,
+        ),
+    ]
+    learning_rate: Annotated[
+        float,
+        gauge("", "Adam step size of the last update.", label="learning rate", in_history=True),
+    ]
+    policy_loss: Annotated[
+        float | None,
+        gauge(
+            "", "Clipped surrogate loss (last epoch's mean).", label="policy loss", in_history=True
+        ),
+    ]
+    value_loss: Annotated[
+        float | None,
+        gauge("", "Value loss (last epoch's mean).", label="value loss", in_history=True),
+    ]
+    entropy: Annotated[
+        float | None,
+        gauge("nats", "Policy entropy (last epoch's mean).", label="entropy", in_history=True),
+    ]
+    approx_kl: Annotated[
+        float | None,
+        gauge("", "Approximate KL between old and new policy.", label="approx KL", in_history=True),
+    ]
+    clip_fraction: Annotated[
+        float | None,
+        gauge(
+            "",
+            "Fraction of samples whose ratio was clipped.",
+            label="clip fraction",
+            in_history=True,
+        ),
+    ]
+    explained_variance: Annotated[
+        float | None,
+        gauge(
+            "",
+            "How much of the returns' variance the value function explains.",
+            label="explained variance",
+            in_history=True,
+        ),
+    ]
+    epochs: Annotated[
+        float | None,
+        gauge(
+            "epochs",
+            "PPO epochs run (fewer than configured when ppo.target_kl stopped them).",
+            label="epochs",
+            in_file=False,
+        ),
+    ]
+    phase_s: Annotated[
+        dict[str, float],
+        gauge(
+            "s",
+            "Seconds in each phase (PHASES) during the last update; the metrics file holds "
+            "them as PHASE_METRICS.",
+            label="phases",
+            in_file=False,
+        ),
+    ]
+    solved: Annotated[
+        bool,
+        gauge(
+            "",
+            "True on the update whose last-100 mean return first reached train.target_return.",
+            label="solved",
+            in_file=False,
+        ),
+    ] = False
 
 
 def _record_metrics() -> tuple[MetricDeclaration, ...]:
     hints = typing.get_type_hints(UpdateRecord, include_extras=True)
     declared = []
     for name in UpdateRecord.__struct_fields__:
-        (declaration,) = (item for item in hints[name].__metadata__
-                          if isinstance(item, MetricDeclaration))
+        (declaration,) = (
+            item for item in hints[name].__metadata__ if isinstance(item, MetricDeclaration)
+        )
         declared.append(msgspec.structs.replace(declaration, name=name))
     return tuple(declared)
 
@@ -174,49 +264,87 @@ def phase_of(name: str) -> str | None:
     for any other name. Readers use it for phases this version does not know too."""
     prefix, suffix = "phase_", "_s"
     if name.startswith(prefix) and name.endswith(suffix) and len(name) > len(prefix + suffix):
-        return name[len(prefix):-len(suffix)]
+        return name[len(prefix) : -len(suffix)]
     return None
 
 
 PHASE_METRICS = tuple(
-    MetricDeclaration(name=phase_metric(phase), kind=GAUGE, unit="s",
-                      description=f"Seconds in the {phase} phase during the last update.",
-                      label=phase, in_history=True)
-    for phase in PHASES)
+    MetricDeclaration(
+        name=phase_metric(phase),
+        kind=GAUGE,
+        unit="s",
+        description=f"Seconds in the {phase} phase during the last update.",
+        label=phase,
+        in_history=True,
+    )
+    for phase in PHASES
+)
 """Each phase's seconds during the last update: the metrics file's seqlocked snapshot block
 (one coherent breakdown) and, after the record's curves, its history."""
 
-TOTAL_STEPS = MetricDeclaration(name="total_steps", kind=GAUGE, unit="steps",
-                                description="The run's step budget.", label="step budget")
-CPU_PERCENT = MetricDeclaration(name="cpu_percent", kind=GAUGE, unit="%",
-                                description="The trainer process's CPU use (100 = one core).",
-                                label="CPU")
-RSS_BYTES = MetricDeclaration(name="rss_bytes", kind=GAUGE, unit="bytes",
-                              description="The trainer process's resident memory.", label="RSS")
-ENV_ID = MetricDeclaration(name="env_id", kind=TEXT, description="Environment id.",
-                           label="env")
-ENV_IMPL = MetricDeclaration(name="env_impl", kind=TEXT,
-                             description="Environment implementation (native, torch, "
-                                         "reference).", label="env impl")
-DEVICE = MetricDeclaration(name="device", kind=TEXT, description="Torch device of the policy.",
-                           label="device")
+TOTAL_STEPS = MetricDeclaration(
+    name="total_steps",
+    kind=GAUGE,
+    unit="steps",
+    description="The run's step budget.",
+    label="step budget",
+)
+CPU_PERCENT = MetricDeclaration(
+    name="cpu_percent",
+    kind=GAUGE,
+    unit="%",
+    description="The trainer process's CPU use (100 = one core).",
+    label="CPU",
+)
+RSS_BYTES = MetricDeclaration(
+    name="rss_bytes",
+    kind=GAUGE,
+    unit="bytes",
+    description="The trainer process's resident memory.",
+    label="RSS",
+)
+ENV_ID = MetricDeclaration(name="env_id", kind=TEXT, description="Environment id.", label="env")
+ENV_IMPL = MetricDeclaration(
+    name="env_impl",
+    kind=TEXT,
+    description="Environment implementation (native, torch, reference).",
+    label="env impl",
+)
+DEVICE = MetricDeclaration(
+    name="device", kind=TEXT, description="Torch device of the policy.", label="device"
+)
 ELAPSED_BEFORE_S = MetricDeclaration(
-    name="elapsed_before_s", kind=GAUGE, unit="s",
+    name="elapsed_before_s",
+    kind=GAUGE,
+    unit="s",
     description="Seconds the run trained before this trainer process (its earlier starts, "
-                "when resumed); a monitor's uptime adds it, so it agrees with elapsed_s.",
-    label="trained before")
-WARNING = MetricDeclaration(name="warning", kind=TEXT,
-                            description="What the trainer could not do but trains on without "
-                                        "(a checkpoint the disk refused); empty when all is well.",
-                            label="warning")
-RUN_METRICS = (TOTAL_STEPS, CPU_PERCENT, RSS_BYTES, ELAPSED_BEFORE_S, ENV_ID, ENV_IMPL, DEVICE,
-               WARNING)
+    "when resumed); a monitor's uptime adds it, so it agrees with elapsed_s.",
+    label="trained before",
+)
+WARNING = MetricDeclaration(
+    name="warning",
+    kind=TEXT,
+    description="What the trainer could not do but trains on without "
+    "(a checkpoint the disk refused); empty when all is well.",
+    label="warning",
+)
+RUN_METRICS = (
+    TOTAL_STEPS,
+    CPU_PERCENT,
+    RSS_BYTES,
+    ELAPSED_BEFORE_S,
+    ENV_ID,
+    ENV_IMPL,
+    DEVICE,
+    WARNING,
+)
 """What the metrics file holds about the run besides its records: the budget, the trainer
 process's resources, and texts. (A field added later goes last in its kind: readers find
 metrics by name.)"""
 
-_LABELS = {declared.name: declared.label
-           for declared in (*RECORD_METRICS, *PHASE_METRICS, *RUN_METRICS)}
+_LABELS = {
+    declared.name: declared.label for declared in (*RECORD_METRICS, *PHASE_METRICS, *RUN_METRICS)
+}
 
 
 def label(name: str) -> str:

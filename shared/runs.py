@@ -40,7 +40,8 @@ def runs_root(explicit: str | os.PathLike[str] | None = None) -> Path:
     if env:
         return Path(env).expanduser()
     state_home = os.environ.get("XDG_STATE_HOME") or os.path.join(
-        os.path.expanduser("~"), ".local", "state")
+        os.path.expanduser("~"), ".local", "state"
+    )
     return Path(state_home) / "operant" / "runs"
 
 
@@ -60,9 +61,15 @@ def root_problem(root: Path) -> str | None:
     directory); None when it can, or may once created."""
     for path in (root, *root.parents):
         if os.path.exists(path):
-            return None if os.path.isdir(path) else (
-                "it is a file, not a directory" if path == root
-                else f"{path} is a file, not a directory")
+            return (
+                None
+                if os.path.isdir(path)
+                else (
+                    "it is a file, not a directory"
+                    if path == root
+                    else f"{path} is a file, not a directory"
+                )
+            )
     return None
 
 
@@ -115,11 +122,13 @@ def resolve_run(root: Path, run: str | None) -> Path:
         return path
     if not valid_run_id(run):
         raise RunNotFoundError(
-            f"{run!r} is not a run id (see `{command_hint('operant runs', root=root)}`)")
+            f"{run!r} is not a run id (see `{command_hint('operant runs', root=root)}`)"
+        )
     path = root / run
     if not path.is_dir():
         raise RunNotFoundError(
-            f"no run {run!r} under {root} (see `{command_hint('operant runs', root=root)}`)")
+            f"no run {run!r} under {root} (see `{command_hint('operant runs', root=root)}`)"
+        )
     return path
 
 
@@ -127,7 +136,5 @@ def list_run_dirs(root: Path) -> list[Path]:
     """Run directories under root, oldest first by name within creation time."""
     if not root.is_dir():
         return []
-    runs = [p for p in root.iterdir()
-            if p.is_dir() and not p.is_symlink() and valid_run_id(p.name)]
+    runs = [p for p in root.iterdir() if p.is_dir() and not p.is_symlink() and valid_run_id(p.name)]
     return sorted(runs, key=lambda p: (p.stat().st_mtime, p.name))
-

@@ -21,8 +21,9 @@ MAX_SECONDS = 60.0
 
 
 def hammer_snapshot(path: str, words: int) -> None:
-    schema = fmt.make_schema("stress-snapshot", counters=["hammer_count"],
-                             snapshot=[f"w{i}" for i in range(words)])
+    schema = fmt.make_schema(
+        "stress-snapshot", counters=["hammer_count"], snapshot=[f"w{i}" for i in range(words)]
+    )
     writer = MetricsWriter.create(path, schema, history_capacity=1)
     writer.set_state(fmt.STATE_RUNNING)
     slot = schema.slot("hammer_count")
@@ -58,8 +59,9 @@ def hammer_history(path: str, capacity: int, fields: int) -> None:
 
 
 def live(path: str, interval: float, heartbeat: bool) -> None:
-    schema = fmt.make_schema("live-run", env_id="CartPole-v1",
-                             counters=[("global_step", "steps")], gauges=["sps"])
+    schema = fmt.make_schema(
+        "live-run", env_id="CartPole-v1", counters=[("global_step", "steps")], gauges=["sps"]
+    )
     writer = MetricsWriter.create(path, schema, heartbeat_interval_s=interval)
     if heartbeat:
         writer.start_heartbeat()

@@ -33,63 +33,123 @@ from operant.shared.runs import METRICS_FILE, create_run_dir, update_latest
 ENV_ID = "CartPole-v1"
 COUNTERS = [("global_step", "steps"), ("episodes", "episodes"), ("updates", "updates")]
 GAUGES = [
-    ("sps", "1/s"), ("episode_return_mean", ""), ("episode_return_min", ""),
-    ("episode_return_max", ""), ("episode_length_mean", "steps"), ("policy_loss", ""),
-    ("value_loss", ""), ("entropy", ""), ("approx_kl", ""), ("clip_fraction", ""),
-    ("explained_variance", ""), ("learning_rate", ""), ("total_steps", "steps"),
-    ("cpu_percent", "%"), ("rss_bytes", "bytes"),
+    ("sps", "1/s"),
+    ("episode_return_mean", ""),
+    ("episode_return_min", ""),
+    ("episode_return_max", ""),
+    ("episode_length_mean", "steps"),
+    ("policy_loss", ""),
+    ("value_loss", ""),
+    ("entropy", ""),
+    ("approx_kl", ""),
+    ("clip_fraction", ""),
+    ("explained_variance", ""),
+    ("learning_rate", ""),
+    ("total_steps", "steps"),
+    ("cpu_percent", "%"),
+    ("rss_bytes", "bytes"),
     # Not one of the names the monitor knows: it must still be listed.
     ("grad_norm_p99", "", "99th percentile of the gradient norm"),
 ]
 TEXTS = [("optimizer_note", "")]
 # Published together under the seqlock, as the trainer does, so the breakdown is coherent.
-SNAPSHOT = [("phase_env_s", "s"), ("phase_forward_s", "s"), ("phase_store_s", "s"),
-            ("phase_gae_s", "s"), ("phase_update_s", "s"), ("phase_publish_s", "s")]
+SNAPSHOT = [
+    ("phase_env_s", "s"),
+    ("phase_forward_s", "s"),
+    ("phase_store_s", "s"),
+    ("phase_gae_s", "s"),
+    ("phase_update_s", "s"),
+    ("phase_publish_s", "s"),
+]
 TOTAL_STEPS = 500 * 1024
 RUN_AT_MOST_S = 120.0
-HISTORY = ["global_step", "sps", "episode_return_mean", "episode_length_mean", "policy_loss",
-           "value_loss", "entropy", "approx_kl", "clip_fraction", "elapsed_s"]
+HISTORY = [
+    "global_step",
+    "sps",
+    "episode_return_mean",
+    "episode_length_mean",
+    "policy_loss",
+    "value_loss",
+    "entropy",
+    "approx_kl",
+    "clip_fraction",
+    "elapsed_s",
+]
 STEPS_PER_UPDATE = 1024
-PHASES = {"phase_env_s": 0.020, "phase_forward_s": 0.012, "phase_store_s": 0.002,
-          "phase_gae_s": 0.001, "phase_update_s": 0.030, "phase_publish_s": 0.0001}
+PHASES = {
+    "phase_env_s": 0.020,
+    "phase_forward_s": 0.012,
+    "phase_store_s": 0.002,
+    "phase_gae_s": 0.001,
+    "phase_update_s": 0.030,
+    "phase_publish_s": 0.0001,
+}
 
 
 def schema(run_id: str) -> fmt.Schema:
-    return fmt.make_schema(run_id, env_id=ENV_ID, counters=COUNTERS, gauges=GAUGES,
-                           texts=TEXTS, snapshot=SNAPSHOT, history=HISTORY,
-                           writer="operant tests")
+    return fmt.make_schema(
+        run_id,
+        env_id=ENV_ID,
+        counters=COUNTERS,
+        gauges=GAUGES,
+        texts=TEXTS,
+        snapshot=SNAPSHOT,
+        history=HISTORY,
+        writer="operant tests",
+    )
 
 
 def values_at(update: int) -> dict[str, float]:
     """A plausible run after `update` updates (1-based): return climbs, losses fall."""
     progress = update / (update + 20.0)
     return {
-        "global_step": update * STEPS_PER_UPDATE, "episodes": update * 40, "updates": update,
-        "sps": 40_000.0 + 100.0 * (update % 7), "episode_return_mean": 20.0 + 480.0 * progress,
-        "episode_return_min": 9.0 + 100.0 * progress, "episode_return_max": 500.0 * progress + 30,
-        "episode_length_mean": 20.0 + 480.0 * progress, "policy_loss": -0.01 * (1 - progress),
-        "value_loss": 50.0 * (1 - progress) + 1, "entropy": 0.69 - 0.3 * progress,
-        "approx_kl": 0.01 + 0.002 * (update % 3), "clip_fraction": 0.1,
-        "explained_variance": 0.9 * progress, "learning_rate": 2.5e-4,
-        "cpu_percent": 97.0, "rss_bytes": 312.0 * 2**20, "grad_norm_p99": 1.5,
-        "elapsed_s": update * 0.025, "total_steps": TOTAL_STEPS, **PHASES,
+        "global_step": update * STEPS_PER_UPDATE,
+        "episodes": update * 40,
+        "updates": update,
+        "sps": 40_000.0 + 100.0 * (update % 7),
+        "episode_return_mean": 20.0 + 480.0 * progress,
+        "episode_return_min": 9.0 + 100.0 * progress,
+        "episode_return_max": 500.0 * progress + 30,
+        "episode_length_mean": 20.0 + 480.0 * progress,
+        "policy_loss": -0.01 * (1 - progress),
+        "value_loss": 50.0 * (1 - progress) + 1,
+        "entropy": 0.69 - 0.3 * progress,
+        "approx_kl": 0.01 + 0.002 * (update % 3),
+        "clip_fraction": 0.1,
+        "explained_variance": 0.9 * progress,
+        "learning_rate": 2.5e-4,
+        "cpu_percent": 97.0,
+        "rss_bytes": 312.0 * 2**20,
+        "grad_norm_p99": 1.5,
+        "elapsed_s": update * 0.025,
+        "total_steps": TOTAL_STEPS,
+        **PHASES,
     }
 
 
 class Run:
     """A run directory with a real metrics file, written in this process."""
 
-    def __init__(self, root: Path, run_id: str = "cartpole-20250101-000000-beef", *,
-                 heartbeat_interval_s: float = 1.0, history_capacity: int = 512,
-                 latest: bool = True):
+    def __init__(
+        self,
+        root: Path,
+        run_id: str = "cartpole-20250101-000000-beef",
+        *,
+        heartbeat_interval_s: float = 1.0,
+        history_capacity: int = 512,
+        latest: bool = True,
+    ):
         self.root = root
         self.run_id = run_id
         self.dir = create_run_dir(root, run_id)
         self.path = self.dir / METRICS_FILE
         self.schema = schema(run_id)
-        self.writer = MetricsWriter.create(self.path, self.schema,
-                                           history_capacity=history_capacity,
-                                           heartbeat_interval_s=heartbeat_interval_s)
+        self.writer = MetricsWriter.create(
+            self.path,
+            self.schema,
+            history_capacity=history_capacity,
+            heartbeat_interval_s=heartbeat_interval_s,
+        )
         if latest:
             update_latest(root, run_id)
         self.updates = 0
@@ -127,8 +187,13 @@ FROZEN_NOW = 1_750_000_000.0
 """The fake clock: every view is taken at this Unix time."""
 
 
-def make_view(*, updates: int = 120, status: str = "running", run_id: str =
-              "cartpole-20250615-120000-beef", **changes) -> RunView:
+def make_view(
+    *,
+    updates: int = 120,
+    status: str = "running",
+    run_id: str = "cartpole-20250615-120000-beef",
+    **changes,
+) -> RunView:
     """A view as ReaderSource would build it for a run `updates` updates in, at FROZEN_NOW."""
     values = values_at(updates)
     metrics: dict[str, int | float | str] = {}
@@ -144,14 +209,23 @@ def make_view(*, updates: int = 120, status: str = "running", run_id: str =
     for name, unit in SNAPSHOT:
         metrics[name] = values[name]
         columns.append(MetricInfo(name, "snapshot", unit))
-    history = {name: tuple(values_at(u)[name] for u in range(1, updates + 1))
-               for name in HISTORY}
+    history = {name: tuple(values_at(u)[name] for u in range(1, updates + 1)) for name in HISTORY}
     fields = dict(
-        run_id=run_id, run_dir=f"/runs/{run_id}", env_id=ENV_ID, status=status,
+        run_id=run_id,
+        run_dir=f"/runs/{run_id}",
+        env_id=ENV_ID,
+        status=status,
         state={"finished": "finished", "failed": "failed"}.get(status, "running"),
-        pid=4242, hostname="trainer-host", uptime_s=754.0, heartbeat_age_s=0.4,
-        heartbeat_interval_s=1.0, metrics=metrics, columns=tuple(columns), history=history,
-        history_head=updates, process=ProcessInfo(97.0, 312.0 * 2**20, "psutil"),
+        pid=4242,
+        hostname="trainer-host",
+        uptime_s=754.0,
+        heartbeat_age_s=0.4,
+        heartbeat_interval_s=1.0,
+        metrics=metrics,
+        columns=tuple(columns),
+        history=history,
+        history_head=updates,
+        process=ProcessInfo(97.0, 312.0 * 2**20, "psutil"),
         taken_at=FROZEN_NOW,
     )
     fields.update(changes)
@@ -160,12 +234,33 @@ def make_view(*, updates: int = 120, status: str = "running", run_id: str =
 
 def run_rows() -> list[RunRow]:
     return [
-        RunRow(run_id="cartpole-20250615-110000-aaaa", env_id=ENV_ID, status="finished",
-               global_step=500_000, sps=41_000.0, episode_return_mean=500.0, age_s=5400.0),
-        RunRow(run_id="cartpole-20250615-120000-beef", env_id=ENV_ID, status="running",
-               global_step=122_880, sps=40_100.0, episode_return_mean=400.0, age_s=754.0),
-        RunRow(run_id="pendulum-20250615-123000-cafe", env_id="Pendulum-v1", status="crashed",
-               global_step=8_192, sps=math.nan, episode_return_mean=-1200.0, age_s=60.0),
+        RunRow(
+            run_id="cartpole-20250615-110000-aaaa",
+            env_id=ENV_ID,
+            status="finished",
+            global_step=500_000,
+            sps=41_000.0,
+            episode_return_mean=500.0,
+            age_s=5400.0,
+        ),
+        RunRow(
+            run_id="cartpole-20250615-120000-beef",
+            env_id=ENV_ID,
+            status="running",
+            global_step=122_880,
+            sps=40_100.0,
+            episode_return_mean=400.0,
+            age_s=754.0,
+        ),
+        RunRow(
+            run_id="pendulum-20250615-123000-cafe",
+            env_id="Pendulum-v1",
+            status="crashed",
+            global_step=8_192,
+            sps=math.nan,
+            episode_return_mean=-1200.0,
+            age_s=60.0,
+        ),
     ]
 
 
@@ -203,14 +298,24 @@ class FakeSource:
 def screen_text(app) -> str:
     """What a terminal would show of the app's current screen, as plain text lines."""
     width, height = app.size
-    console = Console(width=width, height=height, file=io.StringIO(), force_terminal=True,
-                      color_system=None, record=True, legacy_windows=False, safe_box=False)
-    console.print(app.screen._compositor.render_update(
-        full=True, screen_stack=app._background_screens))
+    console = Console(
+        width=width,
+        height=height,
+        file=io.StringIO(),
+        force_terminal=True,
+        color_system=None,
+        record=True,
+        legacy_windows=False,
+        safe_box=False,
+    )
+    console.print(
+        app.screen._compositor.render_update(full=True, screen_stack=app._background_screens)
+    )
     return console.export_text()
 
 
 # --- the trainer stand-in ---------------------------------------------------------------
+
 
 def _main(argv: list[str]) -> int:
     root, run_id, mode = Path(argv[0]), argv[1], argv[2]

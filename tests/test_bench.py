@@ -9,25 +9,56 @@ import pytest
 
 
 def bench(*args):
-    return subprocess.run([sys.executable, "-m", "operant.cli", "bench", *args],
-                          capture_output=True, text=True, timeout=240, env=dict(os.environ))
+    return subprocess.run(
+        [sys.executable, "-m", "operant.cli", "bench", *args],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=dict(os.environ),
+    )
 
 
 def test_env_only_record_and_baseline_ratio(tmp_path):
     first = tmp_path / "first.json"
-    result = bench("env_only", "--num-envs", "64", "--rounds", "2", "--round-seconds", "0.05",
-                   "--output", str(first), "--max-cv", "10")
+    result = bench(
+        "env_only",
+        "--num-envs",
+        "64",
+        "--rounds",
+        "2",
+        "--round-seconds",
+        "0.05",
+        "--output",
+        str(first),
+        "--max-cv",
+        "10",
+    )
     assert result.returncode == 0, result.stderr
     record = json.loads(first.read_text())
     assert record["mode"] == "env_only" and record["machine"]["cpus"] == os.cpu_count()
     row = record["results"][0]
     assert row["num_envs"] == 64 and len(row["native"]["rounds"]) == 2
     assert row["native"]["median"] > 0 and row["gymnasium"]["median"] > 0
-    assert row["native_vs_gymnasium"] == round(row["native"]["median"] / row["gymnasium"]["median"], 2)
+    assert row["native_vs_gymnasium"] == round(
+        row["native"]["median"] / row["gymnasium"]["median"], 2
+    )
     second = tmp_path / "second.json"
-    result = bench("env_only", "--num-envs", "64", "--rounds", "2", "--round-seconds", "0.05",
-                   "--no-gymnasium", "--baseline", str(first), "--output", str(second),
-                   "--max-cv", "10")
+    result = bench(
+        "env_only",
+        "--num-envs",
+        "64",
+        "--rounds",
+        "2",
+        "--round-seconds",
+        "0.05",
+        "--no-gymnasium",
+        "--baseline",
+        str(first),
+        "--output",
+        str(second),
+        "--max-cv",
+        "10",
+    )
     assert result.returncode == 0, result.stderr
     compared = json.loads(second.read_text())["baselines"][0]
     assert compared["baseline"] == str(first) and set(compared["ratios"]) == {"native N=64"}
@@ -35,18 +66,35 @@ def test_env_only_record_and_baseline_ratio(tmp_path):
 
 
 def test_enforced_target_below_fails_with_1():
-    result = bench("env_only", "--num-envs", "16", "--rounds", "1", "--round-seconds", "0.05",
-                   "--no-gymnasium", "--target-sps", "1e15", "--enforce-target")
+    result = bench(
+        "env_only",
+        "--num-envs",
+        "16",
+        "--rounds",
+        "1",
+        "--round-seconds",
+        "0.05",
+        "--no-gymnasium",
+        "--target-sps",
+        "1e15",
+        "--enforce-target",
+    )
     assert result.returncode == 1
     assert "below the target" in result.stderr
 
 
-@pytest.mark.parametrize("args, message", [
-    (["env_only", "--num-envs", "0"], "expected positive integers"),
-    (["env_only", "--env", "Nope-v0", "--rounds", "1"], "unknown env id 'Nope-v0'"),
-    (["env_only", "--baseline", "/nonexistent.json"], "baseline /nonexistent.json does not exist"),
-    (["nonsense"], "invalid choice"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["env_only", "--num-envs", "0"], "expected positive integers"),
+        (["env_only", "--env", "Nope-v0", "--rounds", "1"], "unknown env id 'Nope-v0'"),
+        (
+            ["env_only", "--baseline", "/nonexistent.json"],
+            "baseline /nonexistent.json does not exist",
+        ),
+        (["nonsense"], "invalid choice"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(args, message):
     result = bench(*args)
     assert result.returncode == 2
@@ -63,9 +111,27 @@ def test_baseline_of_another_mode_is_refused(tmp_path):
 
 def test_trainer_record_has_phases_memory_and_bound(tmp_path):
     out = tmp_path / "trainer.json"
-    result = bench("trainer", "--num-envs", "32", "--num-steps", "32", "--minibatches", "2",
-                   "--total-steps", "4096", "--seeds", "1", "--warmup", "1",
-                   "--max-cv", "10", "--output", str(out), "--plot", str(tmp_path / "plots"))
+    result = bench(
+        "trainer",
+        "--num-envs",
+        "32",
+        "--num-steps",
+        "32",
+        "--minibatches",
+        "2",
+        "--total-steps",
+        "4096",
+        "--seeds",
+        "1",
+        "--warmup",
+        "1",
+        "--max-cv",
+        "10",
+        "--output",
+        str(out),
+        "--plot",
+        str(tmp_path / "plots"),
+    )
     assert result.returncode == 0, result.stderr
     record = json.loads(out.read_text())
     (cell,) = record["cells"]
@@ -77,24 +143,46 @@ def test_trainer_record_has_phases_memory_and_bound(tmp_path):
     assert run["mem_delta_mb"] is not None
     bound = record["bound"]
     assert bound["forward_samples_per_s"] > 0 and bound["train_samples_per_s"] > 0
-    expected = 1 / (1 / bound["forward_samples_per_s"]
-                    + bound["epochs"] / bound["train_samples_per_s"])
+    expected = 1 / (
+        1 / bound["forward_samples_per_s"] + bound["epochs"] / bound["train_samples_per_s"]
+    )
     assert abs(bound["bound_steps_per_s"] - expected) / expected < 1e-3
-    assert bound["fraction"] == round(record["summary"]["sps"]["median"] / bound["bound_steps_per_s"], 3)
+    assert bound["fraction"] == round(
+        record["summary"]["sps"]["median"] / bound["bound_steps_per_s"], 3
+    )
     assert record["summary"]["solved"] == "0/1" and not record["best"]["stable"]
     assert (tmp_path / "plots" / "phases_trainer.png").stat().st_size > 1000
 
 
 def test_trainer_eval_matrix_picks_the_best_cell(tmp_path):
     out = tmp_path / "eval.json"
-    result = bench("trainer_eval", "--matrix", "--num-envs", "16,64", "--num-steps", "8",
-                   "--rounds", "2", "--round-seconds", "0.05", "--warmup", "1",
-                   "--max-cv", "10", "--output", str(out), "--plot", str(tmp_path / "plots"))
+    result = bench(
+        "trainer_eval",
+        "--matrix",
+        "--num-envs",
+        "16,64",
+        "--num-steps",
+        "8",
+        "--rounds",
+        "2",
+        "--round-seconds",
+        "0.05",
+        "--warmup",
+        "1",
+        "--max-cv",
+        "10",
+        "--output",
+        str(out),
+        "--plot",
+        str(tmp_path / "plots"),
+    )
     assert result.returncode == 0, result.stderr
     record = json.loads(out.read_text())
     cells = record["cells"]
-    assert [cell["cell"] for cell in cells] == [{"num_envs": 16, "num_steps": 8},
-                                                {"num_envs": 64, "num_steps": 8}]
+    assert [cell["cell"] for cell in cells] == [
+        {"num_envs": 16, "num_steps": 8},
+        {"num_envs": 64, "num_steps": 8},
+    ]
     best = max(cells, key=lambda cell: cell["summary"]["sps"]["median"])
     assert record["best"] == {"cell": best["cell"], "stable": True}
     assert abs(sum(cells[0]["summary"]["phase_fraction"].values()) - 1) < 0.01
@@ -105,9 +193,25 @@ def test_trainer_eval_matrix_picks_the_best_cell(tmp_path):
 
 def test_validate_passes_and_is_recorded(tmp_path):
     out = tmp_path / "env.json"
-    result = bench("env_only", "--env", "Acrobot-v1", "--num-envs", "16", "--rounds", "1",
-                   "--round-seconds", "0.05", "--no-gymnasium", "--validate",
-                   "--validate-steps", "50", "--max-cv", "10", "--output", str(out))
+    result = bench(
+        "env_only",
+        "--env",
+        "Acrobot-v1",
+        "--num-envs",
+        "16",
+        "--rounds",
+        "1",
+        "--round-seconds",
+        "0.05",
+        "--no-gymnasium",
+        "--validate",
+        "--validate-steps",
+        "50",
+        "--max-cv",
+        "10",
+        "--output",
+        str(out),
+    )
     assert result.returncode == 0, result.stderr
     (report,) = json.loads(out.read_text())["validation"]
     assert report["ok"] and report["compared"] == 16 * 50 and report["mismatch"] is None
@@ -138,23 +242,42 @@ def test_validate_mismatch_exits_2_and_measures_nothing(monkeypatch, tmp_path, c
 
     monkeypatch.setattr(parity, "_gymnasium_env", _StrongerPush)
     out = tmp_path / "bad.json"
-    status = bench_module.main(["env_only", "--num-envs", "8", "--rounds", "1",
-                                "--round-seconds", "0.05", "--no-gymnasium", "--validate",
-                                "--validate-steps", "5", "--output", str(out)])
+    status = bench_module.main(
+        [
+            "env_only",
+            "--num-envs",
+            "8",
+            "--rounds",
+            "1",
+            "--round-seconds",
+            "0.05",
+            "--no-gymnasium",
+            "--validate",
+            "--validate-steps",
+            "5",
+            "--output",
+            str(out),
+        ]
+    )
     assert status == bench_module.EXIT_PARITY == 2
     record = json.loads(out.read_text())
     assert not record["validation"][0]["ok"] and "results" not in record
     assert "disagrees with Gymnasium; nothing was measured" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("args, message", [
-    (["trainer", "--num-envs", "16,32"], "several values for num_envs need --matrix"),
-    (["trainer", "--matrix"], "--matrix needs"),
-    (["trainer", "--validate"], "--validate is an env_only option"),
-    (["env_only", "--num-steps", "8"], "are for the trainer modes"),
-    (["trainer", "--num-envs", "6", "--num-steps", "5", "--minibatches", "4", "--no-bound"],
-     "minibatches"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["trainer", "--num-envs", "16,32"], "several values for num_envs need --matrix"),
+        (["trainer", "--matrix"], "--matrix needs"),
+        (["trainer", "--validate"], "--validate is an env_only option"),
+        (["env_only", "--num-steps", "8"], "are for the trainer modes"),
+        (
+            ["trainer", "--num-envs", "6", "--num-steps", "5", "--minibatches", "4", "--no-bound"],
+            "minibatches",
+        ),
+    ],
+)
 def test_trainer_bad_usage_is_one_line(args, message):
     result = bench(*args)
     assert result.returncode == 2, result.stderr
@@ -163,8 +286,10 @@ def test_trainer_bad_usage_is_one_line(args, message):
 
 
 @pytest.mark.parametrize("impl", ["native", "torch"])
-@pytest.mark.parametrize("env_id", ["CartPole-v1", "Acrobot-v1", "MountainCar-v0",
-                                    "MountainCarContinuous-v0", "Pendulum-v1"])
+@pytest.mark.parametrize(
+    "env_id",
+    ["CartPole-v1", "Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0", "Pendulum-v1"],
+)
 def test_shadow_check_passes_for_every_env(env_id, impl):
     from operant.trainer.envs.parity import shadow_check
 

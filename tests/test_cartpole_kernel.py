@@ -48,8 +48,9 @@ def test_trajectories_match_gymnasium_through_autoresets(initial):
         env.step_bound()
         elapsed += 1
         for i, gym_env in enumerate(gym_envs):
-            expected_obs[i], expected_reward[i], expected_terminated[i], _, _ = \
-                gym_env.step(int(actions[i]))
+            expected_obs[i], expected_reward[i], expected_terminated[i], _, _ = gym_env.step(
+                int(actions[i])
+            )
         expected_truncated = elapsed >= 500
         np.testing.assert_array_equal(env.terminated, expected_terminated)
         np.testing.assert_array_equal(env.truncated, expected_truncated)
@@ -141,8 +142,9 @@ def test_bad_actions_are_refused_with_a_clear_message():
 def test_registered_with_gymnasium_make_vec():
     import operant.envs  # noqa: F401
 
-    env = gymnasium.make_vec("operant/CartPole-v1", num_envs=5,
-                             vectorization_mode="vector_entry_point")
+    env = gymnasium.make_vec(
+        "operant/CartPole-v1", num_envs=5, vectorization_mode="vector_entry_point"
+    )
     obs, _ = env.reset(seed=3)
     assert obs.shape == (5, 4) and obs.dtype == np.float32
     assert env.single_observation_space.contains(obs[0])

@@ -14,8 +14,13 @@ from operant.trainer import checkpoint, checkpoint_format, state
 from operant.trainer.config import load_config, to_dict
 from operant.trainer.train import Trainer
 
-SMALL = ["env.num_envs=8", "ppo.num_steps=32", "ppo.num_minibatches=2", "ppo.update_epochs=2",
-         "train.total_steps=4096"]
+SMALL = [
+    "env.num_envs=8",
+    "ppo.num_steps=32",
+    "ppo.num_minibatches=2",
+    "ppo.update_epochs=2",
+    "train.total_steps=4096",
+]
 
 
 def trainer(*overrides: str) -> Trainer:
@@ -31,12 +36,15 @@ def updates(run: Trainer, count: int) -> list[dict]:
     return records
 
 
-@pytest.mark.parametrize("impl, overrides", [
-    ("native", ()),
-    ("torch", ()),
-    ("native", ("normalize.obs=true", "normalize.reward=true")),
-    ("native", ("env.id=\"Pendulum-v1\"",)),
-])
+@pytest.mark.parametrize(
+    "impl, overrides",
+    [
+        ("native", ()),
+        ("torch", ()),
+        ("native", ("normalize.obs=true", "normalize.reward=true")),
+        ("native", ('env.id="Pendulum-v1"',)),
+    ],
+)
 def test_a_loaded_checkpoint_continues_bit_for_bit(tmp_path, impl, overrides):
     original = trainer(f"env.impl={impl}", *overrides)
     updates(original, 3)
@@ -52,20 +60,35 @@ def test_a_loaded_checkpoint_continues_bit_for_bit(tmp_path, impl, overrides):
     assert updates(resumed, 3) == updates(original, 3)
     for a, b in zip(original.policy.parameters(), resumed.policy.parameters()):
         assert torch.equal(a, b)
-    normalizers = {"obs_normalizer", "reward_normalizer"} if overrides[:1] == (
-        "normalize.obs=true",) else set()
-    assert set(payload["trainer"]) == {"policy", "optimizer", *normalizers, "generator",
-                                       "cpu_generator", "counters", "env"}
+    normalizers = (
+        {"obs_normalizer", "reward_normalizer"}
+        if overrides[:1] == ("normalize.obs=true",)
+        else set()
+    )
+    assert set(payload["trainer"]) == {
+        "policy",
+        "optimizer",
+        *normalizers,
+        "generator",
+        "cpu_generator",
+        "counters",
+        "env",
+    }
 
 
 def test_reference_envs_resume_reseeded_not_exactly(tmp_path):
     original = trainer("env.impl=reference")
     updates(original, 2)
     path = checkpoint.Checkpointer(tmp_path, None, None, keep=1).save(
-        original, to_dict(original.config), 0)
+        original, to_dict(original.config), 0
+    )
     payload = checkpoint_format.load(path)
-    assert payload["trainer"]["env"] == {"impl": "reference", "exact": False, "arrays": {},
-                                         "dtypes": {}}
+    assert payload["trainer"]["env"] == {
+        "impl": "reference",
+        "exact": False,
+        "arrays": {},
+        "dtypes": {},
+    }
     resumed = trainer("env.impl=reference")
     resumed.load_state_dict(payload["trainer"])
     assert (resumed.update, resumed.global_step) == (2, 2 * 256)

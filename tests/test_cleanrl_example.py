@@ -25,9 +25,21 @@ def test_cleanrl_ppo_example_learns_cartpole():
     # One torch thread: a 64-unit MLP gains nothing from more, and on a loaded machine they spin.
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     result = subprocess.run(
-        [sys.executable, str(EXAMPLE), "--total-timesteps", str(TOTAL_TIMESTEPS), "--seed", "1",
-         "--no-cuda"],
-        capture_output=True, text=True, env=env, timeout=240, check=False)
+        [
+            sys.executable,
+            str(EXAMPLE),
+            "--total-timesteps",
+            str(TOTAL_TIMESTEPS),
+            "--seed",
+            "1",
+            "--no-cuda",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     episodes = [(int(step), float(value)) for step, value in EPISODE_LINE.findall(result.stdout)]
     first = [value for step, value in episodes if step <= 5_000]

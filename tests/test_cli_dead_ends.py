@@ -40,24 +40,45 @@ def root(tmp_path_factory):
 @pytest.fixture(scope="module")
 def finished(root):
     """`operant-train --total-steps 20000` with the default config (2,048-step updates)."""
-    result = run("operant-train", "--total-steps", "20000", "--runs-dir", str(root),
-                 "--run-id", "twenty-k", "--log-format", "plain")
+    result = run(
+        "operant-train",
+        "--total-steps",
+        "20000",
+        "--runs-dir",
+        str(root),
+        "--run-id",
+        "twenty-k",
+        "--log-format",
+        "plain",
+    )
     assert result.returncode == 0, result.stderr
     return result
 
 
 # --- hints ------------------------------------------------------------------------------------
 
+
 def test_a_hint_names_the_runs_root_only_when_it_is_not_the_default(tmp_path, monkeypatch):
     monkeypatch.setenv(RUNS_DIR_ENV, str(tmp_path / "mine"))
     assert command_hint("operant monitor", "r1", root=tmp_path / "mine") == "operant monitor r1"
-    assert (command_hint("operant-train --resume", "r1", root=tmp_path / "other dir")
-            == f"operant-train --resume r1 --runs-dir {shlex.quote(str(tmp_path / 'other dir'))}")
+    assert (
+        command_hint("operant-train --resume", "r1", root=tmp_path / "other dir")
+        == f"operant-train --resume r1 --runs-dir {shlex.quote(str(tmp_path / 'other dir'))}"
+    )
 
 
 def test_the_resume_hint_after_sigterm_resumes_the_run_as_printed(root, tmp_path):
-    trainer = start_trainer("--runs-dir", str(root), "--run-id", "stopped", *SMALL, *ENDLESS,
-                            "--set", "train.log_every=1000", log=tmp_path / "first.out")
+    trainer = start_trainer(
+        "--runs-dir",
+        str(root),
+        "--run-id",
+        "stopped",
+        *SMALL,
+        *ENDLESS,
+        "--set",
+        "train.log_every=1000",
+        log=tmp_path / "first.out",
+    )
     wait_for_updates(root / "stopped", 5)
     assert stop(trainer) == 0
     summary = (tmp_path / "first.out").read_text().splitlines()[-1]
@@ -66,8 +87,7 @@ def test_the_resume_hint_after_sigterm_resumes_the_run_as_printed(root, tmp_path
     hint = summary.split("; continue with ")[1]
     assert hint == f"operant-train --resume stopped --runs-dir {root}"
     with open(tmp_path / "second.out", "w") as out:
-        resumed = subprocess.Popen(command(shlex.split(hint)), stdout=out,
-                                   stderr=subprocess.STDOUT)
+        resumed = subprocess.Popen(command(shlex.split(hint)), stdout=out, stderr=subprocess.STDOUT)
     try:
         wait_for_updates(root / "stopped", update + 2)
         assert stop(resumed) == 0
@@ -89,20 +109,30 @@ def test_a_missing_run_points_at_a_listing_of_the_right_root(root, finished):
 
 # --- operant train --detach -------------------------------------------------------------------
 
+
 def test_detach_prints_the_run_id_alone_and_hints_that_run_as_printed(root):
-    train = shlex.join(command(["operant", "train", "--detach", "--runs-dir", str(root),
-                                *SMALL, *ENDLESS]))
-    shell = subprocess.run(["bash", "-c", f'RUN=$({train}) && echo "RUN=$RUN"'],
-                           capture_output=True, text=True, timeout=240)
+    train = shlex.join(
+        command(["operant", "train", "--detach", "--runs-dir", str(root), *SMALL, *ENDLESS])
+    )
+    shell = subprocess.run(
+        ["bash", "-c", f'RUN=$({train}) && echo "RUN=$RUN"'],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert shell.returncode == 0, shell.stderr
     run_id = shell.stdout.removeprefix("RUN=").strip()
     assert shell.stdout == f"RUN={run_id}\n" and (root / run_id / "metrics.bin").exists()
     lines = shell.stderr.splitlines()
-    pid = int(re.fullmatch(rf"run {run_id} is training in the background \(pid (\d+)\)",
-                           lines[0]).group(1))
+    pid = int(
+        re.fullmatch(rf"run {run_id} is training in the background \(pid (\d+)\)", lines[0]).group(
+            1
+        )
+    )
     try:
-        hints = {key.strip(): value.strip()
-                 for key, value in (line.split(":", 1) for line in lines[1:])}
+        hints = {
+            key.strip(): value.strip() for key, value in (line.split(":", 1) for line in lines[1:])
+        }
         assert hints["watch"] == f"operant monitor {run_id} --runs-dir {root}"
         assert hints["stop"] == f"kill -TERM {pid}"
         # The interactive view needs a terminal; --once shows that the pasted command finds
@@ -121,15 +151,25 @@ def test_detach_prints_the_run_id_alone_and_hints_that_run_as_printed(root):
 
 # --- --runs-dir names a file --------------------------------------------------------------------
 
-@pytest.mark.parametrize("args, problem", [
-    (["operant-train", "--runs-dir", "{file}"], "runs root {file} (--runs-dir): it is a file"),
-    (["operant", "train", "--detach", "--runs-dir", "{file}"],
-     "runs root {file} (--runs-dir): it is a file"),
-    (["operant-train", "--runs-dir", "{file}/runs"],
-     "runs root {file}/runs (--runs-dir): {file} is a file"),
-    (["operant-train", "--resume", "latest", "--runs-dir", "{file}"],
-     "runs root {file} (--runs-dir): it is a file"),
-])
+
+@pytest.mark.parametrize(
+    "args, problem",
+    [
+        (["operant-train", "--runs-dir", "{file}"], "runs root {file} (--runs-dir): it is a file"),
+        (
+            ["operant", "train", "--detach", "--runs-dir", "{file}"],
+            "runs root {file} (--runs-dir): it is a file",
+        ),
+        (
+            ["operant-train", "--runs-dir", "{file}/runs"],
+            "runs root {file}/runs (--runs-dir): {file} is a file",
+        ),
+        (
+            ["operant-train", "--resume", "latest", "--runs-dir", "{file}"],
+            "runs root {file} (--runs-dir): it is a file",
+        ),
+    ],
+)
 def test_a_runs_dir_that_is_a_file_is_named_as_such(tmp_path, args, problem):
     file = tmp_path / "notes.txt"
     file.write_text("not a directory\n")
@@ -137,18 +177,21 @@ def test_a_runs_dir_that_is_a_file_is_named_as_such(tmp_path, args, problem):
     assert (result.returncode, result.stdout) == (2, "")
     (line,) = result.stderr.splitlines()
     assert line.startswith("operant-train: " + problem.format(file=file))
-    assert "already exists" not in line and line.endswith("a directory that does not exist "
-                                                          "yet is created)")
+    assert "already exists" not in line and line.endswith(
+        "a directory that does not exist yet is created)"
+    )
     assert [path.name for path in tmp_path.iterdir()] == ["notes.txt"]
     assert file.read_text() == "not a directory\n"
 
 
 # --- the step budget ------------------------------------------------------------------------------
 
+
 def test_a_budget_between_updates_is_rounded_up_and_said(finished, root):
     assert finished.stderr.splitlines() == [
         "operant-train: train.total_steps = 20,000 is not a whole number of updates of 2,048 "
-        "steps (env.num_envs x ppo.num_steps): training 20,480 steps (10 updates)"]
+        "steps (env.num_envs x ppo.num_steps): training 20,480 steps (10 updates)"
+    ]
     # The summary, then the verdict and where the best policy is (tests/test_run_verdict.py).
     done, verdict, best = finished.stdout.splitlines()[-3:]
     assert done.startswith("done: 20,480 steps in ")
@@ -162,13 +205,30 @@ def test_a_budget_between_updates_is_rounded_up_and_said(finished, root):
 
 # --- interrupted runs -----------------------------------------------------------------------------
 
+
 def test_a_run_ended_by_a_second_ctrl_c_is_listed_as_interrupted(root, finished, tmp_path):
     # Updates of several seconds with a checkpoint before each, so both signals land inside
     # one update, as two quick Ctrl-Cs do, even on a busy machine.
-    slow = ["--set", "env.num_envs=64", "--set", "ppo.num_steps=256",
-            "--set", "ppo.update_epochs=32", "--set", "checkpoint.every_updates=1"]
-    trainer = start_trainer("--runs-dir", str(root), "--run-id", "impatient", *slow, *ENDLESS,
-                            "--quiet", log=tmp_path / "out")
+    slow = [
+        "--set",
+        "env.num_envs=64",
+        "--set",
+        "ppo.num_steps=256",
+        "--set",
+        "ppo.update_epochs=32",
+        "--set",
+        "checkpoint.every_updates=1",
+    ]
+    trainer = start_trainer(
+        "--runs-dir",
+        str(root),
+        "--run-id",
+        "impatient",
+        *slow,
+        *ENDLESS,
+        "--quiet",
+        log=tmp_path / "out",
+    )
     try:
         pointer = root / "impatient" / "checkpoints" / "latest"
         deadline = time.monotonic() + 120
@@ -183,18 +243,22 @@ def test_a_run_ended_by_a_second_ctrl_c_is_listed_as_interrupted(root, finished,
     table = run("operant", "runs", "--runs-dir", str(root)).stdout.splitlines()
     status = {line.split()[0]: line.split()[2] for line in table[1:] if line}
     assert status["impatient"] == "interrupted" and status["twenty-k"] == "finished"
-    rows = {row["run_id"]: row for row in json.loads(
-        run("operant", "runs", "--json", "--runs-dir", str(root)).stdout)}
+    rows = {
+        row["run_id"]: row
+        for row in json.loads(run("operant", "runs", "--json", "--runs-dir", str(root)).stdout)
+    }
     assert (rows["impatient"]["status"], rows["impatient"]["interrupted"]) == ("finished", True)
     assert (rows["twenty-k"]["status"], rows["twenty-k"]["interrupted"]) == ("finished", False)
     once = run("operant", "monitor", "impatient", "--once", "--runs-dir", str(root)).stdout
     assert "status  finished (interrupted)" in once and "second SIGINT" in once
-    document = json.loads(run("operant", "monitor", "impatient", "--json", "--runs-dir",
-                              str(root)).stdout)
+    document = json.loads(
+        run("operant", "monitor", "impatient", "--json", "--runs-dir", str(root)).stdout
+    )
     assert (document["status"], document["interrupted"]) == ("finished", True)
 
 
-# --- leaving the monitor ----------------------------------------------------------------------------
+# --- leaving the monitor -------------------------------------------------------------------
+
 
 def _view(run_id, root, **fields):
     from operant.monitor.source import RunView
@@ -213,18 +277,30 @@ def test_leaving_a_finished_run_says_it_finished_and_how_to_evaluate_it(root, fi
     assert json.loads(evaluated.stdout)["model"] == str(root / "twenty-k" / "model.pt")
 
 
-@pytest.mark.parametrize("fields, expected", [
-    (dict(status="running"), "detached from r; training goes on. Reattach: operant monitor r "
-                             "--runs-dir {root}"),
-    (dict(status="finished", interrupted=True),
-     "detached from r, which was stopped before the end of its budget. Continue it: "
-     "operant-train --resume r --runs-dir {root}"),
-    (dict(status="failed", reason="non-finite values: policy"),
-     "detached from r, whose trainer failed: non-finite values: policy. Continue from its last "
-     "checkpoint: operant-train --resume r --runs-dir {root}"),
-    (dict(status="crashed"), "detached from r, whose trainer crashed. Continue from its last "
-                             "checkpoint: operant-train --resume r --runs-dir {root}"),
-])
+@pytest.mark.parametrize(
+    "fields, expected",
+    [
+        (
+            dict(status="running"),
+            "detached from r; training goes on. Reattach: operant monitor r --runs-dir {root}",
+        ),
+        (
+            dict(status="finished", interrupted=True),
+            "detached from r, which was stopped before the end of its budget. Continue it: "
+            "operant-train --resume r --runs-dir {root}",
+        ),
+        (
+            dict(status="failed", reason="non-finite values: policy"),
+            "detached from r, whose trainer failed: non-finite values: policy. Continue from its "
+            "last checkpoint: operant-train --resume r --runs-dir {root}",
+        ),
+        (
+            dict(status="crashed"),
+            "detached from r, whose trainer crashed. Continue from its last "
+            "checkpoint: operant-train --resume r --runs-dir {root}",
+        ),
+    ],
+)
 def test_leaving_a_run_says_what_became_of_it(root, fields, expected):
     from operant.monitor.app import detach_message
 
@@ -236,4 +312,5 @@ def test_leaving_the_default_root_needs_no_runs_dir(tmp_path, monkeypatch):
 
     monkeypatch.setenv(RUNS_DIR_ENV, str(tmp_path))
     assert detach_message("r", _view("r", tmp_path, status="running"), tmp_path) == (
-        "detached from r; training goes on. Reattach: operant monitor r")
+        "detached from r; training goes on. Reattach: operant monitor r"
+    )

@@ -32,9 +32,24 @@ def _records(path: Path, skip: int = 0) -> list[dict]:
 
 def _train(tmp_path: Path, run_id: str, *args: str) -> list[dict]:
     env = {**os.environ, "PYTHONHASHSEED": "0"}
-    subprocess.run([sys.executable, "-m", "operant.trainer.main", *args, "--runs-dir",
-                    str(tmp_path), "--run-id", run_id, "--quiet"], check=True, cwd=ROOT, env=env,
-                   stdout=subprocess.DEVNULL, timeout=240)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "operant.trainer.main",
+            *args,
+            "--runs-dir",
+            str(tmp_path),
+            "--run-id",
+            run_id,
+            "--quiet",
+        ],
+        check=True,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        timeout=240,
+    )
     return _records(tmp_path / run_id / "progress.jsonl")
 
 
@@ -42,15 +57,20 @@ def _first_difference(got: list[dict], expected: list[dict]) -> str:
     for index, (a, b) in enumerate(zip(got, expected)):
         if a != b:
             keys = sorted(key for key in a.keys() | b.keys() if a.get(key) != b.get(key))
-            return (f"record {index} differs in {keys}: got {[a.get(k) for k in keys]}, "
-                    f"main had {[b.get(k) for k in keys]}")
+            return (
+                f"record {index} differs in {keys}: got {[a.get(k) for k in keys]}, "
+                f"main had {[b.get(k) for k in keys]}"
+            )
     return f"{len(got)} records, main had {len(expected)}"
 
 
-@pytest.mark.parametrize("name, config", [
-    ("default", "configs/CartPole-v1.toml"),
-    ("throughput", "configs/throughput/CartPole-v1.toml"),
-])
+@pytest.mark.parametrize(
+    "name, config",
+    [
+        ("default", "configs/CartPole-v1.toml"),
+        ("throughput", "configs/throughput/CartPole-v1.toml"),
+    ],
+)
 def test_fixed_seed_run_reproduces_main_bit_for_bit(tmp_path, name, config):
     expected = _records(FIXTURES / f"{name}.jsonl")
     got = _train(tmp_path, name, "--config", config, "--seed", "1")
@@ -72,9 +92,23 @@ def test_checkpoint_written_by_main_resumes_and_continues_as_main_did(tmp_path):
     (run_dir / "progress.jsonl").write_bytes(b"x" * (payload["progress_bytes"] - 1) + b"\n")
     (run_dir / "run.json").write_text(json.dumps({"run_id": "resume"}))
     env = {**os.environ, "PYTHONHASHSEED": "0"}
-    subprocess.run([sys.executable, "-m", "operant.trainer.main", "--resume", "resume",
-                    "--runs-dir", str(tmp_path), "--quiet"], check=True, cwd=ROOT, env=env,
-                   stdout=subprocess.DEVNULL, timeout=240)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "operant.trainer.main",
+            "--resume",
+            "resume",
+            "--runs-dir",
+            str(tmp_path),
+            "--quiet",
+        ],
+        check=True,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        timeout=240,
+    )
     got = _records(run_dir / "progress.jsonl", skip=1)
     expected = _records(FIXTURES / "continuation.jsonl")
     assert [record["update"] for record in got] == list(range(21, 61))

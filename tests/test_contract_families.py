@@ -44,23 +44,40 @@ def _environ() -> dict[str, str]:
 
 
 def operant_train(runs: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "operant.trainer.main", "--runs-dir", str(runs),
-                           "--quiet", *args], capture_output=True, text=True, cwd=REPO,
-                          env=_environ(), timeout=240)
+    return subprocess.run(
+        [sys.executable, "-m", "operant.trainer.main", "--runs-dir", str(runs), "--quiet", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=_environ(),
+        timeout=240,
+    )
 
 
 def train_new(runs: Path, run_id: str, family: str, updates: int) -> None:
     env_id, overrides, rows = FAMILIES[family]
     sets = [item for value in [*overrides, *COMMON] for item in ("--set", value)]
-    result = operant_train(runs, "--env", env_id, "--run-id", run_id, "--seed", "5",
-                           "--total-steps", str(updates * rows * 16), *sets)
+    result = operant_train(
+        runs,
+        "--env",
+        env_id,
+        "--run-id",
+        run_id,
+        "--seed",
+        "5",
+        "--total-steps",
+        str(updates * rows * 16),
+        *sets,
+    )
     assert result.returncode == 0, result.stderr
 
 
 def progress(runs: Path, run_id: str) -> list[dict]:
     lines = (runs / run_id / "progress.jsonl").read_text().splitlines()
-    return [{key: value for key, value in json.loads(line).items() if key not in TIMING}
-            for line in lines]
+    return [
+        {key: value for key, value in json.loads(line).items() if key not in TIMING}
+        for line in lines
+    ]
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -77,13 +94,28 @@ def test_family_trains_resumes_bit_exact_and_publishes(tmp_path, family):
     whole = progress(runs, "whole")
     assert [record["update"] for record in whole] == list(range(1, UPDATES + 1))
     assert [record["global_step"] for record in whole] == [
-        update * rows * 16 for update in range(1, UPDATES + 1)]
+        update * rows * 16 for update in range(1, UPDATES + 1)
+    ]
     assert whole[-1]["episodes"] > 0 and whole[-1]["episode_return_mean"] is not None
     assert progress(runs, "split") == whole  # everything but timing, bit for bit
 
-    shown = subprocess.run([sys.executable, "-m", "operant", "monitor", "split", "--runs-dir",
-                            str(runs), "--once", "--json"], capture_output=True, text=True,
-                           env=_environ(), timeout=60)
+    shown = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "operant",
+            "monitor",
+            "split",
+            "--runs-dir",
+            str(runs),
+            "--once",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=_environ(),
+        timeout=60,
+    )
     assert shown.returncode == 0, shown.stderr
     state = json.loads(shown.stdout)
     assert (state["run_id"], state["status"]) == ("split", "finished")
@@ -91,10 +123,27 @@ def test_family_trains_resumes_bit_exact_and_publishes(tmp_path, family):
     assert state["episode_return_mean"] == pytest.approx(whole[-1]["episode_return_mean"])
 
     # operant eval builds the run's policy through the registry from the env's specs.
-    evaluated = subprocess.run([sys.executable, "-m", "operant", "eval", "whole", "--runs-dir",
-                                str(runs), "--episodes", "5", "--num-envs", "2", "--json"],
-                               capture_output=True, text=True, env=_environ(), cwd=REPO,
-                               timeout=120)
+    evaluated = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "operant",
+            "eval",
+            "whole",
+            "--runs-dir",
+            str(runs),
+            "--episodes",
+            "5",
+            "--num-envs",
+            "2",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=_environ(),
+        cwd=REPO,
+        timeout=120,
+    )
     assert evaluated.returncode == 0, evaluated.stderr
     report = json.loads(evaluated.stdout)
     assert (report["env_id"], report["episodes"]) == (FAMILIES[family][0], 5)
@@ -104,8 +153,16 @@ def test_family_trains_resumes_bit_exact_and_publishes(tmp_path, family):
 def test_frames_stay_uint8_from_env_to_storage_and_the_registered_cnn_reads_them():
     from operant.trainer.train import Trainer
 
-    config = load_config(None, [f"env.id={FRAMES}", "env.num_envs=4", "ppo.num_steps=8",
-                                "ppo.num_minibatches=2", "train.total_steps=64"])
+    config = load_config(
+        None,
+        [
+            f"env.id={FRAMES}",
+            "env.num_envs=4",
+            "ppo.num_steps=8",
+            "ppo.num_minibatches=2",
+            "train.total_steps=64",
+        ],
+    )
     trainer = Trainer(config)
     assert type(trainer.policy).__name__ == "TinyCNN"  # "auto" chose it from the obs spec
     trainer.collect()
@@ -122,8 +179,16 @@ def test_frames_stay_uint8_from_env_to_storage_and_the_registered_cnn_reads_them
 def test_agents_are_rows_and_the_batch_counts_them():
     from operant.trainer.train import Trainer
 
-    config = load_config(None, [f"env.id={AGENTS}", "env.num_envs=3", "ppo.num_steps=8",
-                                "ppo.num_minibatches=2", "train.total_steps=192"])
+    config = load_config(
+        None,
+        [
+            f"env.id={AGENTS}",
+            "env.num_envs=3",
+            "ppo.num_steps=8",
+            "ppo.num_minibatches=2",
+            "train.total_steps=192",
+        ],
+    )
     trainer = Trainer(config)
     assert type(trainer.policy).__name__ == "ActorCritic"  # "auto": flat float32 -> the MLP
     assert trainer.storage.obs.shape == (8, 12, 8)
@@ -132,16 +197,27 @@ def test_agents_are_rows_and_the_batch_counts_them():
     assert record.global_step == 192 and record.updates == 2
 
 
-@pytest.mark.parametrize("overrides, fragment", [
-    (["policy.kind=nope"], "policy.kind = 'nope' is not a registered policy"),
-    (["policy.kind=mlp"], "policy.kind = 'mlp' cannot read uint8 (2, 8, 8) observations"),
-    (["normalize.obs=true"], "normalize.obs = true needs floating-point observations"),
-])
+@pytest.mark.parametrize(
+    "overrides, fragment",
+    [
+        (["policy.kind=nope"], "policy.kind = 'nope' is not a registered policy"),
+        (["policy.kind=mlp"], "policy.kind = 'mlp' cannot read uint8 (2, 8, 8) observations"),
+        (["normalize.obs=true"], "normalize.obs = true needs floating-point observations"),
+    ],
+)
 def test_a_policy_or_normaliser_that_does_not_fit_the_spec_is_refused(overrides, fragment):
     from operant.trainer.train import Trainer
 
-    config = load_config(None, [f"env.id={FRAMES}", "env.num_envs=4", "ppo.num_steps=8",
-                                "train.total_steps=64", *overrides])
+    config = load_config(
+        None,
+        [
+            f"env.id={FRAMES}",
+            "env.num_envs=4",
+            "ppo.num_steps=8",
+            "train.total_steps=64",
+            *overrides,
+        ],
+    )
     with pytest.raises(ConfigError, match=fragment.replace("(", r"\(").replace(")", r"\)")):
         Trainer(config)
 
@@ -151,7 +227,8 @@ def test_the_cli_refuses_it_in_one_line_with_exit_2(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         f"operant-train: normalize.obs = true needs floating-point observations, and {FRAMES} "
-        "has uint8 (2, 8, 8) ones: set normalize.obs = false"]
+        "has uint8 (2, 8, 8) ones: set normalize.obs = false"
+    ]
     assert not list(tmp_path.glob("*/progress.jsonl"))  # refused before any run started
 
 

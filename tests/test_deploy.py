@@ -34,8 +34,9 @@ GPU_DROP_IN = "operant-train-gpu.conf"
 MAX_EXPOSURE = 2.0
 
 SYSTEMD_ANALYZE = shutil.which("systemd-analyze")
-needs_systemd_analyze = pytest.mark.skipif(SYSTEMD_ANALYZE is None,
-                                           reason="systemd-analyze is not installed")
+needs_systemd_analyze = pytest.mark.skipif(
+    SYSTEMD_ANALYZE is None, reason="systemd-analyze is not installed"
+)
 
 
 def _host_unit_dir() -> Path:
@@ -46,8 +47,11 @@ def _host_unit_dir() -> Path:
 
 
 def _exec_paths(unit: Path) -> list[str]:
-    return [line.split("=", 1)[1].split()[0]
-            for line in unit.read_text().splitlines() if line.startswith("ExecStart=")]
+    return [
+        line.split("=", 1)[1].split()[0]
+        for line in unit.read_text().splitlines()
+        if line.startswith("ExecStart=")
+    ]
 
 
 @pytest.fixture
@@ -68,8 +72,12 @@ def root(tmp_path) -> Path:
 
 
 def _analyze(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([SYSTEMD_ANALYZE, f"--root={root}", "--no-pager", *args],
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [SYSTEMD_ANALYZE, f"--root={root}", "--no-pager", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def _verify(root: Path, unit: str) -> str:
@@ -79,8 +87,7 @@ def _verify(root: Path, unit: str) -> str:
 
 def _exposure(root: Path, unit: str) -> float:
     result = _analyze(root, "security", "--offline=yes", unit)
-    match = re.search(rf"Overall exposure level for {re.escape(unit)}: (\d+\.\d+)",
-                      result.stdout)
+    match = re.search(rf"Overall exposure level for {re.escape(unit)}: (\d+\.\d+)", result.stdout)
     assert match, result.stdout + result.stderr
     return float(match.group(1))
 
@@ -99,8 +106,7 @@ def _settings(unit: Path) -> dict[str, list[str]]:
 def _documented(prefix: str) -> list[str]:
     """The command line in docs/deploy.md's shell blocks that starts with `prefix`."""
     blocks = re.findall(r"^```sh\n(.*?)^```", GUIDE.read_text(), re.MULTILINE | re.DOTALL)
-    (line,) = [line for block in blocks for line in block.splitlines()
-               if line.startswith(prefix)]
+    (line,) = [line for block in blocks for line in block.splitlines() if line.startswith(prefix)]
     return shlex.split(line)
 
 
@@ -108,8 +114,12 @@ def _documented(prefix: str) -> list[str]:
 def test_the_documented_verify_of_installed_units_says_nothing(root):
     command = _documented("systemd-analyze verify")
     assert command[2:] == [TRAINER, EXPORTER]
-    result = subprocess.run([SYSTEMD_ANALYZE, f"--root={root}", *command[1:]],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [SYSTEMD_ANALYZE, f"--root={root}", *command[1:]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert (result.returncode, result.stdout + result.stderr) == (0, "")
 
 
@@ -118,8 +128,9 @@ def _verify_checkout(*args: str) -> subprocess.CompletedProcess[str]:
     operant-train first on PATH, as after activating the venv."""
     command = _documented("deploy/verify-units")
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    return subprocess.run([*command, *args], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [*command, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 @needs_systemd_analyze
@@ -129,7 +140,8 @@ def test_the_documented_verify_of_a_checkout_passes():
     assert (result.returncode, result.stderr) == (0, "")
     assert result.stdout.splitlines() == [
         f"ok: operant-train@.service, operant-exporter.service (ExecStart in {bin_dir})",
-        "ok: operant-train@.service with operant-train-gpu.conf"]
+        "ok: operant-train@.service with operant-train-gpu.conf",
+    ]
 
 
 @needs_systemd_analyze
@@ -148,16 +160,24 @@ def test_the_checkout_verify_fails_on_any_warning(tmp_path):
     assert lines[1:] == [
         "FAILED: operant-train@.service with operant-train-gpu.conf",
         f"operant-train@.service.d/gpu.conf:{line + 1}: Unknown key 'DevicePolicyy' in "
-        "section [Service], ignoring."]
+        "section [Service], ignoring.",
+    ]
 
 
 @needs_systemd_analyze
 def test_the_checkout_verify_says_what_it_needs():
-    result = subprocess.run([str(DEPLOY / "verify-units")], cwd=REPO, capture_output=True,
-                            text=True, timeout=60, env=dict(os.environ, PATH="/usr/bin:/bin"))
+    result = subprocess.run(
+        [str(DEPLOY / "verify-units")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, PATH="/usr/bin:/bin"),
+    )
     assert (result.returncode, result.stdout) == (2, "")
-    assert result.stderr == ("verify-units: operant-train is not on PATH: activate the venv "
-                             "Operant is installed in\n")
+    assert result.stderr == (
+        "verify-units: operant-train is not on PATH: activate the venv Operant is installed in\n"
+    )
 
 
 @needs_systemd_analyze
@@ -191,12 +211,20 @@ def test_trainer_unit_settings_the_trainer_relies_on():
     settings = _settings(DEPLOY / TRAINER_TEMPLATE)
     assert settings["ExecStart"] == [
         "/opt/operant/venv/bin/operant-train --config /etc/operant/%i.toml "
-        "--resume auto --log-format json"]
+        "--resume auto --log-format json"
+    ]
     expected = {
-        "Type": ["notify"], "NotifyAccess": ["main"], "Restart": ["on-failure"],
-        "KillMode": ["mixed"], "KillSignal": ["SIGTERM"], "User": ["operant"],
-        "Group": ["operant"], "UMask": ["0027"], "StateDirectory": ["operant"],
-        "ProtectSystem": ["strict"], "CapabilityBoundingSet": [""],
+        "Type": ["notify"],
+        "NotifyAccess": ["main"],
+        "Restart": ["on-failure"],
+        "KillMode": ["mixed"],
+        "KillSignal": ["SIGTERM"],
+        "User": ["operant"],
+        "Group": ["operant"],
+        "UMask": ["0027"],
+        "StateDirectory": ["operant"],
+        "ProtectSystem": ["strict"],
+        "CapabilityBoundingSet": [""],
         "RestrictAddressFamilies": ["AF_UNIX AF_INET AF_INET6"],
     }
     assert {key: settings.get(key) for key in expected} == expected
@@ -209,8 +237,13 @@ def test_exporter_reads_the_runs_root_the_trainer_writes():
     trainer = _settings(DEPLOY / TRAINER_TEMPLATE)
     exporter = _settings(DEPLOY / EXPORTER)
     (command,) = exporter["ExecStart"]
-    assert command.split()[1:] == ["exporter", "--listen", "127.0.0.1:9464",
-                                   "--runs-dir", "%S/operant/runs"]
+    assert command.split()[1:] == [
+        "exporter",
+        "--listen",
+        "127.0.0.1:9464",
+        "--runs-dir",
+        "%S/operant/runs",
+    ]
     assert "OPERANT_RUNS_DIR=%S/operant/runs" in trainer["Environment"]
     assert exporter["SupplementaryGroups"] == trainer["Group"]
     assert "StateDirectory" not in exporter

@@ -82,8 +82,11 @@ def test_truncation_at_gymnasiums_time_limit_and_episode_statistics(env_id, impl
     lengths = env.kernel.episode_length if impl == "native" else env.episode_length
     returns = env.kernel.episode_return if impl == "native" else env.episode_return
     lengths[:] = limit - 1
-    returns[:] = torch.tensor([-3.0, 1.0, 2.0, 10.0]) if impl == "torch" \
+    returns[:] = (
+        torch.tensor([-3.0, 1.0, 2.0, 10.0])
+        if impl == "torch"
         else np.array([-3.0, 1.0, 2.0, 10.0])
+    )
     rng = np.random.default_rng(0)
     _load(env, _actions(env, rng, 4))
     env.step_bound()
@@ -113,8 +116,9 @@ def test_recent_returns_ring_keeps_the_latest_in_env_order(impl):
     for round_index in range(400):  # 1,200 episodes: the 1,024-slot ring wraps
         lengths[:] = 499
         values = [round_index * 3.0, round_index * 3.0 + 1, round_index * 3.0 + 2]
-        returns[:] = torch.tensor(values, dtype=torch.float64) if impl == "torch" \
-            else np.array(values)
+        returns[:] = (
+            torch.tensor(values, dtype=torch.float64) if impl == "torch" else np.array(values)
+        )
         _load(env, np.array([0, 1, 0]))
         env.step_bound()
         expected.extend(value + 1.0 for value in values)
@@ -154,8 +158,7 @@ def test_torch_step_never_reads_the_device_from_the_host(env_id, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("host sync inside a torch env step")
 
-    for name in ("item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__float__",
-                 "__index__"):
+    for name in ("item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__float__", "__index__"):
         monkeypatch.setattr(torch.Tensor, name, refuse)
     for _ in range(60):
         env.step(actions)
@@ -183,26 +186,39 @@ def _kernel_buffers(env_id, num_envs, obs=None):
     """Buffers a kernel for `env_id` accepts, with `obs` (and final_obs) replaced if given."""
     env = make_env(env_id, num_envs, impl="native", copy=False)
     obs = env.obs if obs is None else obs
-    return env.entry.native, (num_envs, env.actions, obs, env.rewards, env.terminated,
-                              env.truncated, np.zeros_like(obs))
+    return env.entry.native, (
+        num_envs,
+        env.actions,
+        obs,
+        env.rewards,
+        env.terminated,
+        env.truncated,
+        np.zeros_like(obs),
+    )
 
 
 @pytest.mark.parametrize("env_id", list(ENVS))
-@pytest.mark.parametrize("wrong", ["float64", "uint8 bytes", "one column more", "row shape",
-                                   "fortran"])
+@pytest.mark.parametrize(
+    "wrong", ["float64", "uint8 bytes", "one column more", "row shape", "fortran"]
+)
 def test_kernel_refuses_an_observation_buffer_it_did_not_declare(env_id, wrong):
     """The C batch takes observation rows of any dtype and shape as bytes, so binding checks
     the buffer against what the kernel declares (float32 (obs_dim,) here) and names both."""
     obs_dim = gymnasium.spec(env_id).make().observation_space.shape[0]
-    obs = {"float64": np.zeros((8, obs_dim), np.float64),
-           # the same number of bytes per row, but not float32 rows
-           "uint8 bytes": np.zeros((8, 4 * obs_dim), np.uint8),
-           "one column more": np.zeros((8, obs_dim + 1), np.float32),
-           "row shape": np.zeros((8, obs_dim, 1), np.float32),
-           "fortran": np.asfortranarray(np.zeros((8, obs_dim), np.float32))}[wrong]
+    obs = {
+        "float64": np.zeros((8, obs_dim), np.float64),
+        # the same number of bytes per row, but not float32 rows
+        "uint8 bytes": np.zeros((8, 4 * obs_dim), np.uint8),
+        "one column more": np.zeros((8, obs_dim + 1), np.float32),
+        "row shape": np.zeros((8, obs_dim, 1), np.float32),
+        "fortran": np.asfortranarray(np.zeros((8, obs_dim), np.float32)),
+    }[wrong]
     kernel_class, args = _kernel_buffers(env_id, 8, obs)
-    with pytest.raises(ValueError, match=rf"buffer obs must be a writeable C-contiguous float32 "
-                                         rf"array of shape \(8, {obs_dim}\) .*got "):
+    with pytest.raises(
+        ValueError,
+        match=rf"buffer obs must be a writeable C-contiguous float32 "
+        rf"array of shape \(8, {obs_dim}\) .*got ",
+    ):
         kernel_class(*args)
 
 
@@ -222,8 +238,12 @@ def test_kernel_statistics_are_the_contract_record_by_name(env_id):
     record["return_min"], record["return_max"] = -5.0, -2.5
     record["length_min"], record["length_max"] = 10.0, 20.0
     stats = env.drain_episode_stats()
-    assert (stats.episodes, stats.return_sum, stats.return_min, stats.return_max) \
-        == (2, -7.5, -5.0, -2.5)
+    assert (stats.episodes, stats.return_sum, stats.return_min, stats.return_max) == (
+        2,
+        -7.5,
+        -5.0,
+        -2.5,
+    )
     assert (stats.length_sum, stats.length_min, stats.length_max) == (30.0, 10.0, 20.0)
     assert env.drain_episode_stats().episodes == 0
     assert env.kernel.stats["return_min"][0] == np.inf
@@ -240,8 +260,10 @@ def test_state_dict_round_trip_continues_bit_for_bit(impl):
     for _ in range(40):
         _load(original, _actions(original, rng, 16))
         original.step_bound()
-    saved = {name: value.clone() if isinstance(value, torch.Tensor) else value.copy()
-             for name, value in original.state_dict().items()}
+    saved = {
+        name: value.clone() if isinstance(value, torch.Tensor) else value.copy()
+        for name, value in original.state_dict().items()
+    }
     if impl != "torch":
         assert saved["half0.stats" if impl == "overlap" else "kernel.stats"].dtype == np.float64
     resumed = make_env("CartPole-v1", 16, copy=False, **kwargs)
@@ -263,10 +285,15 @@ def test_load_state_dict_names_the_first_mismatch_and_copies_nothing(impl):
     state = env.state_dict()
     before = _host(state["obs"]).copy()
     name = "kernel.state" if impl == "native" else "state"
-    wrong_dtype = {**state, name: state[name].to(torch.float32) if impl == "torch"
-                   else state[name].astype(np.float32)}
-    with pytest.raises(ValueError, match=rf"env state '{name}' must be a .* of .*float64 "
-                                         r"\(4, 4\), got .*float32 \(4, 4\)"):
+    wrong_dtype = {
+        **state,
+        name: state[name].to(torch.float32) if impl == "torch" else state[name].astype(np.float32),
+    }
+    with pytest.raises(
+        ValueError,
+        match=rf"env state '{name}' must be a .* of .*float64 "
+        r"\(4, 4\), got .*float32 \(4, 4\)",
+    ):
         env.load_state_dict(wrong_dtype)
     wrong_shape = {**state, "obs": state["obs"][:2]}
     with pytest.raises(ValueError, match=r"env state 'obs' must be .*\(4, 4\), got .*\(2, 4\)"):

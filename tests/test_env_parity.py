@@ -50,8 +50,7 @@ def _wide_states(env_id: str, rng: np.random.Generator, count: int) -> np.ndarra
         "Pendulum-v1": ([-3 * pi, -8.0], [3 * pi, 8.0]),
         "Acrobot-v1": ([-pi, -pi, -4 * pi, -9 * pi], [pi, pi, 4 * pi, 9 * pi]),
     }[env_id]
-    return rng.uniform(np.array(low)[:, None], np.array(high)[:, None],
-                       size=(len(low), count))
+    return rng.uniform(np.array(low)[:, None], np.array(high)[:, None], size=(len(low), count))
 
 
 def _random_actions(space, rng: np.random.Generator, count: int) -> np.ndarray:
@@ -70,13 +69,13 @@ def _random_actions(space, rng: np.random.Generator, count: int) -> np.ndarray:
 class Recording:
     """Gymnasium's trajectories, one row per step."""
 
-    initial_state: np.ndarray   # (state_dim, N) injected before the first step
-    actions: list               # per step, what every env was given
-    obs: np.ndarray             # (steps, N, obs_dim) after the step (terminal obs where done)
-    rewards: np.ndarray         # (steps, N)
-    terminated: np.ndarray      # (steps, N)
-    truncated: np.ndarray       # (steps, N)
-    next_state: np.ndarray      # (steps, state_dim, N): the state after each step's autoreset
+    initial_state: np.ndarray  # (state_dim, N) injected before the first step
+    actions: list  # per step, what every env was given
+    obs: np.ndarray  # (steps, N, obs_dim) after the step (terminal obs where done)
+    rewards: np.ndarray  # (steps, N)
+    terminated: np.ndarray  # (steps, N)
+    truncated: np.ndarray  # (steps, N)
+    next_state: np.ndarray  # (steps, state_dim, N): the state after each step's autoreset
     autoresets: int
 
 
@@ -125,16 +124,25 @@ def _record(env_id: str) -> Recording:
         # from it (reading 1,000 states a step costs a second, so only there).
         state = driver.kernel.state.copy()
         if any(env_id == resynced for _, resynced in RESYNC_EVERY_STEP):
-            gym_state = np.stack([np.asarray(gym_env.state, dtype=np.float64)
-                                  for gym_env in gym_envs], axis=1)
+            gym_state = np.stack(
+                [np.asarray(gym_env.state, dtype=np.float64) for gym_env in gym_envs], axis=1
+            )
             state[:, ~done] = gym_state[:, ~done]
         next_state.append(state)
         for i in np.flatnonzero(done):
             _inject(gym_envs[i], driver.kernel.state[:, i])
         elapsed[done] = 0
         autoresets += int(done.sum())
-    return Recording(initial_state, actions, np.stack(obs), np.stack(rewards),
-                     np.stack(terminated), np.stack(truncated), np.stack(next_state), autoresets)
+    return Recording(
+        initial_state,
+        actions,
+        np.stack(obs),
+        np.stack(rewards),
+        np.stack(terminated),
+        np.stack(truncated),
+        np.stack(next_state),
+        autoresets,
+    )
 
 
 def _outputs(env) -> tuple[np.ndarray, ...]:
@@ -142,8 +150,14 @@ def _outputs(env) -> tuple[np.ndarray, ...]:
         return value.cpu().numpy() if isinstance(value, torch.Tensor) else value
 
     state = env.kernel.state if env.impl == "native" else env.state
-    return (host(env.obs), host(env.final_obs), host(env.rewards), host(env.terminated),
-            host(env.truncated), host(state))
+    return (
+        host(env.obs),
+        host(env.final_obs),
+        host(env.rewards),
+        host(env.terminated),
+        host(env.truncated),
+        host(state),
+    )
 
 
 @pytest.mark.parametrize("impl", ["native", "torch"])
@@ -153,8 +167,9 @@ def test_trajectories_match_gymnasium_through_autoresets(env_id, impl):
     env = make_env(env_id, NUM_TRAJECTORIES, impl=impl, copy=False)
     env.reset(seed=SEED)
     state = env.kernel.state if impl == "native" else env.state
-    state[:] = torch.from_numpy(recording.initial_state) if impl == "torch" \
-        else recording.initial_state
+    state[:] = (
+        torch.from_numpy(recording.initial_state) if impl == "torch" else recording.initial_state
+    )
     if impl == "native":
         env.kernel.write_obs()
     resync = (impl, env_id) in RESYNC_EVERY_STEP
@@ -165,18 +180,22 @@ def test_trajectories_match_gymnasium_through_autoresets(env_id, impl):
         obs, final_obs, rewards, terminated, truncated, state_now = _outputs(env)
         np.testing.assert_array_equal(terminated, recording.terminated[t], err_msg=f"step {t}")
         np.testing.assert_array_equal(truncated, recording.truncated[t], err_msg=f"step {t}")
-        np.testing.assert_allclose(rewards, recording.rewards[t], **REWARD_TOLERANCE,
-                                   err_msg=f"step {t}")
+        np.testing.assert_allclose(
+            rewards, recording.rewards[t], **REWARD_TOLERANCE, err_msg=f"step {t}"
+        )
         done = recording.terminated[t] | recording.truncated[t]
         # SAME_STEP: an env that ended shows its terminal observation in final_obs and already
         # holds its next episode's first one in obs.
-        np.testing.assert_allclose(obs[~done], recording.obs[t][~done], **OBS_TOLERANCE,
-                                   err_msg=f"step {t}")
-        np.testing.assert_allclose(final_obs[done], recording.obs[t][done], **OBS_TOLERANCE,
-                                   err_msg=f"step {t}")
+        np.testing.assert_allclose(
+            obs[~done], recording.obs[t][~done], **OBS_TOLERANCE, err_msg=f"step {t}"
+        )
+        np.testing.assert_allclose(
+            final_obs[done], recording.obs[t][done], **OBS_TOLERANCE, err_msg=f"step {t}"
+        )
         # The autoreset drew exactly the state Gymnasium was given.
-        np.testing.assert_array_equal(state_now[:, done], recording.next_state[t][:, done],
-                                      err_msg=f"step {t}")
+        np.testing.assert_array_equal(
+            state_now[:, done], recording.next_state[t][:, done], err_msg=f"step {t}"
+        )
         if resync:
             env.state.copy_(torch.from_numpy(recording.next_state[t]))
             env.obs.copy_(env._observe(env.state))
@@ -205,11 +224,13 @@ def test_native_and_torch_agree(env_id):
         np.testing.assert_array_equal(batched.terminated.numpy(), native.terminated)
         np.testing.assert_array_equal(batched.truncated.numpy(), native.truncated)
         np.testing.assert_allclose(batched.rewards.numpy(), native.rewards, **REWARD_TOLERANCE)
-        np.testing.assert_allclose(batched.obs.numpy(), native.obs, **OBS_TOLERANCE,
-                                   err_msg=f"step {t}")
+        np.testing.assert_allclose(
+            batched.obs.numpy(), native.obs, **OBS_TOLERANCE, err_msg=f"step {t}"
+        )
         done = native.terminated | native.truncated
-        np.testing.assert_allclose(batched.final_obs.numpy()[done], native.final_obs[done],
-                                   **OBS_TOLERANCE)
+        np.testing.assert_allclose(
+            batched.final_obs.numpy()[done], native.final_obs[done], **OBS_TOLERANCE
+        )
         np.testing.assert_array_equal(batched.state.numpy()[:, done], native.kernel.state[:, done])
         if ("torch", env_id) in RESYNC_EVERY_STEP:
             batched.state.copy_(torch.from_numpy(native.kernel.state))
@@ -218,8 +239,7 @@ def test_native_and_torch_agree(env_id):
     assert torch_stats.episodes == native_stats.episodes == episodes
     assert torch_stats.length_sum == native_stats.length_sum
     assert torch_stats.return_sum == pytest.approx(native_stats.return_sum, rel=1e-9)
-    np.testing.assert_allclose(batched.recent_returns(100), native.recent_returns(100),
-                               rtol=1e-9)
+    np.testing.assert_allclose(batched.recent_returns(100), native.recent_returns(100), rtol=1e-9)
 
 
 def test_cartpole_angles_past_the_polynomial_range_step_with_libm():
@@ -297,10 +317,10 @@ def test_step_matches_gymnasium_vector_env_in_each_autoreset_mode(env_id, impl, 
     options = {"overlap": True} if impl == "overlap" else {"impl": impl}
     env = make_env(env_id, FACE_ENVS, copy=True, autoreset_mode=mode, **options)
     assert env.metadata["autoreset_mode"] == mode
-    wrappers = [_ResetsTo(gymnasium.make(env_id, disable_env_checker=True))
-                for _ in range(FACE_ENVS)]
-    gym_vec = gymnasium.vector.SyncVectorEnv([lambda w=w: w for w in wrappers],
-                                             autoreset_mode=mode)
+    wrappers = [
+        _ResetsTo(gymnasium.make(env_id, disable_env_checker=True)) for _ in range(FACE_ENVS)
+    ]
+    gym_vec = gymnasium.vector.SyncVectorEnv([lambda w=w: w for w in wrappers], autoreset_mode=mode)
     rng = np.random.default_rng(SEED + 1)
     env.reset(seed=SEED)
     gym_vec.reset(seed=SEED)
@@ -320,8 +340,9 @@ def test_step_matches_gymnasium_vector_env_in_each_autoreset_mode(env_id, impl, 
     for t in range(FACE_STEPS):
         actions = _random_actions(env.single_action_space, rng, FACE_ENVS)
         obs, rewards, terminated, truncated, info = env.step(actions)
-        obs, rewards, terminated, truncated = (np.asarray(x) for x in
-                                               (obs, rewards, terminated, truncated))
+        obs, rewards, terminated, truncated = (
+            np.asarray(x) for x in (obs, rewards, terminated, truncated)
+        )
         ended = terminated | truncated
         state = _core_state(env)
         for i in np.flatnonzero(ended):
@@ -334,14 +355,19 @@ def test_step_matches_gymnasium_vector_env_in_each_autoreset_mode(env_id, impl, 
         np.testing.assert_allclose(obs, want[0], **OBS_TOLERANCE, err_msg=message)
         if mode == gymnasium.vector.AutoresetMode.SAME_STEP and ended.any():
             np.testing.assert_array_equal(np.asarray(info["_final_obs"]), want[4]["_final_obs"])
-            np.testing.assert_allclose(np.asarray(info["final_obs"])[ended],
-                                       np.stack(want[4]["final_obs"][ended]), **OBS_TOLERANCE,
-                                       err_msg=message)
+            np.testing.assert_allclose(
+                np.asarray(info["final_obs"])[ended],
+                np.stack(want[4]["final_obs"][ended]),
+                **OBS_TOLERANCE,
+                err_msg=message,
+            )
         if resync:
-            gym_state = np.stack([np.asarray(w.unwrapped.state, dtype=np.float64)
-                                  for w in wrappers], axis=1)
-            waiting = (ended if mode == gymnasium.vector.AutoresetMode.NEXT_STEP
-                       else np.zeros_like(ended))
+            gym_state = np.stack(
+                [np.asarray(w.unwrapped.state, dtype=np.float64) for w in wrappers], axis=1
+            )
+            waiting = (
+                ended if mode == gymnasium.vector.AutoresetMode.NEXT_STEP else np.zeros_like(ended)
+            )
             _set_core_state(env, gym_state, np.flatnonzero(~waiting))
         resets += int(ended.sum())
     assert resets >= 20

@@ -26,8 +26,9 @@ def _host(value):
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("env_id", list(ENVS))
 def test_make_vec_builds_every_env_with_every_impl(env_id, impl):
-    env = gymnasium.make_vec(f"operant/{env_id}", num_envs=5,
-                             vectorization_mode="vector_entry_point", impl=impl)
+    env = gymnasium.make_vec(
+        f"operant/{env_id}", num_envs=5, vectorization_mode="vector_entry_point", impl=impl
+    )
     expected_impl = "native" if impl == "auto" else impl
     assert env.impl == expected_impl
     gym_env = gymnasium.make(env_id)
@@ -51,8 +52,13 @@ def test_make_vec_builds_every_env_with_every_impl(env_id, impl):
 
 
 def test_torch_impl_through_make_vec_takes_a_device_and_returns_tensors_there():
-    env = gymnasium.make_vec("operant/Pendulum-v1", num_envs=4,
-                             vectorization_mode="vector_entry_point", impl="torch", device="cpu")
+    env = gymnasium.make_vec(
+        "operant/Pendulum-v1",
+        num_envs=4,
+        vectorization_mode="vector_entry_point",
+        impl="torch",
+        device="cpu",
+    )
     obs, _ = env.reset(seed=0)
     obs, rewards, terminated, truncated, info = env.step(torch.zeros(4, 1))
     assert all(t.device == torch.device("cpu") for t in (obs, rewards, terminated, truncated))
@@ -118,14 +124,19 @@ def test_bad_discrete_actions_are_refused_by_shape_dtype_and_value(env_id, impl)
         env.step(np.zeros(4, dtype=np.int64))
     with pytest.raises(InvalidActionError, match=r"shape \(3,\) \(one per env\), got \(3, 1\)"):
         env.step(np.zeros((3, 1), dtype=np.int64))
-    with pytest.raises(InvalidActionError, match=rf"Discrete\({n}\) must be integers, got dtype float32"):
+    with pytest.raises(
+        InvalidActionError, match=rf"Discrete\({n}\) must be integers, got dtype float32"
+    ):
         env.step(np.zeros(3, dtype=np.float32))
     with pytest.raises(InvalidActionError, match=r"must be integers, got dtype bool"):
         env.step(np.zeros(3, dtype=np.bool_))
     if impl == "reference":
         return  # Gymnasium's own envs judge values themselves
     before = _state(env)
-    with pytest.raises(InvalidActionError, match=rf"action {n} for env 1 is outside the action space Discrete\({n}\)"):
+    with pytest.raises(
+        InvalidActionError,
+        match=rf"action {n} for env 1 is outside the action space Discrete\({n}\)",
+    ):
         env.step(np.array([0, n, 1]))
     with pytest.raises(InvalidActionError, match=r"action -1 for env 2 is outside"):
         env.step(np.array([0, 1, -1]))
@@ -160,13 +171,19 @@ def test_bad_continuous_actions_are_refused_by_shape_dtype_and_value(env_id, imp
 def test_torch_deferred_checks_raise_at_the_next_read_naming_the_action(env_id):
     env = make_env(env_id, 4, impl="torch", copy=False, action_checks="deferred")
     env.reset(seed=0)
-    bad = torch.tensor([0, 1, 7, 2]) if env.discrete else torch.tensor([[0.0], [1.0], [np.nan],
-                                                                        [0.0]])
+    bad = (
+        torch.tensor([0, 1, 7, 2])
+        if env.discrete
+        else torch.tensor([[0.0], [1.0], [np.nan], [0.0]])
+    )
     env.step(bad)  # no host sync, so no error yet
     env.step_bound()
     assert torch.isfinite(env.state).all()  # stepped with the invalid action replaced
-    expected = r"action 7 for env 2 is outside" if env.discrete else \
-        r"action \[nan\] for env 2 is not finite"
+    expected = (
+        r"action 7 for env 2 is outside"
+        if env.discrete
+        else r"action \[nan\] for env 2 is not finite"
+    )
     with pytest.raises(InvalidActionError, match=expected + r".*since the last check"):
         env.drain_episode_stats()
     env.check_actions()  # reported once
@@ -185,10 +202,13 @@ def test_importing_the_envs_library_registers_them_without_torch():
     import subprocess
     import sys
 
-    script = ("import sys, gymnasium, operant.envs; "
-              "print('torch' in sys.modules, 'operant/CartPole-v1' in gymnasium.registry)")
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         check=True).stdout.split()
+    script = (
+        "import sys, gymnasium, operant.envs; "
+        "print('torch' in sys.modules, 'operant/CartPole-v1' in gymnasium.registry)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    ).stdout.split()
     assert out == ["False", "True"]
 
 
@@ -203,9 +223,10 @@ def test_old_import_paths_are_deprecated_aliases_of_the_same_objects():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         old = importlib.import_module("operant.trainer.envs")
-        modules = {name: importlib.import_module(f"operant.trainer.envs.{name}")
-                   for name in ("native", "overlap", "parity", "reference", "registry",
-                                "torch_envs")}
+        modules = {
+            name: importlib.import_module(f"operant.trainer.envs.{name}")
+            for name in ("native", "overlap", "parity", "reference", "registry", "torch_envs")
+        }
     assert old.make_env is make_env and old.ENVS is ENVS and old.EnvError is EnvError
     for name in ("native", "overlap", "parity", "reference", "registry"):
         assert modules[name] is importlib.import_module(f"operant.envs.{name}")
@@ -280,17 +301,20 @@ def test_a_never_seeded_env_takes_entropy_for_none_entries():
 
 
 @pytest.mark.parametrize("impl", SEEDED_IMPLS)
-@pytest.mark.parametrize("seed, message", [
-    ([1, 2], r"a list of seeds needs one per env: 4 entries, got 2"),
-    ([1, 2, 3, 4, 5], r"4 entries, got 5"),
-    ([1, "2", 3, 4], r"seed\[1\] must be an integer in \[0, 2\*\*64\) or None, got '2'"),
-    ([1, 2, -1, 4], r"seed\[2\] must be"),
-    ([1.5, 2, 3, 4], r"seed\[0\] must be"),
-    ([True, 2, 3, 4], r"seed\[0\] must be"),
-    ("123", r"seed must be an integer in \[0, 2\*\*64\), a list of 4 of them"),
-    (2.0, r"seed must be an integer"),
-    (2**64, r"seed must be an integer"),
-])
+@pytest.mark.parametrize(
+    "seed, message",
+    [
+        ([1, 2], r"a list of seeds needs one per env: 4 entries, got 2"),
+        ([1, 2, 3, 4, 5], r"4 entries, got 5"),
+        ([1, "2", 3, 4], r"seed\[1\] must be an integer in \[0, 2\*\*64\) or None, got '2'"),
+        ([1, 2, -1, 4], r"seed\[2\] must be"),
+        ([1.5, 2, 3, 4], r"seed\[0\] must be"),
+        ([True, 2, 3, 4], r"seed\[0\] must be"),
+        ("123", r"seed must be an integer in \[0, 2\*\*64\), a list of 4 of them"),
+        (2.0, r"seed must be an integer"),
+        (2**64, r"seed must be an integer"),
+    ],
+)
 def test_bad_seeds_are_refused_in_one_line(impl, seed, message):
     env = _seeded_env("CartPole-v1", impl, 4)
     with pytest.raises(ValueError, match=message) as refused:

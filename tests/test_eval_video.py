@@ -16,16 +16,31 @@ imageio = pytest.importorskip("imageio.v3", reason="--video writes with imageio 
 def root(tmp_path_factory):
     """A runs root holding run "v": a tiny CartPole run (8 updates)."""
     root = tmp_path_factory.mktemp("runs")
-    result = run("operant", "train", "--total-steps", "4096", "--seed", "1", "--run-id", "v",
-                 "--quiet", "--runs-dir", str(root), "--set", "env.num_envs=8",
-                 "--set", "ppo.num_steps=64")
+    result = run(
+        "operant",
+        "train",
+        "--total-steps",
+        "4096",
+        "--seed",
+        "1",
+        "--run-id",
+        "v",
+        "--quiet",
+        "--runs-dir",
+        str(root),
+        "--set",
+        "env.num_envs=8",
+        "--set",
+        "ppo.num_steps=64",
+    )
     assert result.returncode == 0, result.stderr
     return root
 
 
 def _eval_video(root, video, *extra):
-    result = run("operant", "eval", "v", "--runs-dir", str(root), "--video", str(video),
-                 "--json", *extra)
+    result = run(
+        "operant", "eval", "v", "--runs-dir", str(root), "--video", str(video), "--json", *extra
+    )
     assert result.returncode == 0, result.stderr
     # Nothing on stderr that reads like a failure (SDL's XDG_RUNTIME_DIR complaint included).
     assert "error" not in result.stderr.lower(), result.stderr
@@ -62,13 +77,15 @@ def test_episodes_follow_each_other_in_one_video(root, tmp_path):
     assert len(imageio.imread(video, index=None)) == report["video_frames"]
 
 
-@pytest.mark.parametrize("video, message", [
-    ("clip.mpx", r"--video .*clip.mpx: write a .gif or one of .mp4"),
-    ("no-such-folder/clip.gif", r"--video .*clip.gif: no folder"),
-])
+@pytest.mark.parametrize(
+    "video, message",
+    [
+        ("clip.mpx", r"--video .*clip.mpx: write a .gif or one of .mp4"),
+        ("no-such-folder/clip.gif", r"--video .*clip.gif: no folder"),
+    ],
+)
 def test_a_video_it_cannot_write_is_one_line_and_exit_2(root, tmp_path, video, message):
-    result = run("operant", "eval", "v", "--runs-dir", str(root), "--video",
-                 str(tmp_path / video))
+    result = run("operant", "eval", "v", "--runs-dir", str(root), "--video", str(tmp_path / video))
     assert result.returncode == 2
     lines = [line for line in result.stderr.splitlines() if line.startswith("operant eval:")]
     assert len(lines) == 1 and __import__("re").search(message, lines[0]), result.stderr
@@ -84,5 +101,6 @@ def test_without_the_video_extra_it_names_the_extra(root, tmp_path, monkeypatch,
         monkeypatch.setitem(sys.modules, "imageio.v2", None)
     code = evaluate.main(["v", "--runs-dir", str(root), "--video", str(tmp_path / "a.mp4")])
     assert code == 2
-    assert capsys.readouterr().err == (f"operant eval: --video needs {module}: "
-                                       'pip install "operant-rl[video]"\n')
+    assert capsys.readouterr().err == (
+        f'operant eval: --video needs {module}: pip install "operant-rl[video]"\n'
+    )

@@ -18,8 +18,19 @@ def root(tmp_path_factory):
 @pytest.fixture(scope="module")
 def trained(root):
     """A run that finished: model.pt and a final checkpoint at the same update."""
-    result = run("operant", "train", "--total-steps", "40960", "--seed", "1", "--run-id", "m",
-                 "--quiet", "--runs-dir", str(root))
+    result = run(
+        "operant",
+        "train",
+        "--total-steps",
+        "40960",
+        "--seed",
+        "1",
+        "--run-id",
+        "m",
+        "--quiet",
+        "--runs-dir",
+        str(root),
+    )
     assert result.returncode == 0, result.stderr
     return root / "m"
 
@@ -29,9 +40,20 @@ def stopped(root, tmp_path_factory):
     """A run stopped by SIGTERM: checkpoints (every 3 updates, and one at the stop), no
     model.pt."""
     log = tmp_path_factory.mktemp("log") / "train.out"
-    trainer = start_trainer("--runs-dir", str(root), "--run-id", "s", *SMALL, *ENDLESS,
-                            "--set", "checkpoint.every_updates=3", "--set", "checkpoint.keep=1000",
-                            "--quiet", log=log)
+    trainer = start_trainer(
+        "--runs-dir",
+        str(root),
+        "--run-id",
+        "s",
+        *SMALL,
+        *ENDLESS,
+        "--set",
+        "checkpoint.every_updates=3",
+        "--set",
+        "checkpoint.keep=1000",
+        "--quiet",
+        log=log,
+    )
     wait_for_updates(root / "s", 8)
     assert stop(trainer, signal.SIGTERM) == 0, log.read_text()
     assert not (root / "s" / "model.pt").exists()
@@ -39,8 +61,9 @@ def stopped(root, tmp_path_factory):
 
 
 def evaluate(*args, root):
-    result = run("operant", "eval", *map(str, args), "--episodes", "4", "--json",
-                 "--runs-dir", str(root))
+    result = run(
+        "operant", "eval", *map(str, args), "--episodes", "4", "--json", "--runs-dir", str(root)
+    )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
@@ -88,12 +111,21 @@ def test_best_picks_best_pt_and_the_last_policy_is_the_default(stopped, root):
     # have saved it when that update was the best.
     payload = torch.load(checkpoints(stopped)[0], weights_only=True)
     best = stopped / "best.pt"
-    torch.save({"policy": payload["trainer"]["policy"], "config": payload["config"],
-                "global_step": payload["trainer"]["counters"]["global_step"]}, best)
+    torch.save(
+        {
+            "policy": payload["trainer"]["policy"],
+            "config": payload["config"],
+            "global_step": payload["trainer"]["counters"]["global_step"],
+        },
+        best,
+    )
     try:
         report = evaluate("s", "--best", root=root)
-        assert (report["model"], report["kind"], report["global_step"]) == (str(best), "model",
-                                                                           3 * 256)
+        assert (report["model"], report["kind"], report["global_step"]) == (
+            str(best),
+            "model",
+            3 * 256,
+        )
         assert evaluate("s", root=root)["model"] == str(checkpoints(stopped)[-1])
     finally:
         best.unlink()
@@ -143,21 +175,25 @@ def _corrupt_checkpoint(tmp_path, stopped):
     return path
 
 
-@pytest.mark.parametrize("make_target, extra, message", [
-    (lambda tmp, stopped: "nosuchrun", [], "no run 'nosuchrun' under "),
-    (lambda tmp, stopped: _not_a_model(tmp), [], "is not an operant model or checkpoint"),
-    (lambda tmp, stopped: _empty(tmp), [], "is not an operant model or checkpoint"),
-    (lambda tmp, stopped: "/etc/hostname", [], "is not an operant model or checkpoint"),
-    (lambda tmp, stopped: _foreign_torch_file(tmp), [], "holds no policy and config"),
-    (lambda tmp, stopped: _corrupt_checkpoint(tmp, stopped), [], "is corrupt (its content"),
-    (lambda tmp, stopped: "missing/model.pt", [], "missing/model.pt: no such file"),
-    (lambda tmp, stopped: tmp, [], "holds no model.pt and no checkpoint"),
-    (lambda tmp, stopped: "s", ["--best"], "run 's' has no best.pt"),
-    (lambda tmp, stopped: checkpoints(stopped)[0], ["--best"], "--best picks a run's best.pt"),
-    (lambda tmp, stopped: "s", ["--episodes", "0"], "--episodes and --num-envs must be"),
-])
-def test_what_names_no_policy_is_one_line_and_exit_2(tmp_path, stopped, root, make_target,
-                                                     extra, message):
+@pytest.mark.parametrize(
+    "make_target, extra, message",
+    [
+        (lambda tmp, stopped: "nosuchrun", [], "no run 'nosuchrun' under "),
+        (lambda tmp, stopped: _not_a_model(tmp), [], "is not an operant model or checkpoint"),
+        (lambda tmp, stopped: _empty(tmp), [], "is not an operant model or checkpoint"),
+        (lambda tmp, stopped: "/etc/hostname", [], "is not an operant model or checkpoint"),
+        (lambda tmp, stopped: _foreign_torch_file(tmp), [], "holds no policy and config"),
+        (lambda tmp, stopped: _corrupt_checkpoint(tmp, stopped), [], "is corrupt (its content"),
+        (lambda tmp, stopped: "missing/model.pt", [], "missing/model.pt: no such file"),
+        (lambda tmp, stopped: tmp, [], "holds no model.pt and no checkpoint"),
+        (lambda tmp, stopped: "s", ["--best"], "run 's' has no best.pt"),
+        (lambda tmp, stopped: checkpoints(stopped)[0], ["--best"], "--best picks a run's best.pt"),
+        (lambda tmp, stopped: "s", ["--episodes", "0"], "--episodes and --num-envs must be"),
+    ],
+)
+def test_what_names_no_policy_is_one_line_and_exit_2(
+    tmp_path, stopped, root, make_target, extra, message
+):
     target = make_target(tmp_path, stopped)
     result = run("operant", "eval", str(target), *extra, "--runs-dir", str(root))
     assert (result.returncode, result.stdout) == (2, "")

@@ -22,11 +22,19 @@ from operant.monitor.exporter import Collector, metric_name, wants_openmetrics
 from operant.shared.reader import STATUSES, MetricsReader
 
 OPENMETRICS = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
-SMALL = ["--set", "env.num_envs=8", "--set", "ppo.num_steps=32",
-         "--set", "ppo.num_minibatches=2", "--set", "ppo.update_epochs=2"]
+SMALL = [
+    "--set",
+    "env.num_envs=8",
+    "--set",
+    "ppo.num_steps=32",
+    "--set",
+    "ppo.num_minibatches=2",
+    "--set",
+    "ppo.update_epochs=2",
+]
 
 # One line of the text formats: a sample, or a # HELP / # TYPE / # EOF line.
-SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
+SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$")
 LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\\n]|\\[\\"n])*)"')
 TYPES = {"counter", "gauge", "info"}
 
@@ -73,7 +81,7 @@ def parse(text: str, openmetrics: bool) -> tuple[dict, dict]:
                 label = LABEL.match(rest)
                 assert label, f"bad labels in {line!r}"
                 labels[label.group(1)] = label.group(2)
-                rest = rest[label.end():]
+                rest = rest[label.end() :]
                 if rest:
                     assert rest.startswith(","), line
                     rest = rest[1:]
@@ -121,8 +129,14 @@ def same(a: float, b: float) -> bool:
 
 @pytest.fixture
 def exporter(tmp_path):
-    command = [str(Path(sys.executable).with_name("operant")), "exporter",
-               "--listen", "127.0.0.1:0", "--runs-dir", str(tmp_path)]
+    command = [
+        str(Path(sys.executable).with_name("operant")),
+        "exporter",
+        "--listen",
+        "127.0.0.1:0",
+        "--runs-dir",
+        str(tmp_path),
+    ]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = process.stdout.readline()
     match = re.search(r"serving http://127\.0\.0\.1:(\d+)/metrics", line)
@@ -137,12 +151,24 @@ def test_exporter_serves_a_live_run_that_matches_the_reader(tmp_path, exporter, 
     process, port = exporter
     run_dir = tmp_path / "live"
     server = trainer_server
-    pid = server.start(["--runs-dir", tmp_path, "--run-id", "live", *SMALL,
-                        "--total-steps", 256 * 5000, "--quiet"], tmp_path.parent / "live")
+    pid = server.start(
+        [
+            "--runs-dir",
+            tmp_path,
+            "--run-id",
+            "live",
+            *SMALL,
+            "--total-steps",
+            256 * 5000,
+            "--quiet",
+        ],
+        tmp_path.parent / "live",
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not (
-            (run_dir / "progress.jsonl").exists()
-            and (run_dir / "progress.jsonl").read_bytes().count(b"\n") >= 3):
+        (run_dir / "progress.jsonl").exists()
+        and (run_dir / "progress.jsonl").read_bytes().count(b"\n") >= 3
+    ):
         time.sleep(0.01)
 
     content_type, text = scrape(port, OPENMETRICS)
@@ -152,13 +178,20 @@ def test_exporter_serves_a_live_run_that_matches_the_reader(tmp_path, exporter, 
     assert types["operant_global_step"] == "counter" and types["operant_sps"] == "gauge"
     assert types["operant_run"] == "info"
     assert value(samples, "operant_run_status", status="running", **run) == 1
-    assert sum(value(samples, "operant_run_status", status=status, **run)
-               for status in STATUSES) == 1
+    assert (
+        sum(value(samples, "operant_run_status", status=status, **run) for status in STATUSES) == 1
+    )
     assert value(samples, "operant_global_step_total", **run) >= 3 * 256
     info = [labels for (name, labels) in samples if name == "operant_run_info"]
-    assert dict(info[0]) == {**run, "env_id": "CartPole-v1", "hostname": socket.gethostname(),
-                             "writer": dict(info[0])["writer"], "env_impl": "native",
-                             "device": "cpu", "warning": ""}
+    assert dict(info[0]) == {
+        **run,
+        "env_id": "CartPole-v1",
+        "hostname": socket.gethostname(),
+        "writer": dict(info[0])["writer"],
+        "env_impl": "native",
+        "device": "cpu",
+        "warning": "",
+    }
 
     content_type, text = scrape(port)
     assert content_type == "text/plain; version=0.0.4; charset=utf-8"
@@ -181,8 +214,7 @@ def test_exporter_serves_a_live_run_that_matches_the_reader(tmp_path, exporter, 
         assert value(samples, metric_name(name) + "_total", **run) == number, name
     for name, number in [*snapshot.gauges.items(), *snapshot.snapshot.items()]:
         assert same(value(samples, metric_name(name), **run), number), name
-    assert value(samples, "operant_run_start_time_seconds", **run) == \
-        snapshot.created_wall_ns / 1e9
+    assert value(samples, "operant_run_start_time_seconds", **run) == snapshot.created_wall_ns / 1e9
 
     # Bad requests: 4xx, counted, and the exporter goes on serving.
     statuses = [
@@ -196,8 +228,9 @@ def test_exporter_serves_a_live_run_that_matches_the_reader(tmp_path, exporter, 
     ]
     assert statuses == [400, 400, 405, 405, 404, 414, 400]
     with pytest.raises(urllib.error.HTTPError) as error:
-        urllib.request.urlopen(urllib.request.Request(
-            f"http://127.0.0.1:{port}/metrics", method="DELETE"), timeout=10)
+        urllib.request.urlopen(
+            urllib.request.Request(f"http://127.0.0.1:{port}/metrics", method="DELETE"), timeout=10
+        )
     assert error.value.code == 405 and error.value.headers["Allow"] == "GET, HEAD"
     samples, _ = parse(scrape(port)[1], openmetrics=False)
     assert value(samples, "operant_exporter_bad_requests_total") == len(statuses) + 1
@@ -239,9 +272,16 @@ def test_accept_header_negotiation():
 
 def test_bad_listen_address_is_one_line_exit_2(tmp_path):
     operant = str(Path(sys.executable).with_name("operant"))
-    for listen, message in (("nowhere", "expected HOST:PORT"), ("127.0.0.1:http", "a number"),
-                            ("127.0.0.1:70000", "between 0 and 65535")):
-        result = subprocess.run([operant, "exporter", "--listen", listen, "--runs-dir",
-                                 str(tmp_path)], capture_output=True, text=True, timeout=30)
+    for listen, message in (
+        ("nowhere", "expected HOST:PORT"),
+        ("127.0.0.1:http", "a number"),
+        ("127.0.0.1:70000", "between 0 and 65535"),
+    ):
+        result = subprocess.run(
+            [operant, "exporter", "--listen", listen, "--runs-dir", str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert result.returncode == 2 and message in result.stderr
         assert len(result.stderr.strip().splitlines()) == 1

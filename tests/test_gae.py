@@ -4,6 +4,7 @@ the Cython kernel (CPU float32) and the torch loop (everything else)."""
 import numpy as np
 import pytest
 import torch
+
 from operant.cext.gae import gae as gae_kernel
 from operant.trainer.ppo import _compute_gae_torch, compute_gae
 
@@ -30,8 +31,14 @@ def test_matches_reference_with_episode_boundaries():
     dones = (rng.random((steps, envs)) < 0.1).astype(np.float64)
     next_value = rng.normal(size=envs)
     expected_adv, expected_ret = reference_gae(rewards, values, dones, next_value, 0.97, 0.9)
-    adv, ret = compute_gae(torch.tensor(rewards), torch.tensor(values), torch.tensor(dones),
-                           torch.tensor(next_value), 0.97, 0.9)
+    adv, ret = compute_gae(
+        torch.tensor(rewards),
+        torch.tensor(values),
+        torch.tensor(dones),
+        torch.tensor(next_value),
+        0.97,
+        0.9,
+    )
     np.testing.assert_allclose(adv.numpy(), expected_adv, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(ret.numpy(), expected_ret, rtol=1e-12, atol=1e-12)
 
@@ -39,17 +46,25 @@ def test_matches_reference_with_episode_boundaries():
 def test_single_step_episode_is_reward_minus_value():
     rewards = torch.tensor([[1.0]])
     values = torch.tensor([[0.25]])
-    adv, ret = compute_gae(rewards, values, torch.tensor([[1.0]]), torch.tensor([100.0]), 0.99, 0.95)
+    adv, ret = compute_gae(
+        rewards, values, torch.tensor([[1.0]]), torch.tensor([100.0]), 0.99, 0.95
+    )
     assert adv.item() == 0.75 and ret.item() == 1.0
 
 
 def test_writes_into_given_buffer():
     out = torch.zeros(4, 2)
-    adv, _ = compute_gae(torch.ones(4, 2), torch.zeros(4, 2), torch.zeros(4, 2),
-                         torch.zeros(2), 1.0, 1.0, advantages=out)
+    adv, _ = compute_gae(
+        torch.ones(4, 2),
+        torch.zeros(4, 2),
+        torch.zeros(4, 2),
+        torch.zeros(2),
+        1.0,
+        1.0,
+        advantages=out,
+    )
     assert adv.data_ptr() == out.data_ptr()
     assert out[:, 0].tolist() == [4.0, 3.0, 2.0, 1.0]
-
 
 
 GAMMA, LAM = 0.99, 0.95
@@ -70,8 +85,16 @@ def random_rollout(steps, envs, seed):
 
 def run_kernel(rewards, values, dones, next_value, gamma=GAMMA, lam=LAM):
     advantages, returns = torch.empty_like(rewards), torch.empty_like(rewards)
-    gae_kernel(rewards.numpy(), values.numpy(), dones.numpy(), next_value.numpy(), gamma, lam,
-               advantages.numpy(), returns.numpy())
+    gae_kernel(
+        rewards.numpy(),
+        values.numpy(),
+        dones.numpy(),
+        next_value.numpy(),
+        gamma,
+        lam,
+        advantages.numpy(),
+        returns.numpy(),
+    )
     return advantages, returns
 
 
@@ -110,8 +133,10 @@ def test_done_at_first_and_last_step_cuts_the_flow():
     values = torch.tensor([[0.5, 0.5], [0.25, 0.25]])
     dones = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
     next_value = torch.tensor([100.0, 100.0])
-    for advantages, _ in (run_kernel(rewards, values, dones, next_value, 1.0, 1.0),
-                          _compute_gae_torch(rewards, values, dones, next_value, 1.0, 1.0)):
+    for advantages, _ in (
+        run_kernel(rewards, values, dones, next_value, 1.0, 1.0),
+        _compute_gae_torch(rewards, values, dones, next_value, 1.0, 1.0),
+    ):
         # env 0: step 0 ends its episode (1 - 0.5); step 1 bootstraps from next_value.
         # env 1: step 1 ends its episode (1 - 0.25); step 0 = 1 + 0.25 - 0.5 + 0.75.
         assert advantages.tolist() == [[0.5, 1.5], [100.75, 0.75]]
@@ -136,8 +161,7 @@ def test_out_buffers_written_in_place(path):
     rollout = random_rollout(16, 5, seed=2)
     advantages, returns = torch.full((16, 5), np.nan), torch.full((16, 5), np.nan)
     if path == "kernel":
-        got_adv, got_ret = compute_gae(*rollout, GAMMA, LAM, advantages=advantages,
-                                       returns=returns)
+        got_adv, got_ret = compute_gae(*rollout, GAMMA, LAM, advantages=advantages, returns=returns)
     else:
         got_adv, got_ret = _compute_gae_torch(*rollout, GAMMA, LAM, advantages, returns)
     assert got_adv.data_ptr() == advantages.data_ptr()
@@ -175,14 +199,20 @@ def test_kernel_rejects_bad_out_buffers():
     rollout = random_rollout(6, 4, seed=5)
     rewards = rollout[0]
     with pytest.raises(ValueError, match="advantages must have the shape"):
-        gae_kernel(*(t.numpy() for t in rollout), GAMMA, LAM, np.empty((6, 5), np.float32),
-                   np.empty((6, 4), np.float32))
+        gae_kernel(
+            *(t.numpy() for t in rollout),
+            GAMMA,
+            LAM,
+            np.empty((6, 5), np.float32),
+            np.empty((6, 4), np.float32),
+        )
     with pytest.raises(ValueError, match="overlap"):
         out = np.empty((6, 4), np.float32)
         gae_kernel(*(t.numpy() for t in rollout), GAMMA, LAM, out, out)
     with pytest.raises(ValueError, match="overlap"):
-        gae_kernel(*(t.numpy() for t in rollout), GAMMA, LAM, np.empty((6, 4), np.float32),
-                   rewards.numpy())
+        gae_kernel(
+            *(t.numpy() for t in rollout), GAMMA, LAM, np.empty((6, 4), np.float32), rewards.numpy()
+        )
 
 
 def test_stacked_actor_critic_equals_two_separate_mlps():

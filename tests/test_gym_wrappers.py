@@ -34,9 +34,14 @@ STEPS = 300
 def _make(env_id: str, impl: str = "native", mode=AutoresetMode.NEXT_STEP, **kwargs):
     if impl == "overlap":
         impl, kwargs = "native", {**kwargs, "overlap": True}
-    return gymnasium.make_vec(f"operant/{env_id}", num_envs=NUM_ENVS,
-                              vectorization_mode="vector_entry_point", impl=impl,
-                              autoreset_mode=mode, **kwargs)
+    return gymnasium.make_vec(
+        f"operant/{env_id}",
+        num_envs=NUM_ENVS,
+        vectorization_mode="vector_entry_point",
+        impl=impl,
+        autoreset_mode=mode,
+        **kwargs,
+    )
 
 
 def _host(value) -> np.ndarray:
@@ -67,8 +72,9 @@ def test_observation_wrappers_run_over_next_step_envs(env_id, impl):
     raw = np.concatenate([_host(result[0]) for result in _run(base)])
     np.testing.assert_allclose(means, raw.mean(axis=0), rtol=1e-6, atol=1e-6)
 
-    doubled = wrappers.TransformObservation(_make(env_id, impl), lambda obs: 2 * obs + 1,
-                                            _make(env_id, impl).observation_space)
+    doubled = wrappers.TransformObservation(
+        _make(env_id, impl), lambda obs: 2 * obs + 1, _make(env_id, impl).observation_space
+    )
     transformed = np.concatenate([_host(result[0]) for result in _run(doubled)])
     np.testing.assert_allclose(transformed, 2 * raw + 1, rtol=1e-6)
 
@@ -125,14 +131,17 @@ def test_record_episode_statistics_agrees_with_the_envs_own(env_id, impl, mode):
     assert stats.length_sum == sum(lengths) and max(lengths) <= 40
     assert stats.return_sum == pytest.approx(sum(returns), rel=1e-5)
     # (The overlap env's ring keeps each half's episodes together: compare them as sets.)
-    np.testing.assert_allclose(np.sort(env.unwrapped.recent_returns(len(returns))),
-                               np.sort(returns), rtol=1e-5)
+    np.testing.assert_allclose(
+        np.sort(env.unwrapped.recent_returns(len(returns))), np.sort(returns), rtol=1e-5
+    )
 
 
 @pytest.mark.parametrize("env_id", list(ENVS))
 def test_check_env_passes_on_the_single_env(env_id):
-    check_env(gymnasium.make(f"operant/{env_id}", render_mode="rgb_array").unwrapped,
-              skip_render_check=False)
+    check_env(
+        gymnasium.make(f"operant/{env_id}", render_mode="rgb_array").unwrapped,
+        skip_render_check=False,
+    )
 
 
 def _check_vector_env(make) -> None:
@@ -141,12 +150,14 @@ def _check_vector_env(make) -> None:
     env = make()
     assert isinstance(env.metadata["autoreset_mode"], AutoresetMode)
     assert env.observation_space == gymnasium.vector.utils.batch_space(
-        env.single_observation_space, env.num_envs)
-    assert env.action_space == gymnasium.vector.utils.batch_space(env.single_action_space,
-                                                                  env.num_envs)
+        env.single_observation_space, env.num_envs
+    )
+    assert env.action_space == gymnasium.vector.utils.batch_space(
+        env.single_action_space, env.num_envs
+    )
     first = make()
     runs = [_run(candidate, steps=50, seed=5) for candidate in (env, first)]
-    for (ours, theirs) in zip(*runs):
+    for ours, theirs in zip(*runs):
         for a, b in zip(ours[:-1], theirs[:-1]):
             np.testing.assert_array_equal(_host(a), _host(b))
     obs, info = runs[0][0]
@@ -199,8 +210,11 @@ def test_both_modes_play_the_same_episodes(env_id, impl):
     for same_ends, next_ends in zip(ends[AutoresetMode.SAME_STEP], ends[AutoresetMode.NEXT_STEP]):
         assert [end - k for k, end in enumerate(next_ends)] == same_ends
     count = min(len(found) for found in returns.values())
-    np.testing.assert_allclose(np.sort(returns[AutoresetMode.NEXT_STEP][:count]),
-                               np.sort(returns[AutoresetMode.SAME_STEP][:count]), rtol=1e-9)
+    np.testing.assert_allclose(
+        np.sort(returns[AutoresetMode.NEXT_STEP][:count]),
+        np.sort(returns[AutoresetMode.SAME_STEP][:count]),
+        rtol=1e-9,
+    )
 
 
 @pytest.mark.parametrize("impl", ["native", "torch"])
@@ -218,8 +232,9 @@ def test_next_step_ignores_any_action_on_a_reset_step(impl):
 
 
 def test_next_step_native_step_allocates_nothing_with_copy_false():
-    env = make_env("CartPole-v1", 64, impl="native", copy=False, autoreset_mode="NextStep",
-                   max_episode_steps=5)
+    env = make_env(
+        "CartPole-v1", 64, impl="native", copy=False, autoreset_mode="NextStep", max_episode_steps=5
+    )
     env.reset(seed=0)
     actions = np.ones(64, dtype=np.int64)
     for _ in range(20):
@@ -230,8 +245,9 @@ def test_next_step_native_step_allocates_nothing_with_copy_false():
         env.step(actions)
     after = tracemalloc.take_snapshot()
     tracemalloc.stop()
-    grown = sum(stat.size_diff for stat in after.compare_to(before, "filename")
-                if stat.size_diff > 0)
+    grown = sum(
+        stat.size_diff for stat in after.compare_to(before, "filename") if stat.size_diff > 0
+    )
     assert grown < 4096
 
 
@@ -243,11 +259,16 @@ def test_autoreset_mode_is_refused_in_one_line_when_unknown():
 
 
 def test_reference_next_step_is_gymnasiums_own():
-    ours = make_env("Acrobot-v1", 4, impl="reference", autoreset_mode="NextStep",
-                    max_episode_steps=20)
-    theirs = gymnasium.make_vec("Acrobot-v1", num_envs=4, vectorization_mode="sync",
-                                vector_kwargs={"autoreset_mode": AutoresetMode.NEXT_STEP},
-                                max_episode_steps=20)
+    ours = make_env(
+        "Acrobot-v1", 4, impl="reference", autoreset_mode="NextStep", max_episode_steps=20
+    )
+    theirs = gymnasium.make_vec(
+        "Acrobot-v1",
+        num_envs=4,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": AutoresetMode.NEXT_STEP},
+        max_episode_steps=20,
+    )
     np.testing.assert_array_equal(ours.reset(seed=3)[0], theirs.reset(seed=3)[0])
     for t in range(60):
         actions = np.full(4, t % 3)
@@ -262,10 +283,14 @@ def test_reward_and_action_wrappers_run_in_both_modes(mode):
     raw = np.concatenate([result[1] for result in _run(_make("Pendulum-v1", mode=mode))[1:]])
     doubled = wrappers.TransformReward(_make("Pendulum-v1", mode=mode), lambda r: 2 * r)
     np.testing.assert_allclose(
-        np.concatenate([result[1] for result in _run(doubled)[1:]]), 2 * raw, rtol=1e-6)
+        np.concatenate([result[1] for result in _run(doubled)[1:]]), 2 * raw, rtol=1e-6
+    )
     clipped = wrappers.ClipReward(_make("Pendulum-v1", mode=mode), -0.5, 0.5)
-    np.testing.assert_allclose(np.concatenate([result[1] for result in _run(clipped)[1:]]),
-                               np.clip(raw, -0.5, 0.5), rtol=1e-6)
+    np.testing.assert_allclose(
+        np.concatenate([result[1] for result in _run(clipped)[1:]]),
+        np.clip(raw, -0.5, 0.5),
+        rtol=1e-6,
+    )
     normalized = wrappers.NormalizeReward(_make("Pendulum-v1", mode=mode))
     scaled = np.concatenate([result[1] for result in _run(normalized)[1:]])
     assert np.all(np.isfinite(scaled)) and np.abs(scaled).max() < np.abs(raw).max()
@@ -275,16 +300,22 @@ def test_reward_and_action_wrappers_run_in_both_modes(mode):
 
 @pytest.mark.parametrize("env_id", list(ENVS))
 def test_torch_next_step_face_never_reads_the_device_from_the_host(env_id, monkeypatch):
-    env = make_env(env_id, 16, impl="torch", copy=False, action_checks="deferred",
-                   autoreset_mode="NextStep", max_episode_steps=5)
+    env = make_env(
+        env_id,
+        16,
+        impl="torch",
+        copy=False,
+        action_checks="deferred",
+        autoreset_mode="NextStep",
+        max_episode_steps=5,
+    )
     env.reset(seed=0)
     actions = env.actions.clone()
 
     def refuse(*args, **kwargs):
         raise AssertionError("host sync inside a torch env step")
 
-    for name in ("item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__float__",
-                 "__index__"):
+    for name in ("item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__float__", "__index__"):
         monkeypatch.setattr(torch.Tensor, name, refuse)
     for _ in range(60):
         env.step(actions)

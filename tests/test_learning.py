@@ -15,17 +15,24 @@ from operant.trainer.train import Trainer
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = sorted((ROOT / "configs").glob("*.toml"))
-SHIPPED_ENVS = {"CartPole-v1", "Acrobot-v1", "Pendulum-v1", "MountainCarContinuous-v0",
-                "MountainCar-v0"}
+SHIPPED_ENVS = {
+    "CartPole-v1",
+    "Acrobot-v1",
+    "Pendulum-v1",
+    "MountainCarContinuous-v0",
+    "MountainCar-v0",
+}
 
 
 def test_there_is_a_config_for_every_env():
     assert {path.stem for path in CONFIGS} == SHIPPED_ENVS
 
 
-@pytest.mark.parametrize("path", [*CONFIGS, *sorted((ROOT / "configs").glob("*/*.toml")),
-                                  ROOT / "deploy" / "cartpole.toml"],
-                         ids=lambda path: f"{path.parent.name}/{path.name}")
+@pytest.mark.parametrize(
+    "path",
+    [*CONFIGS, *sorted((ROOT / "configs").glob("*/*.toml")), ROOT / "deploy" / "cartpole.toml"],
+    ids=lambda path: f"{path.parent.name}/{path.name}",
+)
 def test_config_loads_and_derives(path):
     config = load_config(path)
     derived = derive(config)
@@ -38,9 +45,15 @@ def test_config_loads_and_derives(path):
 
 def run_for(env_id: str, steps: int, seed: int = 1) -> tuple[float, float]:
     """Train configs/<env_id>.toml for `steps` env steps; (first, last) last-100 means."""
-    config = load_config(ROOT / "configs" / f"{env_id}.toml",
-                         [f"train.seed={seed}", "train.target_return=1e9",
-                          "train.torch_threads=1", "train.publish_metrics=false"])
+    config = load_config(
+        ROOT / "configs" / f"{env_id}.toml",
+        [
+            f"train.seed={seed}",
+            "train.target_return=1e9",
+            "train.torch_threads=1",
+            "train.publish_metrics=false",
+        ],
+    )
     trainer = Trainer(config)
     means = []
 
@@ -56,11 +69,11 @@ def run_for(env_id: str, steps: int, seed: int = 1) -> tuple[float, float]:
 
 # (env, steps, threshold, measured on seeds 1 / 2 at that budget on the 2-core dev machine)
 LEARNING = [
-    ("CartPole-v1", 80_000, 150.0),              # 199 / 216; untrained ~22
-    ("Acrobot-v1", 100_000, -200.0),             # -152 / -156; untrained -500
-    ("Pendulum-v1", 80_000, -700.0),             # -495 / -467; untrained ~-1200
+    ("CartPole-v1", 80_000, 150.0),  # 199 / 216; untrained ~22
+    ("Acrobot-v1", 100_000, -200.0),  # -152 / -156; untrained -500
+    ("Pendulum-v1", 80_000, -700.0),  # -495 / -467; untrained ~-1200
     ("MountainCarContinuous-v0", 100_000, 60.0),  # 85 / 86; standing still ~0
-    ("MountainCar-v0", 100_000, -190.0),         # -160 / -180 (seed 3: -156); untrained -200
+    ("MountainCar-v0", 100_000, -190.0),  # -160 / -180 (seed 3: -156); untrained -200
 ]
 
 
@@ -74,8 +87,10 @@ def test_shipped_config_learns(env_id, steps, threshold):
 def test_throughput_config_solves_cartpole():
     """configs/throughput/CartPole-v1.toml trains to its target (mean of the last 100
     episodes >= 475) inside its budget; seed 1 solved at 1.26M steps when measured."""
-    config = load_config(ROOT / "configs" / "throughput" / "CartPole-v1.toml",
-                         ["train.seed=1", "train.torch_threads=1", "train.publish_metrics=false"])
+    config = load_config(
+        ROOT / "configs" / "throughput" / "CartPole-v1.toml",
+        ["train.seed=1", "train.torch_threads=1", "train.publish_metrics=false"],
+    )
     trainer = Trainer(config)
     last = trainer.run()
     assert trainer.solved_at is not None, f"last-100 mean {last.episode_return_mean}"

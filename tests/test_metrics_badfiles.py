@@ -20,9 +20,15 @@ from operant.shared.reader import MetricsFileError, MetricsReader, Snapshot
 def valid(tmp_path_factory):
     """A closed, finished file with every region in use, and its layout."""
     path = tmp_path_factory.mktemp("valid") / "metrics.bin"
-    schema = fmt.make_schema("bad-files", env_id="CartPole-v1", counters=["global_step"],
-                             gauges=["sps"], texts=["phase"], snapshot=["a", "b"],
-                             history=["x", "y"])
+    schema = fmt.make_schema(
+        "bad-files",
+        env_id="CartPole-v1",
+        counters=["global_step"],
+        gauges=["sps"],
+        texts=["phase"],
+        snapshot=["a", "b"],
+        history=["x", "y"],
+    )
     with MetricsWriter.create(path, schema, history_capacity=8) as writer:
         writer.set_counter(0, 42)
         writer.set_gauge(1, 1.5)
@@ -35,10 +41,9 @@ def valid(tmp_path_factory):
 
 
 def expect_error(path, *fragments):
-    with pytest.raises(MetricsFileError) as caught:
-        with MetricsReader(path) as reader:
-            reader.snapshot()
-            reader.history(0)
+    with pytest.raises(MetricsFileError) as caught, MetricsReader(path) as reader:
+        reader.snapshot()
+        reader.history(0)
     message = str(caught.value)
     assert "\n" not in message
     assert message.startswith(str(path))
@@ -63,7 +68,10 @@ def test_the_valid_file_reads(valid, tmp_path):
         snap = reader.snapshot()
         history = reader.history(0)
     assert (snap.status, snap.counters, snap.texts) == (
-        "finished", {"global_step": 42}, {"phase": "rollout"})
+        "finished",
+        {"global_step": 42},
+        {"phase": "rollout"},
+    )
     assert [r.index for r in history.records] == [3, 4, 5, 6, 7, 8, 9, 10]
 
 
@@ -76,8 +84,17 @@ def test_missing_empty_and_not_a_file(tmp_path):
 
 def test_truncated_at_every_region_boundary(valid, tmp_path):
     data, layout = valid
-    cuts = {1, 4, 7, 8, 16, fmt.IDENTITY_SIZE - 1, fmt.IDENTITY_SIZE, fmt.HEADER_SIZE,
-            len(data) - 1}
+    cuts = {
+        1,
+        4,
+        7,
+        8,
+        16,
+        fmt.IDENTITY_SIZE - 1,
+        fmt.IDENTITY_SIZE,
+        fmt.HEADER_SIZE,
+        len(data) - 1,
+    }
     for _, offset, size in layout.regions():
         cuts.update({offset, offset + size})
     cuts = sorted(cut for cut in cuts if 0 < cut < len(data))
@@ -116,22 +133,25 @@ def test_versions_and_byte_order(valid, tmp_path):
     expect_error(path, "big-endian")
 
 
-@pytest.mark.parametrize("field, value, fragment", [
-    ("header_size", 100, "header size"),
-    ("file_size", 1 << 40, "truncated"),
-    ("file_size", 13, "file size"),
-    ("heartbeat_interval_ns", 0, "heartbeat interval"),
-    ("pid", 1 << 40, "pid"),
-    ("pid_start_time", float("nan"), "start time"),
-    ("history_capacity", 1 << 30, "history region ends past the file"),
-    ("history_capacity", 0, "history ring shape"),
-    ("history_stride", 12, "history ring shape"),
-    ("values_offset", fmt.HEADER_SIZE + 8, "values region overlaps schema"),
-    ("snapshot_offset", 1 << 50, "snapshot region ends past the file"),
-    ("text_offset", 1089, "texts region misaligned"),
-    ("text_stride", 8, "text slot size"),
-    ("value_stride", 4, "value stride"),
-])
+@pytest.mark.parametrize(
+    "field, value, fragment",
+    [
+        ("header_size", 100, "header size"),
+        ("file_size", 1 << 40, "truncated"),
+        ("file_size", 13, "file size"),
+        ("heartbeat_interval_ns", 0, "heartbeat interval"),
+        ("pid", 1 << 40, "pid"),
+        ("pid_start_time", float("nan"), "start time"),
+        ("history_capacity", 1 << 30, "history region ends past the file"),
+        ("history_capacity", 0, "history ring shape"),
+        ("history_stride", 12, "history ring shape"),
+        ("values_offset", fmt.HEADER_SIZE + 8, "values region overlaps schema"),
+        ("snapshot_offset", 1 << 50, "snapshot region ends past the file"),
+        ("text_offset", 1089, "texts region misaligned"),
+        ("text_stride", 8, "text slot size"),
+        ("value_stride", 4, "value stride"),
+    ],
+)
 def test_corrupt_header_fields(valid, tmp_path, field, value, fragment):
     data, _ = valid
     path = tmp_path / "metrics.bin"
@@ -152,7 +172,7 @@ def test_corrupted_schema_blob(valid, tmp_path):
         blob = blob.ljust(layout.schema_length, b" ")
         assert len(blob) == layout.schema_length
         buf = bytearray(data)
-        buf[layout.schema_offset:layout.schema_offset + len(blob)] = blob
+        buf[layout.schema_offset : layout.schema_offset + len(blob)] = blob
         return patched(bytes(buf), "schema_crc32", fmt.schema_crc32(blob))
 
     path.write_bytes(with_schema(b"{not json"))
@@ -163,11 +183,19 @@ def test_corrupted_schema_blob(valid, tmp_path):
         (dict(snapshot=[]), "snapshot fields"),
         (dict(history=[{"name": "x"}]), "history fields"),
         (dict(metrics=[{"name": "g", "kind": "counter", "slot": 9}]), "slot"),
-        (dict(metrics=[{"name": "g", "kind": "text", "slot": 0},
-                       {"name": "g", "kind": "text", "slot": 0}]), "twice"),
+        (
+            dict(
+                metrics=[
+                    {"name": "g", "kind": "text", "slot": 0},
+                    {"name": "g", "kind": "text", "slot": 0},
+                ]
+            ),
+            "twice",
+        ),
     ):
-        schema = msgspec.json.decode(data[layout.schema_offset:
-                                          layout.schema_offset + layout.schema_length])
+        schema = msgspec.json.decode(
+            data[layout.schema_offset : layout.schema_offset + layout.schema_length]
+        )
         schema.update(change)
         path.write_bytes(with_schema(msgspec.json.encode(schema)))
         expect_error(path, "corrupted schema blob", fragment)
@@ -190,7 +218,7 @@ def test_a_writer_that_died_mid_publish_leaves_the_block_unavailable(valid, tmp_
     data, layout = valid
     path = tmp_path / "metrics.bin"
     buf = bytearray(data)
-    seq, = struct.unpack_from("<Q", buf, layout.snapshot_offset)
+    (seq,) = struct.unpack_from("<Q", buf, layout.snapshot_offset)
     struct.pack_into("<Q", buf, layout.snapshot_offset, seq + 1)  # odd forever
     path.write_bytes(bytes(buf))
     with MetricsReader(path) as reader:
@@ -228,8 +256,12 @@ def test_replaced_removed_or_shrunk_while_open(valid, tmp_path):
         reader.snapshot()
 
 
-@settings(max_examples=200, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=200,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(data=st.data())
 def test_fuzzed_files_give_a_snapshot_or_the_documented_error(valid, tmp_path, data):
     original, layout = valid
@@ -238,12 +270,14 @@ def test_fuzzed_files_give_a_snapshot_or_the_documented_error(valid, tmp_path, d
     # anywhere, and sometimes cut short.
     hot = st.integers(0, layout.values_offset - 1)
     anywhere = st.integers(0, len(buf) - 1)
-    for position, value in data.draw(st.lists(
-            st.tuples(st.one_of(hot, hot, anywhere), st.integers(0, 255)),
-            min_size=1, max_size=12)):
+    for position, value in data.draw(
+        st.lists(
+            st.tuples(st.one_of(hot, hot, anywhere), st.integers(0, 255)), min_size=1, max_size=12
+        )
+    ):
         buf[position] = value
     if data.draw(st.booleans()):
-        del buf[data.draw(st.integers(0, len(buf))):]
+        del buf[data.draw(st.integers(0, len(buf))) :]
     path = tmp_path / "fuzzed.bin"
     path.write_bytes(bytes(buf))
     try:
@@ -255,5 +289,4 @@ def test_fuzzed_files_give_a_snapshot_or_the_documented_error(valid, tmp_path, d
         return
     assert isinstance(snap, Snapshot)
     assert snap.status in ("running", "finished", "failed", "crashed", "stalled")
-    assert all(len(record.values) == reader.layout.history_fields
-               for record in history.records)
+    assert all(len(record.values) == reader.layout.history_fields for record in history.records)

@@ -13,16 +13,20 @@ from operant.shared import metrics_layout as fmt
 from operant.shared.runs import METRICS_FILE, create_run_dir, update_latest
 
 
-def make_run(root, run_id, *, env_id="CartPole-v1", steps=0, sps=None, state=None,
-             reason="", publish=True):
+def make_run(
+    root, run_id, *, env_id="CartPole-v1", steps=0, sps=None, state=None, reason="", publish=True
+):
     """A run directory with a metrics file written by this (live) process."""
     run_dir = create_run_dir(root, run_id)
     schema = fmt.make_schema(
-        run_id, env_id=env_id,
+        run_id,
+        env_id=env_id,
         counters=[("global_step", "steps"), "episodes", "updates"],
         gauges=[("sps", "1/s"), "episode_return_mean", ("loss/value", "", "value loss")],
-        texts=["phase"], snapshot=["episode_return_min", "episode_return_max"],
-        history=["global_step", "episode_return_mean"])
+        texts=["phase"],
+        snapshot=["episode_return_min", "episode_return_max"],
+        history=["global_step", "episode_return_mean"],
+    )
     writer = MetricsWriter.create(run_dir / METRICS_FILE, schema, heartbeat_interval_s=3600)
     update_latest(root, run_id)
     if publish:
@@ -45,8 +49,15 @@ def runs(tmp_path):
     root = tmp_path / "runs"
     writers = [
         make_run(root, "cartpole-a", steps=50_000, sps=21_000.4, state=fmt.STATE_FINISHED),
-        make_run(root, "pendulum-b", env_id="Pendulum-v1", steps=7, sps=3.5,
-                 state=fmt.STATE_FAILED, reason="ValueError: nan in loss"),
+        make_run(
+            root,
+            "pendulum-b",
+            env_id="Pendulum-v1",
+            steps=7,
+            sps=3.5,
+            state=fmt.STATE_FAILED,
+            reason="ValueError: nan in loss",
+        ),
         make_run(root, "cartpole-c", steps=1_234_567, sps=98_765.0, state=fmt.STATE_RUNNING),
     ]
     yield root
@@ -57,8 +68,14 @@ def runs(tmp_path):
 def operant(*args, cwd=None, env_extra=None):
     env = {k: v for k, v in os.environ.items() if k != "OPERANT_RUNS_DIR"}
     env.update(env_extra or {})
-    return subprocess.run([sys.executable, "-m", "operant", *args], capture_output=True,
-                          text=True, cwd=cwd, env=env, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "operant", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=60,
+    )
 
 
 def assert_one_line_error(result, *fragments, code=2):
@@ -74,18 +91,31 @@ def test_monitor_json_has_the_contract_keys(runs):
     result = operant("monitor", "cartpole-c", "--runs-dir", str(runs), "--once", "--json")
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
-    assert list(document)[:5] == ["run_id", "status", "global_step", "sps",
-                                  "episode_return_mean"]
-    assert (document["run_id"], document["status"], document["global_step"], document["sps"],
-            document["episode_return_mean"]) == ("cartpole-c", "running", 1_234_567, 98_765.0,
-                                                 187.25)
+    assert list(document)[:5] == ["run_id", "status", "global_step", "sps", "episode_return_mean"]
+    assert (
+        document["run_id"],
+        document["status"],
+        document["global_step"],
+        document["sps"],
+        document["episode_return_mean"],
+    ) == ("cartpole-c", "running", 1_234_567, 98_765.0, 187.25)
     assert document["metrics"] == {
-        "global_step": 1_234_567, "episodes": 0, "updates": 1234, "sps": 98_765.0,
-        "episode_return_mean": 187.25, "loss/value": 0.125, "phase": "update",
-        "episode_return_min": 12.0, "episode_return_max": 500.0}
+        "global_step": 1_234_567,
+        "episodes": 0,
+        "updates": 1234,
+        "sps": 98_765.0,
+        "episode_return_mean": 187.25,
+        "loss/value": 0.125,
+        "phase": "update",
+        "episode_return_min": 12.0,
+        "episode_return_max": 500.0,
+    }
     assert document["units"] == {"global_step": "steps", "sps": "1/s"}
     assert (document["state"], document["pid"], document["history_head"]) == (
-        "running", os.getpid(), 1)
+        "running",
+        os.getpid(),
+        1,
+    )
 
 
 def test_monitor_latest_and_unset_values_are_null(tmp_path):
@@ -93,9 +123,14 @@ def test_monitor_latest_and_unset_values_are_null(tmp_path):
     writer = make_run(root, "fresh", publish=False)
     result = operant("monitor", "--latest", "--json", "--runs-dir", str(root))
     document = json.loads(result.stdout)
-    assert (document["run_id"], document["status"], document["global_step"], document["sps"],
-            document["episode_return_mean"], document["state"]) == (
-        "fresh", "running", 0, None, None, "initializing")
+    assert (
+        document["run_id"],
+        document["status"],
+        document["global_step"],
+        document["sps"],
+        document["episode_return_mean"],
+        document["state"],
+    ) == ("fresh", "running", 0, None, None, "initializing")
     writer.close()
 
 
@@ -117,16 +152,20 @@ def test_runs_lists_every_run_from_any_directory(runs, tmp_path):
     (runs / "empty-d").mkdir()
     (runs / "broken-e").mkdir()
     (runs / "broken-e" / METRICS_FILE).write_bytes(b"garbage" * 100)
-    result = operant("runs", "--json", cwd=tmp_path.parent,
-                     env_extra={"OPERANT_RUNS_DIR": str(runs)})
+    result = operant(
+        "runs", "--json", cwd=tmp_path.parent, env_extra={"OPERANT_RUNS_DIR": str(runs)}
+    )
     assert result.returncode == 0, result.stderr
     rows = {row["run_id"]: row for row in json.loads(result.stdout)}
     assert set(rows) == {"cartpole-a", "pendulum-b", "cartpole-c", "empty-d", "broken-e"}
-    assert [(rows[r]["env_id"], rows[r]["status"], rows[r]["global_step"], rows[r]["sps"])
-            for r in ("cartpole-a", "pendulum-b", "cartpole-c")] == [
+    assert [
+        (rows[r]["env_id"], rows[r]["status"], rows[r]["global_step"], rows[r]["sps"])
+        for r in ("cartpole-a", "pendulum-b", "cartpole-c")
+    ] == [
         ("CartPole-v1", "finished", 50_000, 21_000.4),
         ("Pendulum-v1", "failed", 7, 3.5),
-        ("CartPole-v1", "running", 1_234_567, 98_765.0)]
+        ("CartPole-v1", "running", 1_234_567, 98_765.0),
+    ]
     assert rows["empty-d"]["status"] == "unknown"
     assert rows["empty-d"]["error"] == "no metrics file yet"
     assert rows["broken-e"]["status"] == "unknown"
@@ -142,8 +181,10 @@ def test_runs_lists_every_run_from_any_directory(runs, tmp_path):
     assert by_id["pendulum-b"][1:5] == ["Pendulum-v1", "failed", "7", "4"]
     assert by_id["empty-d"][1:5] == ["-", "unknown", "-", "-"]
     assert lines[6] == ""
-    assert set(lines[7:]) == {"empty-d: no metrics file yet",
-                              f"broken-e: {rows['broken-e']['error']}"}
+    assert set(lines[7:]) == {
+        "empty-d: no metrics file yet",
+        f"broken-e: {rows['broken-e']['error']}",
+    }
 
 
 def test_a_run_stopped_early_is_listed_as_interrupted(runs):
@@ -154,10 +195,14 @@ def test_a_run_stopped_early_is_listed_as_interrupted(runs):
         status = {line.split()[0]: line.split()[2] for line in table[1:]}
         assert (status["cartpole-s"], status["cartpole-a"]) == ("interrupted", "finished")
         # Scripts keep the documented status set, with the flag beside it.
-        rows = {row["run_id"]: row for row in json.loads(
-            operant("runs", "--json", "--runs-dir", str(runs)).stdout)}
+        rows = {
+            row["run_id"]: row
+            for row in json.loads(operant("runs", "--json", "--runs-dir", str(runs)).stdout)
+        }
         assert (rows["cartpole-s"]["status"], rows["cartpole-s"]["interrupted"]) == (
-            "finished", True)
+            "finished",
+            True,
+        )
         assert rows["cartpole-a"]["interrupted"] is False
     finally:
         stopped.close()
@@ -170,31 +215,51 @@ def test_no_runs(tmp_path):
     assert (listing.returncode, listing.stdout.strip()) == (0, "[]")
     human = operant("runs", "--runs-dir", str(empty))
     assert human.returncode == 0 and "no runs under" in human.stderr
-    assert_one_line_error(operant("runs", "--runs-dir", str(tmp_path / "typo")),
-                          "--runs-dir", "not a directory")
-    assert_one_line_error(operant("monitor", "--latest", "--once", "--runs-dir", str(empty)),
-                          "no runs yet", "--runs-dir")
+    assert_one_line_error(
+        operant("runs", "--runs-dir", str(tmp_path / "typo")), "--runs-dir", "not a directory"
+    )
+    assert_one_line_error(
+        operant("monitor", "--latest", "--once", "--runs-dir", str(empty)),
+        "no runs yet",
+        "--runs-dir",
+    )
 
 
 def test_monitor_bad_input(runs, tmp_path):
-    assert_one_line_error(operant("monitor", "nope", "--once", "--runs-dir", str(runs)),
-                          "no run 'nope'", f"operant runs --runs-dir {runs}")
-    assert_one_line_error(operant("monitor", "../etc", "--once", "--runs-dir", str(runs)),
-                          "not a run id")
-    assert_one_line_error(operant("monitor", "cartpole-a", "--latest", "--once",
-                                  "--runs-dir", str(runs)), "not both")
+    assert_one_line_error(
+        operant("monitor", "nope", "--once", "--runs-dir", str(runs)),
+        "no run 'nope'",
+        f"operant runs --runs-dir {runs}",
+    )
+    assert_one_line_error(
+        operant("monitor", "../etc", "--once", "--runs-dir", str(runs)), "not a run id"
+    )
+    assert_one_line_error(
+        operant("monitor", "cartpole-a", "--latest", "--once", "--runs-dir", str(runs)), "not both"
+    )
     (runs / "foreign").mkdir()
     (runs / "foreign" / METRICS_FILE).write_bytes(b"\x7fELF" + bytes(4000))
-    assert_one_line_error(operant("monitor", "foreign", "--json", "--runs-dir", str(runs)),
-                          "metrics.bin", "not an Operant metrics file", "run foreign")
+    assert_one_line_error(
+        operant("monitor", "foreign", "--json", "--runs-dir", str(runs)),
+        "metrics.bin",
+        "not an Operant metrics file",
+        "run foreign",
+    )
     newer = bytearray((runs / "cartpole-a" / METRICS_FILE).read_bytes())
     newer[fmt.HEADER_OFFSETS["version_major"]] = 9
     (runs / "newer").mkdir()
     (runs / "newer" / METRICS_FILE).write_bytes(bytes(newer))
-    assert_one_line_error(operant("monitor", "newer", "--once", "--runs-dir", str(runs)),
-                          "format 9.0", "upgrade operant")
-    assert_one_line_error(operant("monitor", "cartpole-a", "--runs-dir", str(runs)),
-                          "needs a terminal", "--once", code=2)
+    assert_one_line_error(
+        operant("monitor", "newer", "--once", "--runs-dir", str(runs)),
+        "format 9.0",
+        "upgrade operant",
+    )
+    assert_one_line_error(
+        operant("monitor", "cartpole-a", "--runs-dir", str(runs)),
+        "needs a terminal",
+        "--once",
+        code=2,
+    )
 
 
 def test_reader_commands_never_import_torch(runs):
@@ -205,7 +270,8 @@ def test_reader_commands_never_import_torch(runs):
         f"assert main(['monitor', '--latest', '--once', '--runs-dir', {str(runs)!r}]) == 0\n"
         "print('torch' in sys.modules)\n"
     )
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                            timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1] == "False"

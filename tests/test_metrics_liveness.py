@@ -26,9 +26,12 @@ def live_writer(tmp_path):
 
     def start(*extra):
         path = tmp_path / f"metrics-{len(procs)}.bin"
-        proc = subprocess.Popen([sys.executable, str(WRITER), "live", str(path), str(INTERVAL),
-                                 *extra], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                text=True)
+        proc = subprocess.Popen(
+            [sys.executable, str(WRITER), "live", str(path), str(INTERVAL), *extra],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         procs.append(proc)
         assert proc.stdout.readline().strip() == "ready"
         return proc, MetricsReader(path)
@@ -96,11 +99,14 @@ def test_alive_without_heartbeats_is_stalled(live_writer):
     assert later.heartbeat_count == first.heartbeat_count
 
 
-@pytest.mark.parametrize("command, expected", [
-    ("finish", ("finished", "finished", False, "")),
-    ("interrupt", ("finished", "finished", True, "SIGINT")),
-    ("fail CUDA out of memory", ("failed", "failed", False, "CUDA out of memory")),
-])
+@pytest.mark.parametrize(
+    "command, expected",
+    [
+        ("finish", ("finished", "finished", False, "")),
+        ("interrupt", ("finished", "finished", True, "SIGINT")),
+        ("fail CUDA out of memory", ("failed", "failed", False, "CUDA out of memory")),
+    ],
+)
 def test_final_states_outlive_the_process(live_writer, command, expected):
     proc, reader = live_writer()
     proc.stdin.write(command + "\n")
@@ -119,7 +125,7 @@ def test_reused_pid_is_crashed(tmp_path):
     with MetricsReader(path) as reader:
         assert reader.snapshot().status == "running"
     data = bytearray(path.read_bytes())
-    start, = struct.unpack_from("<d", data, fmt.HEADER_OFFSETS["pid_start_time"])
+    (start,) = struct.unpack_from("<d", data, fmt.HEADER_OFFSETS["pid_start_time"])
     struct.pack_into("<d", data, fmt.HEADER_OFFSETS["pid_start_time"], start - 3600)
     copy = tmp_path / "copy.bin"
     copy.write_bytes(bytes(data))
@@ -131,8 +137,9 @@ def test_reused_pid_is_crashed(tmp_path):
 
 def test_another_host_is_judged_by_its_heartbeat(tmp_path):
     path = tmp_path / "metrics.bin"
-    schema = msgspec.structs.replace(fmt.make_schema("remote"), hostname="elsewhere",
-                                     boot_id="other-boot")
+    schema = msgspec.structs.replace(
+        fmt.make_schema("remote"), hostname="elsewhere", boot_id="other-boot"
+    )
     writer = MetricsWriter.create(path, schema, heartbeat_interval_s=0.05)
     writer.set_state(fmt.STATE_RUNNING)
     with MetricsReader(path) as reader:

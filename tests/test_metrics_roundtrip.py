@@ -48,7 +48,11 @@ def test_new_file_reads_as_initializing_with_unset_values(made, tmp_path):
     with MetricsReader(path) as reader:
         snap = reader.snapshot()
     assert (snap.state, snap.status, snap.run_id, snap.env_id) == (
-        "initializing", "running", "run-1", "CartPole-v1")
+        "initializing",
+        "running",
+        "run-1",
+        "CartPole-v1",
+    )
     assert snap.pid == os.getpid()
     assert snap.counters == {"global_step": 0, "episodes": 0, "updates": 0}
     assert all(math.isnan(v) for v in snap.gauges.values())
@@ -167,8 +171,11 @@ def test_heartbeat_thread_ticks_without_the_main_thread(tmp_path):
 
 def test_context_manager_records_the_outcome(tmp_path):
     outcomes = {}
-    for name, error in (("ok", None), ("boom", ValueError("bad config")),
-                        ("ctrl-c", KeyboardInterrupt())):
+    for name, error in (
+        ("ok", None),
+        ("boom", ValueError("bad config")),
+        ("ctrl-c", KeyboardInterrupt()),
+    ):
         path = tmp_path / f"{name}.bin"
         try:
             with MetricsWriter.create(path, schema()) as writer:
@@ -213,8 +220,13 @@ def test_create_leaves_nothing_behind_when_it_fails(tmp_path, monkeypatch):
             MetricsWriter.create(tmp_path / "metrics.bin", schema())
     with pytest.raises(FileNotFoundError):
         MetricsWriter.create(tmp_path / "missing" / "metrics.bin", schema())
-    bad = msgspec.structs.replace(schema(), metrics=(
-        fmt.Metric(name="a", kind="counter", slot=0), fmt.Metric(name="a", kind="gauge", slot=1)))
+    bad = msgspec.structs.replace(
+        schema(),
+        metrics=(
+            fmt.Metric(name="a", kind="counter", slot=0),
+            fmt.Metric(name="a", kind="gauge", slot=1),
+        ),
+    )
     with pytest.raises(ValueError, match="twice"):
         MetricsWriter.create(tmp_path / "metrics.bin", bad)
     assert os.listdir(tmp_path) == []
@@ -222,14 +234,23 @@ def test_create_leaves_nothing_behind_when_it_fails(tmp_path, monkeypatch):
 
 def test_schema_lookups_and_unknown_fields_are_ignored():
     s = schema()
-    assert (s.slot("sps"), s.slot("phase"), s.snapshot_index("snap_b"),
-            s.history_index("episode_return_mean")) == (3, 0, 1, 1)
+    assert (
+        s.slot("sps"),
+        s.slot("phase"),
+        s.snapshot_index("snap_b"),
+        s.history_index("episode_return_mean"),
+    ) == (3, 0, 1, 1)
     assert s.metric("global_step").description == "environment steps so far"
     with pytest.raises(KeyError):
         s.slot("nope")
     # A newer minor version's extra fields and kinds decode in an old reader.
-    blob = msgspec.json.encode({"run_id": "r", "future": 1, "metrics": [
-        {"name": "h", "kind": "histogram", "slot": 0, "buckets": 8}]})
+    blob = msgspec.json.encode(
+        {
+            "run_id": "r",
+            "future": 1,
+            "metrics": [{"name": "h", "kind": "histogram", "slot": 0, "buckets": 8}],
+        }
+    )
     decoded = fmt.decode_schema(blob)
     assert decoded.run_id == "r" and decoded.metrics[0].kind == "histogram"
 
@@ -239,8 +260,11 @@ def test_header_offsets_match_the_documentation():
     rows = re.findall(r"^\| (\d+) \| `(\w+)` \| (\w+) \|", DOC.read_text(), re.MULTILINE)
     documented = {name: int(offset) for offset, name, _ in rows}
     expected = dict(fmt.HEADER_OFFSETS)
-    expected.update(state=fmt.STATE_OFFSET, heartbeat_wall_ns=fmt.HEARTBEAT_WALL_OFFSET,
-                    heartbeat_mono_ns=fmt.HEARTBEAT_MONO_OFFSET,
-                    heartbeat_count=fmt.HEARTBEAT_COUNT_OFFSET,
-                    history_head=fmt.HISTORY_HEAD_OFFSET)
+    expected.update(
+        state=fmt.STATE_OFFSET,
+        heartbeat_wall_ns=fmt.HEARTBEAT_WALL_OFFSET,
+        heartbeat_mono_ns=fmt.HEARTBEAT_MONO_OFFSET,
+        heartbeat_count=fmt.HEARTBEAT_COUNT_OFFSET,
+        history_head=fmt.HISTORY_HEAD_OFFSET,
+    )
     assert documented == expected

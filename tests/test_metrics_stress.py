@@ -21,8 +21,7 @@ TIME_LIMIT_S = 60.0
 
 
 def start_writer(*args: str) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, str(WRITER), *args], stdout=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen([sys.executable, str(WRITER), *args], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready"
     return proc
 
@@ -73,8 +72,10 @@ def test_snapshot_block_is_never_torn(tmp_path, stop_on_exit):
         if not reads & 0xFFFF:
             assert time.monotonic() < deadline, f"only {reads} reads in {TIME_LIMIT_S} s"
     assert writer.poll() is None, "the writer stopped before the reads were done"
-    print(f"\nsnapshot: {reads} reads, {distinct} distinct values, {reader.retries} retries, "
-          f"{unavailable} unavailable, {unpublished} before the first publish")
+    print(
+        f"\nsnapshot: {reads} reads, {distinct} distinct values, {reader.retries} retries, "
+        f"{unavailable} unavailable, {unpublished} before the first publish"
+    )
     assert (torn, went_back, counter_behind) == (0, 0, 0)
     # The writer really moved underneath the reads.
     assert distinct > 1000

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import msgspec
 import pytest
-
 from monitor_fixtures import FakeSource, Run, make_view, screen_text
 
 from operant.monitor.app import HelpScreen, MonitorApp, RunPicker, choose_curves
@@ -24,9 +23,11 @@ HERE = Path(__file__).parent
 
 def pilot_test(test):
     """Run an async test in its own event loop (no pytest plugin needed)."""
+
     @functools.wraps(test)
     def run(*args, **kwargs):
         asyncio.run(test(*args, **kwargs))
+
     return run
 
 
@@ -54,6 +55,7 @@ def banner(app):
 
 # --- against a fake source ------------------------------------------------------------------
 
+
 @pilot_test
 async def test_shows_a_running_run_at_a_glance():
     source = FakeSource(make_view())
@@ -62,33 +64,73 @@ async def test_shows_a_running_run_at_a_glance():
         await until(pilot, lambda: app.view is not None and app.main.query(Curve))
         await pilot.pause()
         text = screen_text(app)
-        for words in ("cartpole-20250615-120000-beef", "CartPole-v1", "● running", "up 12m34s",
-                      "pid 4242@trainer-host", "CPU 97%", "RSS 312 MiB",
-                      "heartbeat 400 ms ago", "update 120", "episode return 431.4",
-                      "update 65.1 ms:", "env 31%", "update 46%"):
+        for words in (
+            "cartpole-20250615-120000-beef",
+            "CartPole-v1",
+            "● running",
+            "up 12m34s",
+            "pid 4242@trainer-host",
+            "CPU 97%",
+            "RSS 312 MiB",
+            "heartbeat 400 ms ago",
+            "update 120",
+            "episode return 431.4",
+            "update 65.1 ms:",
+            "env 31%",
+            "update 46%",
+        ):
             assert words in text, words
-        assert (big(app, "steps"), big(app, "sps"), big(app, "episodes"),
-                big(app, "return")) == ("122,880", "40,100", "4,800", "431.4")
+        assert (big(app, "steps"), big(app, "sps"), big(app, "episodes"), big(app, "return")) == (
+            "122,880",
+            "40,100",
+            "4,800",
+            "431.4",
+        )
         assert app.main.query_one("#return", BigNumber).border_subtitle == "94.7…459"
         assert app.main.query_one("#steps", BigNumber).border_subtitle == "of 512k (24%)"
         assert banner(app) == ""
         curves = {curve.id: len(curve.data) for curve in app.main.query(Curve)}
-        assert curves == {f"curve-{name}": 120 for name in (
-            "episode_return_mean", "sps", "policy_loss", "value_loss", "entropy", "approx_kl")}
+        assert curves == {
+            f"curve-{name}": 120
+            for name in (
+                "episode_return_mean",
+                "sps",
+                "policy_loss",
+                "value_loss",
+                "entropy",
+                "approx_kl",
+            )
+        }
         rows = table_values(app)
-        assert {name: rows[name] for name in ("global_step", "rss_bytes", "phase_env_s",
-                                              "grad_norm_p99", "optimizer_note")} == {
-            "global_step": "122,880", "rss_bytes": "312 MiB", "phase_env_s": "20 ms",
-            "grad_norm_p99": "1.5", "optimizer_note": "adam, no decay"}
+        assert {
+            name: rows[name]
+            for name in (
+                "global_step",
+                "rss_bytes",
+                "phase_env_s",
+                "grad_norm_p99",
+                "optimizer_note",
+            )
+        } == {
+            "global_step": "122,880",
+            "rss_bytes": "312 MiB",
+            "phase_env_s": "20 ms",
+            "grad_norm_p99": "1.5",
+            "optimizer_note": "adam, no decay",
+        }
         assert len(rows) == len(make_view().columns) == 26
         assert "grad_norm_p99" in text and "adam, no decay" in text
-        cells = {name: (value, unit) for name, value, unit in
-                 app.main.query_one(MetricsTable).rows}
-        assert {name: cells[name] for name in ("cpu_percent", "rss_bytes", "phase_env_s",
-                                               "episode_length_mean", "sps")} == {
-            "cpu_percent": ("97%", ""), "rss_bytes": ("312 MiB", ""),
-            "phase_env_s": ("20 ms", ""), "episode_length_mean": ("431.4", "steps"),
-            "sps": ("40100", "1/s")}
+        cells = {name: (value, unit) for name, value, unit in app.main.query_one(MetricsTable).rows}
+        assert {
+            name: cells[name]
+            for name in ("cpu_percent", "rss_bytes", "phase_env_s", "episode_length_mean", "sps")
+        } == {
+            "cpu_percent": ("97%", ""),
+            "rss_bytes": ("312 MiB", ""),
+            "phase_env_s": ("20 ms", ""),
+            "episode_length_mean": ("431.4", "steps"),
+            "sps": ("40100", "1/s"),
+        }
         for twice in ("97% %", "MiB bytes", "ms s"):
             assert twice not in text, twice
         assert source.started
@@ -153,8 +195,16 @@ async def test_r_lists_runs_and_enter_attaches_to_the_chosen_one():
         await pilot.pause()
         assert isinstance(app.screen, RunPicker)
         text = screen_text(app)
-        for words in ("pendulum-20250615-123000-cafe", "Pendulum-v1", "crashed", "8,192",
-                      "cartpole-20250615-110000-aaaa", "finished", "500,000", "1h30m"):
+        for words in (
+            "pendulum-20250615-123000-cafe",
+            "Pendulum-v1",
+            "crashed",
+            "8,192",
+            "cartpole-20250615-110000-aaaa",
+            "finished",
+            "500,000",
+            "1h30m",
+        ):
             assert words in text, words
         # Newest first, the cursor on the run being watched; one row up is the newer run.
         await pilot.press("up", "enter")
@@ -234,23 +284,48 @@ async def test_command_palette_opens_the_run_picker():
         await until(pilot, lambda: isinstance(app.screen, RunPicker))
 
 
-@pytest.mark.parametrize("changes, words, severity", [
-    (dict(status="finished", state="finished", uptime_s=900.0),
-     ["Run finished after 15m00s. These are its final values."], "information"),
-    (dict(status="finished", state="finished", interrupted=True, uptime_s=900.0),
-     ["stopped on request (SIGINT/SIGTERM) after 15m00s"], "information"),
-    (dict(status="failed", state="failed", reason="non-finite loss at update 120"),
-     ["Run FAILED after 12m34s: non-finite loss at update 120. These are its last values."],
-     "error"),
-    (dict(status="crashed", heartbeat_age_s=75.0),
-     ["Trainer CRASHED: pid 4242 is gone", "last heartbeat 1m15s ago",
-      "These are its last values."], "error"),
-    (dict(status="stalled", heartbeat_age_s=12.0),
-     ["STALLED: no heartbeat for 12s (expected every 1.00 s)"], "warning"),
-    (dict(problem="/runs/x/metrics.bin: is not an Operant metrics file (wrong magic)"),
-     ["Cannot read the metrics file: /runs/x/metrics.bin: is not an Operant metrics file",
-      "Showing the last values read. Retrying."], "error"),
-])
+@pytest.mark.parametrize(
+    "changes, words, severity",
+    [
+        (
+            dict(status="finished", state="finished", uptime_s=900.0),
+            ["Run finished after 15m00s. These are its final values."],
+            "information",
+        ),
+        (
+            dict(status="finished", state="finished", interrupted=True, uptime_s=900.0),
+            ["stopped on request (SIGINT/SIGTERM) after 15m00s"],
+            "information",
+        ),
+        (
+            dict(status="failed", state="failed", reason="non-finite loss at update 120"),
+            ["Run FAILED after 12m34s: non-finite loss at update 120. These are its last values."],
+            "error",
+        ),
+        (
+            dict(status="crashed", heartbeat_age_s=75.0),
+            [
+                "Trainer CRASHED: pid 4242 is gone",
+                "last heartbeat 1m15s ago",
+                "These are its last values.",
+            ],
+            "error",
+        ),
+        (
+            dict(status="stalled", heartbeat_age_s=12.0),
+            ["STALLED: no heartbeat for 12s (expected every 1.00 s)"],
+            "warning",
+        ),
+        (
+            dict(problem="/runs/x/metrics.bin: is not an Operant metrics file (wrong magic)"),
+            [
+                "Cannot read the metrics file: /runs/x/metrics.bin: is not an Operant metrics file",
+                "Showing the last values read. Retrying.",
+            ],
+            "error",
+        ),
+    ],
+)
 @pilot_test
 async def test_states_are_said_plainly_and_the_last_values_stay(changes, words, severity):
     source = FakeSource(make_view())
@@ -258,8 +333,9 @@ async def test_states_are_said_plainly_and_the_last_values_stay(changes, words, 
     async with app.run_test(size=(160, 48)) as pilot:
         await until(pilot, lambda: app.view is not None)
         source.push(make_view(**changes))
-        await until(pilot, lambda: app.view.status == changes.get("status", "running")
-                    and banner(app))
+        await until(
+            pilot, lambda: app.view.status == changes.get("status", "running") and banner(app)
+        )
         await pilot.pause()
         text = " ".join(screen_text(app).split())
         for sentence in words:
@@ -273,8 +349,15 @@ async def test_states_are_said_plainly_and_the_last_values_stay(changes, words, 
 async def test_waiting_for_a_metrics_file():
     view = make_view()
     waiting = msgspec.structs.replace(
-        view, status="waiting", metrics={}, columns=(), history={}, process=None, pid=0,
-        problem="waiting for the trainer to create /runs/r/metrics.bin")
+        view,
+        status="waiting",
+        metrics={},
+        columns=(),
+        history={},
+        process=None,
+        pid=0,
+        problem="waiting for the trainer to create /runs/r/metrics.bin",
+    )
     app = MonitorApp(FakeSource(waiting))
     async with app.run_test(size=(120, 30)) as pilot:
         await until(pilot, lambda: app.view is not None)
@@ -333,8 +416,10 @@ async def drawn_at(size, keys=()) -> str:
     """The screen of a monitor started at `size`, its first view drawn, after `keys`."""
     app = MonitorApp(FakeSource(make_view()))
     async with app.run_test(size=size) as pilot:
-        await until(pilot, lambda: app.view is not None
-                    and all(curve.data for curve in app.main.query(Curve)))
+        await until(
+            pilot,
+            lambda: app.view is not None and all(curve.data for curve in app.main.query(Curve)),
+        )
         await pilot.press(*keys)
         await pilot.pause(0.3)
         return screen_text(app)
@@ -347,8 +432,10 @@ async def test_after_a_resize_nothing_of_the_old_size_stays(keys):
     # started at that size draws, cell for cell (with the run picker open, and once closed).
     app = MonitorApp(FakeSource(make_view()))
     async with app.run_test(size=(160, 48)) as pilot:
-        await until(pilot, lambda: app.view is not None
-                    and all(curve.data for curve in app.main.query(Curve)))
+        await until(
+            pilot,
+            lambda: app.view is not None and all(curve.data for curve in app.main.query(Curve)),
+        )
         await pilot.press(*keys)
         for size in ((80, 24), (123, 37), (160, 48)):
             await pilot.resize_terminal(*size)
@@ -372,14 +459,19 @@ async def test_a_source_bug_ends_the_app_with_its_traceback():
 
 
 def test_curves_for_runs_that_record_other_fields():
-    assert [name for name, _, _ in choose_curves(["global_step", "sps", "entropy"])] == \
-        ["sps", "entropy"]
-    assert [title for _, title, _ in choose_curves(["global_step", "reward_ema", "kl"])] == \
-        ["reward ema", "kl"]
+    assert [name for name, _, _ in choose_curves(["global_step", "sps", "entropy"])] == [
+        "sps",
+        "entropy",
+    ]
+    assert [title for _, title, _ in choose_curves(["global_step", "reward_ema", "kl"])] == [
+        "reward ema",
+        "kl",
+    ]
     assert choose_curves([]) == []
 
 
 # --- against real metrics files ------------------------------------------------------------
+
 
 def reader_app(root, run=None, follow=False):
     return MonitorApp(ReaderSource(root, run, follow=follow, interval_s=0.1))
@@ -410,10 +502,13 @@ async def test_real_running_run_attached_late_shows_whole_curves(tmp_path):
         run.close()
 
 
-@pytest.mark.parametrize("end, words", [
-    ("finish", "Run finished after"),
-    ("fail", "Run FAILED after"),
-])
+@pytest.mark.parametrize(
+    "end, words",
+    [
+        ("finish", "Run finished after"),
+        ("fail", "Run FAILED after"),
+    ],
+)
 @pilot_test
 async def test_real_run_that_ends(tmp_path, end, words):
     run = Run(tmp_path)
@@ -436,8 +531,12 @@ async def test_real_run_that_ends(tmp_path, end, words):
 
 @pilot_test
 async def test_real_run_crashed(tmp_path):
-    subprocess.run([sys.executable, str(HERE / "monitor_fixtures.py"), str(tmp_path), "gone",
-                    "crash", "12"], check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        [sys.executable, str(HERE / "monitor_fixtures.py"), str(tmp_path), "gone", "crash", "12"],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     app = reader_app(tmp_path)
     async with app.run_test(size=(120, 30)) as pilot:
         await until(pilot, lambda: app.view is not None and app.view.columns)
@@ -519,8 +618,7 @@ async def test_follow_latest_switches_to_a_newer_run(tmp_path):
             await until(pilot, lambda: app.view.run_id == "cartpole-2")
             assert big(app, "steps") == "7,168"
             assert len(app.main.query_one("#curve-sps", Curve).data) == 7
-            await until(pilot, lambda: "switched to the newer run cartpole-2"
-                        in screen_text(app))
+            await until(pilot, lambda: "switched to the newer run cartpole-2" in screen_text(app))
             second.close()
     finally:
         first.close()

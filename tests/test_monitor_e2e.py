@@ -46,6 +46,8 @@ MONITOR_CPUS = set(_CPUS[1:]) if len(_CPUS) > 1 else set(_CPUS)
 
 def on_trainer_cpus() -> None:
     os.sched_setaffinity(0, TRAINER_CPUS)
+
+
 TIMING_KEYS = {"elapsed_s", "sps", "sps_mean", "phase_s"}
 RESTARTS = 20
 
@@ -61,22 +63,49 @@ class Training:
         self.root = root / "monitored"
         self.reference_root = root / "reference"
         started = subprocess.run(
-            operant("train", "--detach", "--total-steps", str(TOTAL_STEPS), "--seed", str(SEED),
-                    "--runs-dir", str(self.root)),
-            capture_output=True, text=True, timeout=180, preexec_fn=on_trainer_cpus)
+            operant(
+                "train",
+                "--detach",
+                "--total-steps",
+                str(TOTAL_STEPS),
+                "--seed",
+                str(SEED),
+                "--runs-dir",
+                str(self.root),
+            ),
+            capture_output=True,
+            text=True,
+            timeout=180,
+            preexec_fn=on_trainer_cpus,
+        )
         assert started.returncode == 0, started.stderr
         self.launch_output = started.stderr
-        match = re.search(r"^run (\S+) is training in the background \(pid (\d+)\)$",
-                          started.stderr, re.M)
+        match = re.search(
+            r"^run (\S+) is training in the background \(pid (\d+)\)$", started.stderr, re.M
+        )
         assert match, started.stderr
         assert started.stdout == match.group(1) + "\n"  # the run id alone
         self.run_id, self.pid = match.group(1), int(match.group(2))
         self.dir = self.root / self.run_id
         self.reference = subprocess.Popen(
-            [sys.executable, "-m", "operant.trainer.main", "--total-steps", str(TOTAL_STEPS),
-             "--seed", str(SEED), "--runs-dir", str(self.reference_root), "--run-id", "twin",
-             "--quiet"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            preexec_fn=on_trainer_cpus)
+            [
+                sys.executable,
+                "-m",
+                "operant.trainer.main",
+                "--total-steps",
+                str(TOTAL_STEPS),
+                "--seed",
+                str(SEED),
+                "--runs-dir",
+                str(self.reference_root),
+                "--run-id",
+                "twin",
+                "--quiet",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            preexec_fn=on_trainer_cpus,
+        )
 
     def step(self) -> int:
         with MetricsReader(self.dir / METRICS_FILE) as reader:
@@ -93,8 +122,9 @@ class Training:
         while self.trainer_alive():
             assert time.monotonic() < deadline, "the monitored run did not finish"
             time.sleep(0.2)
-        assert self.reference.wait(timeout=max(1.0, deadline - time.monotonic())) == 0, \
+        assert self.reference.wait(timeout=max(1.0, deadline - time.monotonic())) == 0, (
             self.reference.stderr.read()
+        )
 
     def unpin(self) -> None:
         for pid in (self.pid, self.reference.pid):
@@ -132,6 +162,7 @@ def test_detach_prints_the_run_and_logs_into_its_directory(training):
 
 # --- tmux ------------------------------------------------------------------------------------
 
+
 class Tmux:
     def __init__(self, command: list[str]):
         # A server of its own (-L), so the user's tmux sessions are never touched; its
@@ -141,8 +172,9 @@ class Tmux:
         self.tmux("new-session", "-d", "-s", "monitor", shell)
 
     def tmux(self, *args: str) -> str:
-        result = subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True,
-                                text=True, timeout=20)
+        result = subprocess.run(
+            ["tmux", "-L", self.socket, *args], capture_output=True, text=True, timeout=20
+        )
         assert result.returncode == 0, result.stderr
         return result.stdout
 
@@ -156,8 +188,9 @@ class Tmux:
             time.sleep(0.3)
 
     def until(self, *words: str, timeout_s: float = 20.0) -> str:
-        return self.until_true(lambda screen: all(word in screen for word in words),
-                               timeout_s, words)
+        return self.until_true(
+            lambda screen: all(word in screen for word in words), timeout_s, words
+        )
 
     def until_true(self, predicate, timeout_s: float = 20.0, what: object = "") -> str:
         deadline = time.monotonic() + timeout_s
@@ -169,8 +202,7 @@ class Tmux:
             time.sleep(0.1)
 
     def close(self) -> None:
-        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True,
-                       timeout=20)
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=20)
 
 
 def update_number(screen: str) -> int:
@@ -184,10 +216,8 @@ def test_operant_monitor_latest_in_tmux(training):
     tmux = Tmux(operant("monitor", "--latest", "--runs-dir", str(training.root)))
     try:
         # A capture may catch a frame half drawn: wait for every part of one.
-        screen = tmux.until(training.run_id, "running", "global_step", "ago  update ",
-                            "q Detach")
-        for words in ("CartPole-v1", "episode return", "steps/s",
-                      f"pid {training.pid}"):
+        screen = tmux.until(training.run_id, "running", "global_step", "ago  update ", "q Detach")
+        for words in ("CartPole-v1", "episode return", "steps/s", f"pid {training.pid}"):
             assert words in screen, words
         first = update_number(screen)
         later = tmux.until_true(lambda screen: update_number(screen) > first)
@@ -202,8 +232,7 @@ def test_operant_monitor_latest_in_tmux(training):
         assert tmux.screen().splitlines()[2:] == paused.splitlines()[2:]  # frozen
         tmux.keys("p")
         resumed = update_number(paused)
-        tmux.until_true(lambda screen: "PAUSED" not in screen
-                        and update_number(screen) > resumed)
+        tmux.until_true(lambda screen: "PAUSED" not in screen and update_number(screen) > resumed)
         tmux.keys("q")
         done = tmux.until("MONITOR-EXIT=0")
         assert f"detached from {training.run_id}; training goes on" in done
@@ -214,6 +243,7 @@ def test_operant_monitor_latest_in_tmux(training):
 
 # --- crash isolation -------------------------------------------------------------------------
 
+
 class PtyMonitor:
     """`operant monitor --latest` in a pseudo-terminal of 80x24, its screen output drained."""
 
@@ -221,9 +251,14 @@ class PtyMonitor:
         master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
         self.process = subprocess.Popen(
-            operant("monitor", "--latest", "--runs-dir", str(root)), stdin=slave, stdout=slave,
-            stderr=slave, env=dict(os.environ, TERM="xterm-256color"), start_new_session=True,
-            preexec_fn=lambda: os.sched_setaffinity(0, MONITOR_CPUS))
+            operant("monitor", "--latest", "--runs-dir", str(root)),
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env=dict(os.environ, TERM="xterm-256color"),
+            start_new_session=True,
+            preexec_fn=lambda: os.sched_setaffinity(0, MONITOR_CPUS),
+        )
         os.close(slave)
         self.master = master
         self.output = b""
@@ -255,15 +290,16 @@ def progress(run_dir: Path) -> list[dict]:
     records = []
     for line in (run_dir / PROGRESS_FILE).read_text().splitlines():
         record = json.loads(line)
-        records.append({key: value for key, value in record.items()
-                        if key not in TIMING_KEYS})
+        records.append({key: value for key, value in record.items() if key not in TIMING_KEYS})
     return records
 
 
 def test_killing_monitors_never_touches_training(training):
     steps_seen = []
     for restart in range(RESTARTS):
-        assert training.trainer_alive(), f"the run ended after {restart} restarts: raise TOTAL_STEPS"
+        assert training.trainer_alive(), (
+            f"the run ended after {restart} restarts: raise TOTAL_STEPS"
+        )
         monitor = PtyMonitor(training.root)
         # Every other monitor is killed once it has drawn the run, the others wherever
         # they are in starting up.

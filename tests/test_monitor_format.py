@@ -7,78 +7,135 @@ import pytest
 from operant.monitor import format as fmt
 
 
-@pytest.mark.parametrize("value, text", [
-    (0, "0"), (999, "999"), (1000, "1k"), (12_345, "12.3k"), (999_999, "1M"),
-    (4_560_000, "4.56M"), (-12_345.0, "-12.3k"), (3.14159, "3.14"), (0.012345, "0.0123"),
-    (0.00001234, "1.2e-05"), (2.5e12, "2.5T"), (math.nan, "-"), (None, "-"), (True, "-"),
-    (math.inf, "-"),
-])
+@pytest.mark.parametrize(
+    "value, text",
+    [
+        (0, "0"),
+        (999, "999"),
+        (1000, "1k"),
+        (12_345, "12.3k"),
+        (999_999, "1M"),
+        (4_560_000, "4.56M"),
+        (-12_345.0, "-12.3k"),
+        (3.14159, "3.14"),
+        (0.012345, "0.0123"),
+        (0.00001234, "1.2e-05"),
+        (2.5e12, "2.5T"),
+        (math.nan, "-"),
+        (None, "-"),
+        (True, "-"),
+        (math.inf, "-"),
+    ],
+)
 def test_compact(value, text):
     assert fmt.compact(value) == text
 
 
-@pytest.mark.parametrize("value, text", [
-    (1_234_567, "1,234,567"), (0, "0"), (12.9, "12"), (math.nan, "-"), ("x", "-"),
-])
+@pytest.mark.parametrize(
+    "value, text",
+    [
+        (1_234_567, "1,234,567"),
+        (0, "0"),
+        (12.9, "12"),
+        (math.nan, "-"),
+        ("x", "-"),
+    ],
+)
 def test_count(value, text):
     assert fmt.count(value) == text
 
 
-@pytest.mark.parametrize("value, text", [
-    (431.4321, "431.4"), (-0.001429, "-0.001429"), (2.5e-4, "2.500e-04"), (40100.0, "40100"),
-    (1.5e7, "1.500e+07"), (0.0, "0"), (math.nan, "-"),
-])
+@pytest.mark.parametrize(
+    "value, text",
+    [
+        (431.4321, "431.4"),
+        (-0.001429, "-0.001429"),
+        (2.5e-4, "2.500e-04"),
+        (40100.0, "40100"),
+        (1.5e7, "1.500e+07"),
+        (0.0, "0"),
+        (math.nan, "-"),
+    ],
+)
 def test_real(value, text):
     assert fmt.real(value) == text
 
 
-@pytest.mark.parametrize("value, text", [
-    (0, "0 B"), (1023, "1023 B"), (1024, "1 KiB"), (312 * 2**20, "312 MiB"),
-    (1.25 * 2**30, "1.25 GiB"), (-1, "-"), (math.nan, "-"),
-])
+@pytest.mark.parametrize(
+    "value, text",
+    [
+        (0, "0 B"),
+        (1023, "1023 B"),
+        (1024, "1 KiB"),
+        (312 * 2**20, "312 MiB"),
+        (1.25 * 2**30, "1.25 GiB"),
+        (-1, "-"),
+        (math.nan, "-"),
+    ],
+)
 def test_size(value, text):
     assert fmt.size(value) == text
 
 
-@pytest.mark.parametrize("seconds, text", [
-    (0, "0s"), (59.9, "59s"), (60, "1m00s"), (754, "12m34s"), (3600, "1h00m"),
-    (86399, "23h59m"), (2 * 86400 + 5 * 3600, "2d05h"), (-1, "-"), (math.inf, "-"),
-])
+@pytest.mark.parametrize(
+    "seconds, text",
+    [
+        (0, "0s"),
+        (59.9, "59s"),
+        (60, "1m00s"),
+        (754, "12m34s"),
+        (3600, "1h00m"),
+        (86399, "23h59m"),
+        (2 * 86400 + 5 * 3600, "2d05h"),
+        (-1, "-"),
+        (math.inf, "-"),
+    ],
+)
 def test_duration(seconds, text):
     assert fmt.duration(seconds) == text
 
 
-@pytest.mark.parametrize("seconds, text", [
-    (0, "0 s"), (0.0001, "100 µs"), (0.0123, "12.3 ms"), (0.4, "400 ms"), (1.2, "1.20 s"),
-    (75, "1m15s"), (math.nan, "-"),
-])
+@pytest.mark.parametrize(
+    "seconds, text",
+    [
+        (0, "0 s"),
+        (0.0001, "100 µs"),
+        (0.0123, "12.3 ms"),
+        (0.4, "400 ms"),
+        (1.2, "1.20 s"),
+        (75, "1m15s"),
+        (math.nan, "-"),
+    ],
+)
 def test_short_time(seconds, text):
     assert fmt.short_time(seconds) == text
 
 
-@pytest.mark.parametrize("value, text", [(97.0, "97%"), (3.14, "3.1%"), (0, "0%"),
-                                         (math.nan, "-")])
+@pytest.mark.parametrize("value, text", [(97.0, "97%"), (3.14, "3.1%"), (0, "0%"), (math.nan, "-")])
 def test_percent(value, text):
     assert fmt.percent(value) == text
 
 
-@pytest.mark.parametrize("value, unit, kind, cell", [
-    # What a user saw as `elapsed_s 11.91 s s`, `cpu_percent 100% %`, `rss_bytes 251 MiB bytes`:
-    # the value's text says its unit, so the unit column stays empty.
-    (11.91, "s", "gauge", ("11.91 s", "")),
-    (100.0, "%", "gauge", ("100%", "")),
-    (251.0 * 2**20, "bytes", "gauge", ("251 MiB", "")),
-    (0.02, "s", "snapshot", ("20 ms", "")),
-    (754.0, "s", "gauge", ("12m34s", "")),
-    (math.nan, "%", "gauge", ("-", "")),
-    # Otherwise the unit is said once, beside the number.
-    (122_880, "steps", "counter", ("122,880", "steps")),
-    (3, "s", "counter", ("3", "s")),
-    (40_100.0, "1/s", "gauge", ("40100", "1/s")),
-    (0.4329, "", "gauge", ("0.4329", "")),
-    ("adam", "", "text", ("adam", "")),
-    (math.nan, "", "gauge", ("-", "")),
-])
+@pytest.mark.parametrize(
+    "value, unit, kind, cell",
+    [
+        # What a user saw as `elapsed_s 11.91 s s`, `cpu_percent 100% %`, `rss_bytes 251 MiB bytes`:
+        # the value's text says its unit, so the unit column stays empty.
+        (11.91, "s", "gauge", ("11.91 s", "")),
+        (100.0, "%", "gauge", ("100%", "")),
+        (251.0 * 2**20, "bytes", "gauge", ("251 MiB", "")),
+        (0.02, "s", "snapshot", ("20 ms", "")),
+        (754.0, "s", "gauge", ("12m34s", "")),
+        (math.nan, "%", "gauge", ("-", "")),
+        # Otherwise the unit is said once, beside the number.
+        (122_880, "steps", "counter", ("122,880", "steps")),
+        (3, "s", "counter", ("3", "s")),
+        (40_100.0, "1/s", "gauge", ("40100", "1/s")),
+        (0.4329, "", "gauge", ("0.4329", "")),
+        ("adam", "", "text", ("adam", "")),
+        (math.nan, "", "gauge", ("-", "")),
+    ],
+)
 def test_metric_says_each_unit_once(value, unit, kind, cell):
     assert fmt.metric(value, unit, kind) == cell
 
@@ -108,8 +165,7 @@ def test_sparkline_one_row():
 
 def test_sparkline_rows_stack_from_the_bottom():
     rows = fmt.sparkline([0, 4, 8, 16], 4, height=2)
-    assert rows == ["   █",
-                    "▁▄██"]
+    assert rows == ["   █", "▁▄██"]
     assert all(len(row) == 4 for row in rows)
     assert fmt.sparkline([1, 2], 3, height=0) == []
 

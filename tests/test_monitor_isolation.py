@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from monitor_fixtures import Run
 
 from operant.monitor import cli
@@ -18,29 +17,34 @@ from operant.monitor.source import ReaderSource
 
 
 def python(code: str) -> str:
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr
     return result.stdout.strip()
 
 
 def test_the_app_never_imports_torch():
-    probe = ("import sys\n"
-             "import operant.monitor.app, operant.monitor.cli, operant.launch\n"
-             "print('torch' in sys.modules, 'textual' in sys.modules)\n")
+    probe = (
+        "import sys\n"
+        "import operant.monitor.app, operant.monitor.cli, operant.launch\n"
+        "print('torch' in sys.modules, 'textual' in sys.modules)\n"
+    )
     assert python(probe) == "False True"
 
 
 def test_once_and_json_never_import_textual(tmp_path):
     run = Run(tmp_path)
     run.publish(3)
-    probe = ("import sys\n"
-             "from operant.cli import main\n"
-             f"assert main(['monitor', '--latest', '--once', '--runs-dir', {str(tmp_path)!r}])"
-             " == 0\n"
-             f"assert main(['monitor', '--latest', '--json', '--runs-dir', {str(tmp_path)!r}])"
-             " == 0\n"
-             "print('textual' in sys.modules, 'torch' in sys.modules)\n")
+    probe = (
+        "import sys\n"
+        "from operant.cli import main\n"
+        f"assert main(['monitor', '--latest', '--once', '--runs-dir', {str(tmp_path)!r}])"
+        " == 0\n"
+        f"assert main(['monitor', '--latest', '--json', '--runs-dir', {str(tmp_path)!r}])"
+        " == 0\n"
+        "print('textual' in sys.modules, 'torch' in sys.modules)\n"
+    )
     try:
         assert python(probe).splitlines()[-1] == "False False"
     finally:
@@ -55,10 +59,18 @@ def tree_state(root: Path) -> dict[str, tuple]:
         for name in folders + files:
             path = Path(directory, name)
             st = path.lstat()
-            digest = (hashlib.sha256(path.read_bytes()).hexdigest()
-                      if path.is_file() and not path.is_symlink() else "")
-            state[str(path.relative_to(root))] = (st.st_mode, st.st_size, st.st_mtime_ns,
-                                                  st.st_ctime_ns, digest)
+            digest = (
+                hashlib.sha256(path.read_bytes()).hexdigest()
+                if path.is_file() and not path.is_symlink()
+                else ""
+            )
+            state[str(path.relative_to(root))] = (
+                st.st_mode,
+                st.st_size,
+                st.st_mtime_ns,
+                st.st_ctime_ns,
+                digest,
+            )
     return state
 
 
@@ -76,9 +88,14 @@ def test_the_monitor_never_writes_into_a_run_directory(tmp_path):
         async with app.run_test(size=(120, 40)) as pilot:
             while app.view is None or not app.view.columns:
                 await pilot.pause(0.02)
-            for keys, screen in ((["r"], RunPicker), (["escape"], None),
-                                 (["question_mark"], HelpScreen), (["escape"], None),
-                                 (["p"], None), (["p"], None)):
+            for keys, screen in (
+                (["r"], RunPicker),
+                (["escape"], None),
+                (["question_mark"], HelpScreen),
+                (["escape"], None),
+                (["p"], None),
+                (["p"], None),
+            ):
                 await pilot.press(*keys)
                 await pilot.pause(0.1)
                 if screen is not None:
@@ -99,14 +116,18 @@ def test_the_monitor_never_writes_into_a_run_directory(tmp_path):
         crashed.close()
 
 
-@pytest.mark.parametrize("args, message", [
-    (["cartpole-x", "--follow"], "--follow follows the latest run"),
-    (["--latest", "--refresh", "0"], "--refresh 0: give a number of seconds"),
-    (["--latest"], "no runs yet under"),
-    (["nope"], "no run 'nope'"),
-])
-def test_interactive_mistakes_fail_in_one_line_before_textual(tmp_path, capsys, args,
-                                                              message, monkeypatch):
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["cartpole-x", "--follow"], "--follow follows the latest run"),
+        (["--latest", "--refresh", "0"], "--refresh 0: give a number of seconds"),
+        (["--latest"], "no runs yet under"),
+        (["nope"], "no run 'nope'"),
+    ],
+)
+def test_interactive_mistakes_fail_in_one_line_before_textual(
+    tmp_path, capsys, args, message, monkeypatch
+):
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
     assert cli.main([*args, "--runs-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err

@@ -33,14 +33,25 @@ def kill(pid: int) -> None:
 
 def test_trainer_command_passes_the_arguments_and_the_run_id():
     command = launch.trainer_command(["--env", "CartPole-v1", "--detach", "--seed", "3"], "r1")
-    assert command[1:] == ["-m", "operant.trainer.main", "--env", "CartPole-v1", "--seed", "3",
-                           "--run-id", "r1"]
-    assert launch.trainer_command(["--monitor", "--run-id", "mine"], "mine")[3:] == \
-        ["--run-id", "mine"]
+    assert command[1:] == [
+        "-m",
+        "operant.trainer.main",
+        "--env",
+        "CartPole-v1",
+        "--seed",
+        "3",
+        "--run-id",
+        "r1",
+    ]
+    assert launch.trainer_command(["--monitor", "--run-id", "mine"], "mine")[3:] == [
+        "--run-id",
+        "mine",
+    ]
 
 
 def test_detach_starts_the_trainer_in_its_own_session_and_logs_into_the_run(
-        tmp_path, monkeypatch, capsys):
+    tmp_path, monkeypatch, capsys
+):
     monkeypatch.setattr(launch, "trainer_command", lambda argv, run_id: stand_in(tmp_path, run_id))
     assert launch.launch(["--detach"], tmp_path, "detached-1", monitor=False) == 0
     captured = capsys.readouterr()
@@ -63,9 +74,12 @@ def test_detach_starts_the_trainer_in_its_own_session_and_logs_into_the_run(
 
 
 def test_a_trainer_that_exits_early_has_its_output_shown(tmp_path, monkeypatch, capsys):
-    failing = [sys.executable, "-c",
-               "import sys; print('operant-train: run exists; choose another --run-id', "
-               "file=sys.stderr); sys.exit(2)"]
+    failing = [
+        sys.executable,
+        "-c",
+        "import sys; print('operant-train: run exists; choose another --run-id', "
+        "file=sys.stderr); sys.exit(2)",
+    ]
     monkeypatch.setattr(launch, "trainer_command", lambda argv, run_id: failing)
     assert launch.launch(["--detach"], tmp_path, "r", monitor=False) == 2
     captured = capsys.readouterr()
@@ -89,21 +103,30 @@ def test_monitor_watches_in_the_foreground_and_q_leaves_training_running(tmp_pat
         "from operant import launch\n"
         f"launch.trainer_command = lambda argv, run_id: {stand_in(tmp_path, run_id)!r}\n"
         f"sys.exit(launch.launch(['--monitor'], Path({str(tmp_path)!r}), {run_id!r}, "
-        "monitor=True))\n")
+        "monitor=True))\n"
+    )
     socket = f"operant-test-{uuid.uuid4().hex[:8]}"
 
     def tmux(*args):
-        return subprocess.run(["tmux", "-L", socket, *args], capture_output=True, text=True,
-                              timeout=20).stdout
+        return subprocess.run(
+            ["tmux", "-L", socket, *args], capture_output=True, text=True, timeout=20
+        ).stdout
 
     (tmp_path / "launch.py").write_text(script)
     pid = None
     try:
-        tmux("new-session", "-d", "-s", "t",
-             f"{sys.executable} {tmp_path / 'launch.py'}; echo EXIT=$?; sleep 30")
+        tmux(
+            "new-session",
+            "-d",
+            "-s",
+            "t",
+            f"{sys.executable} {tmp_path / 'launch.py'}; echo EXIT=$?; sleep 30",
+        )
         deadline = time.monotonic() + 30
-        while not all(word in (screen := tmux("capture-pane", "-p", "-t", "t"))
-                      for word in (run_id, "running", "q Detach")):
+        while not all(
+            word in (screen := tmux("capture-pane", "-p", "-t", "t"))
+            for word in (run_id, "running", "q Detach")
+        ):
             assert time.monotonic() < deadline, screen
             time.sleep(0.1)
         tmux("send-keys", "-t", "t", "q")
@@ -122,21 +145,26 @@ def test_monitor_watches_in_the_foreground_and_q_leaves_training_running(tmp_pat
 
 
 def test_resuming_waits_for_the_new_metrics_file_and_appends_to_the_log(
-        tmp_path, monkeypatch, capsys):
+    tmp_path, monkeypatch, capsys
+):
     run_dir = tmp_path / "resumed-1"
     (run_dir / "checkpoints").mkdir(parents=True)
     (run_dir / LOG_FILE).write_text("the first session's log\n")
     (run_dir / METRICS_FILE).write_text("the first session's metrics file")
     old_inode = (run_dir / METRICS_FILE).stat().st_ino
     # The stand-in for a resumed trainer replaces the metrics file after a moment.
-    resumed = [sys.executable, "-c",
-               "import os, sys, time; print('resuming', flush=True); time.sleep(0.5); "
-               f"open({str(run_dir / 'new')!r}, 'w').write('new'); "
-               f"os.replace({str(run_dir / 'new')!r}, {str(run_dir / METRICS_FILE)!r}); "
-               "time.sleep(30)"]
+    resumed = [
+        sys.executable,
+        "-c",
+        "import os, sys, time; print('resuming', flush=True); time.sleep(0.5); "
+        f"open({str(run_dir / 'new')!r}, 'w').write('new'); "
+        f"os.replace({str(run_dir / 'new')!r}, {str(run_dir / METRICS_FILE)!r}); "
+        "time.sleep(30)",
+    ]
     monkeypatch.setattr(launch, "trainer_command", lambda argv, run_id: resumed)
-    assert launch.launch(["--detach", "--resume", "latest"], tmp_path, "resumed-1",
-                         monitor=False) == 0
+    assert (
+        launch.launch(["--detach", "--resume", "latest"], tmp_path, "resumed-1", monitor=False) == 0
+    )
     pid = int(capsys.readouterr().err.split("(pid ")[1].split(")")[0])
     try:
         assert (run_dir / METRICS_FILE).stat().st_ino != old_inode

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from monitor_fixtures import Run
 from signal_defaults import default_signals
 
@@ -71,8 +70,11 @@ async def watch_in_browser(port: int, run_id: str) -> tuple[str, str]:
             # q detaches: the app ends and the server closes the socket.
             while not websocket.closed:
                 message = await websocket.receive(timeout=max(1.0, deadline - loop.time()))
-                if message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED,
-                                    aiohttp.WSMsgType.CLOSING):
+                if message.type in (
+                    aiohttp.WSMsgType.CLOSE,
+                    aiohttp.WSMsgType.CLOSED,
+                    aiohttp.WSMsgType.CLOSING,
+                ):
                     break
     return page, screen
 
@@ -85,10 +87,23 @@ def test_textual_serve_serves_the_monitor(tmp_path):
     # The command as README gives it; `operant` is found on PATH, next to this Python.
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     server = subprocess.Popen(
-        [sys.executable, "-m", "textual_dev", "serve", "--host", "127.0.0.1",
-         "--port", str(port), f"operant monitor --latest --runs-dir {tmp_path}"],
-        env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True)
+        [
+            sys.executable,
+            "-m",
+            "textual_dev",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            f"operant monitor --latest --runs-dir {tmp_path}",
+        ],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         page, screen = asyncio.run(watch_in_browser(port, run.run_id))
     finally:
@@ -133,13 +148,19 @@ def chromium():
     """(the Playwright sync API, a Chromium to drive): $OPERANT_TEST_CHROMIUM, else Debian's
     `chromium` (apt install chromium) or another distribution's name for it, on PATH. The
     test skips, saying why, without one or without Playwright."""
-    path = next((found for name in (os.environ.get("OPERANT_TEST_CHROMIUM"), "chromium",
-                                    "chromium-browser") if name and (found := shutil.which(name))),
-                None)
+    path = next(
+        (
+            found
+            for name in (os.environ.get("OPERANT_TEST_CHROMIUM"), "chromium", "chromium-browser")
+            if name and (found := shutil.which(name))
+        ),
+        None,
+    )
     if path is None:
         pytest.skip("no Chromium installed (apt install chromium, or set OPERANT_TEST_CHROMIUM)")
-    sync_api = pytest.importorskip("playwright.sync_api",
-                                   reason="Playwright (the test extra) drives the browser")
+    sync_api = pytest.importorskip(
+        "playwright.sync_api", reason="Playwright (the test extra) drives the browser"
+    )
     return sync_api, path
 
 
@@ -182,13 +203,24 @@ def training(tmp_path):
     checkpoint, exit 0) when the test is done."""
     root = tmp_path / "runs"
     trainer = subprocess.Popen(
-        [str(Path(sys.executable).parent / "operant-train"), "--runs-dir", str(root),
-         "--total-steps", str(TRAINER_STEPS), "--quiet"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        preexec_fn=default_signals)
+        [
+            str(Path(sys.executable).parent / "operant-train"),
+            "--runs-dir",
+            str(root),
+            "--total-steps",
+            str(TRAINER_STEPS),
+            "--quiet",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_signals,
+    )
     try:
-        wait_for(lambda: (root / "latest").exists() or trainer.poll() is not None,
-                 "the trainer's run directory")
+        wait_for(
+            lambda: (root / "latest").exists() or trainer.poll() is not None,
+            "the trainer's run directory",
+        )
         assert trainer.poll() is None, trainer.stderr.read()
         run_id = os.readlink(root / "latest")
         wait_for(lambda: (root / run_id / METRICS_FILE).exists(), "the metrics file")
@@ -208,42 +240,75 @@ def trainer_step(root: Path, run_id: str) -> int:
         return reader.counter("global_step")
 
 
-def test_the_monitor_in_a_real_browser_follows_training_and_q_detaches(chromium, training,
-                                                                        tmp_path):
+def test_the_monitor_in_a_real_browser_follows_training_and_q_detaches(
+    chromium, training, tmp_path
+):
     sync_api, chromium_path = chromium
     root, run_id, trainer = training
     port = free_port()
     # README's command, found on PATH next to this Python; the runs root comes from the
     # environment, as `operant monitor --latest` finds it from any directory.
-    env = dict(os.environ, OPERANT_RUNS_DIR=str(root),
-               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    env = dict(
+        os.environ,
+        OPERANT_RUNS_DIR=str(root),
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    )
     server = subprocess.Popen(
-        [sys.executable, "-m", "textual_dev", "serve", "--host", "127.0.0.1",
-         "--port", str(port), "operant monitor --latest"],
-        env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True)
+        [
+            sys.executable,
+            "-m",
+            "textual_dev",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "operant monitor --latest",
+        ],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         with sync_api.sync_playwright() as playwright:
             # Debian's Chromium, not one Playwright downloads; no sandbox, as root in CI.
-            browser = playwright.chromium.launch(executable_path=chromium_path,
-                                                 args=["--no-sandbox"])
+            browser = playwright.chromium.launch(
+                executable_path=chromium_path, args=["--no-sandbox"]
+            )
             try:
                 page = browser.new_page(viewport={"width": 1400, "height": 900})
                 page.add_init_script(CAPTURE_TERMINAL)
-                wait_for(lambda: _loads(page, f"http://127.0.0.1:{port}/", sync_api.Error),
-                         "the page")
+                wait_for(
+                    lambda: _loads(page, f"http://127.0.0.1:{port}/", sync_api.Error), "the page"
+                )
 
                 def screen() -> str:
                     return page.evaluate(SCREEN_TEXT)
 
-                first = wait_for(lambda: (text := screen()) and run_id in text
-                                 and "● running" in text and global_step_on(text)
-                                 and text, "the run on the page")
-                later = wait_for(lambda: (text := screen()) and (global_step_on(text) or 0)
-                                 > global_step_on(first) and text, "the step count to grow")
+                first = wait_for(
+                    lambda: (
+                        (text := screen())
+                        and run_id in text
+                        and "● running" in text
+                        and global_step_on(text)
+                        and text
+                    ),
+                    "the run on the page",
+                )
+                later = wait_for(
+                    lambda: (
+                        (text := screen())
+                        and (global_step_on(text) or 0) > global_step_on(first)
+                        and text
+                    ),
+                    "the step count to grow",
+                )
                 assert global_step_on(later) > global_step_on(first) > 0
-                page.screenshot(path=os.environ.get("OPERANT_BROWSER_SCREENSHOT",
-                                                    str(tmp_path / "monitor.png")))
+                page.screenshot(
+                    path=os.environ.get("OPERANT_BROWSER_SCREENSHOT", str(tmp_path / "monitor.png"))
+                )
                 (monitor,) = monitors_under(server)
                 page.click(".textual-terminal")
                 page.keyboard.press("q")

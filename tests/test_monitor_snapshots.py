@@ -22,25 +22,25 @@ async def drawn(pilot):
 
 
 def test_running_80x24(snap_compare):
-    assert snap_compare(MonitorApp(FakeSource(make_view())), terminal_size=(80, 24),
-                        run_before=drawn)
+    assert snap_compare(
+        MonitorApp(FakeSource(make_view())), terminal_size=(80, 24), run_before=drawn
+    )
 
 
 def test_running_160x48(snap_compare):
-    assert snap_compare(MonitorApp(FakeSource(make_view())), terminal_size=(160, 48),
-                        run_before=drawn)
+    assert snap_compare(
+        MonitorApp(FakeSource(make_view())), terminal_size=(160, 48), run_before=drawn
+    )
 
 
 def test_crashed_80x24(snap_compare):
     view = make_view(status="crashed", heartbeat_age_s=75.0, process=None)
-    assert snap_compare(MonitorApp(FakeSource(view)), terminal_size=(80, 24),
-                        run_before=drawn)
+    assert snap_compare(MonitorApp(FakeSource(view)), terminal_size=(80, 24), run_before=drawn)
 
 
 def test_failed_160x48(snap_compare):
     view = make_view(status="failed", reason="non-finite loss at update 120", process=None)
-    assert snap_compare(MonitorApp(FakeSource(view)), terminal_size=(160, 48),
-                        run_before=drawn)
+    assert snap_compare(MonitorApp(FakeSource(view)), terminal_size=(160, 48), run_before=drawn)
 
 
 def test_run_picker_80x24(snap_compare):
@@ -49,8 +49,9 @@ def test_run_picker_80x24(snap_compare):
         await pilot.press("r")
         await pilot.pause()
 
-    assert snap_compare(MonitorApp(FakeSource(make_view())), terminal_size=(80, 24),
-                        run_before=picker)
+    assert snap_compare(
+        MonitorApp(FakeSource(make_view())), terminal_size=(80, 24), run_before=picker
+    )
 
 
 def test_the_readme_image_is_the_current_snapshot():

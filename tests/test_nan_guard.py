@@ -15,7 +15,8 @@ def test_run_without_a_log_stops_at_the_first_non_finite_update():
     config = load_config(None, ["env.num_envs=8", "ppo.num_steps=8", "train.total_steps=640"])
     trainer = Trainer(config)
     trainer.policy.weights[0].data[0, 0, 0] = math.nan
-    with pytest.raises(FloatingPointError,
-                       match=r"^non-finite values in parameter weights\.0 after update 1$"):
+    with pytest.raises(
+        FloatingPointError, match=r"^non-finite values in parameter weights\.0 after update 1$"
+    ):
         trainer.run()
     assert trainer.update == 1 and trainer.last_record is None  # never recorded

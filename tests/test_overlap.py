@@ -1,5 +1,6 @@
 """The overlapped rollout (env.overlap = true): the native step thread, the split env, and the
-trainer's overlapped collect. Real threads and real kernels; speed is benchmarks/bench_overlap.py's."""
+trainer's overlapped collect. Real threads and real kernels; speed is
+benchmarks/bench_overlap.py's."""
 
 from __future__ import annotations
 
@@ -12,12 +13,12 @@ import pytest
 import torch
 
 from operant.cext.overlap import StepThread
-from operant.trainer.state import capture_env_state, restore_env_state
-from operant.trainer.config import load_config
 from operant.envs import InvalidActionError, make_env
 from operant.envs.overlap import SplitNativeVectorEnv
 from operant.envs.parity import random_actions
 from operant.envs.registry import lookup
+from operant.trainer.config import load_config
+from operant.trainer.state import capture_env_state, restore_env_state
 from operant.trainer.train import Trainer
 
 OUTPUTS = ("obs", "final_obs", "rewards", "terminated", "truncated")
@@ -86,8 +87,12 @@ def test_split_env_is_the_plain_env_in_two_halves(env_id):
                 assert np.array_equal(getattr(plain, name), getattr(split, name)), (step, name)
         ours, theirs = split.drain_episode_stats(), plain.drain_episode_stats()
         assert ours.episodes == theirs.episodes > 64
-        assert (ours.return_min, ours.return_max, ours.length_min, ours.length_max) == \
-               (theirs.return_min, theirs.return_max, theirs.length_min, theirs.length_max)
+        assert (ours.return_min, ours.return_max, ours.length_min, ours.length_max) == (
+            theirs.return_min,
+            theirs.return_max,
+            theirs.length_min,
+            theirs.length_max,
+        )
         assert ours.return_sum == pytest.approx(theirs.return_sum, rel=1e-12)
         # Every episode so far (fewer than the window): the same multiset of returns.
         everything = theirs.episodes
@@ -109,7 +114,7 @@ def test_split_env_reports_the_bad_row_and_moves_nothing():
     with pytest.raises(InvalidActionError, match="7"):
         split.finish_half(1)
     assert not np.array_equal(split.obs[:4], before[:4])  # half 0 moved
-    assert np.array_equal(split.obs[4:], before[4:])      # half 1 did not
+    assert np.array_equal(split.obs[4:], before[4:])  # half 1 did not
     with pytest.raises(ValueError, match="even num_envs"):
         SplitNativeVectorEnv(lookup("CartPole-v1"), 7)
     split.close()
@@ -141,9 +146,18 @@ def test_split_env_state_survives_a_checkpoint_round_trip():
 
 
 def rollout(overlap: bool, env_id: str = "CartPole-v1"):
-    config = load_config(None, [f"env.id={env_id}", "env.impl=native", "env.num_envs=64",
-                                "ppo.num_steps=32", f"env.overlap={str(overlap).lower()}",
-                                "train.seed=3", "env.max_episode_steps=50"])
+    config = load_config(
+        None,
+        [
+            f"env.id={env_id}",
+            "env.impl=native",
+            "env.num_envs=64",
+            "ppo.num_steps=32",
+            f"env.overlap={str(overlap).lower()}",
+            "train.seed=3",
+            "env.max_episode_steps=50",
+        ],
+    )
     trainer = Trainer(config)
     for _ in range(3):
         next_value = trainer.collect()
@@ -162,22 +176,40 @@ def test_overlapped_rollout_fills_the_storage_exactly_as_the_plain_one():
 
 
 def test_overlapped_training_learns_cartpole():
-    config = load_config(None, ["env.overlap=true", "train.total_steps=100_000", "train.seed=1",
-                                "train.publish_metrics=false"])
+    config = load_config(
+        None,
+        [
+            "env.overlap=true",
+            "train.total_steps=100_000",
+            "train.seed=1",
+            "train.publish_metrics=false",
+        ],
+    )
     trainer = Trainer(config)
     last = trainer.run()
     assert last.global_step >= 98_000
     assert last.episode_return_mean > 150, last.episode_return_mean
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["env.impl=torch"], 'env.overlap = true needs env.impl = "native"'),
-    (["env.impl=reference"], 'got "reference"'),
-    (["env.num_envs=7"], "env.num_envs must be even, got 7"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["env.impl=torch"], 'env.overlap = true needs env.impl = "native"'),
+        (["env.impl=reference"], 'got "reference"'),
+        (["env.num_envs=7"], "env.num_envs must be even, got 7"),
+    ],
+)
 def test_overlap_misconfigured_is_a_one_line_error(tmp_path, overrides, message):
-    args = [sys.executable, "-m", "operant.trainer.main", "--runs-dir", str(tmp_path),
-            "--set", "env.overlap=true", *[item for o in overrides for item in ("--set", o)]]
+    args = [
+        sys.executable,
+        "-m",
+        "operant.trainer.main",
+        "--runs-dir",
+        str(tmp_path),
+        "--set",
+        "env.overlap=true",
+        *[item for o in overrides for item in ("--set", o)],
+    ]
     result = subprocess.run(args, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2, result.stderr
     assert message in result.stderr and "Traceback" not in result.stderr

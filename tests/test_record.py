@@ -19,23 +19,60 @@ from operant.shared.record import (
 )
 
 # progress.jsonl's keys, in order, as every earlier version wrote them.
-PROGRESS_KEYS = ["update", "global_step", "episodes", "elapsed_s", "sps", "sps_mean",
-                 "episode_return_mean", "episode_return_min", "episode_return_max",
-                 "episode_length_mean", "episodes_this_update", "learning_rate", "policy_loss",
-                 "value_loss", "entropy", "approx_kl", "clip_fraction", "explained_variance",
-                 "epochs", "phase_s"]
+PROGRESS_KEYS = [
+    "update",
+    "global_step",
+    "episodes",
+    "elapsed_s",
+    "sps",
+    "sps_mean",
+    "episode_return_mean",
+    "episode_return_min",
+    "episode_return_max",
+    "episode_length_mean",
+    "episodes_this_update",
+    "learning_rate",
+    "policy_loss",
+    "value_loss",
+    "entropy",
+    "approx_kl",
+    "clip_fraction",
+    "explained_variance",
+    "epochs",
+    "phase_s",
+]
 
 
 def make_record(**changes) -> UpdateRecord:
-    values = dict(updates=3, global_step=6144, episodes=198, elapsed_s=0.2179, sps=36520.6,
-                  sps_mean=28202.6, episode_return_mean=22.34, episode_return_min=11.0,
-                  episode_return_max=45.0, episode_length_mean=23.388059701492537,
-                  episodes_this_update=67, learning_rate=0.0024000000000000002,
-                  policy_loss=-0.0028263970743864775, value_loss=17.12643814086914,
-                  entropy=0.6459307074546814, approx_kl=None, clip_fraction=0.06201171875,
-                  explained_variance=1e-05, epochs=2.0,
-                  phase_s={"env": 3.2e-05, "forward": 0.017418, "store": 0.000223, "gae": 5e-05,
-                           "update": 0.038179, "publish": 1e-06})
+    values = dict(
+        updates=3,
+        global_step=6144,
+        episodes=198,
+        elapsed_s=0.2179,
+        sps=36520.6,
+        sps_mean=28202.6,
+        episode_return_mean=22.34,
+        episode_return_min=11.0,
+        episode_return_max=45.0,
+        episode_length_mean=23.388059701492537,
+        episodes_this_update=67,
+        learning_rate=0.0024000000000000002,
+        policy_loss=-0.0028263970743864775,
+        value_loss=17.12643814086914,
+        entropy=0.6459307074546814,
+        approx_kl=None,
+        clip_fraction=0.06201171875,
+        explained_variance=1e-05,
+        epochs=2.0,
+        phase_s={
+            "env": 3.2e-05,
+            "forward": 0.017418,
+            "store": 0.000223,
+            "gae": 5e-05,
+            "update": 0.038179,
+            "publish": 1e-06,
+        },
+    )
     return UpdateRecord(**{**values, **changes})
 
 
@@ -49,7 +86,8 @@ def test_progress_line_is_what_json_dumps_always_wrote():
         '"policy_loss":-0.0028263970743864775,"value_loss":17.12643814086914,'
         '"entropy":0.6459307074546814,"approx_kl":null,"clip_fraction":0.06201171875,'
         '"explained_variance":1e-05,"epochs":2.0,"phase_s":{"env":3.2e-05,"forward":0.017418,'
-        '"store":0.000223,"gae":5e-05,"update":0.038179,"publish":1e-06}}')
+        '"store":0.000223,"gae":5e-05,"update":0.038179,"publish":1e-06}}'
+    )
     assert list(json.loads(line)) == PROGRESS_KEYS
 
 
@@ -75,8 +113,13 @@ def test_every_field_is_declared_once_with_its_name():
 
 def test_phase_names_round_trip():
     assert [declared.name for declared in record.PHASE_METRICS] == [
-        "phase_env_s", "phase_forward_s", "phase_store_s", "phase_gae_s", "phase_update_s",
-        "phase_publish_s"]
+        "phase_env_s",
+        "phase_forward_s",
+        "phase_store_s",
+        "phase_gae_s",
+        "phase_update_s",
+        "phase_publish_s",
+    ]
     assert [record.phase_of(declared.name) for declared in record.PHASE_METRICS] == list(PHASES)
     assert record.phase_of("phase_render_s") == "render"
     assert record.phase_of("phase_s") is None and record.phase_of("sps") is None
@@ -91,11 +134,26 @@ def test_metrics_file_keeps_the_names_readers_use():
         kinds.setdefault(metric.kind, set()).add(metric.name)
     assert kinds == {
         "counter": {"global_step", "episodes", "updates"},
-        "gauge": {"sps", "sps_mean", "elapsed_s", "total_steps", "episode_return_mean",
-                  "episode_return_min", "episode_return_max", "episode_length_mean",
-                  "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction",
-                  "explained_variance", "learning_rate", "cpu_percent", "rss_bytes",
-                  "elapsed_before_s"},
+        "gauge": {
+            "sps",
+            "sps_mean",
+            "elapsed_s",
+            "total_steps",
+            "episode_return_mean",
+            "episode_return_min",
+            "episode_return_max",
+            "episode_length_mean",
+            "policy_loss",
+            "value_loss",
+            "entropy",
+            "approx_kl",
+            "clip_fraction",
+            "explained_variance",
+            "learning_rate",
+            "cpu_percent",
+            "rss_bytes",
+            "elapsed_before_s",
+        },
         "text": {"env_id", "env_impl", "device", "warning"},
     }
     units = {metric.name: metric.unit for metric in schema.metrics}
@@ -104,16 +162,30 @@ def test_metrics_file_keeps_the_names_readers_use():
     phases = [f"phase_{phase}_s" for phase in PHASES]
     assert [field.name for field in schema.snapshot] == phases
     assert {field.name for field in schema.history} == {
-        "global_step", "elapsed_s", "sps", "episode_return_mean", "episode_length_mean",
-        "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction",
-        "explained_variance", "learning_rate", *phases}
+        "global_step",
+        "elapsed_s",
+        "sps",
+        "episode_return_mean",
+        "episode_length_mean",
+        "policy_loss",
+        "value_loss",
+        "entropy",
+        "approx_kl",
+        "clip_fraction",
+        "explained_variance",
+        "learning_rate",
+        *phases,
+    }
 
 
 def test_record_module_imports_without_torch():
-    code = ("import sys, operant.shared.record, operant.trainer.telemetry; "
-            "print('torch' in sys.modules)")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            check=True)
+    code = (
+        "import sys, operant.shared.record, operant.trainer.telemetry; "
+        "print('torch' in sys.modules)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
     assert result.stdout.strip() == "False"
 
 

@@ -16,9 +16,13 @@ from operant.envs import ENVS, EnvError, make_env
 
 pytest.importorskip("pygame", reason="rendering needs pygame (the render extra)")
 
-SIZES = {"CartPole-v1": (400, 600, 3), "MountainCar-v0": (400, 600, 3),
-         "MountainCarContinuous-v0": (400, 600, 3), "Pendulum-v1": (500, 500, 3),
-         "Acrobot-v1": (500, 500, 3)}
+SIZES = {
+    "CartPole-v1": (400, 600, 3),
+    "MountainCar-v0": (400, 600, 3),
+    "MountainCarContinuous-v0": (400, 600, 3),
+    "Pendulum-v1": (500, 500, 3),
+    "Acrobot-v1": (500, 500, 3),
+}
 
 
 def _host(value) -> np.ndarray:
@@ -75,8 +79,13 @@ def test_frames_are_gymnasiums_pixels_for_the_same_state(env_id, impl):
 
 
 def test_a_next_step_env_draws_its_terminal_state_then_the_next_episode():
-    env = make_env("CartPole-v1", 1, impl="native", render_mode="rgb_array",
-                   autoreset_mode=AutoresetMode.NEXT_STEP)
+    env = make_env(
+        "CartPole-v1",
+        1,
+        impl="native",
+        render_mode="rgb_array",
+        autoreset_mode=AutoresetMode.NEXT_STEP,
+    )
     env.reset(seed=0)
     terminated = np.zeros(1, dtype=bool)
     while not terminated[0]:
@@ -84,8 +93,9 @@ def test_a_next_step_env_draws_its_terminal_state_then_the_next_episode():
     terminal_frame = env.render()[0]
     np.testing.assert_array_equal(terminal_frame, _gymnasium_frame("CartPole-v1", obs[0]))
     obs, *_ = env.step(np.ones(1, dtype=np.int64))  # the reset step
-    np.testing.assert_array_equal(env.render()[0],
-                                  _gymnasium_frame("CartPole-v1", env.kernel.state[:, 0]))
+    np.testing.assert_array_equal(
+        env.render()[0], _gymnasium_frame("CartPole-v1", env.kernel.state[:, 0])
+    )
     assert not np.array_equal(env.render()[0], terminal_frame)
 
 
@@ -99,8 +109,12 @@ def test_reference_frames_are_gymnasiums_own(env_id):
 
 
 def test_make_vec_passes_render_mode_through():
-    env = gymnasium.make_vec("operant/Acrobot-v1", num_envs=3,
-                             vectorization_mode="vector_entry_point", render_mode="rgb_array")
+    env = gymnasium.make_vec(
+        "operant/Acrobot-v1",
+        num_envs=3,
+        vectorization_mode="vector_entry_point",
+        render_mode="rgb_array",
+    )
     env.reset(seed=0)
     frames = env.render()
     assert len(frames) == 3 and frames[2].dtype == np.uint8
@@ -142,6 +156,9 @@ def test_without_pygame_render_mode_names_the_extra(impl, monkeypatch):
 
 
 def test_an_unknown_render_mode_is_refused():
-    with pytest.raises(EnvError, match=r"render_mode must be one of rgb_array, human or None, "
-                                       r"got 'rgb'"):
+    with pytest.raises(
+        EnvError,
+        match=r"render_mode must be one of rgb_array, human or None, "
+        r"got 'rgb'",
+    ):
         make_env("CartPole-v1", 2, impl="torch", render_mode="rgb")

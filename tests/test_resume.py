@@ -2,8 +2,8 @@
 SIGTERM, SIGKILL at random moments, the NaN guard, and every way a resume is refused.
 
 Trainers are forked from a server that has torch imported (conftest.py's trainer_server,
-trainer_forkserver.py), so each start costs milliseconds; everything else (pids, handlers, locks, files, exit status) is a
-real trainer process's.
+trainer_forkserver.py), so each start costs milliseconds; everything else (pids, handlers,
+locks, files, exit status) is a real trainer process's.
 """
 
 from __future__ import annotations
@@ -28,8 +28,16 @@ from operant.trainer.config import load_config
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 STEPS_PER_UPDATE = 8 * 32
-SMALL = ["--set", "env.num_envs=8", "--set", "ppo.num_steps=32",
-         "--set", "ppo.num_minibatches=2", "--set", "ppo.update_epochs=2"]
+SMALL = [
+    "--set",
+    "env.num_envs=8",
+    "--set",
+    "ppo.num_steps=32",
+    "--set",
+    "ppo.num_minibatches=2",
+    "--set",
+    "ppo.update_epochs=2",
+]
 # Keys of a progress record that measure time rather than training.
 TIMINGS = {"elapsed_s", "sps", "sps_mean", "phase_s"}
 # The run both exactness tests compare against, trained once without interruption.
@@ -58,13 +66,13 @@ def progress(run_dir: Path) -> list[dict]:
     path = run_dir / "progress.jsonl"
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines()
-            if line.endswith("}")]
+    return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
 
 
 def without_timings(records: list[dict]) -> list[dict]:
-    return [{key: value for key, value in record.items() if key not in TIMINGS}
-            for record in records]
+    return [
+        {key: value for key, value in record.items() if key not in TIMINGS} for record in records
+    ]
 
 
 def final_state(run_dir: Path) -> dict:
@@ -93,8 +101,11 @@ def assert_identical(a, b, where="") -> None:
 
 def tree_digest(path: Path) -> dict[str, str]:
     """Every file under `path` by content (what 'nothing was overwritten' compares)."""
-    return {str(file.relative_to(path)): hashlib.sha256(file.read_bytes()).hexdigest()
-            for file in sorted(path.rglob("*")) if file.is_file()}
+    return {
+        str(file.relative_to(path)): hashlib.sha256(file.read_bytes()).hexdigest()
+        for file in sorted(path.rglob("*"))
+        if file.is_file()
+    }
 
 
 def wait_for_records(run_dir: Path, count: int, timeout: float = 60.0) -> None:
@@ -127,7 +138,9 @@ def test_sigterm_then_resume_is_bit_identical_to_one_run(server, whole, tmp_path
     run_dir = tmp_path / "split"
     stopped_at = len(progress(run_dir))
     assert updates // 2 <= stopped_at < updates
-    assert (run_dir / "checkpoints" / "latest").read_text() == f"{checkpoint.file_name(stopped_at)}\n"
+    assert (
+        run_dir / "checkpoints" / "latest"
+    ).read_text() == f"{checkpoint.file_name(stopped_at)}\n"
     with MetricsReader(run_dir / "metrics.bin") as reader:
         snapshot = reader.snapshot()
     assert (snapshot.state, snapshot.interrupted) == ("finished", True)
@@ -137,8 +150,9 @@ def test_sigterm_then_resume_is_bit_identical_to_one_run(server, whole, tmp_path
     print(f"SIGTERM to exit: {stop_seconds:.3f} s (stopped at update {stopped_at})")
 
     # No --config, no --set: the run's own config comes from the checkpoint.
-    code, _, err = server.run(["--runs-dir", tmp_path, "--resume", "split", "--quiet"],
-                              tmp_path / "resumed")
+    code, _, err = server.run(
+        ["--runs-dir", tmp_path, "--resume", "split", "--quiet"], tmp_path / "resumed"
+    )
     assert code == 0, err
     assert f"resumed at update {stopped_at}" in err
 
@@ -149,15 +163,19 @@ def test_sigterm_then_resume_is_bit_identical_to_one_run(server, whole, tmp_path
     assert_identical(final_state(whole), final_state(run_dir))
 
     # The metrics file continues the same history: one record per update, same values.
-    with MetricsReader(whole / "metrics.bin") as a, \
-            MetricsReader(run_dir / "metrics.bin") as b:
+    with MetricsReader(whole / "metrics.bin") as a, MetricsReader(run_dir / "metrics.bin") as b:
         history_a, history_b = a.history(), b.history()
         snapshot_a, snapshot_b = a.snapshot(), b.snapshot()
-    assert [r.index for r in history_b.records] == list(range(updates)) and history_b.head == updates
-    fields = [b.schema.history_index(name) for name in ("global_step", "episode_return_mean",
-                                                        "policy_loss", "learning_rate")]
-    assert ([[r.values[i] for i in fields] for r in history_a.records]
-            == [[r.values[i] for i in fields] for r in history_b.records])
+    assert [r.index for r in history_b.records] == list(
+        range(updates)
+    ) and history_b.head == updates
+    fields = [
+        b.schema.history_index(name)
+        for name in ("global_step", "episode_return_mean", "policy_loss", "learning_rate")
+    ]
+    assert [[r.values[i] for i in fields] for r in history_a.records] == [
+        [r.values[i] for i in fields] for r in history_b.records
+    ]
     assert snapshot_b.counters == snapshot_a.counters
     assert (snapshot_b.state, snapshot_b.interrupted) == ("finished", False)
     meta = json.loads((run_dir / "run.json").read_text())
@@ -170,8 +188,13 @@ def test_sigkill_at_random_moments_never_leaves_a_broken_checkpoint(server, whol
     each restart resumes, at most one update is lost, and the run ends bit-identical to one
     that was never killed."""
     updates, trials, most_per_trial = UPDATES, 24, 5
-    common = [*budget(tmp_path), "--set", "checkpoint.every_updates=1",
-              "--set", "checkpoint.keep=2"]
+    common = [
+        *budget(tmp_path),
+        "--set",
+        "checkpoint.every_updates=1",
+        "--set",
+        "checkpoint.keep=2",
+    ]
     killed_args = [*common, "--run-id", "killed", "--resume", "auto"]
     run_dir, checkpoints = tmp_path / "killed", tmp_path / "killed" / "checkpoints"
     chooser = random.Random(20261122)
@@ -180,8 +203,7 @@ def test_sigkill_at_random_moments_never_leaves_a_broken_checkpoint(server, whol
         pid = server.start(killed_args, tmp_path / f"trial{trial}")
         # A random moment, but soon enough that 24 trials stay within the run's budget.
         deadline = time.monotonic() + chooser.uniform(0.01, 0.3)
-        while (time.monotonic() < deadline
-               and len(progress(run_dir)) < resumed_at + most_per_trial):
+        while time.monotonic() < deadline and len(progress(run_dir)) < resumed_at + most_per_trial:
             time.sleep(0.002)
         os.kill(pid, signal.SIGKILL)
         assert server.wait() == -signal.SIGKILL, f"trial {trial} ended by itself"
@@ -213,14 +235,26 @@ def test_sigkill_at_random_moments_never_leaves_a_broken_checkpoint(server, whol
     assert without_timings(progress(run_dir)) == without_timings(progress(whole))
     assert_identical(final_state(whole), final_state(run_dir))
     assert len(checkpoint.checkpoint_files(checkpoints)) == 2  # checkpoint.keep
-    print(f"{trials} SIGKILLs: run reached update {resumed_at} of {updates}; updates lost per "
-          f"kill {lost}; {resumes} trials resumed before the kill; temporary files left by "
-          f"kills mid-write: {leftovers}")
+    print(
+        f"{trials} SIGKILLs: run reached update {resumed_at} of {updates}; updates lost per "
+        f"kill {lost}; {resumes} trials resumed before the kill; temporary files left by "
+        f"kills mid-write: {leftovers}"
+    )
 
 
 def test_nan_guard_stops_fails_the_run_and_keeps_the_last_good_checkpoint(server, tmp_path):
-    common = ["--runs-dir", tmp_path, "--run-id", "diverged", "--total-steps",
-              8 * STEPS_PER_UPDATE, *SMALL, "--set", "checkpoint.every_updates=1", "--quiet"]
+    common = [
+        "--runs-dir",
+        tmp_path,
+        "--run-id",
+        "diverged",
+        "--total-steps",
+        8 * STEPS_PER_UPDATE,
+        *SMALL,
+        "--set",
+        "checkpoint.every_updates=1",
+        "--quiet",
+    ]
     code, _, err = server.run(common, tmp_path / "nan", poison_after_update=4)
     assert code == 1
     (line,) = err.strip().splitlines()
@@ -230,9 +264,13 @@ def test_nan_guard_stops_fails_the_run_and_keeps_the_last_good_checkpoint(server
     assert line == (
         f"operant-train: training failed: non-finite values in parameter {first_parameter} "
         f"after update 4; the last good checkpoint is "
-        f"{tmp_path}/diverged/checkpoints/ckpt-000000003.pt")
+        f"{tmp_path}/diverged/checkpoints/ckpt-000000003.pt"
+    )
     assert [path.name for path in checkpoint.checkpoint_files(run_dir / "checkpoints")] == [
-        "ckpt-000000001.pt", "ckpt-000000002.pt", "ckpt-000000003.pt"]  # keep = 3
+        "ckpt-000000001.pt",
+        "ckpt-000000002.pt",
+        "ckpt-000000003.pt",
+    ]  # keep = 3
     assert checkpoint.find_checkpoint(run_dir / "checkpoints").name == "ckpt-000000003.pt"
     assert len(progress(run_dir)) == 3  # the diverged update was never logged
     with MetricsReader(run_dir / "metrics.bin") as reader:
@@ -255,8 +293,19 @@ def _rewrite(path: Path, **changes) -> None:
 
 
 def test_bad_resumes_are_one_line_exit_2_and_overwrite_nothing(server, tmp_path):
-    code, _, err = server.run(["--runs-dir", tmp_path, "--run-id", "good", "--total-steps",
-                               2 * STEPS_PER_UPDATE, *SMALL, "--quiet"], tmp_path / "good")
+    code, _, err = server.run(
+        [
+            "--runs-dir",
+            tmp_path,
+            "--run-id",
+            "good",
+            "--total-steps",
+            2 * STEPS_PER_UPDATE,
+            *SMALL,
+            "--quiet",
+        ],
+        tmp_path / "good",
+    )
     assert code == 0, err
     run_dir = tmp_path / "good"
     ckpt = run_dir / "checkpoints" / "ckpt-000000002.pt"
@@ -272,34 +321,51 @@ def test_bad_resumes_are_one_line_exit_2_and_overwrite_nothing(server, tmp_path)
         assert tree_digest(tmp_path) == before
 
     refused(["--resume", "nope"], f"no run 'nope' under {tmp_path}", "missing")
-    refused(["--resume", "good", "--set", "policy.hidden_sizes=[32]"],
-            "ckpt-000000002.pt was written with policy.hidden_sizes = [64, 64], but the config "
-            "says [32]", "hidden")
-    refused(["--resume", "good", "--set", "env.num_envs=4"],
-            "was written with env.num_envs = 8, but the config says 4", "envs")
+    refused(
+        ["--resume", "good", "--set", "policy.hidden_sizes=[32]"],
+        "ckpt-000000002.pt was written with policy.hidden_sizes = [64, 64], but the config "
+        "says [32]",
+        "hidden",
+    )
+    refused(
+        ["--resume", "good", "--set", "env.num_envs=4"],
+        "was written with env.num_envs = 8, but the config says 4",
+        "envs",
+    )
     refused(["--resume", "auto", *SMALL], "--resume auto needs a fixed run id", "auto")
     refused(["--run-id", "good", *SMALL], "run 'good' already exists", "exists")
 
     lock = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
     fcntl.flock(lock, fcntl.LOCK_EX)
     try:
-        refused(["--resume", "good"], "run 'good' is being trained by another process (pid ",
-                "locked")
+        refused(
+            ["--resume", "good"], "run 'good' is being trained by another process (pid ", "locked"
+        )
     finally:
         os.close(lock)
 
     for damage, message in (
-            (lambda: ckpt.write_bytes(original[:len(original) // 2]), "is corrupt or not a checkpoint"),
-            (lambda: ckpt.write_bytes(b"not a checkpoint\n"), "is corrupt or not a checkpoint"),
-            (lambda: _flip_tensor_byte(ckpt), "is corrupt (its content does not match its digest)"),
-            (lambda: _rewrite(ckpt, metrics_layout=(fmt.VERSION_MAJOR + 1, 0)),
-             f"written for metrics layout {fmt.VERSION_MAJOR + 1}.0"),
-            (lambda: _rewrite(ckpt, version=checkpoint_format.VERSION + 1),
-             f"checkpoint format {checkpoint_format.VERSION + 1}, this operant reads {checkpoint_format.VERSION}; "
-             "upgrade operant"),
-            (lambda: (ckpt.unlink(), ckpt.mkdir()), "is a directory, not a checkpoint"),
-            (lambda: (run_dir / "checkpoints" / "latest").write_text("ckpt-000000009.pt\n"),
-             "names ckpt-000000009.pt, which does not exist")):
+        (
+            lambda: ckpt.write_bytes(original[: len(original) // 2]),
+            "is corrupt or not a checkpoint",
+        ),
+        (lambda: ckpt.write_bytes(b"not a checkpoint\n"), "is corrupt or not a checkpoint"),
+        (lambda: _flip_tensor_byte(ckpt), "is corrupt (its content does not match its digest)"),
+        (
+            lambda: _rewrite(ckpt, metrics_layout=(fmt.VERSION_MAJOR + 1, 0)),
+            f"written for metrics layout {fmt.VERSION_MAJOR + 1}.0",
+        ),
+        (
+            lambda: _rewrite(ckpt, version=checkpoint_format.VERSION + 1),
+            f"checkpoint format {checkpoint_format.VERSION + 1}, this operant reads "
+            f"{checkpoint_format.VERSION}; upgrade operant",
+        ),
+        (lambda: (ckpt.unlink(), ckpt.mkdir()), "is a directory, not a checkpoint"),
+        (
+            lambda: (run_dir / "checkpoints" / "latest").write_text("ckpt-000000009.pt\n"),
+            "names ckpt-000000009.pt, which does not exist",
+        ),
+    ):
         damage()
         refused(["--resume", "good"], message, "damaged")
         if ckpt.is_dir():
@@ -307,8 +373,9 @@ def test_bad_resumes_are_one_line_exit_2_and_overwrite_nothing(server, tmp_path)
         ckpt.write_bytes(original)
         (run_dir / "checkpoints" / "latest").write_text(f"{ckpt.name}\n")
     # Undamaged again, it resumes (and, already complete, just finishes).
-    code, _, err = server.run(["--runs-dir", tmp_path, "--resume", "latest", "--quiet"],
-                              tmp_path.parent / "fine")
+    code, _, err = server.run(
+        ["--runs-dir", tmp_path, "--resume", "latest", "--quiet"], tmp_path.parent / "fine"
+    )
     assert code == 0, err
 
 

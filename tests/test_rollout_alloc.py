@@ -22,20 +22,39 @@ def storage_allocations(run) -> list[tuple[str, int]]:
     """(op, bytes) for every tensor storage allocated while `run()` ran."""
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         run()
-    return [(row.key, row.self_cpu_memory_usage) for row in prof.key_averages()
-            if row.self_cpu_memory_usage > 0]
+    return [
+        (row.key, row.self_cpu_memory_usage)
+        for row in prof.key_averages()
+        if row.self_cpu_memory_usage > 0
+    ]
 
 
-@pytest.mark.parametrize("env_id, extra", [
-    ("CartPole-v1", []), ("CartPole-v1", ["policy.shared=true"]), ("Pendulum-v1", []),
-    ("CartPole-v1", ["env.overlap=true"]), ("Pendulum-v1", ["env.overlap=true"]),
-    ("Pendulum-v1", ["normalize.obs=true", "normalize.reward=true"]),
-    ("Acrobot-v1", ["normalize.obs=true", "env.overlap=true"]),
-], ids=lambda value: value if isinstance(value, str) else ",".join(value) or "plain")
+@pytest.mark.parametrize(
+    "env_id, extra",
+    [
+        ("CartPole-v1", []),
+        ("CartPole-v1", ["policy.shared=true"]),
+        ("Pendulum-v1", []),
+        ("CartPole-v1", ["env.overlap=true"]),
+        ("Pendulum-v1", ["env.overlap=true"]),
+        ("Pendulum-v1", ["normalize.obs=true", "normalize.reward=true"]),
+        ("Acrobot-v1", ["normalize.obs=true", "env.overlap=true"]),
+    ],
+    ids=lambda value: value if isinstance(value, str) else ",".join(value) or "plain",
+)
 def test_rollout_allocates_nothing_after_warm_up(env_id, extra):
-    config = load_config(None, [f"env.id={env_id}", "env.impl=native", f"env.num_envs={NUM_ENVS}",
-                                "env.max_episode_steps=5", "ppo.num_steps=16",
-                                "train.total_steps=1_000_000", *extra])
+    config = load_config(
+        None,
+        [
+            f"env.id={env_id}",
+            "env.impl=native",
+            f"env.num_envs={NUM_ENVS}",
+            "env.max_episode_steps=5",
+            "ppo.num_steps=16",
+            "train.total_steps=1_000_000",
+            *extra,
+        ],
+    )
     trainer = Trainer(config)
     trainer.collect()  # warm-up: workspaces and lazily made buffers
 

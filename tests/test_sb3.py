@@ -82,8 +82,14 @@ def test_spaces_and_dtypes_match_dummy_vec_env():
 def test_reference_impl_steps_exactly_as_dummy_vec_env():
     """Same seeds, same actions: every observation, reward, done and info (terminal
     observations and TimeLimit.truncated, with a 30-step limit so both kinds of end happen)."""
-    ours = make_vec_env("CartPole-v1", n_envs=NUM_ENVS, seed=3, impl="reference",
-                        monitor=False, max_episode_steps=30)
+    ours = make_vec_env(
+        "CartPole-v1",
+        n_envs=NUM_ENVS,
+        seed=3,
+        impl="reference",
+        monitor=False,
+        max_episode_steps=30,
+    )
     theirs = dummy_cartpole(max_episode_steps=30)
     theirs.seed(3)
     np.testing.assert_array_equal(ours.reset(), theirs.reset())
@@ -98,8 +104,7 @@ def test_reference_impl_steps_exactly_as_dummy_vec_env():
 
 
 def test_native_episode_ends_carry_terminal_observation():
-    env = make_vec_env("CartPole-v1", n_envs=NUM_ENVS, seed=1, monitor=False,
-                       max_episode_steps=40)
+    env = make_vec_env("CartPole-v1", n_envs=NUM_ENVS, seed=1, monitor=False, max_episode_steps=40)
     previous, lengths = env.reset(), np.zeros(NUM_ENVS, dtype=int)
     seen = {True: 0, False: 0}
     for actions in random_actions(np.random.default_rng(1), 400):
@@ -151,8 +156,9 @@ def test_vec_monitor_over_native_counts_every_step():
 
 
 def test_vec_normalize_over_the_adapter_matches_dummy_vec_env():
-    ours = VecNormalize(make_vec_env("CartPole-v1", n_envs=NUM_ENVS, seed=4, impl="reference",
-                                     monitor=False))
+    ours = VecNormalize(
+        make_vec_env("CartPole-v1", n_envs=NUM_ENVS, seed=4, impl="reference", monitor=False)
+    )
     theirs = VecNormalize(dummy_cartpole())
     theirs.seed(4)
     np.testing.assert_allclose(ours.reset(), theirs.reset())
@@ -163,8 +169,9 @@ def test_vec_normalize_over_the_adapter_matches_dummy_vec_env():
         np.testing.assert_allclose(rewards, expected[1])
         for info, expected_info in zip(infos, expected[3], strict=True):
             if "terminal_observation" in expected_info:
-                np.testing.assert_allclose(info["terminal_observation"],
-                                           expected_info["terminal_observation"])
+                np.testing.assert_allclose(
+                    info["terminal_observation"], expected_info["terminal_observation"]
+                )
     assert ours.obs_rms.count == theirs.obs_rms.count > 100
     np.testing.assert_allclose(ours.obs_rms.mean, theirs.obs_rms.mean)
 
@@ -173,7 +180,8 @@ def test_seeds_are_used_once_as_in_dummy_vec_env():
     env = make_vec_env("CartPole-v1", n_envs=NUM_ENVS, seed=7, monitor=False)
     first = env.reset()
     np.testing.assert_array_equal(
-        first, make_vec_env("CartPole-v1", n_envs=NUM_ENVS, seed=7, monitor=False).reset())
+        first, make_vec_env("CartPole-v1", n_envs=NUM_ENVS, seed=7, monitor=False).reset()
+    )
     assert not np.array_equal(env.reset(), first)  # the seed was for one reset only
     assert env.seed(7) == [7, 8, 9, 10]
     np.testing.assert_array_equal(env.reset(), first)
@@ -203,8 +211,9 @@ def test_per_env_calls_on_one_vector_env():
 def test_gymnasium_vector_wrappers_show_through():
     """Under Gymnasium's RecordEpisodeStatistics the adapter reports its episodes in SB3's
     form, and env_is_wrapped sees the wrapper."""
-    vector_env = gym.make_vec("operant/CartPole-v1", num_envs=NUM_ENVS,
-                              vectorization_mode="vector_entry_point")
+    vector_env = gym.make_vec(
+        "operant/CartPole-v1", num_envs=NUM_ENVS, vectorization_mode="vector_entry_point"
+    )
     env = OperantVecEnv(RecordEpisodeStatistics(vector_env))
     assert env.env_is_wrapped(RecordEpisodeStatistics) == [True] * NUM_ENVS
     env.seed(0)
@@ -234,21 +243,28 @@ def test_torch_impl_gives_numpy():
 
 
 def test_without_sb3_import_says_what_to_install():
-    code = ("import sys; sys.modules['stable_baselines3'] = None\n"
-            "import operant, operant.compat\n"
-            "try:\n    import operant.compat.sb3\nexcept ImportError as error:\n"
-            "    print(error)\n")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            check=True)
-    assert result.stdout == ("operant.compat.sb3 needs stable-baselines3: "
-                             "pip install stable-baselines3\n")
+    code = (
+        "import sys; sys.modules['stable_baselines3'] = None\n"
+        "import operant, operant.compat\n"
+        "try:\n    import operant.compat.sb3\nexcept ImportError as error:\n"
+        "    print(error)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout == (
+        "operant.compat.sb3 needs stable-baselines3: pip install stable-baselines3\n"
+    )
 
 
 def test_import_operant_does_not_import_sb3():
-    code = ("import sys, operant, operant.compat, operant.envs\n"
-            "print(sorted(m for m in sys.modules if m.startswith('stable_baselines3')))")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            check=True)
+    code = (
+        "import sys, operant, operant.compat, operant.envs\n"
+        "print(sorted(m for m in sys.modules if m.startswith('stable_baselines3')))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
     assert result.stdout == "[]\n"
 
 
@@ -282,9 +298,20 @@ class StopWhenSolved(BaseCallback):
 
 
 def ppo_solved_at(env: VecEnv, seed: int) -> int | None:
-    model = PPO("MlpPolicy", env, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98,
-                n_epochs=20, ent_coef=0.0, learning_rate=linear(1e-3), clip_range=linear(0.2),
-                seed=seed, device="cpu")
+    model = PPO(
+        "MlpPolicy",
+        env,
+        n_steps=32,
+        batch_size=256,
+        gae_lambda=0.8,
+        gamma=0.98,
+        n_epochs=20,
+        ent_coef=0.0,
+        learning_rate=linear(1e-3),
+        clip_range=linear(0.2),
+        seed=seed,
+        device="cpu",
+    )
     callback = StopWhenSolved()
     model.learn(RL_ZOO_STEPS, callback=callback)
     # evaluate_policy counts whole episodes from VecMonitor's infos through the adapter.

@@ -97,17 +97,26 @@ def _bind(kind: str, tmp_path) -> tuple[socket.socket, str]:
     return receiver, "@" + name
 
 
-def _run_child(scenario: str, notify_socket: str, receiver: socket.socket,
-               extra_env: dict[str, str], tmp_path) -> tuple[list[tuple[float, str]], dict]:
+def _run_child(
+    scenario: str, notify_socket: str, receiver: socket.socket, extra_env: dict[str, str], tmp_path
+) -> tuple[list[tuple[float, str]], dict]:
     """Run the child scenario; return (arrival time, message) for every datagram, and the
     child's own counters."""
     script = tmp_path / "child.py"
     script.write_text(CHILD)
-    env = {key: value for key, value in os.environ.items()
-           if key not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")}
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
+    }
     env.update(NOTIFY_SOCKET=notify_socket, **extra_env)
-    child = subprocess.Popen([sys.executable, str(script), scenario], env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, str(script), scenario],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     receiver.settimeout(0.05)
     messages: list[tuple[float, str]] = []
     deadline = time.monotonic() + 15
@@ -139,8 +148,13 @@ def test_lifecycle_messages(kind, tmp_path):
     with receiver:
         # WATCHDOG_PID names another process: the watchdog is not ours to feed, so no ping
         # may arrive although progress advances for longer than the interval.
-        messages, counters = _run_child("lifecycle", address, receiver,
-                                        {"WATCHDOG_USEC": "200000", "WATCHDOG_PID": "1"}, tmp_path)
+        messages, counters = _run_child(
+            "lifecycle",
+            address,
+            receiver,
+            {"WATCHDOG_USEC": "200000", "WATCHDOG_PID": "1"},
+            tmp_path,
+        )
     assert [text for _, text in messages] == [
         "EXTEND_TIMEOUT_USEC=90000000",
         "READY=1\nSTATUS=step 0",
@@ -154,10 +168,13 @@ def test_watchdog_pings_only_while_progress_advances(tmp_path):
     interval = 0.2  # half of WATCHDOG_USEC
     receiver, address = _bind("path", tmp_path)
     with receiver:
-        messages, counters = _run_child("watchdog", address, receiver,
-                                        {"WATCHDOG_USEC": "400000",
-                                         "OPERANT_TEST_PIN_WATCHDOG_PID": "1"},
-                                        tmp_path)
+        messages, counters = _run_child(
+            "watchdog",
+            address,
+            receiver,
+            {"WATCHDOG_USEC": "400000", "OPERANT_TEST_PIN_WATCHDOG_PID": "1"},
+            tmp_path,
+        )
     ready = _time_of(messages, "READY=1\nSTATUS=step 0")
     stalled = _time_of(messages, "STATUS=phase=stalled")
     resumed = _time_of(messages, "STATUS=phase=resumed")
@@ -192,7 +209,8 @@ def test_watchdog_pings_only_while_progress_advances(tmp_path):
 def test_parse_notify_socket():
     assert parse_notify_socket("/run/systemd/notify") == b"/run/systemd/notify"
     assert parse_notify_socket("@/org/freedesktop/systemd1/notify") == (
-        b"\0/org/freedesktop/systemd1/notify")
+        b"\0/org/freedesktop/systemd1/notify"
+    )
     assert parse_notify_socket(None) is None
     assert parse_notify_socket("") is None
     assert parse_notify_socket("relative/notify") is None
@@ -203,7 +221,8 @@ def test_parse_watchdog_usec_follows_sd_watchdog_enabled():
     pid = 4242
     assert parse_watchdog_usec({"WATCHDOG_USEC": "30000000"}, pid) == 30_000_000
     assert parse_watchdog_usec({"WATCHDOG_USEC": "30000000", "WATCHDOG_PID": "4242"}, pid) == (
-        30_000_000)
+        30_000_000
+    )
     assert parse_watchdog_usec({"WATCHDOG_USEC": "30000000", "WATCHDOG_PID": "4243"}, pid) is None
     assert parse_watchdog_usec({"WATCHDOG_USEC": "30000000", "WATCHDOG_PID": "x"}, pid) is None
     assert parse_watchdog_usec({"WATCHDOG_USEC": "0"}, pid) is None
@@ -263,8 +282,9 @@ def test_import_starts_no_thread_and_installs_no_handler():
         print(json.dumps({"threads": threading.active_count(),
                           "handlers_unchanged": before == [signal.getsignal(s) for s in watched]}))
     """)
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                            timeout=30, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=30, check=True
+    )
     assert json.loads(result.stdout) == {"threads": 1, "handlers_unchanged": True}
 
 
@@ -283,8 +303,10 @@ def test_repeating_a_step_is_not_progress_but_beat_is(tmp_path):
                 pass
         return count
 
-    with receiver, SystemdNotifier(parse_notify_socket(address),
-                                   watchdog_usec=100_000) as notifier:  # ping every 50 ms
+    with (
+        receiver,
+        SystemdNotifier(parse_notify_socket(address), watchdog_usec=100_000) as notifier,
+    ):  # ping every 50 ms
         notifier.progress(5)
         notifier.ready()
         assert receiver.recv(4096) == b"READY=1"

@@ -61,33 +61,50 @@ class FakeTrainer:
 
 def test_hooks_run_in_the_services_order_and_a_finished_run_exits_0():
     calls: list = []
-    session = Session(FakeTrainer(), [Recorder("a", calls), Silent(), Recorder("b", calls)],
-                      StopSignals())
+    session = Session(
+        FakeTrainer(), [Recorder("a", calls), Silent(), Recorder("b", calls)], StopSignals()
+    )
     assert session.run() == 0
     assert calls == [
-        ("a", "start"), ("b", "start"),
-        ("a", "boundary"), ("b", "boundary"), ("a", "update", 1), ("b", "update", 1),
-        ("a", "boundary"), ("b", "boundary"), ("a", "update", 2), ("b", "update", 2),
-        ("a", "stopping", "finished"), ("b", "stopping", "finished"),
-        ("a", "stop", "finished"), ("b", "stop", "finished"),
-        ("a", "close"), ("b", "close"),
+        ("a", "start"),
+        ("b", "start"),
+        ("a", "boundary"),
+        ("b", "boundary"),
+        ("a", "update", 1),
+        ("b", "update", 1),
+        ("a", "boundary"),
+        ("b", "boundary"),
+        ("a", "update", 2),
+        ("b", "update", 2),
+        ("a", "stopping", "finished"),
+        ("b", "stopping", "finished"),
+        ("a", "stop", "finished"),
+        ("b", "stop", "finished"),
+        ("a", "close"),
+        ("b", "close"),
     ]
 
 
 def test_the_first_service_that_stops_at_a_boundary_ends_the_round():
     calls: list = []
-    session = Session(FakeTrainer(updates=5), [Recorder("a", calls, stop_at_boundary=2),
-                                               Recorder("b", calls)], StopSignals())
+    session = Session(
+        FakeTrainer(updates=5),
+        [Recorder("a", calls, stop_at_boundary=2), Recorder("b", calls)],
+        StopSignals(),
+    )
     assert session.run() == 0
     boundaries = [call for call in calls if call[1] == "boundary"]
     assert boundaries == [("a", "boundary"), ("b", "boundary"), ("a", "boundary")]
     assert [call[2] for call in calls if call[1] == "update"] == [1, 1]
 
 
-@pytest.mark.parametrize("error, kind, status", [
-    (FloatingPointError("non-finite values in parameter x"), "failed", 1),
-    (KeyboardInterrupt(), "interrupted", 130),
-])
+@pytest.mark.parametrize(
+    "error, kind, status",
+    [
+        (FloatingPointError("non-finite values in parameter x"), "failed", 1),
+        (KeyboardInterrupt(), "interrupted", 130),
+    ],
+)
 def test_an_error_skips_on_stopping_and_ends_with_its_status(error, kind, status):
     calls: list = []
     session = Session(FakeTrainer(error=error), [Recorder("a", calls)], StopSignals())
@@ -98,8 +115,9 @@ def test_an_error_skips_on_stopping_and_ends_with_its_status(error, kind, status
 
 def test_an_unexpected_error_is_announced_closed_and_raised():
     calls: list = []
-    session = Session(FakeTrainer(error=OSError("disk full")), [Recorder("a", calls)],
-                      StopSignals())
+    session = Session(
+        FakeTrainer(error=OSError("disk full")), [Recorder("a", calls)], StopSignals()
+    )
     with pytest.raises(OSError, match="disk full"):
         session.run()
     assert calls[-2:] == [("a", "stop", "crashed"), ("a", "close")]
@@ -111,15 +129,25 @@ def test_outcomes_are_named_by_what_ended_the_run():
     assert Outcome(stopped_by="SIGTERM", error=KeyboardInterrupt()).kind == "interrupted"
     assert Outcome(error=ValueError()).kind == "crashed"
     assert Outcome(error=OSError(28, "No space left on device")).kind == "no_space"
-    assert Outcome(stopped_by="SIGTERM", error=OSError(122, "Disk quota exceeded")).kind == \
-        "no_space"
+    assert (
+        Outcome(stopped_by="SIGTERM", error=OSError(122, "Disk quota exceeded")).kind == "no_space"
+    )
 
 
 def test_rank_zero_runs_every_service_other_ranks_only_the_per_rank_ones():
     every = {services.StopOnSignal, services.PublishMetrics}
-    rank_zero = {services.ContinueRecords, services.RunRecord, services.UpdateLatest,
-                 services.WriteProgress, services.NotifySystemd, services.Checkpoints,
-                 services.SaveModel, services.ReleaseRunLock, Console, TrackBest}
+    rank_zero = {
+        services.ContinueRecords,
+        services.RunRecord,
+        services.UpdateLatest,
+        services.WriteProgress,
+        services.NotifySystemd,
+        services.Checkpoints,
+        services.SaveModel,
+        services.ReleaseRunLock,
+        Console,
+        TrackBest,
+    }
     assert {cls for cls in every | rank_zero if cls.role is Role.EVERY_RANK} == every
     assert all(Rank().runs(cls.role) for cls in every | rank_zero)
     assert {cls for cls in every | rank_zero if Rank(rank=1, world_size=2).runs(cls.role)} == every

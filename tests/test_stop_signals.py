@@ -22,12 +22,19 @@ import time
 from pathlib import Path
 
 import pytest
-
 from signal_defaults import default_signals
 
 UNIT = Path(__file__).resolve().parent.parent / "deploy" / "operant-train@.service"
-SMALL = ["--set", "env.num_envs=8", "--set", "ppo.num_steps=32",
-         "--set", "ppo.num_minibatches=2", "--set", "ppo.update_epochs=2"]
+SMALL = [
+    "--set",
+    "env.num_envs=8",
+    "--set",
+    "ppo.num_steps=32",
+    "--set",
+    "ppo.num_minibatches=2",
+    "--set",
+    "ppo.update_epochs=2",
+]
 
 
 def unit_seconds(key: str) -> float:
@@ -38,15 +45,22 @@ def unit_seconds(key: str) -> float:
 
 
 def test_importing_installs_no_handler_and_starts_no_thread():
-    code = ("import signal, threading\n"
-            "import operant.trainer.main, operant.trainer.session, operant.trainer.signals\n"
-            "import operant.trainer.checkpoint, operant.trainer.resume, operant.monitor.exporter\n"
-            "assert all(signal.getsignal(s) is signal.SIG_DFL for s in "
-            "(signal.SIGTERM, signal.SIGUSR1))\n"
-            "assert signal.getsignal(signal.SIGINT) is signal.default_int_handler\n"
-            "assert threading.active_count() == 1\n")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=120, preexec_fn=default_signals)
+    code = (
+        "import signal, threading\n"
+        "import operant.trainer.main, operant.trainer.session, operant.trainer.signals\n"
+        "import operant.trainer.checkpoint, operant.trainer.resume, operant.monitor.exporter\n"
+        "assert all(signal.getsignal(s) is signal.SIG_DFL for s in "
+        "(signal.SIGTERM, signal.SIGUSR1))\n"
+        "assert signal.getsignal(signal.SIGINT) is signal.default_int_handler\n"
+        "assert threading.active_count() == 1\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=default_signals,
+    )
     assert result.returncode == 0, result.stderr
 
 
@@ -102,11 +116,30 @@ def test_a_sigint_ignored_on_entry_stays_ignored(sigint_as):
 
 def test_second_sigint_exits_at_once_without_a_new_checkpoint(tmp_path, trainer_server):
     # Updates of about a second, so both signals land inside one update.
-    slow = ["--set", "env.num_envs=64", "--set", "ppo.num_steps=256",
-            "--set", "ppo.update_epochs=8", "--set", "checkpoint.every_updates=1"]
+    slow = [
+        "--set",
+        "env.num_envs=64",
+        "--set",
+        "ppo.num_steps=256",
+        "--set",
+        "ppo.update_epochs=8",
+        "--set",
+        "checkpoint.every_updates=1",
+    ]
     server = trainer_server
-    pid = server.start(["--runs-dir", tmp_path, "--run-id", "impatient", *slow,
-                        "--total-steps", 64 * 256 * 100, "--quiet"], tmp_path / "log")
+    pid = server.start(
+        [
+            "--runs-dir",
+            tmp_path,
+            "--run-id",
+            "impatient",
+            *slow,
+            "--total-steps",
+            64 * 256 * 100,
+            "--quiet",
+        ],
+        tmp_path / "log",
+    )
     checkpoint = tmp_path / "impatient" / "checkpoints" / "latest"
     deadline = time.monotonic() + 60
     while not checkpoint.exists() and time.monotonic() < deadline:
@@ -179,16 +212,34 @@ def test_real_trainer_notifies_systemd_and_stops_on_sigterm_with_a_checkpoint(tm
     stdout_path = tmp_path / "stdout.jsonl"
     stdout_file = stdout_path.open("w")
     process = subprocess.Popen(
-        [sys.executable, "-m", "operant.trainer.main", "--runs-dir", str(tmp_path), "--run-id",
-         "service", *SMALL, "--total-steps", str(256 * 100_000), "--log-format", "json",
-         "--set", "checkpoint.every_seconds=0.5"],
-        stdout=stdout_file, stderr=subprocess.PIPE, text=True, env=env,
-        preexec_fn=default_signals)
+        [
+            sys.executable,
+            "-m",
+            "operant.trainer.main",
+            "--runs-dir",
+            str(tmp_path),
+            "--run-id",
+            "service",
+            *SMALL,
+            "--total-steps",
+            str(256 * 100_000),
+            "--log-format",
+            "json",
+            "--set",
+            "checkpoint.every_seconds=0.5",
+        ],
+        stdout=stdout_file,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        preexec_fn=default_signals,
+    )
     try:
         deadline = time.monotonic() + 120
         # STATUS= goes out at most once a second (SystemdNotifier.status_interval_s).
-        while (receiver.count("WATCHDOG=1") < 4 or receiver.count("STATUS=") < 1) \
-                and time.monotonic() < deadline:
+        while (
+            receiver.count("WATCHDOG=1") < 4 or receiver.count("STATUS=") < 1
+        ) and time.monotonic() < deadline:
             assert process.poll() is None, process.stderr.read()
             time.sleep(0.01)
         signalled = time.monotonic()
@@ -204,30 +255,42 @@ def test_real_trainer_notifies_systemd_and_stops_on_sigterm_with_a_checkpoint(tm
     out = stdout_path.read_text()
     assert process.returncode == 0, err
     assert stop_seconds < min(timeout_stop_s, 30.0)
-    print(f"SIGTERM to exit of a real trainer process: {stop_seconds:.2f} s "
-          f"(TimeoutStopSec={timeout_stop_s:.0f} s)")
+    print(
+        f"SIGTERM to exit of a real trainer process: {stop_seconds:.2f} s "
+        f"(TimeoutStopSec={timeout_stop_s:.0f} s)"
+    )
 
     texts = [text for _, text in receiver.messages]
     times = [t for t, _ in receiver.messages]
-    assert re.fullmatch(r"READY=1\nSTATUS=training: update 1/100000, step 256, [\d,]+ steps/s, "
-                        r"return \S+", texts[0]), texts[0]
+    assert re.fullmatch(
+        r"READY=1\nSTATUS=training: update 1/100000, step 256, [\d,]+ steps/s, "
+        r"return \S+",
+        texts[0],
+    ), texts[0]
     stopping = [i for i, text in enumerate(texts) if text.startswith("STOPPING=1")]
     assert len(stopping) == 1
     records = [json.loads(line) for line in out.splitlines() if line.startswith('{"update"')]
     summary = json.loads(out.splitlines()[-1])["summary"]
     last = records[-1]
-    assert texts[stopping[0]] == (f"STOPPING=1\nSTATUS=SIGTERM: checkpointing at step "
-                                  f"{last['global_step']:,}")
+    assert texts[stopping[0]] == (
+        f"STOPPING=1\nSTATUS=SIGTERM: checkpointing at step {last['global_step']:,}"
+    )
     assert texts[stopping[0] + 1].startswith("EXTEND_TIMEOUT_USEC=")
-    between = texts[1:stopping[0]]
+    between = texts[1 : stopping[0]]
     statuses = [text for text in between if text.startswith("STATUS=")]
-    assert statuses and all(re.fullmatch(r"STATUS=training: update \d+/100000, step [\d,]+, "
-                                         r"[\d,]+ steps/s, return \S+", text) for text in statuses)
+    assert statuses and all(
+        re.fullmatch(
+            r"STATUS=training: update \d+/100000, step [\d,]+, "
+            r"[\d,]+ steps/s, return \S+",
+            text,
+        )
+        for text in statuses
+    )
     pings = [t for t, text in zip(times, texts) if text == "WATCHDOG=1"]
     assert len(pings) >= 4 and all(times[0] < t < times[stopping[0]] for t in pings)
     # Half of WATCHDOG_USEC apart (0.2 s), never faster; none after STOPPING=1.
     assert min(b - a for a, b in zip(pings, pings[1:])) > 0.15
-    assert not any(text == "WATCHDOG=1" for text in texts[stopping[0]:])
+    assert not any(text == "WATCHDOG=1" for text in texts[stopping[0] :])
 
     assert summary["stopped_by"] == "SIGTERM" and summary["global_step"] == last["global_step"]
     checkpoints = tmp_path / "service" / "checkpoints"
@@ -252,10 +315,25 @@ def test_a_trainer_started_with_sigint_ignored_trains_through_sigint(tmp_path):
     stdout_path = tmp_path / "stdout.jsonl"
     with stdout_path.open("w") as stdout_file:
         process = subprocess.Popen(
-            [sys.executable, "-m", "operant.trainer.main", "--runs-dir", str(tmp_path),
-             "--run-id", "background", *SMALL, "--total-steps", str(256 * 100_000),
-             "--log-format", "json"],
-            stdout=stdout_file, stderr=subprocess.PIPE, text=True, preexec_fn=ignore_sigint)
+            [
+                sys.executable,
+                "-m",
+                "operant.trainer.main",
+                "--runs-dir",
+                str(tmp_path),
+                "--run-id",
+                "background",
+                *SMALL,
+                "--total-steps",
+                str(256 * 100_000),
+                "--log-format",
+                "json",
+            ],
+            stdout=stdout_file,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=ignore_sigint,
+        )
         try:
             deadline = time.monotonic() + 120
             while updates() < 3 and time.monotonic() < deadline:

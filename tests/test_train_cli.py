@@ -14,21 +14,29 @@ from operant.trainer.train import Trainer
 
 def run_train(*args, runs_dir, timeout=240):
     env = dict(os.environ, OPERANT_RUNS_DIR=str(runs_dir))
-    return subprocess.run([sys.executable, "-m", "operant.trainer.main", *args],
-                          capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "operant.trainer.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--set", "ppo.learnin_rate=0.1"], "ppo: unknown key `learnin_rate`"),
-    (["--set", "env.num_envs=many"], "env.num_envs: Expected `int`, got `str`"),
-    (["--set", "ppo.gamma=1.5"], "ppo.gamma: Expected `float` <= 1"),
-    (["--set", "env.num_envs=0"], "env.num_envs: Expected `int` >= 1"),
-    (["--env", "NoSuchEnv-v0"], "unknown env id 'NoSuchEnv-v0'"),
-    (["--set", "ppo.num_minibatches=7"], "ppo.num_minibatches = 7 must divide the batch"),
-    (["--set", "nonsense"], "expected section.key=value"),
-    (["--config", "/nonexistent/x.toml"], "config file /nonexistent/x.toml does not exist"),
-    (["--total-steps", "ten"], "argument --total-steps: invalid int value"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--set", "ppo.learnin_rate=0.1"], "ppo: unknown key `learnin_rate`"),
+        (["--set", "env.num_envs=many"], "env.num_envs: Expected `int`, got `str`"),
+        (["--set", "ppo.gamma=1.5"], "ppo.gamma: Expected `float` <= 1"),
+        (["--set", "env.num_envs=0"], "env.num_envs: Expected `int` >= 1"),
+        (["--env", "NoSuchEnv-v0"], "unknown env id 'NoSuchEnv-v0'"),
+        (["--set", "ppo.num_minibatches=7"], "ppo.num_minibatches = 7 must divide the batch"),
+        (["--set", "nonsense"], "expected section.key=value"),
+        (["--config", "/nonexistent/x.toml"], "config file /nonexistent/x.toml does not exist"),
+        (["--total-steps", "ten"], "argument --total-steps: invalid int value"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     result = run_train(*args, runs_dir=tmp_path)
     assert result.returncode == 2
@@ -52,16 +60,26 @@ def test_bad_toml_file_names_the_file(tmp_path):
 def test_config_layers_file_flags_and_set(tmp_path):
     path = tmp_path / "c.toml"
     path.write_text("[env]\nnum_envs = 8\n[ppo]\nnum_steps = 16\ngamma = 0.9\n")
-    config = load_config(path, ["ppo.gamma=0.95", "policy.hidden_sizes=[32, 16]"],
-                         {"train": {"seed": 9}})
+    config = load_config(
+        path, ["ppo.gamma=0.95", "policy.hidden_sizes=[32, 16]"], {"train": {"seed": 9}}
+    )
     assert (config.env.num_envs, config.ppo.num_steps, config.ppo.gamma) == (8, 16, 0.95)
     assert config.policy.hidden_sizes == [32, 16] and config.train.seed == 9
     assert derive(config).batch_size == 128
 
 
 def test_json_lines_contract_and_run_directory(tmp_path):
-    result = run_train("--total-steps", "8192", "--seed", "3", "--log-format", "json",
-                       "--run-id", "contract", runs_dir=tmp_path)
+    result = run_train(
+        "--total-steps",
+        "8192",
+        "--seed",
+        "3",
+        "--log-format",
+        "json",
+        "--run-id",
+        "contract",
+        runs_dir=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     updates = [line for line in lines if "update" in line]
@@ -85,8 +103,14 @@ def _records(seed, total_steps=8192):
     config = load_config(overrides=[f"train.seed={seed}", f"train.total_steps={total_steps}"])
     records = []
     Trainer(config, log=records.append).run()
-    return [{k: v for k, v in msgspec.to_builtins(r).items()
-             if k not in ("sps", "sps_mean", "elapsed_s", "phase_s")} for r in records]
+    return [
+        {
+            k: v
+            for k, v in msgspec.to_builtins(r).items()
+            if k not in ("sps", "sps_mean", "elapsed_s", "phase_s")
+        }
+        for r in records
+    ]
 
 
 def test_same_seed_same_run():

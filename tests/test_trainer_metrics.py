@@ -12,9 +12,23 @@ from operant.shared.reader import MetricsReader
 def test_trainer_publishes_counters_gauges_phases_and_history(tmp_path):
     env = dict(os.environ, OPERANT_RUNS_DIR=str(tmp_path))
     result = subprocess.run(
-        [sys.executable, "-m", "operant.trainer.main", "--total-steps", "20480", "--seed", "2",
-         "--run-id", "published", "--quiet"],
-        capture_output=True, text=True, timeout=240, env=env)
+        [
+            sys.executable,
+            "-m",
+            "operant.trainer.main",
+            "--total-steps",
+            "20480",
+            "--seed",
+            "2",
+            "--run-id",
+            "published",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+    )
     assert result.returncode == 0, result.stderr
     run_dir = tmp_path / "published"
     progress = [json.loads(line) for line in (run_dir / "progress.jsonl").read_text().splitlines()]
@@ -30,11 +44,16 @@ def test_trainer_publishes_counters_gauges_phases_and_history(tmp_path):
     assert math.isclose(gauges["episode_return_mean"], last["episode_return_mean"])
     assert gauges["policy_loss"] == last["policy_loss"]
     assert gauges["rss_bytes"] > 10e6 and gauges["cpu_percent"] > 0
-    assert snapshot.texts == {"env_id": "CartPole-v1", "env_impl": "native", "device": "cpu",
-                              "warning": ""}
+    assert snapshot.texts == {
+        "env_id": "CartPole-v1",
+        "env_impl": "native",
+        "device": "cpu",
+        "warning": "",
+    }
     assert gauges["elapsed_before_s"] == 0.0  # a run that was never resumed
-    assert set(snapshot.snapshot) == {f"phase_{name}_s" for name in
-                                      ("env", "forward", "store", "gae", "update", "publish")}
+    assert set(snapshot.snapshot) == {
+        f"phase_{name}_s" for name in ("env", "forward", "store", "gae", "update", "publish")
+    }
     assert snapshot.snapshot["phase_update_s"] == last["phase_s"]["update"]
     # One history record per update, whole curves from the first update on.
     fields = [field.name for field in snapshot.schema.history]

@@ -108,23 +108,37 @@ class ForkServer:
 
     def __init__(self) -> None:
         # Trainers start as from an interactive shell, whatever the test run inherited.
-        self.process = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, text=True, bufsize=1,
-                                        preexec_fn=default_signals)
+        self.process = subprocess.Popen(
+            [sys.executable, __file__],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+            preexec_fn=default_signals,
+        )
         ready = json.loads(self.process.stdout.readline())
         assert "ready" in ready, ready
         self.pid: int | None = None
         self.count = 0
 
-    def start(self, argv: list[str], logs: Path, env: dict[str, str] | None = None,
-              poison_after_update: int | None = None) -> int:
+    def start(
+        self,
+        argv: list[str],
+        logs: Path,
+        env: dict[str, str] | None = None,
+        poison_after_update: int | None = None,
+    ) -> int:
         """Start `operant-train argv`; its stdout/stderr go to logs.out / logs.err."""
         assert self.pid is None, "one trainer at a time"
         self.count += 1
         self.stdout, self.stderr = logs.with_suffix(".out"), logs.with_suffix(".err")
-        request = {"argv": [str(arg) for arg in argv], "env": env or {},
-                   "stdout": str(self.stdout), "stderr": str(self.stderr),
-                   "poison_after_update": poison_after_update}
+        request = {
+            "argv": [str(arg) for arg in argv],
+            "env": env or {},
+            "stdout": str(self.stdout),
+            "stderr": str(self.stderr),
+            "poison_after_update": poison_after_update,
+        }
         self.process.stdin.write(json.dumps(request) + "\n")
         self.process.stdin.flush()
         self.pid = json.loads(self.process.stdout.readline())["pid"]

@@ -27,10 +27,12 @@ def command(words: list[str]) -> list[str]:
     return [str(program), *words[1:]] if program.exists() else words
 
 
-def run(*words: str, env: dict[str, str] | None = None,
-        timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run(command(list(words)), capture_output=True, text=True, timeout=timeout,
-                          env=env)
+def run(
+    *words: str, env: dict[str, str] | None = None, timeout: float = 240
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        command(list(words)), capture_output=True, text=True, timeout=timeout, env=env
+    )
 
 
 def run_hint(hint: str, *extra: str, timeout: float = 240) -> subprocess.CompletedProcess:
@@ -41,8 +43,9 @@ def run_hint(hint: str, *extra: str, timeout: float = 240) -> subprocess.Complet
 def start_trainer(*args: str, log: Path) -> subprocess.Popen:
     """operant-train in the foreground of a (pretend) terminal: its output goes to `log`."""
     with open(log, "w") as out:
-        return subprocess.Popen(command(["operant-train", *args]), stdout=out,
-                                stderr=subprocess.STDOUT, text=True)
+        return subprocess.Popen(
+            command(["operant-train", *args]), stdout=out, stderr=subprocess.STDOUT, text=True
+        )
 
 
 def wait_for_updates(run_dir: Path, count: int, timeout: float = 120) -> None:

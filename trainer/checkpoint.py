@@ -26,6 +26,7 @@ import msgspec
 import torch
 
 from operant.shared import atomic
+
 # FORMAT, VERSION and load are re-exported: callers (operant eval) use them from here.
 from operant.trainer.checkpoint_format import (  # noqa: F401
     FORMAT,
@@ -42,9 +43,17 @@ _FILE = re.compile(r"^ckpt-(\d{9,})\.pt$")
 
 # Config keys a resumed run may change: they steer how long and how visibly it trains, not
 # what its state means. Everything else must equal the checkpoint's.
-RESUMABLE_CHANGES = ("train.total_steps", "train.target_return", "train.log_every",
-                     "train.publish_metrics", "train.runs_dir", "train.run_id",
-                     "train.torch_threads", "train.tensorboard", "checkpoint.")
+RESUMABLE_CHANGES = (
+    "train.total_steps",
+    "train.target_return",
+    "train.log_every",
+    "train.publish_metrics",
+    "train.runs_dir",
+    "train.run_id",
+    "train.torch_threads",
+    "train.tensorboard",
+    "checkpoint.",
+)
 
 
 def file_name(update: int) -> str:
@@ -68,12 +77,16 @@ def read_pointer(directory: Path) -> Path | None:
     except (OSError, UnicodeDecodeError) as error:
         raise CheckpointError(f"{pointer}: cannot be read ({error})") from None
     if not _FILE.match(name):
-        raise CheckpointError(f"{pointer}: does not name a checkpoint ({name[:80]!r}); point it "
-                              "at one of the ckpt-*.pt files beside it, or delete it")
+        raise CheckpointError(
+            f"{pointer}: does not name a checkpoint ({name[:80]!r}); point it "
+            "at one of the ckpt-*.pt files beside it, or delete it"
+        )
     path = directory / name
     if not path.exists():
-        raise CheckpointError(f"{pointer}: names {name}, which does not exist; point it at one "
-                              "of the ckpt-*.pt files beside it, or delete it")
+        raise CheckpointError(
+            f"{pointer}: names {name}, which does not exist; point it at one "
+            "of the ckpt-*.pt files beside it, or delete it"
+        )
     return path
 
 
@@ -115,8 +128,10 @@ def check_compatible(path: Path, saved: dict[str, Any], config: Any) -> None:
     try:
         saved_config = msgspec.convert(saved, Config)
     except msgspec.ValidationError as error:
-        raise CheckpointError(f"{path}: its config does not fit this operant ({error}); resume it "
-                              "with the operant version that wrote it") from None
+        raise CheckpointError(
+            f"{path}: its config does not fit this operant ({error}); resume it "
+            "with the operant version that wrote it"
+        ) from None
     before, after = _flatten(to_dict(saved_config)), _flatten(to_dict(config))
     for key in sorted(before.keys() | after.keys()):
         if key.startswith(RESUMABLE_CHANGES):
@@ -125,7 +140,8 @@ def check_compatible(path: Path, saved: dict[str, Any], config: Any) -> None:
             raise CheckpointError(
                 f"{path.name} was written with {key} = {before.get(key)!r}, but the config says "
                 f"{after.get(key)!r}; resume with the run's own config, or train under a new "
-                "run id")
+                "run id"
+            )
 
 
 def _both_nan(a: Any, b: Any) -> bool:
@@ -135,8 +151,14 @@ def _both_nan(a: Any, b: Any) -> bool:
 class Checkpointer:
     """Writes a run's checkpoints, decides when the periodic ones are due, prunes old ones."""
 
-    def __init__(self, directory: Path, every_updates: int | None, every_seconds: float | None,
-                 keep: int, beat: Callable[[], None] = lambda: None):
+    def __init__(
+        self,
+        directory: Path,
+        every_updates: int | None,
+        every_seconds: float | None,
+        keep: int,
+        beat: Callable[[], None] = lambda: None,
+    ):
         self.directory = directory
         self.every_updates, self.every_seconds, self.keep = every_updates, every_seconds, keep
         self.beat = beat
@@ -157,7 +179,8 @@ class Checkpointer:
             update = update_of(path)
             replaced = atomic.final_name(path.name)
             if (replaced is not None and (replaced == POINTER or _FILE.match(replaced))) or (
-                    newer_than is not None and update is not None and update > newer_than):
+                newer_than is not None and update is not None and update > newer_than
+            ):
                 path.unlink(missing_ok=True)
         atomic.fsync_directory(self.directory)
 
@@ -171,8 +194,10 @@ class Checkpointer:
             return False
         if self.every_updates is not None and update % self.every_updates == 0:
             return True
-        return (self.every_seconds is not None
-                and time.monotonic() - self._last_time >= self.every_seconds)
+        return (
+            self.every_seconds is not None
+            and time.monotonic() - self._last_time >= self.every_seconds
+        )
 
     def failed(self) -> None:
         """A checkpoint due now could not be written: the next try is one interval away (by
@@ -183,8 +208,9 @@ class Checkpointer:
         """Write the checkpoint of the trainer's current update, then point `latest` at it."""
         started = time.monotonic()
         self.beat()
-        payload = build_payload(trainer.state_dict(), capture_global_rng(), config_dict,
-                                progress_bytes)
+        payload = build_payload(
+            trainer.state_dict(), capture_global_rng(), config_dict, progress_bytes
+        )
         path = self.directory / file_name(trainer.update)
         try:
             with storage_errors():
@@ -192,8 +218,11 @@ class Checkpointer:
         except OSError:
             self.last_size = _serialized_size(payload)  # what a retry needs, for the message
             raise
-        atomic.write_with(self.directory / POINTER,
-                          lambda handle: handle.write(f"{path.name}\n".encode()), self.beat)
+        atomic.write_with(
+            self.directory / POINTER,
+            lambda handle: handle.write(f"{path.name}\n".encode()),
+            self.beat,
+        )
         self._prune(path)
         self.last_size = path.stat().st_size
         self.last_update, self.last_path = trainer.update, path
@@ -203,7 +232,7 @@ class Checkpointer:
 
     def _prune(self, newest: Path) -> None:
         files = [path for path in checkpoint_files(self.directory) if path != newest]
-        excess = files[:max(0, len(files) - (self.keep - 1))]
+        excess = files[: max(0, len(files) - (self.keep - 1))]
         for path in excess:
             self.beat()
             path.unlink(missing_ok=True)

@@ -73,8 +73,9 @@ def content_digest(payload: dict[str, Any]) -> str:
     return digest.hexdigest()
 
 
-def build_payload(trainer_state: dict[str, Any], rng: dict[str, Any], config: dict[str, Any],
-                  progress_bytes: int) -> dict[str, Any]:
+def build_payload(
+    trainer_state: dict[str, Any], rng: dict[str, Any], config: dict[str, Any], progress_bytes: int
+) -> dict[str, Any]:
     """A version-2 checkpoint's content, digest included, ready for `torch.save`."""
     from operant.shared import metrics_layout
 
@@ -94,13 +95,18 @@ def build_payload(trainer_state: dict[str, Any], rng: dict[str, Any], config: di
 
 # --- migrations ----------------------------------------------------------------------------
 
+
 def _from_version_1(payload: dict[str, Any]) -> dict[str, Any]:
     """Version 1's reflected trainer state under version 2's explicit names."""
     old = payload["trainer"]
     if old["optimizers"]:
         raise ValueError("its trainer.optimizers is not empty, which version 1 never wrote")
-    trainer = {**old["modules"], **old["generators"], "counters": old["counters"],
-               "env": old["env"]}
+    trainer = {
+        **old["modules"],
+        **old["generators"],
+        "counters": old["counters"],
+        "env": old["env"],
+    }
     return {**payload, "version": 2, "trainer": trainer}
 
 
@@ -119,16 +125,21 @@ def migrate(path: Path, payload: dict[str, Any]) -> dict[str, Any]:
             payload = MIGRATIONS[version](payload)
             version = payload["version"]
     except KeyError as error:
-        raise CheckpointError(f"{path}: a version {version} checkpoint without its {error} "
-                              "part; delete it to resume from an older one") from None
+        raise CheckpointError(
+            f"{path}: a version {version} checkpoint without its {error} "
+            "part; delete it to resume from an older one"
+        ) from None
     except (ValueError, TypeError) as error:
-        raise CheckpointError(f"{path}: not a version {version} checkpoint as operant wrote "
-                              f"them ({error}); delete it to resume from an older one") from None
+        raise CheckpointError(
+            f"{path}: not a version {version} checkpoint as operant wrote "
+            f"them ({error}); delete it to resume from an older one"
+        ) from None
     payload["digest"] = content_digest(payload)
     return payload
 
 
 # --- reading -------------------------------------------------------------------------------
+
 
 def _first_line(error: BaseException) -> str:
     text = str(error).strip()
@@ -146,8 +157,10 @@ def _read(path: Path) -> Any:
     except IsADirectoryError:
         raise CheckpointError(f"{path}: is a directory, not a checkpoint") from None
     except Exception as error:  # any failure to parse an untrusted file means it is unusable
-        raise CheckpointError(f"{path}: is corrupt or not a checkpoint ({_first_line(error)}); "
-                              "delete it to resume from an older one") from None
+        raise CheckpointError(
+            f"{path}: is corrupt or not a checkpoint ({_first_line(error)}); "
+            "delete it to resume from an older one"
+        ) from None
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -163,15 +176,22 @@ def load(path: Path) -> dict[str, Any]:
         newer = isinstance(version, int) and version > VERSION
         raise CheckpointError(
             f"{path}: checkpoint format {version!r}, this operant reads {VERSION}"
-            + ("; upgrade operant to resume it" if newer
-               else "; resume it with the operant version that wrote it"))
+            + (
+                "; upgrade operant to resume it"
+                if newer
+                else "; resume it with the operant version that wrote it"
+            )
+        )
     layout = tuple(payload.get("metrics_layout", ()))
     if not layout or layout[0] != metrics_layout.VERSION_MAJOR:
         raise CheckpointError(
             f"{path}: written for metrics layout {'.'.join(map(str, layout)) or '?'}, this "
             f"operant writes {metrics_layout.VERSION_MAJOR}.{metrics_layout.VERSION_MINOR}; resume "
-            "it with the operant version that wrote it")
+            "it with the operant version that wrote it"
+        )
     if payload.get("digest") != content_digest(payload):
-        raise CheckpointError(f"{path}: is corrupt (its content does not match its digest); "
-                              "delete it to resume from an older one")
+        raise CheckpointError(
+            f"{path}: is corrupt (its content does not match its digest); "
+            "delete it to resume from an older one"
+        )
     return migrate(path, payload)

@@ -17,7 +17,8 @@ env and store), into the trainer's `PhaseTimer` totals.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -51,9 +52,17 @@ class Collector:
     normalised if configured); `reward_normalizer` is None or called on each step's rewards.
     """
 
-    def __init__(self, env: Any, storage: RolloutStorage, policy: Any,
-                 observe: Callable[..., torch.Tensor], reward_normalizer: Any,
-                 generator: torch.Generator, totals: dict[str, int], gamma: float):
+    def __init__(
+        self,
+        env: Any,
+        storage: RolloutStorage,
+        policy: Any,
+        observe: Callable[..., torch.Tensor],
+        reward_normalizer: Any,
+        generator: torch.Generator,
+        totals: dict[str, int],
+        gamma: float,
+    ):
         self.env, self.storage, self.policy = env, storage, policy
         self.observe, self.reward_normalizer = observe, reward_normalizer
         self.generator, self.totals, self.gamma = generator, totals, gamma
@@ -70,8 +79,9 @@ class Collector:
             # Samples are unbounded; the env sees them clipped to its bounds.
             self.action_low = torch.as_tensor(act_spec.low, device=device)
             self.action_high = torch.as_tensor(act_spec.high, device=device)
-        self.everything = RowSlice(slice(None), self.env_obs, self.env_actions,
-                                   storage.clipped_actions)
+        self.everything = RowSlice(
+            slice(None), self.env_obs, self.env_actions, storage.clipped_actions
+        )
 
     def collect(self) -> torch.Tensor:
         """Fill the rollout storage; returns V(obs after the last step)."""
@@ -95,8 +105,11 @@ class Collector:
         storage, rows = self.storage, part.rows
         started = clock()
         obs = self.observe(part.env_obs, update=True)
-        actions = self.policy.act(obs, self.generator, out=(
-            storage.actions[t, rows], storage.logprobs[t, rows], storage.values[t, rows]))[0]
+        actions = self.policy.act(
+            obs,
+            self.generator,
+            out=(storage.actions[t, rows], storage.logprobs[t, rows], storage.values[t, rows]),
+        )[0]
         forwarded = clock()
         storage.obs[t, rows].copy_(obs)
         if part.clipped is not None:
@@ -106,8 +119,9 @@ class Collector:
         self.totals["forward"] += forwarded - started
         self.totals["store"] += clock() - forwarded
 
-    def _wait_and_store(self, t: int, wait: Callable[[], None],
-                        some_truncated: Callable[[], bool]) -> None:
+    def _wait_and_store(
+        self, t: int, wait: Callable[[], None], some_truncated: Callable[[], bool]
+    ) -> None:
         """`wait()` for the env (timed as "env"), then store step t's outcome ("store")."""
         clock = time.perf_counter_ns
         waited_from = clock()
@@ -129,8 +143,9 @@ class Collector:
         if self.reward_normalizer is not None:
             rewards.copy_(self.reward_normalizer(rewards, storage.dones[t]))
         if some_truncated():
-            final_value = self.policy.value(self.observe(self.env_final_obs),
-                                            out=storage.final_values)
+            final_value = self.policy.value(
+                self.observe(self.env_final_obs), out=storage.final_values
+            )
             storage.truncated.copy_(self.env_truncated)
             rewards.addcmul_(final_value, storage.truncated, value=self.gamma)
 
@@ -161,9 +176,14 @@ class OverlappedCollector(Collector):
         super().__init__(*args, **kwargs)
         clipped = self.storage.clipped_actions
         self.halves = tuple(
-            RowSlice(slice(lo, hi), self.env_obs[lo:hi], self.env_actions[lo:hi],
-                     None if clipped is None else clipped[lo:hi])
-            for lo, hi in self.env.halves)
+            RowSlice(
+                slice(lo, hi),
+                self.env_obs[lo:hi],
+                self.env_actions[lo:hi],
+                None if clipped is None else clipped[lo:hi],
+            )
+            for lo, hi in self.env.halves
+        )
 
     @torch.inference_mode()
     def collect(self) -> torch.Tensor:

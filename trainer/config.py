@@ -186,9 +186,11 @@ class Derived(Struct, frozen=True):
         """One line saying how train.total_steps was rounded; None when it was not."""
         if self.total_steps == config.train.total_steps:
             return None
-        return (f"train.total_steps = {config.train.total_steps:,} is not a whole number of "
-                f"updates of {self.batch_size:,} steps (env.num_envs x ppo.num_steps): training "
-                f"{self.total_steps:,} steps ({self.num_updates:,} updates)")
+        return (
+            f"train.total_steps = {config.train.total_steps:,} is not a whole number of "
+            f"updates of {self.batch_size:,} steps (env.num_envs x ppo.num_steps): training "
+            f"{self.total_steps:,} steps ({self.num_updates:,} updates)"
+        )
 
 
 def derive(config: Config, agents_per_env: int = 1) -> Derived:
@@ -198,27 +200,37 @@ def derive(config: Config, agents_per_env: int = 1) -> Derived:
     contributes that many rows per step, and train.total_steps counts row steps."""
     batch = config.env.num_envs * agents_per_env * config.ppo.num_steps
     rows = "env.num_envs x ppo.num_steps" + (
-        f" x {agents_per_env} agents per env" if agents_per_env != 1 else "")
+        f" x {agents_per_env} agents per env" if agents_per_env != 1 else ""
+    )
     if batch % config.ppo.num_minibatches:
         raise ConfigError(
             f"ppo.num_minibatches = {config.ppo.num_minibatches} must divide the batch "
-            f"({rows} = {batch})")
+            f"({rows} = {batch})"
+        )
     if not config.policy.hidden_sizes:
         raise ConfigError("policy.hidden_sizes must name at least one layer width")
     if config.env.overlap and config.env.impl in ("torch", "reference"):
-        raise ConfigError(f'env.overlap = true needs env.impl = "native" (its second thread '
-                          f'steps the compiled kernels), got "{config.env.impl}": set env.impl '
-                          f'or drop overlap')
+        raise ConfigError(
+            f'env.overlap = true needs env.impl = "native" (its second thread '
+            f'steps the compiled kernels), got "{config.env.impl}": set env.impl '
+            f"or drop overlap"
+        )
     if config.env.overlap and config.env.num_envs % 2:
-        raise ConfigError(f"env.overlap = true splits the envs into two halves: env.num_envs "
-                          f"must be even, got {config.env.num_envs}")
+        raise ConfigError(
+            f"env.overlap = true splits the envs into two halves: env.num_envs "
+            f"must be even, got {config.env.num_envs}"
+        )
     if config.train.target_return is not None and not math.isfinite(config.train.target_return):
         raise ConfigError("train.target_return must be a finite number or left out")
     # Rounded up, as a budget is "at least this many steps" (SB3's learn() does the same);
     # a run never stops part-way through an update.
     num_updates = -(-config.train.total_steps // batch)
-    return Derived(batch_size=batch, minibatch_size=batch // config.ppo.num_minibatches,
-                   num_updates=num_updates, total_steps=num_updates * batch)
+    return Derived(
+        batch_size=batch,
+        minibatch_size=batch // config.ppo.num_minibatches,
+        num_updates=num_updates,
+        total_steps=num_updates * batch,
+    )
 
 
 def _describe(error: msgspec.ValidationError, source: str) -> str:
@@ -245,20 +257,26 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
     key, sep, value = assignment.partition("=")
     key = key.strip()
     if not sep or not key:
-        raise ConfigError(f"--set {assignment!r}: expected section.key=value, "
-                          "e.g. ppo.learning_rate=1e-3")
+        raise ConfigError(
+            f"--set {assignment!r}: expected section.key=value, e.g. ppo.learning_rate=1e-3"
+        )
     parts = key.split(".")
     if len(parts) != 2 or not all(parts):
-        raise ConfigError(f"--set {assignment!r}: the key must be section.key "
-                          f"(sections: {', '.join(Config.__struct_fields__)})")
+        raise ConfigError(
+            f"--set {assignment!r}: the key must be section.key "
+            f"(sections: {', '.join(Config.__struct_fields__)})"
+        )
     section = data.setdefault(parts[0], {})
     if not isinstance(section, dict):
         raise ConfigError(f"--set {assignment!r}: {parts[0]} is not a section")
     section[parts[1]] = _parse_value(value.strip())
 
 
-def load_config(path: str | os.PathLike[str] | None = None, overrides: Sequence[str] = (),
-                extra: dict[str, dict[str, Any]] | None = None) -> Config:
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    overrides: Sequence[str] = (),
+    extra: dict[str, dict[str, Any]] | None = None,
+) -> Config:
     """Config from a TOML file (optional), then `extra` (from dedicated flags), then `--set`s."""
     data: dict[str, Any] = {}
     source = "config"
@@ -274,8 +292,9 @@ def load_config(path: str | os.PathLike[str] | None = None, overrides: Sequence[
         except tomllib.TOMLDecodeError as error:
             raise ConfigError(f"{path}: not valid TOML: {error}") from None
         except UnicodeDecodeError:
-            raise ConfigError(f"{path}: not valid TOML (not UTF-8 text: is it the config "
-                              "file?)") from None
+            raise ConfigError(
+                f"{path}: not valid TOML (not UTF-8 text: is it the config file?)"
+            ) from None
     for section, values in (extra or {}).items():
         data.setdefault(section, {}).update(values)
     for assignment in overrides:

@@ -64,22 +64,31 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="operant eval", description=__doc__.split("\n\n")[0])
-    parser.add_argument("target", metavar="RUN|MODEL|CHECKPOINT",
-                        help="a run id, 'latest', a run directory, a model file (model.pt, "
-                             "best.pt) or a checkpoint (checkpoints/ckpt-*.pt)")
-    parser.add_argument("--best", action="store_true",
-                        help="a run's best policy (best.pt) instead of its last one")
-    parser.add_argument("--episodes", type=int, default=100,
-                        help="episodes to finish (default 100)")
+    parser.add_argument(
+        "target",
+        metavar="RUN|MODEL|CHECKPOINT",
+        help="a run id, 'latest', a run directory, a model file (model.pt, "
+        "best.pt) or a checkpoint (checkpoints/ckpt-*.pt)",
+    )
+    parser.add_argument(
+        "--best", action="store_true", help="a run's best policy (best.pt) instead of its last one"
+    )
+    parser.add_argument(
+        "--episodes", type=int, default=100, help="episodes to finish (default 100)"
+    )
     parser.add_argument("--num-envs", type=int, default=16, help="envs stepped together")
     parser.add_argument("--seed", type=int, default=12345, help="env seed")
-    parser.add_argument("--stochastic", action="store_true",
-                        help="sample actions instead of greedy")
+    parser.add_argument(
+        "--stochastic", action="store_true", help="sample actions instead of greedy"
+    )
     parser.add_argument("--runs-dir", help="runs root, to resolve a run id")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--video", metavar="FILE.mp4|FILE.gif",
-                        help="record the episodes (on one env) to a video file; needs the "
-                             "video extra: pip install \"operant-rl[video]\"")
+    parser.add_argument(
+        "--video",
+        metavar="FILE.mp4|FILE.gif",
+        help="record the episodes (on one env) to a video file; needs the "
+        'video extra: pip install "operant-rl[video]"',
+    )
     return parser
 
 
@@ -102,32 +111,49 @@ def load_policy_file(path: Path) -> LoadedPolicy:
     except FileNotFoundError:
         raise EvalInputError(f"{path}: no such file") from None
     except Exception as error:  # any failure to parse an untrusted file: it is not ours
-        raise EvalInputError(f"{path} is not an operant model or checkpoint "
-                             f"({_first_line(error)})") from None
+        raise EvalInputError(
+            f"{path} is not an operant model or checkpoint ({_first_line(error)})"
+        ) from None
     if isinstance(payload, dict) and payload.get("format") == checkpoint.FORMAT:
         try:
             payload = checkpoint.load(path)  # again, with its version and digest checked
         except checkpoint.CheckpointError as error:
             raise EvalInputError(str(error)) from None
         state = payload["trainer"]
-        return LoadedPolicy(path, "checkpoint", payload["config"], state["policy"],
-                            state.get("obs_normalizer"),
-                            int(state["counters"]["global_step"]))
-    if not (isinstance(payload, dict) and isinstance(payload.get("policy"), dict)
-            and isinstance(payload.get("config"), dict)):
-        raise EvalInputError(f"{path} is not an operant model or checkpoint (it holds no "
-                             "policy and config)")
+        return LoadedPolicy(
+            path,
+            "checkpoint",
+            payload["config"],
+            state["policy"],
+            state.get("obs_normalizer"),
+            int(state["counters"]["global_step"]),
+        )
+    if not (
+        isinstance(payload, dict)
+        and isinstance(payload.get("policy"), dict)
+        and isinstance(payload.get("config"), dict)
+    ):
+        raise EvalInputError(
+            f"{path} is not an operant model or checkpoint (it holds no policy and config)"
+        )
     step = payload.get("global_step")
-    return LoadedPolicy(path, "model", payload["config"], payload["policy"],
-                        payload.get("obs_normalizer"), int(step) if step is not None else None)
+    return LoadedPolicy(
+        path,
+        "model",
+        payload["config"],
+        payload["policy"],
+        payload.get("obs_normalizer"),
+        int(step) if step is not None else None,
+    )
 
 
 def _batch_size(config: dict[str, Any]) -> int:
     from operant.trainer.config import EnvConfig, PPOConfig
 
     env, ppo = config.get("env", {}), config.get("ppo", {})
-    return (int(env.get("num_envs", EnvConfig().num_envs))
-            * int(ppo.get("num_steps", PPOConfig().num_steps)))
+    return int(env.get("num_envs", EnvConfig().num_envs)) * int(
+        ppo.get("num_steps", PPOConfig().num_steps)
+    )
 
 
 def load_run_policy(run_dir: Path, best: bool) -> LoadedPolicy:
@@ -138,8 +164,10 @@ def load_run_policy(run_dir: Path, best: bool) -> LoadedPolicy:
 
     if best:
         if not (run_dir / BEST_FILE).is_file():
-            raise EvalInputError(f"run {run_dir.name!r} has no {BEST_FILE}; leave out --best "
-                                 "to evaluate its last policy")
+            raise EvalInputError(
+                f"run {run_dir.name!r} has no {BEST_FILE}; leave out --best "
+                "to evaluate its last policy"
+            )
         return load_policy_file(run_dir / BEST_FILE)
     checkpoints = checkpoint.checkpoint_files(run_dir / runs.CHECKPOINT_DIR)
     newest = checkpoints[-1] if checkpoints else None
@@ -148,7 +176,8 @@ def load_run_policy(run_dir: Path, best: bool) -> LoadedPolicy:
             raise EvalInputError(
                 f"{run_dir} holds no {MODEL_FILE} and no checkpoint: a run writes a checkpoint "
                 "when it is stopped, on SIGUSR1, every checkpoint.every_seconds, and "
-                f"{MODEL_FILE} when it finishes")
+                f"{MODEL_FILE} when it finishes"
+            )
         return load_policy_file(newest)
     model = load_policy_file(run_dir / MODEL_FILE)
     if newest is None or model.global_step is None:
@@ -167,8 +196,10 @@ def resolve(target: str, runs_dir: str | None, best: bool) -> LoadedPolicy:
         return load_run_policy(run_dir, best)
     if path.exists():
         if best:
-            raise EvalInputError(f"--best picks a run's {BEST_FILE}: name the run (its id, "
-                                 f"'latest' or its directory), not the file {path}")
+            raise EvalInputError(
+                f"--best picks a run's {BEST_FILE}: name the run (its id, "
+                f"'latest' or its directory), not the file {path}"
+            )
         return load_policy_file(path)
     if "/" in target or target.endswith(".pt"):
         raise EvalInputError(f"{path}: no such file")
@@ -192,8 +223,10 @@ def build_policy(loaded: LoadedPolicy, num_envs: int) -> tuple[Any, Any, Any, An
     try:
         config = msgspec.convert(loaded.config, Config)
     except msgspec.ValidationError as error:
-        raise EvalInputError(f"{loaded.path}: its config does not fit this operant ({error}); "
-                             "evaluate it with the operant version that trained it") from None
+        raise EvalInputError(
+            f"{loaded.path}: its config does not fit this operant ({error}); "
+            "evaluate it with the operant version that trained it"
+        ) from None
     try:
         env = make_env(config.env.id, num_envs, impl=config.env.impl, copy=False)
         policy = build_registered_policy(config, env.obs_spec, env.act_spec)
@@ -206,13 +239,15 @@ def build_policy(loaded: LoadedPolicy, num_envs: int) -> tuple[Any, Any, Any, An
             normalizer = ObservationNormalizer(env.obs_spec.shape, config.normalize.clip_obs)
             normalizer.load_state_dict(loaded.obs_normalizer)
     except (RuntimeError, KeyError, ValueError) as error:
-        raise EvalInputError(f"{loaded.path}: its weights do not fit its own config "
-                             f"({_first_line(error)})") from None
+        raise EvalInputError(
+            f"{loaded.path}: its weights do not fit its own config ({_first_line(error)})"
+        ) from None
     return config, env, policy, normalizer
 
 
-def play(env: Any, policy: Any, normalizer: Any, episodes: int, seed: int,
-         stochastic: bool) -> list[float]:
+def play(
+    env: Any, policy: Any, normalizer: Any, episodes: int, seed: int, stochastic: bool
+) -> list[float]:
     """Returns of the first `episodes` episodes to finish."""
     import torch
 
@@ -221,16 +256,18 @@ def play(env: Any, policy: Any, normalizer: Any, episodes: int, seed: int,
     env.reset(seed=seed)
     env.drain_episode_stats()
     obs = env.obs if isinstance(env.obs, torch.Tensor) else torch.from_numpy(env.obs)
-    actions = (env.actions if isinstance(env.actions, torch.Tensor)
-               else torch.from_numpy(env.actions))
+    actions = (
+        env.actions if isinstance(env.actions, torch.Tensor) else torch.from_numpy(env.actions)
+    )
     returns: list[float] = []
     with torch.inference_mode():
         while len(returns) < episodes:
             seen = obs if normalizer is None else normalizer(obs)
             chosen = policy.act(seen, generator)[0] if stochastic else policy.greedy(seen)
             if not act_spec.discrete:
-                chosen = torch.clamp(chosen, torch.as_tensor(act_spec.low),
-                                     torch.as_tensor(act_spec.high))
+                chosen = torch.clamp(
+                    chosen, torch.as_tensor(act_spec.low), torch.as_tensor(act_spec.high)
+                )
             actions.copy_(chosen)
             env.step_bound()
             finished = env.drain_episode_stats().episodes
@@ -249,8 +286,9 @@ def check_video(path: Path) -> Any:
     in a folder that exists, with its writer installed. Raises EvalInputError, one line."""
     suffix = path.suffix.lower()
     if suffix != GIF_SUFFIX and suffix not in FFMPEG_SUFFIXES:
-        raise EvalInputError(f"--video {path}: write a {GIF_SUFFIX} or one of "
-                             f"{', '.join(FFMPEG_SUFFIXES)}")
+        raise EvalInputError(
+            f"--video {path}: write a {GIF_SUFFIX} or one of {', '.join(FFMPEG_SUFFIXES)}"
+        )
     if not path.parent.is_dir():
         raise EvalInputError(f"--video {path}: no folder {path.parent}")
     try:
@@ -273,8 +311,15 @@ def open_video(path: Path, fps: float) -> Any:
     return imageio.get_writer(path, mode="I", fps=fps, macro_block_size=1)
 
 
-def record(config: Any, policy: Any, normalizer: Any, episodes: int, seed: int,
-           stochastic: bool, path: Path) -> tuple[list[float], int]:
+def record(
+    config: Any,
+    policy: Any,
+    normalizer: Any,
+    episodes: int,
+    seed: int,
+    stochastic: bool,
+    path: Path,
+) -> tuple[list[float], int]:
     """Play `episodes` episodes on one env drawn into the video `path`; returns their returns
     and the number of frames written."""
     import torch
@@ -284,8 +329,14 @@ def record(config: Any, policy: Any, normalizer: Any, episodes: int, seed: int,
     from operant.envs import EnvError, make_env
 
     try:
-        env = make_env(config.env.id, 1, impl=config.env.impl, copy=False,
-                       render_mode="rgb_array", autoreset_mode=AutoresetMode.NEXT_STEP)
+        env = make_env(
+            config.env.id,
+            1,
+            impl=config.env.impl,
+            copy=False,
+            render_mode="rgb_array",
+            autoreset_mode=AutoresetMode.NEXT_STEP,
+        )
     except EnvError as error:
         raise EvalInputError(f"--video: {error}") from None
     writer = open_video(path, float(env.metadata.get("render_fps", 30)))
@@ -303,10 +354,12 @@ def record(config: Any, policy: Any, normalizer: Any, episodes: int, seed: int,
                 seen = seen if normalizer is None else normalizer(seen)
                 chosen = policy.act(seen, generator)[0] if stochastic else policy.greedy(seen)
                 if isinstance(space, spaces.Box):
-                    chosen = torch.clamp(chosen, torch.as_tensor(space.low),
-                                         torch.as_tensor(space.high))
+                    chosen = torch.clamp(
+                        chosen, torch.as_tensor(space.low), torch.as_tensor(space.high)
+                    )
                 obs, reward, terminated, truncated, _ = env.step(
-                    chosen if env.impl == "torch" else chosen.numpy())
+                    chosen if env.impl == "torch" else chosen.numpy()
+                )
                 writer.append_data(env.render()[0])
                 frames += 1
                 episode_return += float(reward[0])
@@ -337,27 +390,44 @@ def main(argv: list[str] | None = None) -> int:
     video: dict[str, Any] = {}
     if args.video is not None:
         try:
-            returns, frames = record(config, policy, normalizer, args.episodes, args.seed,
-                                     args.stochastic, Path(args.video).expanduser())
+            returns, frames = record(
+                config,
+                policy,
+                normalizer,
+                args.episodes,
+                args.seed,
+                args.stochastic,
+                Path(args.video).expanduser(),
+            )
         except EvalInputError as error:
             print(f"operant eval: {error}", file=sys.stderr)
             return EXIT_USAGE
         video = {"video": str(Path(args.video).expanduser()), "video_frames": frames}
     else:
         returns = play(env, policy, normalizer, args.episodes, args.seed, args.stochastic)
-    result = {"model": str(loaded.path), "kind": loaded.kind, "global_step": loaded.global_step,
-              "env_id": config.env.id, "episodes": len(returns),
-              "return_mean": float(np.mean(returns)), "return_std": float(np.std(returns)),
-              "return_min": float(np.min(returns)), "return_max": float(np.max(returns)),
-              "greedy": not args.stochastic, **video}
+    result = {
+        "model": str(loaded.path),
+        "kind": loaded.kind,
+        "global_step": loaded.global_step,
+        "env_id": config.env.id,
+        "episodes": len(returns),
+        "return_mean": float(np.mean(returns)),
+        "return_std": float(np.std(returns)),
+        "return_min": float(np.min(returns)),
+        "return_max": float(np.max(returns)),
+        "greedy": not args.stochastic,
+        **video,
+    }
     if args.json:
         print(json.dumps(result))
         return EXIT_OK
     step = f" at step {loaded.global_step:,}" if loaded.global_step is not None else ""
-    print(f"{config.env.id}: {len(returns)} episodes, return {result['return_mean']:.1f} "
-          f"± {result['return_std']:.1f} (min {result['return_min']:.1f}, max "
-          f"{result['return_max']:.1f}), {'greedy' if not args.stochastic else 'stochastic'}; "
-          f"{loaded.kind} {loaded.path}{step}")
+    print(
+        f"{config.env.id}: {len(returns)} episodes, return {result['return_mean']:.1f} "
+        f"± {result['return_std']:.1f} (min {result['return_min']:.1f}, max "
+        f"{result['return_max']:.1f}), {'greedy' if not args.stochastic else 'stochastic'}; "
+        f"{loaded.kind} {loaded.path}{step}"
+    )
     if video:
         print(f"video: {video['video']} ({video['video_frames']} frames)")
     return EXIT_OK

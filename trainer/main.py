@@ -30,6 +30,7 @@ from operant.trainer.exit_codes import (  # noqa: F401  (operant-train's documen
     EXIT_OK,
     EXIT_USAGE,
 )
+
 # Re-exported: they lived here before trainer.progress, and callers import them from here.
 from operant.trainer.progress import ProgressLog, plain_line  # noqa: F401
 from operant.trainer.progress import number_or_dash as _fmt  # noqa: F401
@@ -46,41 +47,68 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="operant-train",
         description="Train a policy with PPO, headless. Config: defaults < --config FILE < "
-                    "dedicated flags < --set section.key=value.",
+        "dedicated flags < --set section.key=value.",
         epilog="Exit codes: 0 finished (or stopped by SIGTERM/SIGINT, checkpointed), "
-               "1 training failed, 2 bad input (or a device, package or memory this machine "
-               "lacks), 75 the disk is full, 130 a second SIGINT.")
+        "1 training failed, 2 bad input (or a device, package or memory this machine "
+        "lacks), 75 the disk is full, 130 a second SIGINT.",
+    )
     parser.add_argument("--config", metavar="FILE.toml", help="TOML config file")
-    parser.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append",
-                        default=[], help="override one config value, e.g. ppo.learning_rate=1e-3")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="override one config value, e.g. ppo.learning_rate=1e-3",
+    )
     parser.add_argument("--env", help="environment id (env.id), e.g. CartPole-v1")
     parser.add_argument("--total-steps", type=int, metavar="N", help="train.total_steps")
     parser.add_argument("--seed", type=int, metavar="S", help="train.seed")
     parser.add_argument("--runs-dir", metavar="DIR", help="runs root (train.runs_dir)")
     parser.add_argument("--run-id", metavar="ID", help="run directory name (train.run_id)")
-    parser.add_argument("--resume", metavar="RUN_ID|latest|auto",
-                        help="continue a run from its newest checkpoint, in its directory; auto: "
-                             "continue the configured train.run_id if it has a checkpoint, else "
-                             "start it")
-    parser.add_argument("--log-format", choices=("plain", "json"), default="plain",
-                        help="plain: one compact line per update; json: one JSON object per line")
-    parser.add_argument("--tensorboard", action="store_true", default=None,
-                        help="also write TensorBoard event files into the run directory "
-                             "(train.tensorboard)")
+    parser.add_argument(
+        "--resume",
+        metavar="RUN_ID|latest|auto",
+        help="continue a run from its newest checkpoint, in its directory; auto: "
+        "continue the configured train.run_id if it has a checkpoint, else "
+        "start it",
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=("plain", "json"),
+        default="plain",
+        help="plain: one compact line per update; json: one JSON object per line",
+    )
+    parser.add_argument(
+        "--tensorboard",
+        action="store_true",
+        default=None,
+        help="also write TensorBoard event files into the run directory (train.tensorboard)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress lines, only the summary")
-    parser.add_argument("--detach", action="store_true",
-                        help="train in the background (log in the run directory), print the run id")
-    parser.add_argument("--monitor", action="store_true",
-                        help="train in the background and watch it here (q detaches)")
+    parser.add_argument(
+        "--detach",
+        action="store_true",
+        help="train in the background (log in the run directory), print the run id",
+    )
+    parser.add_argument(
+        "--monitor",
+        action="store_true",
+        help="train in the background and watch it here (q detaches)",
+    )
     return parser
 
 
 def _flag_values(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     extra: dict[str, dict[str, Any]] = {}
-    for value, section, key in ((args.env, "env", "id"), (args.total_steps, "train", "total_steps"),
-                                (args.seed, "train", "seed"), (args.runs_dir, "train", "runs_dir"),
-                                (args.run_id, "train", "run_id"),
-                                (args.tensorboard, "train", "tensorboard")):
+    for value, section, key in (
+        (args.env, "env", "id"),
+        (args.total_steps, "train", "total_steps"),
+        (args.seed, "train", "seed"),
+        (args.runs_dir, "train", "runs_dir"),
+        (args.run_id, "train", "run_id"),
+        (args.tensorboard, "train", "tensorboard"),
+    ):
         if value is not None:
             extra.setdefault(section, {})[key] = value
     return extra
@@ -99,9 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     plan = None
     try:
         # Heavy imports after argument parsing, so --help and usage errors are instant.
+        from operant.envs import EnvError
         from operant.shared import runs
         from operant.trainer.config import ConfigError
-        from operant.envs import EnvError
         from operant.trainer.resume import ResumeError, plan_run
 
         try:
@@ -124,8 +152,9 @@ def main(argv: list[str] | None = None) -> int:
             from operant.launch import launch
 
             plan.release()  # the background trainer takes the run's lock itself
-            return launch(sys.argv[1:] if argv is None else argv, plan.root, plan.run_id,
-                          monitor=args.monitor)
+            return launch(
+                sys.argv[1:] if argv is None else argv, plan.root, plan.run_id, monitor=args.monitor
+            )
         from operant.trainer import session
 
         try:

@@ -44,17 +44,26 @@ class RunningMeanStd(nn.Module):
         if work is None:
             like = dict(dtype=torch.float64, device=self.mean.device)
             with _normal_tensors():
-                work = {"batch": torch.empty(batch.shape, **like),
-                        **{name: torch.empty(self.mean.shape, **like)
-                           for name in ("batch_mean", "batch_var", "delta", "m2", "scratch")},
-                        "batch_count": torch.tensor(float(batch.shape[0]), **like),
-                        "total": torch.empty((), **like)}
+                work = {
+                    "batch": torch.empty(batch.shape, **like),
+                    **{
+                        name: torch.empty(self.mean.shape, **like)
+                        for name in ("batch_mean", "batch_var", "delta", "m2", "scratch")
+                    },
+                    "batch_count": torch.tensor(float(batch.shape[0]), **like),
+                    "total": torch.empty((), **like),
+                }
             self._workspaces[key] = work
         return work
 
     def update(self, batch: torch.Tensor) -> None:
         work = self._workspace(batch)
-        batch64, count, batch_count, total = work["batch"], self.count, work["batch_count"], work["total"]
+        batch64, count, batch_count, total = (
+            work["batch"],
+            self.count,
+            work["batch_count"],
+            work["total"],
+        )
         batch_mean, batch_var, delta = work["batch_mean"], work["batch_var"], work["delta"]
         m2, scratch = work["m2"], work["scratch"]
         batch64.copy_(batch)
@@ -69,7 +78,8 @@ class RunningMeanStd(nn.Module):
         # mean += delta * batch_count / total
         torch.mul(delta, batch_count, out=scratch).div_(total)
         self.mean.add_(scratch)
-        # var = (var * count + batch_var * batch_count + delta^2 * count * batch_count / total) / total
+        # var = (var * count + batch_var * batch_count
+        #        + delta^2 * count * batch_count / total) / total
         torch.mul(self.var, count, out=m2).addcmul_(batch_var, batch_count)
         torch.mul(delta, delta, out=scratch).mul_(count).mul_(batch_count).div_(total)
         m2.add_(scratch)
@@ -81,9 +91,11 @@ def check_obs_normalizable(obs_spec: ObsSpec, env_id: str) -> None:
     """Refuse normalize.obs for observations that are not floating point (frames, tokens):
     a running mean over pixel or token codes means nothing, and would cost a float copy."""
     if not obs_spec.is_float:
-        raise ConfigError(f"normalize.obs = true needs floating-point observations, and "
-                          f"{env_id} has {obs_spec.dtype} {obs_spec.shape} ones: set "
-                          "normalize.obs = false")
+        raise ConfigError(
+            f"normalize.obs = true needs floating-point observations, and "
+            f"{env_id} has {obs_spec.dtype} {obs_spec.shape} ones: set "
+            "normalize.obs = false"
+        )
 
 
 class ObservationNormalizer(nn.Module):
@@ -97,10 +109,12 @@ class ObservationNormalizer(nn.Module):
         super().__init__()
         self.stats = RunningMeanStd((shape,) if isinstance(shape, int) else tuple(shape))
         self.clip = clip
-        self.register_buffer("_epsilon", torch.tensor(epsilon, dtype=torch.float64),
-                             persistent=False)
-        self._workspaces: dict[tuple[tuple[int, ...], torch.dtype, torch.device],
-                               tuple[torch.Tensor, ...]] = {}
+        self.register_buffer(
+            "_epsilon", torch.tensor(epsilon, dtype=torch.float64), persistent=False
+        )
+        self._workspaces: dict[
+            tuple[tuple[int, ...], torch.dtype, torch.device], tuple[torch.Tensor, ...]
+        ] = {}
 
     def forward(self, obs: torch.Tensor, update: bool = False) -> torch.Tensor:
         if update:
@@ -109,9 +123,11 @@ class ObservationNormalizer(nn.Module):
         work = self._workspaces.get(key)
         if work is None:
             with _normal_tensors():
-                work = (torch.empty(obs.shape[1:], dtype=torch.float64, device=obs.device),
-                        torch.empty(obs.shape, dtype=torch.float64, device=obs.device),
-                        torch.empty_like(obs))
+                work = (
+                    torch.empty(obs.shape[1:], dtype=torch.float64, device=obs.device),
+                    torch.empty(obs.shape, dtype=torch.float64, device=obs.device),
+                    torch.empty_like(obs),
+                )
             self._workspaces[key] = work
         scale, normalized, out = work
         torch.add(self.stats.var, self._epsilon, out=scale).rsqrt_()
@@ -133,8 +149,7 @@ class RewardNormalizer(nn.Module):
         self.clip = clip
         for name, value in (("_gamma", gamma), ("_epsilon", epsilon), ("_one", 1.0)):
             self.register_buffer(name, torch.tensor(value, dtype=torch.float64), persistent=False)
-        self._workspaces: dict[tuple[torch.dtype, torch.device],
-                               tuple[torch.Tensor, ...]] = {}
+        self._workspaces: dict[tuple[torch.dtype, torch.device], tuple[torch.Tensor, ...]] = {}
 
     def forward(self, rewards: torch.Tensor, dones: torch.Tensor) -> torch.Tensor:
         """Normalise one step's rewards (N,); `dones` (N,) ends each env's return after it."""
@@ -142,9 +157,12 @@ class RewardNormalizer(nn.Module):
         work = self._workspaces.get(key)
         if work is None:
             with _normal_tensors():
-                work = (torch.empty_like(self.returns), torch.empty_like(self.stats.var),
-                        torch.empty((), dtype=rewards.dtype, device=rewards.device),
-                        torch.empty_like(rewards))
+                work = (
+                    torch.empty_like(self.returns),
+                    torch.empty_like(self.stats.var),
+                    torch.empty((), dtype=rewards.dtype, device=rewards.device),
+                    torch.empty_like(rewards),
+                )
             self._workspaces[key] = work
         wide, std, narrow_std, scaled = work
         # float32 inputs widened into float64 workspaces first (a mixed-dtype operation would

@@ -20,8 +20,8 @@ discrete actions from a single `heads(obs)` method, for encoders written elsewhe
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import torch
@@ -44,8 +44,11 @@ class PolicyEntry:
 POLICIES: dict[str, PolicyEntry] = {}
 
 
-def register_policy(name: str, matches: Callable[[ObsSpec, ActSpec], bool],
-                    build: Callable[[Config, ObsSpec, ActSpec], nn.Module]) -> None:
+def register_policy(
+    name: str,
+    matches: Callable[[ObsSpec, ActSpec], bool],
+    build: Callable[[Config, ObsSpec, ActSpec], nn.Module],
+) -> None:
     """Make `name` choosable as `policy.kind`, and by "auto" for specs it `matches`.
     Registering a name again replaces it (a module imported twice registers twice)."""
     if name == AUTO:
@@ -55,8 +58,7 @@ def register_policy(name: str, matches: Callable[[ObsSpec, ActSpec], bool],
 
 def describe(obs_spec: ObsSpec, act_spec: ActSpec) -> str:
     """Specs in the user's words: 'uint8 (2, 8, 8) observations and Discrete(2) actions'."""
-    actions = (f"Discrete({act_spec.num_actions})" if act_spec.discrete
-               else f"Box{act_spec.shape}")
+    actions = f"Discrete({act_spec.num_actions})" if act_spec.discrete else f"Box{act_spec.shape}"
     return f"{obs_spec.dtype} {obs_spec.shape} observations and {actions} actions"
 
 
@@ -67,41 +69,49 @@ def choose_policy(kind: str, obs_spec: ObsSpec, act_spec: ActSpec) -> PolicyEntr
         for entry in POLICIES.values():
             if entry.matches(obs_spec, act_spec):
                 return entry
-        raise ConfigError(f"policy.kind = \"auto\": no registered policy reads "
-                          f"{describe(obs_spec, act_spec)} (registered: "
-                          f"{', '.join(POLICIES)}); register one with "
-                          "operant.trainer.policies.register_policy")
+        raise ConfigError(
+            f'policy.kind = "auto": no registered policy reads '
+            f"{describe(obs_spec, act_spec)} (registered: "
+            f"{', '.join(POLICIES)}); register one with "
+            "operant.trainer.policies.register_policy"
+        )
     entry = POLICIES.get(kind)
     if entry is None:
-        raise ConfigError(f"policy.kind = {kind!r} is not a registered policy; choose one of: "
-                          f"{', '.join((AUTO, *POLICIES))}")
+        raise ConfigError(
+            f"policy.kind = {kind!r} is not a registered policy; choose one of: "
+            f"{', '.join((AUTO, *POLICIES))}"
+        )
     if not entry.matches(obs_spec, act_spec):
-        raise ConfigError(f"policy.kind = {kind!r} cannot read {describe(obs_spec, act_spec)}; "
-                          f"use policy.kind = \"auto\" or a policy made for them")
+        raise ConfigError(
+            f"policy.kind = {kind!r} cannot read {describe(obs_spec, act_spec)}; "
+            f'use policy.kind = "auto" or a policy made for them'
+        )
     return entry
 
 
 def build_policy(config: Config, obs_spec: ObsSpec, act_spec: ActSpec) -> nn.Module:
     """The module `config.policy.kind` chooses for these specs (CPU)."""
-    return choose_policy(config.policy.kind, obs_spec, act_spec).build(config, obs_spec,
-                                                                         act_spec)
+    return choose_policy(config.policy.kind, obs_spec, act_spec).build(config, obs_spec, act_spec)
 
 
 # --- the built-in MLP ----------------------------------------------------------------------
+
 
 def _mlp_matches(obs_spec: ObsSpec, act_spec: ActSpec) -> bool:
     return len(obs_spec.shape) == 1 and obs_spec.dtype == np.float32
 
 
 def _build_mlp(config: Config, obs_spec: ObsSpec, act_spec: ActSpec) -> nn.Module:
-    return ActorCritic.from_config(config.policy, obs_spec.shape[0], act_spec.num_actions,
-                                   not act_spec.discrete)
+    return ActorCritic.from_config(
+        config.policy, obs_spec.shape[0], act_spec.num_actions, not act_spec.discrete
+    )
 
 
 register_policy("mlp", _mlp_matches, _build_mlp)
 
 
 # --- a base for other encoders -------------------------------------------------------------
+
 
 class HeadsPolicy(nn.Module):
     """The policy contract for discrete actions, from one method a subclass writes:
@@ -116,8 +126,12 @@ class HeadsPolicy(nn.Module):
         raise NotImplementedError
 
     @torch.no_grad()
-    def act(self, obs: torch.Tensor, generator: torch.Generator | None = None,
-            out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None):
+    def act(
+        self,
+        obs: torch.Tensor,
+        generator: torch.Generator | None = None,
+        out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+    ):
         logits, values = self.heads(obs)
         log_probs = torch.log_softmax(logits, -1)
         cdf = torch.cumsum(log_probs.exp(), -1)

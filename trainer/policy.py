@@ -3,12 +3,13 @@
 Shared (`shared=True`, PufferLib's layout): one trunk, and a last layer whose columns are the
 actor's logits then the value — about half the arithmetic for the same widths.
 
-Separate (the default, CleanRL's layout): the two networks are stored stacked — layer l's weights are one (2, in, out) tensor, actor in
-row 0 and critic in row 1 — so one batched matmul (`baddbmm`) evaluates a layer of both. The
-arithmetic is exactly that of two separate MLPs (each row only ever multiplies its own
-weights); what changes is the number of operator calls, which is what bounds small networks
-on a CPU. The output layer is max(num_actions, 1) wide for both: the critic reads column 0,
-and its other columns get no gradient and stay zero.
+Separate (the default, CleanRL's layout): the two networks are stored stacked — layer l's
+weights are one (2, in, out) tensor, actor in row 0 and critic in row 1 — so one batched
+matmul (`baddbmm`) evaluates a layer of both. The arithmetic is exactly that of two separate
+MLPs (each row only ever multiplies its own weights); what changes is the number of operator
+calls, which is what bounds small networks on a CPU. The output layer is max(num_actions, 1)
+wide for both: the critic reads column 0, and its other columns get no gradient and stay
+zero.
 
 Sampling and log-probabilities are written out by hand rather than through
 torch.distributions: the same arithmetic without argument validation or object churn on the
@@ -53,8 +54,16 @@ class ActorCritic(nn.Module):
     unclipped sample (as CleanRL's ppo_continuous_action does).
     """
 
-    def __init__(self, obs_dim: int, num_actions: int, hidden: list[int], activation: str = "tanh",
-                 continuous: bool = False, log_std_init: float = 0.0, shared: bool = False):
+    def __init__(
+        self,
+        obs_dim: int,
+        num_actions: int,
+        hidden: list[int],
+        activation: str = "tanh",
+        continuous: bool = False,
+        log_std_init: float = 0.0,
+        shared: bool = False,
+    ):
         super().__init__()
         self.num_actions = num_actions
         self.continuous = continuous
@@ -70,8 +79,12 @@ class ActorCritic(nn.Module):
             for inputs, outputs in zip(widths[:-1], widths[1:]):
                 weights.append(_orthogonal(inputs, outputs, math.sqrt(2)))
                 biases.append(torch.zeros(outputs))
-            weights.append(torch.cat([_orthogonal(widths[-1], num_actions, 0.01),
-                                      _orthogonal(widths[-1], 1, 1.0)], dim=1))
+            weights.append(
+                torch.cat(
+                    [_orthogonal(widths[-1], num_actions, 0.01), _orthogonal(widths[-1], 1, 1.0)],
+                    dim=1,
+                )
+            )
             biases.append(torch.zeros(num_actions + 1))
         else:
             out = max(num_actions, 1)
@@ -94,10 +107,17 @@ class ActorCritic(nn.Module):
         self._workspaces: dict[tuple[int, torch.device], dict[str, Any]] = {}
 
     @classmethod
-    def from_config(cls, config, obs_dim: int, num_actions: int, continuous: bool) -> "ActorCritic":
+    def from_config(cls, config, obs_dim: int, num_actions: int, continuous: bool) -> ActorCritic:
         """The network a `PolicyConfig` describes."""
-        return cls(obs_dim, num_actions, config.hidden_sizes, config.activation,
-                   continuous=continuous, log_std_init=config.log_std_init, shared=config.shared)
+        return cls(
+            obs_dim,
+            num_actions,
+            config.hidden_sizes,
+            config.activation,
+            continuous=continuous,
+            log_std_init=config.log_std_init,
+            shared=config.shared,
+        )
 
     def heads(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(logits (B, num_actions), values (B,)) for observations (B, obs_dim)."""
@@ -107,13 +127,13 @@ class ActorCritic(nn.Module):
                 x = torch.addmm(bias, x, weight)
                 if index < self._last:
                     x = self.activation(x)
-            return x[:, :self.num_actions], x[:, self.num_actions]
+            return x[:, : self.num_actions], x[:, self.num_actions]
         x = obs.unsqueeze(0).expand(2, *obs.shape)
         for index, (weight, bias) in enumerate(self._layers):
             x = torch.baddbmm(bias, x, weight)
             if index < self._last:
                 x = self.activation(x)
-        return x[ACTOR, :, :self.num_actions], x[CRITIC, :, 0]
+        return x[ACTOR, :, : self.num_actions], x[CRITIC, :, 0]
 
     # -- the rollout path: no allocation after the first call for a batch size ---------------
     def _workspace(self, batch: int, device: torch.device) -> dict[str, Any]:
@@ -148,7 +168,9 @@ class ActorCritic(nn.Module):
         self._workspaces[key] = workspace
         return workspace
 
-    def _forward_into(self, obs: torch.Tensor, workspace: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _forward_into(
+        self, obs: torch.Tensor, workspace: dict[str, Any]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """`heads` computed into the workspace (views of its last layer)."""
         outputs = workspace["layers"]
         x = obs if self.shared else obs.unsqueeze(0).expand(2, *obs.shape)
@@ -162,9 +184,9 @@ class ActorCritic(nn.Module):
                 self.activation_(x)
         if self.shared:
             # The logits are the first columns of a wider row: give them rows of their own.
-            logits = workspace["logits"].copy_(x[:, :self.num_actions])
+            logits = workspace["logits"].copy_(x[:, : self.num_actions])
             return logits, x[:, self.num_actions]
-        return x[ACTOR, :, :self.num_actions], x[CRITIC, :, 0]
+        return x[ACTOR, :, : self.num_actions], x[CRITIC, :, 0]
 
     def value(self, obs: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """Critic only (separate: the stacked layers restricted to row 1; shared: the whole
@@ -184,8 +206,12 @@ class ActorCritic(nn.Module):
                     self.activation_(x)
             return out.copy_(x[:, 0])
 
-    def act(self, obs: torch.Tensor, generator: torch.Generator | None = None,
-            out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None):
+    def act(
+        self,
+        obs: torch.Tensor,
+        generator: torch.Generator | None = None,
+        out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+    ):
         """Sample actions; returns (actions, log-probabilities, values), written into `out`
         (three tensors of shapes (B, ...), (B,), (B,)) when given. Nothing is allocated once
         this batch size has been seen: every intermediate lives in a workspace.
@@ -197,15 +223,21 @@ class ActorCritic(nn.Module):
             workspace = self._workspace(batch, obs.device)
             if out is None:
                 shape = (batch, self.num_actions) if self.continuous else (batch,)
-                out = (torch.empty(shape, device=obs.device,
-                                   dtype=obs.dtype if self.continuous else torch.long),
-                       torch.empty(batch, device=obs.device), torch.empty(batch, device=obs.device))
+                out = (
+                    torch.empty(
+                        shape, device=obs.device, dtype=obs.dtype if self.continuous else torch.long
+                    ),
+                    torch.empty(batch, device=obs.device),
+                    torch.empty(batch, device=obs.device),
+                )
             actions, logprob, values = out
             logits, value = self._forward_into(obs, workspace)
             values.copy_(value)
             if self.continuous:
                 std = torch.exp(self.log_std, out=workspace["std"])
-                torch.exp(torch.neg(self.log_std, out=workspace["inv_std"]), out=workspace["inv_std"])
+                torch.exp(
+                    torch.neg(self.log_std, out=workspace["inv_std"]), out=workspace["inv_std"]
+                )
                 actions.normal_(generator=generator)
                 actions.mul_(std).add_(logits)
                 self._gaussian_logprob(logits, actions, out=logprob, workspace=workspace)
@@ -220,9 +252,13 @@ class ActorCritic(nn.Module):
             torch.gather(log_probs, -1, index, out=logprob.unsqueeze(-1))
             return out
 
-    def _gaussian_logprob(self, mean: torch.Tensor, actions: torch.Tensor,
-                          out: torch.Tensor | None = None,
-                          workspace: dict[str, Any] | None = None) -> torch.Tensor:
+    def _gaussian_logprob(
+        self,
+        mean: torch.Tensor,
+        actions: torch.Tensor,
+        out: torch.Tensor | None = None,
+        workspace: dict[str, Any] | None = None,
+    ) -> torch.Tensor:
         """Diagonal-Gaussian log-density of `actions`; into `out` through the workspace's
         noise buffer when given (then without gradients)."""
         if out is None:
@@ -283,9 +319,9 @@ class FlatParameters:
         with torch.no_grad():
             for p in self.params:
                 count = p.numel()
-                self.param[offset:offset + count].copy_(p.reshape(-1))
-                p.data = self.param.data[offset:offset + count].view_as(p)
-                p.grad = self.param.grad[offset:offset + count].view_as(p)
+                self.param[offset : offset + count].copy_(p.reshape(-1))
+                p.data = self.param.data[offset : offset + count].view_as(p)
+                p.grad = self.param.grad[offset : offset + count].view_as(p)
                 offset += count
 
     @property
@@ -316,8 +352,13 @@ class FlatAdam(nn.Module):
     Its moments and step count are buffers, so checkpoints carry them like any module state.
     """
 
-    def __init__(self, param: torch.Tensor, lr: float, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8):
+    def __init__(
+        self,
+        param: torch.Tensor,
+        lr: float,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+    ):
         super().__init__()
         self.param = param
         self.lr = lr
@@ -335,8 +376,8 @@ class FlatAdam(nn.Module):
         self.step_count.fill_(self.steps)
         self.exp_avg.lerp_(grad, 1 - self.beta1)
         self.exp_avg_sq.mul_(self.beta2).addcmul_(grad, grad, value=1 - self.beta2)
-        bias_correction1 = 1 - self.beta1 ** self.steps
-        bias_correction2_sqrt = math.sqrt(1 - self.beta2 ** self.steps)
+        bias_correction1 = 1 - self.beta1**self.steps
+        bias_correction2_sqrt = math.sqrt(1 - self.beta2**self.steps)
         denom = (self.exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(self.eps)
         self.param.addcdiv_(self.exp_avg, denom, value=-self.lr / bias_correction1)
 

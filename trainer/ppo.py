@@ -16,10 +16,16 @@ except ImportError:  # an unbuilt checkout: the torch loop computes the same thi
     _gae_kernel = None
 
 
-def compute_gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor,
-                next_value: torch.Tensor, gamma: float, gae_lambda: float,
-                advantages: torch.Tensor | None = None,
-                returns: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def compute_gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    dones: torch.Tensor,
+    next_value: torch.Tensor,
+    gamma: float,
+    gae_lambda: float,
+    advantages: torch.Tensor | None = None,
+    returns: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalised advantage estimation over a whole rollout, all envs at once.
 
     Shapes: rewards, values, dones (T, N); next_value (N,) is V(obs after the last step).
@@ -30,43 +36,70 @@ def compute_gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor
     zero-copy numpy views, the GIL released); anything else (CUDA, other dtypes) to the torch
     loop, `_compute_gae_torch`. Both compute the same float32 operations in the same order.
     """
-    if _gae_kernel is not None and _kernel_can_take(rewards, values, dones, next_value,
-                                                     advantages, returns):
+    if _gae_kernel is not None and _kernel_can_take(
+        rewards, values, dones, next_value, advantages, returns
+    ):
         if advantages is None:
             advantages = torch.empty_like(rewards)
         if returns is None:
             returns = torch.empty_like(rewards)
-        _gae_kernel(rewards.numpy(), values.numpy(), dones.numpy(), next_value.numpy(),
-                    gamma, gae_lambda, advantages.numpy(), returns.numpy())
+        _gae_kernel(
+            rewards.numpy(),
+            values.numpy(),
+            dones.numpy(),
+            next_value.numpy(),
+            gamma,
+            gae_lambda,
+            advantages.numpy(),
+            returns.numpy(),
+        )
         return advantages, returns
-    return _compute_gae_torch(rewards, values, dones, next_value, gamma, gae_lambda,
-                              advantages, returns)
+    return _compute_gae_torch(
+        rewards, values, dones, next_value, gamma, gae_lambda, advantages, returns
+    )
 
 
 def _kernel_can_take(*tensors: torch.Tensor | None) -> bool:
     """Whether every given tensor is one the Cython kernel reads in place: CPU, float32,
     contiguous, not part of an autograd graph. (A plain loop: this runs on every call.)"""
     for tensor in tensors:
-        if tensor is not None and not (tensor.is_cpu and tensor.dtype == torch.float32
-                                       and tensor.is_contiguous() and not tensor.requires_grad):
+        if tensor is not None and not (
+            tensor.is_cpu
+            and tensor.dtype == torch.float32
+            and tensor.is_contiguous()
+            and not tensor.requires_grad
+        ):
             return False
     return True
 
 
-def _compute_gae_torch(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor,
-                       next_value: torch.Tensor, gamma: float, gae_lambda: float,
-                       advantages: torch.Tensor | None = None,
-                       returns: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def _compute_gae_torch(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    dones: torch.Tensor,
+    next_value: torch.Tensor,
+    gamma: float,
+    gae_lambda: float,
+    advantages: torch.Tensor | None = None,
+    returns: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """compute_gae as a vectorised torch loop over steps: any device, any float dtype."""
-    shapes_ok = (rewards.dim() == 2 and rewards.numel() > 0
-                 and next_value.shape == rewards.shape[1:]
-                 and all(tensor is None or tensor.shape == rewards.shape
-                         for tensor in (values, dones, advantages, returns)))
+    shapes_ok = (
+        rewards.dim() == 2
+        and rewards.numel() > 0
+        and next_value.shape == rewards.shape[1:]
+        and all(
+            tensor is None or tensor.shape == rewards.shape
+            for tensor in (values, dones, advantages, returns)
+        )
+    )
     if not shapes_ok:
-        raise ValueError(f"GAE needs rewards, values, dones, advantages, returns of one (T, N) "
-                         f"shape, T, N >= 1, and next_value (N,), got {tuple(rewards.shape)}, "
-                         f"{tuple(values.shape)}, {tuple(dones.shape)}, "
-                         f"{tuple(next_value.shape)}")
+        raise ValueError(
+            f"GAE needs rewards, values, dones, advantages, returns of one (T, N) "
+            f"shape, T, N >= 1, and next_value (N,), got {tuple(rewards.shape)}, "
+            f"{tuple(values.shape)}, {tuple(dones.shape)}, "
+            f"{tuple(next_value.shape)}"
+        )
     steps = rewards.shape[0]
     if advantages is None:
         advantages = torch.empty_like(rewards)
@@ -84,11 +117,20 @@ def _compute_gae_torch(rewards: torch.Tensor, values: torch.Tensor, dones: torch
     return advantages, returns
 
 
-def ppo_update(policy: nn.Module, flat: FlatParameters, optimizer: FlatAdam,
-               config: PPOConfig,
-               b_obs: torch.Tensor, b_actions: torch.Tensor, b_logprobs: torch.Tensor,
-               b_advantages: torch.Tensor, b_returns: torch.Tensor, b_values: torch.Tensor,
-               minibatch_size: int, generator: torch.Generator) -> PPOStatistics:
+def ppo_update(
+    policy: nn.Module,
+    flat: FlatParameters,
+    optimizer: FlatAdam,
+    config: PPOConfig,
+    b_obs: torch.Tensor,
+    b_actions: torch.Tensor,
+    b_logprobs: torch.Tensor,
+    b_advantages: torch.Tensor,
+    b_returns: torch.Tensor,
+    b_values: torch.Tensor,
+    minibatch_size: int,
+    generator: torch.Generator,
+) -> PPOStatistics:
     """Clipped-surrogate PPO epochs over one flattened batch (`b_` tensors are (B, ...)).
 
     `optimizer` steps `flat.param`, the buffer every parameter of `policy` is a view of.
@@ -110,15 +152,24 @@ def ppo_update(policy: nn.Module, flat: FlatParameters, optimizer: FlatAdam,
         keep_stats = config.target_kl is not None or epoch == config.update_epochs - 1
         permutation = torch.randperm(batch, generator=generator).to(b_obs.device)
         e_obs, e_actions, e_logprobs, e_advantages, e_returns, e_values = (
-            tensor[permutation] for tensor in
-            (b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values))
+            tensor[permutation]
+            for tensor in (b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values)
+        )
         sums.zero_()
         count = 0
         for start in range(0, batch, minibatch_size):
             mb = slice(start, start + minibatch_size)
             loss, policy_loss, value_loss, entropy, ratio, log_ratio = _minibatch_loss(
-                policy, config, need_entropy_grad, e_obs[mb], e_actions[mb], e_logprobs[mb],
-                e_advantages[mb], e_returns[mb], e_values[mb])
+                policy,
+                config,
+                need_entropy_grad,
+                e_obs[mb],
+                e_actions[mb],
+                e_logprobs[mb],
+                e_advantages[mb],
+                e_returns[mb],
+                e_values[mb],
+            )
             flat.zero_grad()
             loss.backward()
             flat.clip_grad_norm_(config.max_grad_norm)
@@ -129,24 +180,46 @@ def ppo_update(policy: nn.Module, flat: FlatParameters, optimizer: FlatAdam,
                         entropy = policy.entropy(e_obs[mb])
                     approx_kl = ((ratio - 1) - log_ratio).mean()
                     clip_fraction = ((ratio - 1.0).abs() > config.clip_coef).float().mean()
-                    sums += torch.stack([policy_loss.detach(), value_loss.detach(),
-                                         entropy.mean(), approx_kl, clip_fraction])
+                    sums += torch.stack(
+                        [
+                            policy_loss.detach(),
+                            value_loss.detach(),
+                            entropy.mean(),
+                            approx_kl,
+                            clip_fraction,
+                        ]
+                    )
             count += 1
         epochs_run += 1
         if config.target_kl is not None and float(sums[3]) / count > config.target_kl:
             break
     means = (sums / count).tolist()
     variance = b_returns.var()
-    explained = float("nan") if variance == 0 else float(1 - (b_returns - b_values).var() / variance)
-    return PPOStatistics(policy_loss=means[0], value_loss=means[1], entropy=means[2],
-                         approx_kl=means[3], clip_fraction=means[4],
-                         explained_variance=explained, epochs=float(epochs_run))
+    explained = (
+        float("nan") if variance == 0 else float(1 - (b_returns - b_values).var() / variance)
+    )
+    return PPOStatistics(
+        policy_loss=means[0],
+        value_loss=means[1],
+        entropy=means[2],
+        approx_kl=means[3],
+        clip_fraction=means[4],
+        explained_variance=explained,
+        epochs=float(epochs_run),
+    )
 
 
-def _minibatch_loss(policy: nn.Module, config: PPOConfig, need_entropy_grad: bool,
-                    mb_obs: torch.Tensor, mb_actions: torch.Tensor, mb_logprobs: torch.Tensor,
-                    mb_advantages: torch.Tensor, mb_returns: torch.Tensor,
-                    mb_values: torch.Tensor) -> tuple[torch.Tensor, ...]:
+def _minibatch_loss(
+    policy: nn.Module,
+    config: PPOConfig,
+    need_entropy_grad: bool,
+    mb_obs: torch.Tensor,
+    mb_actions: torch.Tensor,
+    mb_logprobs: torch.Tensor,
+    mb_advantages: torch.Tensor,
+    mb_returns: torch.Tensor,
+    mb_values: torch.Tensor,
+) -> tuple[torch.Tensor, ...]:
     """One minibatch's PPO loss: (total loss, clipped surrogate, value loss, entropy or None,
     probability ratio, its log), the last four kept for the statistics."""
     logprob, entropy, value = policy.evaluate(mb_obs, mb_actions, entropy=need_entropy_grad)

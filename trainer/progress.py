@@ -23,22 +23,25 @@ def number_or_dash(value: Any, spec: str) -> str:
 
 def plain_line(record: UpdateRecord, total_updates: int) -> str:
     """One update in one line, for people watching a terminal."""
-    return (f"update {record.updates}/{total_updates}  step {record.global_step:,}  "
-            f"sps {record.sps:,.0f}  return {number_or_dash(record.episode_return_mean, '.1f')}  "
-            f"episodes {record.episodes:,}  "
-            f"pg {number_or_dash(record.policy_loss, '.4f')}  "
-            f"vf {number_or_dash(record.value_loss, '.3f')}  "
-            f"ent {number_or_dash(record.entropy, '.3f')}  "
-            f"kl {number_or_dash(record.approx_kl, '.4f')}  "
-            f"clip {number_or_dash(record.clip_fraction, '.3f')}  t {record.elapsed_s:.1f}s")
+    return (
+        f"update {record.updates}/{total_updates}  step {record.global_step:,}  "
+        f"sps {record.sps:,.0f}  return {number_or_dash(record.episode_return_mean, '.1f')}  "
+        f"episodes {record.episodes:,}  "
+        f"pg {number_or_dash(record.policy_loss, '.4f')}  "
+        f"vf {number_or_dash(record.value_loss, '.3f')}  "
+        f"ent {number_or_dash(record.entropy, '.3f')}  "
+        f"kl {number_or_dash(record.approx_kl, '.4f')}  "
+        f"clip {number_or_dash(record.clip_fraction, '.3f')}  t {record.elapsed_s:.1f}s"
+    )
 
 
 class ProgressLog:
     """Every update to progress.jsonl; every `every`-th to `out`, plain or JSON (`fmt`)."""
 
-    def __init__(self, path: Path, out: TextIO, fmt: str, every: int, total_updates: int,
-                 quiet: bool):
-        self.file = open(path, "a", buffering=1)
+    def __init__(
+        self, path: Path, out: TextIO, fmt: str, every: int, total_updates: int, quiet: bool
+    ):
+        self.file = open(path, "a", buffering=1)  # noqa: SIM115 (open for the run; close())
         self.out, self.fmt, self.every = out, fmt, every
         self.total, self.quiet = total_updates, quiet
 

@@ -98,8 +98,9 @@ def lock_run_dir(run_dir: Path) -> int:
             holder = f" (pid {pid})" if pid else ""
         except (OSError, ValueError):
             pass
-        raise RunInUseError(f"run {run_dir.name!r} is being trained by another process{holder}; "
-                            "stop it first") from None
+        raise RunInUseError(
+            f"run {run_dir.name!r} is being trained by another process{holder}; stop it first"
+        ) from None
     return fd
 
 
@@ -115,9 +116,14 @@ def _finish(config: Config, root: Path, run_id: str) -> RunPlan:
         # The budget trained is the one recorded (run.json, checkpoints, the monitor's
         # progress), so every place that shows it agrees with the summary.
         config.train.total_steps = derived.total_steps
-    return RunPlan(config=config, derived=derived,
-                   impl=resolve_impl(config.env.id, config.env.impl), root=root, run_id=run_id,
-                   notes=[note] if note is not None else [])
+    return RunPlan(
+        config=config,
+        derived=derived,
+        impl=resolve_impl(config.env.id, config.env.impl),
+        root=root,
+        run_id=run_id,
+        notes=[note] if note is not None else [],
+    )
 
 
 def _read_checkpoint(run_dir: Path, required: bool) -> tuple[int, Path | None, dict | None]:
@@ -133,7 +139,8 @@ def _read_checkpoint(run_dir: Path, required: bool) -> tuple[int, Path | None, d
             if required:
                 raise CheckpointError(
                     f"run {run_dir.name!r} has no checkpoint to resume from (it stopped before "
-                    f"writing one); start it again with --resume auto --run-id {run_dir.name}")
+                    f"writing one); start it again with --resume auto --run-id {run_dir.name}"
+                )
             return fd, None, None
         return fd, path, checkpoint_format.load(path)
     except BaseException:
@@ -141,8 +148,9 @@ def _read_checkpoint(run_dir: Path, required: bool) -> tuple[int, Path | None, d
         raise
 
 
-def _attach(plan: RunPlan, run_dir: Path, fd: int, path: Path | None,
-            payload: dict[str, Any] | None) -> RunPlan:
+def _attach(
+    plan: RunPlan, run_dir: Path, fd: int, path: Path | None, payload: dict[str, Any] | None
+) -> RunPlan:
     """Give the plan its locked directory and checkpoint, checked against its config."""
     from operant.trainer import checkpoint
     from operant.trainer.checkpoint_format import CheckpointError
@@ -155,9 +163,11 @@ def _attach(plan: RunPlan, run_dir: Path, fd: int, path: Path | None,
         checkpoint.check_compatible(path, payload["config"], plan.config)
         saved_impl = payload["trainer"]["env"]["impl"]
         if saved_impl != plan.impl:
-            raise CheckpointError(f"{path.name} was written with the {saved_impl} env "
-                                  f"implementation, this config resolves to {plan.impl}; set "
-                                  f"env.impl = \"{saved_impl}\" to resume it")
+            raise CheckpointError(
+                f"{path.name} was written with the {saved_impl} env "
+                f"implementation, this config resolves to {plan.impl}; set "
+                f'env.impl = "{saved_impl}" to resume it'
+            )
     except BaseException:
         plan.release()
         raise
@@ -172,8 +182,12 @@ def _merge(base: dict[str, Any], flags: dict[str, dict[str, Any]]) -> dict[str, 
     return merged
 
 
-def plan_run(resume: str | None, config_path: str | None, overrides: list[str],
-             flags: dict[str, dict[str, Any]]) -> RunPlan:
+def plan_run(
+    resume: str | None,
+    config_path: str | None,
+    overrides: list[str],
+    flags: dict[str, dict[str, Any]],
+) -> RunPlan:
     """Decide what this process trains. Raises ConfigError, EnvError, ResumeError (a
     CheckpointError, RunInUseError or RunExistsError) or runs.RunNotFoundError, each with a
     one-line message, before anything is written (a new run's directory is created later,
@@ -183,18 +197,24 @@ def plan_run(resume: str | None, config_path: str | None, overrides: list[str],
     problem = runs.root_problem(root)
     if problem is not None:
         where, fix = _root_source(given)
-        raise ConfigError(f"runs root {root}{where}: {problem}; {fix} (a directory that does "
-                          "not exist yet is created)")
+        raise ConfigError(
+            f"runs root {root}{where}: {problem}; {fix} (a directory that does "
+            "not exist yet is created)"
+        )
     if resume is None:
         plan = _finish(given, root, given.train.run_id or runs.make_run_id(given.env.id))
         if (root / plan.run_id).exists():
-            raise RunExistsError(f"run {plan.run_id!r} already exists under {root}; resume it "
-                                 f"with --resume {plan.run_id}, or choose another --run-id")
+            raise RunExistsError(
+                f"run {plan.run_id!r} already exists under {root}; resume it "
+                f"with --resume {plan.run_id}, or choose another --run-id"
+            )
         return plan
     if resume == AUTO:
         if not given.train.run_id:
-            raise ConfigError("--resume auto needs a fixed run id: set train.run_id in the config "
-                              "or pass --run-id")
+            raise ConfigError(
+                "--resume auto needs a fixed run id: set train.run_id in the config "
+                "or pass --run-id"
+            )
         plan = _finish(given, root, given.train.run_id)
         run_dir = root / plan.run_id
         if not run_dir.is_dir():
@@ -202,8 +222,10 @@ def plan_run(resume: str | None, config_path: str | None, overrides: list[str],
         return _attach(plan, run_dir, *_read_checkpoint(run_dir, required=False))
     run_dir = runs.resolve_run(root, None if resume == runs.LATEST_NAME else resume)
     if given.train.run_id and given.train.run_id != run_dir.name:
-        raise ConfigError(f"train.run_id = {given.train.run_id!r} names another run than "
-                          f"--resume {resume} ({run_dir.name!r})")
+        raise ConfigError(
+            f"train.run_id = {given.train.run_id!r} names another run than "
+            f"--resume {resume} ({run_dir.name!r})"
+        )
     fd, path, payload = _read_checkpoint(run_dir, required=True)
     try:
         if config_path is None:
@@ -238,6 +260,7 @@ def create(plan: RunPlan) -> Path:
 
 
 # --- progress.jsonl on resume --------------------------------------------------------------
+
 
 def cut_progress(path: Path, length: int) -> int:
     """Drop what `path` holds past `length` bytes (records of updates the resumed run redoes,

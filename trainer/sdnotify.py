@@ -91,8 +91,14 @@ class SystemdNotifier:
     and do nothing.
     """
 
-    def __init__(self, address: bytes | None, *, watchdog_usec: int | None = None,
-                 status_interval_s: float = 1.0, send_timeout_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        address: bytes | None,
+        *,
+        watchdog_usec: int | None = None,
+        status_interval_s: float = 1.0,
+        send_timeout_s: float = 1.0,
+    ) -> None:
         """`address` as from `parse_notify_socket`; `watchdog_usec` as from
         `parse_watchdog_usec` (ignored without an address). STATUS= updates closer together
         than `status_interval_s` are dropped unless forced, so a trainer that finishes
@@ -122,8 +128,13 @@ class SystemdNotifier:
         self._pinger: threading.Thread | None = None
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str] | None = None, *,
-                     unset_environment: bool = False, **options: float) -> SystemdNotifier:
+    def from_environ(
+        cls,
+        environ: Mapping[str, str] | None = None,
+        *,
+        unset_environment: bool = False,
+        **options: float,
+    ) -> SystemdNotifier:
         """A notifier for the socket and watchdog that `environ` (default `os.environ`)
         names for this process. With `unset_environment`, NOTIFY_SOCKET, WATCHDOG_USEC and
         WATCHDOG_PID are removed from `os.environ` afterwards so that child processes (env
@@ -139,7 +150,8 @@ class SystemdNotifier:
         if socket_text and address is None:
             notifier.environment_error = (
                 f"${NOTIFY_SOCKET_ENV}={socket_text!r} is neither an absolute path nor an "
-                "'@' abstract name; not notifying systemd")
+                "'@' abstract name; not notifying systemd"
+            )
         return notifier
 
     @property
@@ -167,8 +179,9 @@ class SystemdNotifier:
             if sock is None:
                 with self._lock:
                     if self._socket is None:
-                        created = socket.socket(socket.AF_UNIX,
-                                                socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+                        created = socket.socket(
+                            socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC
+                        )
                         created.settimeout(self.send_timeout_s)
                         self._socket = created
                     sock = self._socket
@@ -254,8 +267,9 @@ class SystemdNotifier:
             return True
         # A fresh event per pinger: one that outlived its join timeout must not be revived.
         self._stop = threading.Event()
-        self._pinger = threading.Thread(target=self._run_pinger, args=(self._stop,),
-                                        name="operant-sd-watchdog", daemon=True)
+        self._pinger = threading.Thread(
+            target=self._run_pinger, args=(self._stop,), name="operant-sd-watchdog", daemon=True
+        )
         self._pinger.start()
         return True
 

@@ -71,8 +71,9 @@ class Outcome:
     theirs (the final checkpoint, model.pt), not the training's."""
 
     @property
-    def kind(self) -> Literal["finished", "stopped", "failed", "interrupted", "no_space",
-                              "crashed"]:
+    def kind(
+        self,
+    ) -> Literal["finished", "stopped", "failed", "interrupted", "no_space", "crashed"]:
         """no_space: the disk refused what the run cannot do without (operant.trainer.disk)."""
         if isinstance(self.error, FloatingPointError):
             return "failed"

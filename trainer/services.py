@@ -94,11 +94,16 @@ class RunRecord(Service):
         except (OSError, ValueError):
             previous = {}
         metadata["started_at"] = previous.get("started_at", metadata["started_at"])
-        metadata["resumes"] = [*previous.get("resumes", []), {
-            "at": time.time(), "pid": os.getpid(), "argv": sys.argv,
-            "checkpoint": plan.checkpoint.name if plan.checkpoint else None,
-            "update": plan.resumed_update,
-        }]
+        metadata["resumes"] = [
+            *previous.get("resumes", []),
+            {
+                "at": time.time(),
+                "pid": os.getpid(),
+                "argv": sys.argv,
+                "checkpoint": plan.checkpoint.name if plan.checkpoint else None,
+                "update": plan.resumed_update,
+            },
+        ]
         return metadata
 
 
@@ -116,9 +121,14 @@ class PublishMetrics(Service):
         from operant.trainer.telemetry import Publisher
 
         config = self.plan.config
-        self.publisher = Publisher(self.run_dir / runs.METRICS_FILE, self.plan.run_id,
-                                   config.env.id, self.trainer.impl, config.train.device,
-                                   config.train.total_steps)
+        self.publisher = Publisher(
+            self.run_dir / runs.METRICS_FILE,
+            self.plan.run_id,
+            config.env.id,
+            self.trainer.impl,
+            config.train.device,
+            config.train.total_steps,
+        )
         self.publisher.set_elapsed_before(self.trainer.elapsed_offset_s)
         self.publisher.resume(self.history.records)
         self.publisher.start()
@@ -139,14 +149,17 @@ class PublishMetrics(Service):
         if kind == "finished":
             publisher.finish()
         elif kind == "stopped":
-            reason = (f"stopped by {outcome.stopped_by} at update {self.trainer.update}"
-                      + (f"; checkpoint {outcome.checkpoint.name}" if outcome.checkpoint else ""))
+            reason = f"stopped by {outcome.stopped_by} at update {self.trainer.update}" + (
+                f"; checkpoint {outcome.checkpoint.name}" if outcome.checkpoint else ""
+            )
             publisher.finish(interrupted=True, reason=reason)
         elif kind == "failed":
             publisher.fail(f"non-finite values: {outcome.error}")
         elif kind == "interrupted":
-            publisher.finish(interrupted=True,
-                             reason="interrupted by a second SIGINT, without a final checkpoint")
+            publisher.finish(
+                interrupted=True,
+                reason="interrupted by a second SIGINT, without a final checkpoint",
+            )
         elif kind == "no_space":
             publisher.fail(f"the disk is full: {outcome.error}")
         else:
@@ -177,8 +190,14 @@ class WriteProgress(Service):
 
     def on_start(self) -> None:
         config, args = self.plan.config, self.args
-        self.log = ProgressLog(self.path, sys.stdout, args.log_format, config.train.log_every,
-                               self.plan.derived.num_updates, args.quiet)
+        self.log = ProgressLog(
+            self.path,
+            sys.stdout,
+            args.log_format,
+            config.train.log_every,
+            self.plan.derived.num_updates,
+            args.quiet,
+        )
 
     def on_update(self, record: Any) -> None:
         self.log(record)
@@ -210,8 +229,14 @@ class Checkpoints(Service):
     metrics file's warning (operant.trainer.disk: the policy); the next interval tries again.
     A final one it refuses ends the run (the error propagates: Outcome.kind "no_space")."""
 
-    def __init__(self, trainer: Any, checkpointer: Checkpointer, signals: StopSignals,
-                 progress: WriteProgress, warn: Callable[[str], None] = lambda text: None):
+    def __init__(
+        self,
+        trainer: Any,
+        checkpointer: Checkpointer,
+        signals: StopSignals,
+        progress: WriteProgress,
+        warn: Callable[[str], None] = lambda text: None,
+    ):
         self.trainer, self.checkpointer, self.signals = trainer, checkpointer, signals
         self.progress, self.warn = progress, warn
         self.config_dict = to_dict(trainer.config)
@@ -223,9 +248,12 @@ class Checkpoints(Service):
         if requested or self.checkpointer.due(self.trainer.update):
             path = self._try_checkpoint()
             if requested and path is not None:
-                print(f"operant-train: SIGUSR1: checkpoint {path} (update "
-                      f"{self.trainer.update}, step {self.trainer.global_step:,})",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"operant-train: SIGUSR1: checkpoint {path} (update "
+                    f"{self.trainer.update}, step {self.trainer.global_step:,})",
+                    file=sys.stderr,
+                    flush=True,
+                )
         return self.signals.stop_requested  # a signal during that checkpoint stops here too
 
     def _try_checkpoint(self) -> Path | None:
@@ -237,10 +265,13 @@ class Checkpoints(Service):
             if not is_storage_error(error):
                 raise
             self.checkpointer.failed()
-            why = describe_storage_error(error, self.checkpointer.directory,
-                                         self.checkpointer.last_size)
-            text = (f"checkpoint of update {self.trainer.update} not written: {why}; training "
-                    "goes on, the next checkpoint interval tries again")
+            why = describe_storage_error(
+                error, self.checkpointer.directory, self.checkpointer.last_size
+            )
+            text = (
+                f"checkpoint of update {self.trainer.update} not written: {why}; training "
+                "goes on, the next checkpoint interval tries again"
+            )
             self.warn(text)
             if not self.failing:
                 print(f"operant-train: warning: {text}", file=sys.stderr, flush=True)
@@ -249,8 +280,9 @@ class Checkpoints(Service):
         if self.failing:
             self.failing = False
             self.warn("")
-            print(f"operant-train: checkpoints are written again: {path}", file=sys.stderr,
-                  flush=True)
+            print(
+                f"operant-train: checkpoints are written again: {path}", file=sys.stderr, flush=True
+            )
         return path
 
     def on_stopping(self, outcome: Outcome) -> None:
@@ -261,8 +293,7 @@ class Checkpoints(Service):
         update = self.trainer.update
         if update == 0 or update == self.checkpointer.last_update:
             return self.checkpointer.last_path
-        return self.checkpointer.save(self.trainer, self.config_dict,
-                                      self.progress.synced_length())
+        return self.checkpointer.save(self.trainer, self.config_dict, self.progress.synced_length())
 
 
 class SaveModel(Service):
@@ -284,8 +315,13 @@ class NotifySystemd(Service):
     update, watchdog pings while steps advance, STOPPING with more time before the shutdown
     checkpoint, a forced STATUS on failure. Silent without $NOTIFY_SOCKET."""
 
-    def __init__(self, notifier: SystemdNotifier, checkpointer: Checkpointer, trainer: Any,
-                 total_updates: int):
+    def __init__(
+        self,
+        notifier: SystemdNotifier,
+        checkpointer: Checkpointer,
+        trainer: Any,
+        total_updates: int,
+    ):
         self.notifier, self.checkpointer, self.trainer = notifier, checkpointer, trainer
         self.total_updates = total_updates
         self.ready = False
@@ -296,9 +332,11 @@ class NotifySystemd(Service):
 
     def on_update(self, record: Any) -> None:
         self.notifier.progress(record.global_step)
-        status = (f"training: update {record.updates}/{self.total_updates}, "
-                  f"step {record.global_step:,}, {record.sps:,.0f} steps/s, return "
-                  f"{number_or_dash(record.episode_return_mean, '.1f')}")
+        status = (
+            f"training: update {record.updates}/{self.total_updates}, "
+            f"step {record.global_step:,}, {record.sps:,.0f} steps/s, return "
+            f"{number_or_dash(record.episode_return_mean, '.1f')}"
+        )
         if self.ready:
             self.notifier.status(status)
         else:
@@ -312,10 +350,12 @@ class NotifySystemd(Service):
             self.notifier.ready("starting")
             self.ready = True
         if outcome.stopped_by:
-            self.notifier.stopping(f"{outcome.stopped_by}: checkpointing at step "
-                                   f"{self.trainer.global_step:,}")
-            self.notifier.extend_timeout(max(STOP_TIMEOUT_FLOOR_S, STOP_TIMEOUT_FACTOR
-                                             * self.checkpointer.last_duration_s))
+            self.notifier.stopping(
+                f"{outcome.stopped_by}: checkpointing at step {self.trainer.global_step:,}"
+            )
+            self.notifier.extend_timeout(
+                max(STOP_TIMEOUT_FLOOR_S, STOP_TIMEOUT_FACTOR * self.checkpointer.last_duration_s)
+            )
 
     def on_stop(self, outcome: Outcome) -> None:
         if outcome.kind == "finished":

@@ -27,6 +27,7 @@ from operant.shared import runs
 from operant.trainer.best import TrackBest
 from operant.trainer.checkpoint import Checkpointer
 from operant.trainer.checkpoint_format import CheckpointError
+from operant.trainer.console import Console
 from operant.trainer.exit_codes import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -37,7 +38,6 @@ from operant.trainer.exit_codes import (
 from operant.trainer.resume import RunPlan
 from operant.trainer.sdnotify import SystemdNotifier
 from operant.trainer.service_protocol import HOOKS, Outcome, Rank, Service
-from operant.trainer.console import Console
 from operant.trainer.services import (
     Checkpoints,
     ContinueRecords,
@@ -53,8 +53,13 @@ from operant.trainer.services import (
 from operant.trainer.signals import StopSignals
 from operant.trainer.tensorboard import TENSORBOARD_DIR, WriteTensorBoard
 
-_EXIT = {"finished": EXIT_OK, "stopped": EXIT_OK, "failed": EXIT_FAILED,
-         "interrupted": EXIT_INTERRUPTED, "no_space": EXIT_NO_SPACE}
+_EXIT = {
+    "finished": EXIT_OK,
+    "stopped": EXIT_OK,
+    "failed": EXIT_FAILED,
+    "interrupted": EXIT_INTERRUPTED,
+    "no_space": EXIT_NO_SPACE,
+}
 
 
 def run(args: Any, plan: RunPlan, signals: StopSignals) -> int:
@@ -102,38 +107,61 @@ def _open_run_dir(plan: RunPlan) -> tuple[Path | None, int]:
     try:
         return resume.create(plan), EXIT_OK
     except FileExistsError:
-        print(f"operant-train: run {plan.run_id!r} already exists under {plan.root}; resume it "
-              f"with --resume {plan.run_id}, or choose another --run-id", file=sys.stderr)
+        print(
+            f"operant-train: run {plan.run_id!r} already exists under {plan.root}; resume it "
+            f"with --resume {plan.run_id}, or choose another --run-id",
+            file=sys.stderr,
+        )
     except OSError as error:
         if not is_storage_error(error):
-            print(f"operant-train: cannot create the run directory under {plan.root}: {error}",
-                  file=sys.stderr)
+            print(
+                f"operant-train: cannot create the run directory under {plan.root}: {error}",
+                file=sys.stderr,
+            )
             return None, EXIT_USAGE
-        print(f"operant-train: cannot create the run directory under {plan.root}: "
-              f"{describe_storage_error(error, plan.root)}; nothing was created; free space "
-              "and run again", file=sys.stderr)
+        print(
+            f"operant-train: cannot create the run directory under {plan.root}: "
+            f"{describe_storage_error(error, plan.root)}; nothing was created; free space "
+            "and run again",
+            file=sys.stderr,
+        )
         shutil.rmtree(plan.root / plan.run_id, ignore_errors=True)
         return None, EXIT_NO_SPACE
     except (ValueError, resume.RunInUseError) as error:
-        print(f"operant-train: cannot create the run directory under {plan.root}: {error}",
-              file=sys.stderr)
+        print(
+            f"operant-train: cannot create the run directory under {plan.root}: {error}",
+            file=sys.stderr,
+        )
     return None, EXIT_USAGE
 
 
-def compose(args: Any, plan: RunPlan, signals: StopSignals, trainer: Any, run_dir: Path,
-            rank: Rank = Rank()) -> list[Service]:
+def compose(
+    args: Any,
+    plan: RunPlan,
+    signals: StopSignals,
+    trainer: Any,
+    run_dir: Path,
+    rank: Rank | None = None,
+) -> list[Service]:
     """The services of this process's session, in the order their hooks are called."""
+    rank = rank or Rank()
     config = plan.config
     notifier = SystemdNotifier.from_environ(unset_environment=True)
-    checkpointer = Checkpointer(run_dir / runs.CHECKPOINT_DIR, config.checkpoint.every_updates,
-                                config.checkpoint.every_seconds, config.checkpoint.keep,
-                                beat=notifier.beat)
+    checkpointer = Checkpointer(
+        run_dir / runs.CHECKPOINT_DIR,
+        config.checkpoint.every_updates,
+        config.checkpoint.every_seconds,
+        config.checkpoint.keep,
+        beat=notifier.beat,
+    )
     records = ContinueRecords(plan, run_dir / runs.PROGRESS_FILE, checkpointer)
     progress = WriteProgress(run_dir / runs.PROGRESS_FILE, args, plan)
-    publish = ([PublishMetrics(plan, run_dir, trainer, records)]
-               if config.train.publish_metrics else [])
-    tensorboard = ([WriteTensorBoard(run_dir / TENSORBOARD_DIR, trainer)]
-                   if config.train.tensorboard else [])
+    publish = (
+        [PublishMetrics(plan, run_dir, trainer, records)] if config.train.publish_metrics else []
+    )
+    tensorboard = (
+        [WriteTensorBoard(run_dir / TENSORBOARD_DIR, trainer)] if config.train.tensorboard else []
+    )
     best = TrackBest(trainer, run_dir, records)
     services = [
         StopOnSignal(signals),
@@ -144,8 +172,13 @@ def compose(args: Any, plan: RunPlan, signals: StopSignals, trainer: Any, run_di
         progress,
         *tensorboard,
         NotifySystemd(notifier, checkpointer, trainer, plan.derived.num_updates),
-        Checkpoints(trainer, checkpointer, signals, progress,
-                    warn=publish[0].warn if publish else lambda text: None),
+        Checkpoints(
+            trainer,
+            checkpointer,
+            signals,
+            progress,
+            warn=publish[0].warn if publish else lambda text: None,
+        ),
         SaveModel(trainer, run_dir),
         best,
         ReleaseRunLock(plan),
@@ -163,9 +196,14 @@ class Session:
         """Every service's on_start has run."""
         # Only the services that override a hook are called for it: on_update and
         # on_boundary run once per update.
-        self.hooks = {name: [getattr(service, name) for service in services
-                             if getattr(type(service), name) is not getattr(Service, name)]
-                      for name in HOOKS}
+        self.hooks = {
+            name: [
+                getattr(service, name)
+                for service in services
+                if getattr(type(service), name) is not getattr(Service, name)
+            ]
+            for name in HOOKS
+        }
 
     def run(self) -> int:
         """Start, train, stop; operant-train's exit status (an unexpected error propagates,

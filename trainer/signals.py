@@ -70,8 +70,11 @@ class StopSignals:
         # Said at once, so whoever pressed Ctrl-C (or an operator reading the journal) knows
         # the signal was taken; os.write, since print() may be mid-write on this thread.
         again = " (Ctrl-C again: quit at once, without it)" if signum == signal.SIGINT else ""
-        os.write(2, f"operant-train: {signal.Signals(signum).name}: stopping at the next update "
-                    f"boundary, with a checkpoint{again}\n".encode())
+        os.write(
+            2,
+            f"operant-train: {signal.Signals(signum).name}: stopping at the next update "
+            f"boundary, with a checkpoint{again}\n".encode(),
+        )
 
     @property
     def stop_requested(self) -> bool:

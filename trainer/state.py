@@ -47,8 +47,11 @@ ENV = "env"
 def _modules(trainer: Any) -> dict[str, torch.nn.Module]:
     """The trainer's modules with state, by name: the configured normalisers only."""
     named = {name: getattr(trainer, name) for name in MODULES}
-    named.update((name, module) for name in OPTIONAL_MODULES
-                 if (module := getattr(trainer, name)) is not None)
+    named.update(
+        (name, module)
+        for name in OPTIONAL_MODULES
+        if (module := getattr(trainer, name)) is not None
+    )
     return named
 
 
@@ -59,8 +62,9 @@ def state_names(trainer: Any) -> set[str]:
 
 def trainer_state_dict(trainer: Any) -> dict[str, Any]:
     """`Trainer.state_dict()` (see the module docstring)."""
-    state: dict[str, Any] = {name: module.state_dict()
-                             for name, module in _modules(trainer).items()}
+    state: dict[str, Any] = {
+        name: module.state_dict() for name, module in _modules(trainer).items()
+    }
     state.update((name, getattr(trainer, name).get_state()) for name in GENERATORS)
     state["counters"] = {
         "global_step": trainer.global_step,
@@ -79,9 +83,12 @@ def _check_names(what: str, given: Any, expected: set[str]) -> None:
     missing, extra = sorted(expected - set(given)), sorted(set(given) - expected)
     if missing or extra:
         parts = ([f"lacks {', '.join(missing)}"] if missing else []) + (
-            [f"has {', '.join(extra)} which this trainer does not"] if extra else [])
-        raise CheckpointError(f"the checkpoint's {what} {' and '.join(parts)}: it was written "
-                              "for another configuration")
+            [f"has {', '.join(extra)} which this trainer does not"] if extra else []
+        )
+        raise CheckpointError(
+            f"the checkpoint's {what} {' and '.join(parts)}: it was written "
+            "for another configuration"
+        )
 
 
 def load_trainer_state_dict(trainer: Any, state: dict[str, Any]) -> None:
@@ -100,8 +107,9 @@ def load_trainer_state_dict(trainer: Any, state: dict[str, Any]) -> None:
         trainer.solved_at = counters["solved_at"]
         trainer.elapsed_offset_s = float(counters["elapsed_s"])
     except (RuntimeError, ValueError, TypeError) as error:
-        raise CheckpointError(f"the checkpoint does not fit this trainer: {_first_line(error)}"
-                              ) from None
+        raise CheckpointError(
+            f"the checkpoint does not fit this trainer: {_first_line(error)}"
+        ) from None
     seed = trainer.config.train.seed
     restore_env_state(trainer.env, state[ENV], reseed=(seed + 7919 * trainer.update) % 2**32)
 
@@ -112,6 +120,7 @@ def _first_line(error: BaseException) -> str:
 
 
 # --- env state -----------------------------------------------------------------------------
+
 
 def _to_tensor(value: Any) -> tuple[torch.Tensor, str]:
     """(a CPU tensor with the same bytes, the original dtype's name)."""
@@ -144,8 +153,10 @@ def restore_env_state(env: Any, state: dict[str, Any], reseed: int) -> None:
     saved, dtypes = state["arrays"], state["dtypes"]
     targets = dict(env.state_dict()) if env.resumable else {}
     if set(saved) != set(targets):
-        raise CheckpointError(f"the checkpoint's env state ({', '.join(sorted(saved))}) does "
-                              f"not fit this env ({', '.join(sorted(targets)) or 'no state'})")
+        raise CheckpointError(
+            f"the checkpoint's env state ({', '.join(sorted(saved))}) does "
+            f"not fit this env ({', '.join(sorted(targets)) or 'no state'})"
+        )
     restored: dict[str, Any] = {}
     for name, target in targets.items():
         tensor = saved[name]
@@ -162,17 +173,20 @@ def restore_env_state(env: Any, state: dict[str, Any], reseed: int) -> None:
     try:
         env.load_state_dict(restored)
     except ValueError as error:
-        raise CheckpointError(f"the checkpoint's env state does not fit this env: "
-                              f"{_first_line(error)}") from None
+        raise CheckpointError(
+            f"the checkpoint's env state does not fit this env: {_first_line(error)}"
+        ) from None
 
 
 def _env_mismatch(name, saved_dtype, saved_shape, dtype, shape) -> CheckpointError:
     return CheckpointError(
         f"the checkpoint's env state {name!r} is {saved_dtype} {tuple(saved_shape)}, this env's "
-        f"is {dtype} {tuple(shape)}: it was written for another env configuration")
+        f"is {dtype} {tuple(shape)}: it was written for another env configuration"
+    )
 
 
 # --- process-wide generators ---------------------------------------------------------------
+
 
 def capture_global_rng() -> dict[str, Any]:
     """Python's `random`, numpy's legacy global generator, torch's CPU generator and, where
@@ -180,10 +194,18 @@ def capture_global_rng() -> dict[str, Any]:
     version, internal, gauss = random.getstate()
     algorithm, keys, position, has_gauss, cached = np.random.get_state(legacy=True)
     rng: dict[str, Any] = {
-        "python": {"version": version, "state": torch.tensor(internal, dtype=torch.int64),
-                   "gauss": gauss},
-        "numpy": {"algorithm": algorithm, "keys": torch.from_numpy(keys.astype(np.int64)),
-                  "pos": int(position), "has_gauss": int(has_gauss), "cached": float(cached)},
+        "python": {
+            "version": version,
+            "state": torch.tensor(internal, dtype=torch.int64),
+            "gauss": gauss,
+        },
+        "numpy": {
+            "algorithm": algorithm,
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "pos": int(position),
+            "has_gauss": int(has_gauss),
+            "cached": float(cached),
+        },
         "torch": torch.get_rng_state(),
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -194,11 +216,19 @@ def capture_global_rng() -> dict[str, Any]:
 def restore_global_rng(rng: dict[str, Any]) -> None:
     """Undo `capture_global_rng` (CUDA's only on a machine with as many devices)."""
     python = rng["python"]
-    random.setstate((python["version"], tuple(int(v) for v in python["state"].tolist()),
-                     python["gauss"]))
+    random.setstate(
+        (python["version"], tuple(int(v) for v in python["state"].tolist()), python["gauss"])
+    )
     numpy_state = rng["numpy"]
-    np.random.set_state((numpy_state["algorithm"], numpy_state["keys"].numpy().astype(np.uint32),
-                         numpy_state["pos"], numpy_state["has_gauss"], numpy_state["cached"]))
+    np.random.set_state(
+        (
+            numpy_state["algorithm"],
+            numpy_state["keys"].numpy().astype(np.uint32),
+            numpy_state["pos"],
+            numpy_state["has_gauss"],
+            numpy_state["cached"],
+        )
+    )
     torch.set_rng_state(rng["torch"])
     cuda = rng.get("cuda")
     if cuda and torch.cuda.is_available() and torch.cuda.device_count() == len(cuda):

@@ -33,15 +33,26 @@ class RolloutStorage:
     for a Box action spec (None for Discrete).
     """
 
-    def __init__(self, num_steps: int, num_rows: int, obs_spec: ObsSpec, act_spec: ActSpec,
-                 device: torch.device, flags_device: torch.device | None = None):
+    def __init__(
+        self,
+        num_steps: int,
+        num_rows: int,
+        obs_spec: ObsSpec,
+        act_spec: ActSpec,
+        device: torch.device,
+        flags_device: torch.device | None = None,
+    ):
         self.num_steps, self.num_rows = num_steps, num_rows
         self.obs_spec, self.act_spec = obs_spec, act_spec
         continuous = not act_spec.discrete
-        self.obs = torch.zeros((num_steps, num_rows, *obs_spec.shape), device=device,
-                               dtype=torch_dtype(obs_spec.dtype))
-        self.actions = torch.zeros((num_steps, num_rows, *act_spec.shape), device=device,
-                                   dtype=torch.float32 if continuous else torch.long)
+        self.obs = torch.zeros(
+            (num_steps, num_rows, *obs_spec.shape), device=device, dtype=torch_dtype(obs_spec.dtype)
+        )
+        self.actions = torch.zeros(
+            (num_steps, num_rows, *act_spec.shape),
+            device=device,
+            dtype=torch.float32 if continuous else torch.long,
+        )
         self.logprobs = torch.zeros((num_steps, num_rows), device=device)
         self.rewards = torch.zeros((num_steps, num_rows), device=device)
         self.dones = torch.zeros((num_steps, num_rows), device=device)
@@ -52,8 +63,9 @@ class RolloutStorage:
         self.final_values = torch.zeros(num_rows, device=device)
         self.next_value = torch.zeros(num_rows, device=device)
         self.returns = torch.zeros((num_steps, num_rows), device=device)
-        self.clipped_actions = (torch.zeros((num_rows, *act_spec.shape), device=device)
-                                if continuous else None)
+        self.clipped_actions = (
+            torch.zeros((num_rows, *act_spec.shape), device=device) if continuous else None
+        )
 
     @property
     def batch_size(self) -> int:
@@ -63,8 +75,11 @@ class RolloutStorage:
         """The rollout as `(batch, ...)` views, named as ppo_update's `b_` arguments (call
         after GAE has filled `advantages` and `returns`)."""
         batch = self.batch_size
-        return {"b_obs": self.obs.reshape(batch, *self.obs.shape[2:]),
-                "b_actions": self.actions.reshape(batch, *self.actions.shape[2:]),
-                "b_logprobs": self.logprobs.reshape(-1),
-                "b_advantages": self.advantages.reshape(-1),
-                "b_returns": self.returns.reshape(-1), "b_values": self.values.reshape(-1)}
+        return {
+            "b_obs": self.obs.reshape(batch, *self.obs.shape[2:]),
+            "b_actions": self.actions.reshape(batch, *self.actions.shape[2:]),
+            "b_logprobs": self.logprobs.reshape(-1),
+            "b_advantages": self.advantages.reshape(-1),
+            "b_returns": self.returns.reshape(-1),
+            "b_values": self.values.reshape(-1),
+        }

@@ -44,9 +44,16 @@ RESOURCE_INTERVAL_S = 1.0
 def build_schema(run_id: str, env_id: str) -> layout.Schema:
     from operant import __version__
 
-    return layout.make_schema(run_id, env_id=env_id, counters=COUNTERS, gauges=GAUGES,
-                              texts=TEXTS, snapshot=PHASE_FIELDS, history=HISTORY,
-                              writer=f"operant {__version__}")
+    return layout.make_schema(
+        run_id,
+        env_id=env_id,
+        counters=COUNTERS,
+        gauges=GAUGES,
+        texts=TEXTS,
+        snapshot=PHASE_FIELDS,
+        history=HISTORY,
+        writer=f"operant {__version__}",
+    )
 
 
 def _number(value: Any) -> float:
@@ -56,13 +63,18 @@ def _number(value: Any) -> float:
 class Publisher:
     """The trainer's side of the metrics file for one run."""
 
-    def __init__(self, path: Path, run_id: str, env_id: str, impl: str, device: str,
-                 total_steps: int):
+    def __init__(
+        self, path: Path, run_id: str, env_id: str, impl: str, device: str, total_steps: int
+    ):
         from operant.cext.metrics import MetricsWriter
 
         self.schema = build_schema(run_id, env_id)
-        self.writer = MetricsWriter.create(path, self.schema, history_capacity=HISTORY_CAPACITY,
-                                           heartbeat_interval_s=HEARTBEAT_INTERVAL_S)
+        self.writer = MetricsWriter.create(
+            path,
+            self.schema,
+            history_capacity=HISTORY_CAPACITY,
+            heartbeat_interval_s=HEARTBEAT_INTERVAL_S,
+        )
         slot = self.schema.slot
         self._counter_slots = [(name, slot(name)) for name, _, _ in COUNTERS]
         self._gauge_slots = [(d.name, slot(d.name)) for d in _PUBLISHED if d.kind == names.GAUGE]
@@ -107,7 +119,7 @@ class Publisher:
         history = self._history
         for index, name in enumerate(self._history_names):
             history[index] = _number(getattr(record, name))
-        history[len(self._history_names):] = self._phases
+        history[len(self._history_names) :] = self._phases
         writer.append_history(history)
         now = time.monotonic()
         if now - self._last_resources >= RESOURCE_INTERVAL_S:

@@ -13,18 +13,19 @@ import platform
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
 
+from operant.envs import make_env, resolve_impl
 from operant.shared import atomic
 from operant.shared.record import PHASES, PPOStatistics, UpdateRecord
 from operant.trainer.collect import as_tensor, make_collector
 from operant.trainer.config import Config, Derived, derive, to_dict
-from operant.envs import make_env, resolve_impl
 from operant.trainer.normalize import (
     ObservationNormalizer,
     RewardNormalizer,
@@ -63,8 +64,12 @@ class Trainer:
     specs, and the optimizer; owns the counters and the run directory. Nothing here knows
     which family it trains."""
 
-    def __init__(self, config: Config, log: Callable[[UpdateRecord], None] | None = None,
-                 run_dir: Path | None = None):
+    def __init__(
+        self,
+        config: Config,
+        log: Callable[[UpdateRecord], None] | None = None,
+        run_dir: Path | None = None,
+    ):
         self.config = config
         self.impl = resolve_impl(config.env.id, config.env.impl)
         self.log = log
@@ -85,23 +90,43 @@ class Trainer:
         if norm.obs:
             check_obs_normalizable(obs_spec, config.env.id)
         self.policy = build_policy(config, obs_spec, act_spec).to(self.device)
-        self.obs_normalizer = (ObservationNormalizer(obs_spec.shape, norm.clip_obs).to(self.device)
-                               if norm.obs else None)
+        self.obs_normalizer = (
+            ObservationNormalizer(obs_spec.shape, norm.clip_obs).to(self.device)
+            if norm.obs
+            else None
+        )
         self.reward_normalizer = (
             RewardNormalizer(layout.num_rows, config.ppo.gamma, norm.clip_reward).to(self.device)
-            if norm.reward else None)
+            if norm.reward
+            else None
+        )
         self.flat = FlatParameters(self.policy)
         # Adam over the one flat tensor: five in-place ops per step, on any device.
-        self.optimizer = FlatAdam(self.flat.param, lr=config.ppo.learning_rate,
-                                  eps=config.ppo.adam_eps)
+        self.optimizer = FlatAdam(
+            self.flat.param, lr=config.ppo.learning_rate, eps=config.ppo.adam_eps
+        )
 
         flags_device = as_tensor(self.env.terminated).device
-        self.storage = RolloutStorage(config.ppo.num_steps, layout.num_rows, obs_spec, act_spec,
-                                      self.device, flags_device=flags_device)
+        self.storage = RolloutStorage(
+            config.ppo.num_steps,
+            layout.num_rows,
+            obs_spec,
+            act_spec,
+            self.device,
+            flags_device=flags_device,
+        )
         self.timer = PhaseTimer()
-        self.collector = make_collector(config.env.overlap, self.env, self.storage, self.policy,
-                                        self._observe, self.reward_normalizer, self.generator,
-                                        self.timer.totals, config.ppo.gamma)
+        self.collector = make_collector(
+            config.env.overlap,
+            self.env,
+            self.storage,
+            self.policy,
+            self._observe,
+            self.reward_normalizer,
+            self.generator,
+            self.timer.totals,
+            config.ppo.gamma,
+        )
 
         self.global_step = 0
         self.update = 0
@@ -120,8 +145,14 @@ class Trainer:
         if self.impl == "torch":
             # Device-resident envs: observations, rewards and flags never leave the device.
             env_kwargs["device"] = self.device
-        return make_env(config.env.id, config.env.num_envs, impl=self.impl, copy=False,
-                        overlap=config.env.overlap, **env_kwargs)
+        return make_env(
+            config.env.id,
+            config.env.num_envs,
+            impl=self.impl,
+            copy=False,
+            overlap=config.env.overlap,
+            **env_kwargs,
+        )
 
     # -- rollout -------------------------------------------------------------------------
     def collect(self) -> torch.Tensor:
@@ -133,7 +164,9 @@ class Trainer:
     def _observe(self, env_obs: torch.Tensor, update: bool = False) -> torch.Tensor:
         """An env observation buffer as the policy sees it: on its device, normalised if
         configured (`update` folds it into the running statistics)."""
-        obs = env_obs if env_obs.device == self.device else env_obs.to(self.device, non_blocking=True)
+        obs = (
+            env_obs if env_obs.device == self.device else env_obs.to(self.device, non_blocking=True)
+        )
         if self.obs_normalizer is not None:
             obs = self.obs_normalizer(obs, update=update)
         return obs
@@ -155,11 +188,26 @@ class Trainer:
         clock = time.perf_counter_ns
         started = clock()
         storage = self.storage
-        compute_gae(storage.rewards, storage.values, storage.dones, next_value, config.ppo.gamma,
-                    config.ppo.gae_lambda, advantages=storage.advantages, returns=storage.returns)
+        compute_gae(
+            storage.rewards,
+            storage.values,
+            storage.dones,
+            next_value,
+            config.ppo.gamma,
+            config.ppo.gae_lambda,
+            advantages=storage.advantages,
+            returns=storage.returns,
+        )
         gae_done = clock()
-        stats = ppo_update(self.policy, self.flat, self.optimizer, config.ppo, **storage.flat(),
-                           minibatch_size=derived.minibatch_size, generator=self.cpu_generator)
+        stats = ppo_update(
+            self.policy,
+            self.flat,
+            self.optimizer,
+            config.ppo,
+            **storage.flat(),
+            minibatch_size=derived.minibatch_size,
+            generator=self.cpu_generator,
+        )
         update_done = clock()
         self.timer.totals["gae"] += gae_done - started
         self.timer.totals["update"] += update_done - gae_done
@@ -175,8 +223,12 @@ class Trainer:
         elapsed = time.perf_counter() - self.started
         steps_this_update = self.derived.batch_size
         target = self.config.train.target_return
-        solved = (target is not None and self.solved_at is None
-                  and len(recent) >= SOLVE_WINDOW and bool(recent.mean() >= target))
+        solved = (
+            target is not None
+            and self.solved_at is None
+            and len(recent) >= SOLVE_WINDOW
+            and bool(recent.mean() >= target)
+        )
         if solved:
             self.solved_at = elapsed
         record = UpdateRecord(
@@ -248,13 +300,17 @@ class Trainer:
         for name, parameter in self.policy.named_parameters():
             if not bool(torch.isfinite(parameter).all()):
                 raise FloatingPointError(
-                    f"non-finite values in parameter {name} after update {self.update}")
+                    f"non-finite values in parameter {name} after update {self.update}"
+                )
 
     def model_payload(self) -> dict[str, Any]:
         """model.pt's content: the policy with what it needs to act, its config and
         normalisation statistics (the tensors are the live ones, not copies)."""
-        model: dict[str, Any] = {"policy": self.policy.state_dict(), "config": to_dict(self.config),
-                                 "global_step": self.global_step}
+        model: dict[str, Any] = {
+            "policy": self.policy.state_dict(),
+            "config": to_dict(self.config),
+            "global_step": self.global_step,
+        }
         if self.obs_normalizer is not None:
             model["obs_normalizer"] = self.obs_normalizer.state_dict()
         if self.reward_normalizer is not None:
@@ -282,8 +338,11 @@ def run_metadata(config: Config, run_id: str, impl: str) -> dict[str, Any]:
         "pid": os.getpid(),
         "started_at": time.time(),
         "argv": sys.argv,
-        "versions": {"operant": __version__, "python": platform.python_version(),
-                     "torch": torch.__version__, "numpy": np.__version__,
-                     "gymnasium": gymnasium.__version__},
+        "versions": {
+            "operant": __version__,
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "numpy": np.__version__,
+            "gymnasium": gymnasium.__version__,
+        },
     }
-

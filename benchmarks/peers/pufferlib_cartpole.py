@@ -38,6 +38,7 @@ Measures, per run (one JSON line on stdout; PufferLib's dashboard goes to
   sps     global_step / wall time of the evaluate()/train() loop (import, env,
           policy and PuffeRL construction excluded; init_s reports those)
 """
+
 import argparse
 import contextlib
 import importlib.metadata as md
@@ -56,7 +57,7 @@ import pufferlib.pufferl as pufferl
 import torch
 
 ENV_NAME = "puffer_cartpole"
-CAP = 200             # Ocean CartPole MAX_STEPS
+CAP = 200  # Ocean CartPole MAX_STEPS
 EQUIV_SCORE = 0.95 * CAP
 WINDOW = 100
 
@@ -73,7 +74,7 @@ class Watch:
 
     def __init__(self, t0_ref):
         self.t0_ref = t0_ref
-        self.chunks = deque()       # (n, mean_score, mean_perf)
+        self.chunks = deque()  # (n, mean_score, mean_perf)
         self.in_window = 0.0
         self.episodes = 0.0
         self.solve_equiv_s = None
@@ -107,8 +108,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", choices=sorted(CONFIGS), default="shipped")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--timesteps", type=int, default=2_000_000,
-                    help="budget (shipped config trains 20M)")
+    ap.add_argument(
+        "--timesteps", type=int, default=2_000_000, help="budget (shipped config trains 20M)"
+    )
     ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
     args = ap.parse_args()
     cfg = CONFIGS[args.config]
@@ -119,10 +121,18 @@ def main():
     torch.manual_seed(args.seed)
 
     data_dir = tempfile.mkdtemp(prefix="puffer_ckpt_")
-    over = ["--train.device", "cpu",
-            "--train.seed", str(args.seed), "--vec.seed", str(args.seed),
-            "--train.total-timesteps", str(args.timesteps),
-            "--train.data-dir", data_dir]
+    over = [
+        "--train.device",
+        "cpu",
+        "--train.seed",
+        str(args.seed),
+        "--vec.seed",
+        str(args.seed),
+        "--train.total-timesteps",
+        str(args.timesteps),
+        "--train.data-dir",
+        data_dir,
+    ]
     if cfg["backend"]:
         over += ["--vec.backend", cfg["backend"]]
     saved_argv = sys.argv
@@ -163,8 +173,10 @@ def main():
     try:
         if budget < train_config["batch_size"]:
             # PuffeRL divides by total_timesteps // batch_size
-            raise SystemExit(f"--timesteps {budget} is below one PuffeRL batch "
-                             f"({train_config['batch_size']} steps)")
+            raise SystemExit(
+                f"--timesteps {budget} is below one PuffeRL batch "
+                f"({train_config['batch_size']} steps)"
+            )
         t0[0] = time.perf_counter()
         with contextlib.redirect_stdout(devnull):
             while trainer.global_step < budget:
@@ -181,42 +193,51 @@ def main():
         shutil.rmtree(data_dir, ignore_errors=True)
 
     have = watch.in_window >= WINDOW
-    print(json.dumps({
-        "peer": "pufferlib",
-        "config": args.config,
-        "seed": args.seed,
-        "sps": round(steps / wall, 1),
-        "solve_s": None,            # return >= 475 unreachable: 200-step cap
-        "steps_to_solve": None,
-        "solve_equiv_s": None if watch.solve_equiv_s is None else round(watch.solve_equiv_s, 2),
-        "steps_to_solve_equiv": watch.steps_to_solve_equiv,
-        "solve_equiv_rule": f"mean score (episode length) of latest >={WINDOW} episodes "
-                            f">= {EQUIV_SCORE:g} of a {CAP}-step cap",
-        "env": ENV_NAME,
-        "episode_cap": CAP,
-        "total_timesteps": steps,
-        "budget": budget,
-        "wall_s": round(wall, 2),
-        "init_s": round(init_s, 2),
-        "updates": int(trainer.epoch),
-        "batch_size": int(train_config["batch_size"]),
-        "num_agents": int(vecenv.num_agents),
-        "backend": type(vecenv).__name__,
-        "use_rnn": bool(train_config["use_rnn"]),
-        "episodes": int(watch.episodes),
-        "final_mean_score_100": round(watch.mean_score(), 1) if have else None,
-        "final_mean_return_100": round(watch.mean_return(), 1) if have else None,
-        "best_mean_score_100": None if watch.best_mean_score is None else round(watch.best_mean_score, 1),
-        "torch_threads": torch.get_num_threads(),
-        "device": "cpu",
-        "versions": {
-            "pufferlib": md.version("pufferlib"),
-            "torch": torch.__version__,
-            "heavyball": md.version("heavyball"),
-            "numpy": np.__version__,
-            "python": platform.python_version(),
-        },
-    }), flush=True)
+    print(
+        json.dumps(
+            {
+                "peer": "pufferlib",
+                "config": args.config,
+                "seed": args.seed,
+                "sps": round(steps / wall, 1),
+                "solve_s": None,  # return >= 475 unreachable: 200-step cap
+                "steps_to_solve": None,
+                "solve_equiv_s": None
+                if watch.solve_equiv_s is None
+                else round(watch.solve_equiv_s, 2),
+                "steps_to_solve_equiv": watch.steps_to_solve_equiv,
+                "solve_equiv_rule": f"mean score (episode length) of latest >={WINDOW} episodes "
+                f">= {EQUIV_SCORE:g} of a {CAP}-step cap",
+                "env": ENV_NAME,
+                "episode_cap": CAP,
+                "total_timesteps": steps,
+                "budget": budget,
+                "wall_s": round(wall, 2),
+                "init_s": round(init_s, 2),
+                "updates": int(trainer.epoch),
+                "batch_size": int(train_config["batch_size"]),
+                "num_agents": int(vecenv.num_agents),
+                "backend": type(vecenv).__name__,
+                "use_rnn": bool(train_config["use_rnn"]),
+                "episodes": int(watch.episodes),
+                "final_mean_score_100": round(watch.mean_score(), 1) if have else None,
+                "final_mean_return_100": round(watch.mean_return(), 1) if have else None,
+                "best_mean_score_100": None
+                if watch.best_mean_score is None
+                else round(watch.best_mean_score, 1),
+                "torch_threads": torch.get_num_threads(),
+                "device": "cpu",
+                "versions": {
+                    "pufferlib": md.version("pufferlib"),
+                    "torch": torch.__version__,
+                    "heavyball": md.version("heavyball"),
+                    "numpy": np.__version__,
+                    "python": platform.python_version(),
+                },
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ Measures, per run (one JSON line on stdout):
   steps_to_solve env steps at that moment (null if unsolved)
 Training always continues to the full budget, so sps is over the whole budget.
 """
+
 import argparse
 import json
 import platform
@@ -60,8 +61,11 @@ class SolveWatch(BaseCallback):
             if ep is not None:
                 self.returns.append(float(ep["r"]))
                 self.episodes += 1
-                if (self.solve_s is None and len(self.returns) == WINDOW
-                        and sum(self.returns) / WINDOW >= SOLVE_RETURN):
+                if (
+                    self.solve_s is None
+                    and len(self.returns) == WINDOW
+                    and sum(self.returns) / WINDOW >= SOLVE_RETURN
+                ):
                     self.solve_s = time.perf_counter() - self.t0
                     self.steps_to_solve = int(self.num_timesteps)
         return True
@@ -82,10 +86,21 @@ def build(config, n_envs, seed):
     if config == "zoo":
         n = n_envs if n_envs else 8
         env = make_vec_env("CartPole-v1", n_envs=n, seed=seed)
-        model = PPO("MlpPolicy", env, n_steps=32, batch_size=256, gae_lambda=0.8,
-                    gamma=0.98, n_epochs=20, ent_coef=0.0,
-                    learning_rate=linear(1e-3), clip_range=linear(0.2),
-                    device="cpu", seed=seed, verbose=0)
+        model = PPO(
+            "MlpPolicy",
+            env,
+            n_steps=32,
+            batch_size=256,
+            gae_lambda=0.8,
+            gamma=0.98,
+            n_epochs=20,
+            ent_coef=0.0,
+            learning_rate=linear(1e-3),
+            clip_range=linear(0.2),
+            device="cpu",
+            seed=seed,
+            verbose=0,
+        )
         return model, n
     raise SystemExit(f"unknown config {config}")
 
@@ -94,10 +109,15 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", choices=["default", "zoo"], default="default")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--timesteps", type=int, default=None,
-                    help="budget (default 300000 for 'default', 100000 for 'zoo' as in rl-zoo)")
-    ap.add_argument("--n-envs", type=int, default=None,
-                    help="default config: 1 (SB3 default); zoo config: 8")
+    ap.add_argument(
+        "--timesteps",
+        type=int,
+        default=None,
+        help="budget (default 300000 for 'default', 100000 for 'zoo' as in rl-zoo)",
+    )
+    ap.add_argument(
+        "--n-envs", type=int, default=None, help="default config: 1 (SB3 default); zoo config: 8"
+    )
     ap.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
     args = ap.parse_args()
 
@@ -113,29 +133,34 @@ def main():
 
     steps = int(model.num_timesteps)
     last = list(cb.returns)
-    print(json.dumps({
-        "peer": "sb3",
-        "config": args.config,
-        "seed": args.seed,
-        "sps": round(steps / wall, 1),
-        "solve_s": None if cb.solve_s is None else round(cb.solve_s, 2),
-        "steps_to_solve": cb.steps_to_solve,
-        "total_timesteps": steps,
-        "budget": budget,
-        "wall_s": round(wall, 2),
-        "n_envs": n_envs,
-        "episodes": cb.episodes,
-        "final_mean_return_100": round(float(np.mean(last)), 1) if last else None,
-        "torch_threads": torch.get_num_threads(),
-        "device": "cpu",
-        "versions": {
-            "stable_baselines3": stable_baselines3.__version__,
-            "torch": torch.__version__,
-            "gymnasium": gymnasium.__version__,
-            "numpy": np.__version__,
-            "python": platform.python_version(),
-        },
-    }), flush=True)
+    print(
+        json.dumps(
+            {
+                "peer": "sb3",
+                "config": args.config,
+                "seed": args.seed,
+                "sps": round(steps / wall, 1),
+                "solve_s": None if cb.solve_s is None else round(cb.solve_s, 2),
+                "steps_to_solve": cb.steps_to_solve,
+                "total_timesteps": steps,
+                "budget": budget,
+                "wall_s": round(wall, 2),
+                "n_envs": n_envs,
+                "episodes": cb.episodes,
+                "final_mean_return_100": round(float(np.mean(last)), 1) if last else None,
+                "torch_threads": torch.get_num_threads(),
+                "device": "cpu",
+                "versions": {
+                    "stable_baselines3": stable_baselines3.__version__,
+                    "torch": torch.__version__,
+                    "gymnasium": gymnasium.__version__,
+                    "numpy": np.__version__,
+                    "python": platform.python_version(),
+                },
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -24,10 +24,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCK = os.environ.get("BENCH_LOCK", "/tmp/operant-bench.lock")
-OURS = {"operant default": ROOT / "configs" / "CartPole-v1.toml",
-        "operant throughput": ROOT / "configs" / "throughput" / "CartPole-v1.toml"}
-PEER_BUDGETS = {"SB3_DEFAULT_STEPS": "20000", "SB3_ZOO_STEPS": "20000",
-                "PUFFER_LSTM_STEPS": "1000000", "PUFFER_MLP_STEPS": "5000000"}
+OURS = {
+    "operant default": ROOT / "configs" / "CartPole-v1.toml",
+    "operant throughput": ROOT / "configs" / "throughput" / "CartPole-v1.toml",
+}
+PEER_BUDGETS = {
+    "SB3_DEFAULT_STEPS": "20000",
+    "SB3_ZOO_STEPS": "20000",
+    "PUFFER_LSTM_STEPS": "1000000",
+    "PUFFER_MLP_STEPS": "5000000",
+}
 
 
 def main() -> int:
@@ -40,19 +46,39 @@ def main() -> int:
     medians: dict[str, float] = {}
     for name, config in OURS.items():
         record_path = out / f"{name.split()[1]}.json"
-        subprocess.run(["flock", LOCK, sys.executable, "-m", "operant", "bench", "trainer",
-                        "--config", str(config), "--seeds", "1,2,3,4,5",
-                        "--output", str(record_path)], check=True)
+        subprocess.run(
+            [
+                "flock",
+                LOCK,
+                sys.executable,
+                "-m",
+                "operant",
+                "bench",
+                "trainer",
+                "--config",
+                str(config),
+                "--seeds",
+                "1,2,3,4,5",
+                "--output",
+                str(record_path),
+            ],
+            check=True,
+        )
         record = json.loads(record_path.read_text())
         medians[name] = record["summary"]["sps"]["median"]
         bound = record.get("bound", {})
-        print(f"{name}: {medians[name]:,.0f} steps/s, solved {record['summary']['solved']}, "
-              f"{bound.get('fraction', float('nan')):.0%} of the compute bound", flush=True)
+        print(
+            f"{name}: {medians[name]:,.0f} steps/s, solved {record['summary']['solved']}, "
+            f"{bound.get('fraction', float('nan')):.0%} of the compute bound",
+            flush=True,
+        )
     peers_path = out / "peers.jsonl"
     peers_path.unlink(missing_ok=True)
-    subprocess.run(["bash", str(ROOT / "benchmarks" / "peers" / "run_peers.sh"), str(peers_path)],
-                   check=True, env={**os.environ, **PEER_BUDGETS, "SEEDS": args.seeds_peers,
-                                    "BENCH_LOCK": LOCK})
+    subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "peers" / "run_peers.sh"), str(peers_path)],
+        check=True,
+        env={**os.environ, **PEER_BUDGETS, "SEEDS": args.seeds_peers, "BENCH_LOCK": LOCK},
+    )
     by_peer: dict[str, list[float]] = {}
     for line in peers_path.read_text().splitlines():
         row = json.loads(line)
@@ -63,8 +89,10 @@ def main() -> int:
     print("\n| trainer | median steps/s | operant default / it | operant throughput / it |")
     print("|---|---:|---:|---:|")
     for name, value in medians.items():
-        print(f"| {name} | {value:,.0f} | {medians['operant default'] / value:.2f}x | "
-              f"{medians['operant throughput'] / value:.2f}x |")
+        print(
+            f"| {name} | {value:,.0f} | {medians['operant default'] / value:.2f}x | "
+            f"{medians['operant throughput'] / value:.2f}x |"
+        )
     (out / "summary.json").write_text(json.dumps(medians, indent=2) + "\n")
     return 0
 

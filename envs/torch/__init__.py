@@ -12,5 +12,13 @@ from operant.envs.torch.mountain_car import TorchMountainCar
 from operant.envs.torch.mountain_car_continuous import TorchMountainCarContinuous
 from operant.envs.torch.pendulum import TorchPendulum
 
-__all__ = ["RECENT_CAPACITY", "TorchAcrobot", "TorchCartPole", "TorchMountainCar",
-           "TorchMountainCarContinuous", "TorchPendulum", "TorchVectorEnv", "seed_streams"]
+__all__ = [
+    "RECENT_CAPACITY",
+    "TorchAcrobot",
+    "TorchCartPole",
+    "TorchMountainCar",
+    "TorchMountainCarContinuous",
+    "TorchPendulum",
+    "TorchVectorEnv",
+    "seed_streams",
+]

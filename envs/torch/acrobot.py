@@ -33,8 +33,17 @@ class TorchAcrobot(TorchVectorEnv):
 
     def _observe(self, state):
         theta1, theta2, dtheta1, dtheta2 = state.unbind(0)
-        return torch.stack((torch.cos(theta1), torch.sin(theta1), torch.cos(theta2),
-                            torch.sin(theta2), dtheta1, dtheta2), dim=1).to(torch.float32)
+        return torch.stack(
+            (
+                torch.cos(theta1),
+                torch.sin(theta1),
+                torch.cos(theta2),
+                torch.sin(theta2),
+                dtheta1,
+                dtheta2,
+            ),
+            dim=1,
+        ).to(torch.float32)
 
     def _dsdt(self, s: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
         m1, m2, l1 = self.LINK_MASS_1, self.LINK_MASS_2, self.LINK_LENGTH_1
@@ -45,12 +54,15 @@ class TorchAcrobot(TorchVectorEnv):
         d1 = m1 * lc1**2 + m2 * (l1**2 + lc2**2 + 2 * l1 * lc2 * cos_theta2) + I1 + I2
         d2 = m2 * (lc2**2 + l1 * lc2 * cos_theta2) + I2
         phi2 = m2 * lc2 * g * torch.cos(theta1 + theta2 - math.pi / 2.0)
-        phi1 = (-m2 * l1 * lc2 * dtheta2**2 * sin_theta2
-                - 2 * m2 * l1 * lc2 * dtheta2 * dtheta1 * sin_theta2
-                + (m1 * lc1 + m2 * l1) * g * torch.cos(theta1 - math.pi / 2)
-                + phi2)
+        phi1 = (
+            -m2 * l1 * lc2 * dtheta2**2 * sin_theta2
+            - 2 * m2 * l1 * lc2 * dtheta2 * dtheta1 * sin_theta2
+            + (m1 * lc1 + m2 * l1) * g * torch.cos(theta1 - math.pi / 2)
+            + phi2
+        )
         ddtheta2 = (a + d2 / d1 * phi1 - m2 * l1 * lc2 * dtheta1**2 * sin_theta2 - phi2) / (
-            m2 * lc2**2 + I2 - d2**2 / d1)
+            m2 * lc2**2 + I2 - d2**2 / d1
+        )
         ddtheta1 = -(d2 * ddtheta2 + phi1) / d1
         return torch.stack((dtheta1, dtheta2, ddtheta1, ddtheta2))
 

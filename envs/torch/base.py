@@ -120,17 +120,28 @@ def seed_streams(seed: int, num_envs: int, device: torch.device) -> torch.Tensor
 _FIELD = {name: index for index, name in enumerate(EPISODE_STATS_DTYPE.names)}
 _EPISODES = _FIELD["episodes"]
 _QUANTITIES, _REDUCTIONS = ("return", "length"), ("sum", "min", "max")
-_BLOCK = [_FIELD[f"{quantity}_{reduction}"]
-          for quantity in _QUANTITIES for reduction in _REDUCTIONS]
-if _BLOCK != list(range(_BLOCK[0], _BLOCK[0] + len(_BLOCK))):
+_BLOCK = [
+    _FIELD[f"{quantity}_{reduction}"] for quantity in _QUANTITIES for reduction in _REDUCTIONS
+]
+if list(range(_BLOCK[0], _BLOCK[0] + len(_BLOCK))) != _BLOCK:
     raise ImportError("EPISODE_STATS_DTYPE's return and length fields are not one block")
 _QUANTITY_BLOCK = slice(_BLOCK[0], _BLOCK[0] + len(_BLOCK))
 _SUM, _MIN, _MAX = (_REDUCTIONS.index(name) for name in ("sum", "min", "max"))
 
 # The tensors that make up a torch env's state (its checkpoint), under these names.
-STATE_TENSORS = ("state", "rng_state", "episode_return", "episode_length", "stats",
-                 "_ring_returns", "_ring_lengths", "_ring_head", "_invalid_env",
-                 "_invalid_value", "obs")
+STATE_TENSORS = (
+    "state",
+    "rng_state",
+    "episode_return",
+    "episode_length",
+    "stats",
+    "_ring_returns",
+    "_ring_lengths",
+    "_ring_head",
+    "_invalid_env",
+    "_invalid_value",
+    "obs",
+)
 
 
 class TorchVectorEnv(RenderFace, VectorEnv):
@@ -143,11 +154,17 @@ class TorchVectorEnv(RenderFace, VectorEnv):
     reset_bounds: tuple[tuple[float, float], ...]
     """(low, high) of each uniform draw a reset makes, in the native kernel's order."""
 
-    def __init__(self, entry: EnvEntry, num_envs: int, device: torch.device | str | None = None,
-                 copy: bool = True, max_episode_steps: int | None = None,
-                 action_checks: str = "auto",
-                 autoreset_mode: AutoresetMode | str = AutoresetMode.SAME_STEP,
-                 render_mode: str | None = None):
+    def __init__(
+        self,
+        entry: EnvEntry,
+        num_envs: int,
+        device: torch.device | str | None = None,
+        copy: bool = True,
+        max_episode_steps: int | None = None,
+        action_checks: str = "auto",
+        autoreset_mode: AutoresetMode | str = AutoresetMode.SAME_STEP,
+        render_mode: str | None = None,
+    ):
         if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs <= 0:
             raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
         if action_checks not in ACTION_CHECKS:
@@ -173,8 +190,9 @@ class TorchVectorEnv(RenderFace, VectorEnv):
         if self.discrete:
             self.actions = torch.zeros(num_envs, dtype=torch.int64, **options)
         else:
-            self.actions = torch.zeros((num_envs, *self.single_action_space.shape),
-                                       dtype=torch.float32, **options)
+            self.actions = torch.zeros(
+                (num_envs, *self.single_action_space.shape), dtype=torch.float32, **options
+            )
         self.obs = torch.zeros((num_envs, obs_dim), dtype=torch.float32, **options)
         self.rewards = torch.zeros(num_envs, dtype=torch.float32, **options)
         self.terminated = torch.zeros(num_envs, dtype=torch.bool, **options)
@@ -191,23 +209,36 @@ class TorchVectorEnv(RenderFace, VectorEnv):
         self._ring_lengths = torch.zeros(RECENT_CAPACITY + 1, dtype=torch.float64, **options)
         self._ring_head = torch.zeros((), dtype=torch.int64, **options)
         self._invalid_env = torch.full((), -1, dtype=torch.int64, **options)
-        self._invalid_value = torch.zeros(self.actions[0].shape, dtype=self.actions.dtype,
-                                          **options)
+        self._invalid_value = torch.zeros(
+            self.actions[0].shape, dtype=self.actions.dtype, **options
+        )
         draws = len(self.reset_bounds)
-        self._draw_offsets = torch.tensor([_i64((k + 1) * _GOLDEN) for k in range(draws)],
-                                          dtype=torch.int64, **options).unsqueeze(1)
+        self._draw_offsets = torch.tensor(
+            [_i64((k + 1) * _GOLDEN) for k in range(draws)], dtype=torch.int64, **options
+        ).unsqueeze(1)
         self._stream_advance = _i64(draws * _GOLDEN)
-        self._reset_low = torch.tensor([low for low, _ in self.reset_bounds],
-                                       dtype=torch.float64, **options).unsqueeze(1)
-        self._reset_span = torch.tensor([high - low for low, high in self.reset_bounds],
-                                        dtype=torch.float64, **options).unsqueeze(1)
+        self._reset_low = torch.tensor(
+            [low for low, _ in self.reset_bounds], dtype=torch.float64, **options
+        ).unsqueeze(1)
+        self._reset_span = torch.tensor(
+            [high - low for low, high in self.reset_bounds], dtype=torch.float64, **options
+        ).unsqueeze(1)
         self._seeded = False
         self.autoreset_mode = parse_autoreset_mode(autoreset_mode)
         self.metadata = with_autoreset_mode(type(self).metadata, self.autoreset_mode)
-        self._next_step = None if self.autoreset_mode == AutoresetMode.SAME_STEP else NextStepFace(
-            self, [Held(self.state, 1, 0, num_envs), Held(self.rng_state, 0, 0, num_envs),
-                   Held(self.episode_return, 0, 0, num_envs),
-                   Held(self.episode_length, 0, 0, num_envs, HELD_LENGTH)])
+        self._next_step = (
+            None
+            if self.autoreset_mode == AutoresetMode.SAME_STEP
+            else NextStepFace(
+                self,
+                [
+                    Held(self.state, 1, 0, num_envs),
+                    Held(self.rng_state, 0, 0, num_envs),
+                    Held(self.episode_return, 0, 0, num_envs),
+                    Held(self.episode_length, 0, 0, num_envs, HELD_LENGTH),
+                ],
+            )
+        )
         self._init_render(entry.id, render_mode)
 
     # --- what each env defines ---------------------------------------------------------------
@@ -219,15 +250,17 @@ class TorchVectorEnv(RenderFace, VectorEnv):
         """(N, obs_dim) float32 observations of (state_dim, N) states."""
         return state.T.to(torch.float32)
 
-    def _dynamics(self, state: torch.Tensor, actions: torch.Tensor, first_step: torch.Tensor
-                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _dynamics(
+        self, state: torch.Tensor, actions: torch.Tensor, first_step: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One step of every env: (next state, float64 reward, terminated). `first_step` marks
         envs whose state is still the one reset drew."""
         raise NotImplementedError
 
     # --- Gymnasium's vector API --------------------------------------------------------------
-    def reset(self, *, seed: int | list[int | None] | None = None,
-              options: dict[str, Any] | None = None):
+    def reset(
+        self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
+    ):
         """Reset every env, seeding as the native kernels do (operant.envs.seeding): env i's
         stream from (seed, i) for an int, from (seed[i], 0) for a list (kept where None); no
         seed on the first reset seeds from the OS's entropy; later resets continue."""
@@ -236,8 +269,9 @@ class TorchVectorEnv(RenderFace, VectorEnv):
         if isinstance(seed, list):
             streams = per_env_streams(seed, None if self._seeded else secrets.randbits(64))
             rows = [row for row, stream in enumerate(streams) if stream is not None]
-            self.rng_state[rows] = torch.tensor([_i64(streams[row]) for row in rows],
-                                                dtype=torch.int64, device=self.device)
+            self.rng_state[rows] = torch.tensor(
+                [_i64(streams[row]) for row in rows], dtype=torch.int64, device=self.device
+            )
         elif seed is not None:
             self.rng_state.copy_(seed_streams(seed, self.num_envs, self.device))
         elif not self._seeded:
@@ -273,8 +307,13 @@ class TorchVectorEnv(RenderFace, VectorEnv):
             self._rendered_step(~done, torch.zeros_like(done), None)
         if self.copy:
             info["final_obs"] = self.final_obs.clone()
-            return (self.obs.clone(), self.rewards.clone(), self.terminated.clone(),
-                    self.truncated.clone(), info)
+            return (
+                self.obs.clone(),
+                self.rewards.clone(),
+                self.terminated.clone(),
+                self.truncated.clone(),
+                info,
+            )
         return self.obs, self.rewards, self.terminated, self.truncated, info
 
     def step_bound(self) -> None:
@@ -351,7 +390,8 @@ class TorchVectorEnv(RenderFace, VectorEnv):
             self._invalid_env.fill_(-1)
             raise InvalidActionError(
                 invalid_action_message(self.single_action_space, env_index, value)
-                + " (seen by a step since the last check; it was stepped as a valid action)")
+                + " (seen by a step since the last check; it was stepped as a valid action)"
+            )
 
     # --- internals ---------------------------------------------------------------------------
     def _clear_stats(self) -> None:
@@ -371,10 +411,12 @@ class TorchVectorEnv(RenderFace, VectorEnv):
         # rows: _QUANTITIES (return, length); columns: _REDUCTIONS (sum, min, max)
         per_quantity = self.stats[_QUANTITY_BLOCK].view(len(_QUANTITIES), len(_REDUCTIONS))
         per_quantity[:, _SUM] += torch.where(done, values, 0.0).sum(dim=1)
-        per_quantity[:, _MIN] = torch.minimum(per_quantity[:, _MIN],
-                                              torch.where(done, values, math.inf).amin(dim=1))
-        per_quantity[:, _MAX] = torch.maximum(per_quantity[:, _MAX],
-                                              torch.where(done, values, -math.inf).amax(dim=1))
+        per_quantity[:, _MIN] = torch.minimum(
+            per_quantity[:, _MIN], torch.where(done, values, math.inf).amin(dim=1)
+        )
+        per_quantity[:, _MAX] = torch.maximum(
+            per_quantity[:, _MAX], torch.where(done, values, -math.inf).amax(dim=1)
+        )
         rank = torch.cumsum(done, 0) - 1
         total = rank[-1] + 1
         self.stats[_EPISODES] += total
@@ -394,8 +436,11 @@ class TorchVectorEnv(RenderFace, VectorEnv):
     def _raise_on_invalid(self, valid: torch.Tensor) -> None:
         if not bool(valid.all()):
             env_index = int(torch.argmin(valid.to(torch.uint8)))
-            raise InvalidActionError(invalid_action_message(
-                self.single_action_space, env_index, self.actions[env_index].cpu().tolist()))
+            raise InvalidActionError(
+                invalid_action_message(
+                    self.single_action_space, env_index, self.actions[env_index].cpu().tolist()
+                )
+            )
 
     def _remember_invalid(self, valid: torch.Tensor) -> None:
         # index_select with a one-element index tensor stays on the device (indexing with a
@@ -403,8 +448,9 @@ class TorchVectorEnv(RenderFace, VectorEnv):
         first_invalid = torch.argmin(valid.to(torch.uint8)).view(1)
         new = (self._invalid_env < 0) & ~valid.index_select(0, first_invalid)[0]
         self._invalid_env.copy_(torch.where(new, first_invalid[0], self._invalid_env))
-        self._invalid_value.copy_(torch.where(new, self.actions.index_select(0, first_invalid)[0],
-                                              self._invalid_value))
+        self._invalid_value.copy_(
+            torch.where(new, self.actions.index_select(0, first_invalid)[0], self._invalid_value)
+        )
 
     def _replace_invalid(self, actions: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         if self.discrete:
@@ -417,14 +463,18 @@ class TorchVectorEnv(RenderFace, VectorEnv):
                 array = np.asarray(actions)
             except (TypeError, ValueError) as error:
                 raise InvalidActionError(
-                    f"actions must be an array, got {type(actions).__name__}: {error}") from None
+                    f"actions must be an array, got {type(actions).__name__}: {error}"
+                ) from None
             if array.dtype.kind not in "biuf":
                 raise InvalidActionError(f"actions must be numbers, got dtype {array.dtype}")
             actions = torch.from_numpy(array)
         dtype = actions.dtype
-        check_action_batch(actions.shape,
-                           not dtype.is_floating_point and not dtype.is_complex
-                           and dtype != torch.bool,
-                           dtype.is_floating_point, self.actions.shape,
-                           self.single_action_space, str(dtype).removeprefix("torch."))
+        check_action_batch(
+            actions.shape,
+            not dtype.is_floating_point and not dtype.is_complex and dtype != torch.bool,
+            dtype.is_floating_point,
+            self.actions.shape,
+            self.single_action_space,
+            str(dtype).removeprefix("torch."),
+        )
         self.actions.copy_(actions)

@@ -32,12 +32,17 @@ class TorchCartPole(TorchVectorEnv):
         sintheta = torch.sin(theta)
         temp = (force + self.POLEMASS_LENGTH * (theta_dot * theta_dot) * sintheta) / self.TOTAL_MASS
         thetaacc = (self.GRAVITY * sintheta - costheta * temp) / (
-            self.LENGTH * (4.0 / 3.0 - self.MASSPOLE * (costheta * costheta) / self.TOTAL_MASS))
+            self.LENGTH * (4.0 / 3.0 - self.MASSPOLE * (costheta * costheta) / self.TOTAL_MASS)
+        )
         xacc = temp - self.POLEMASS_LENGTH * thetaacc * costheta / self.TOTAL_MASS
         x = x + self.TAU * x_dot
         x_dot = x_dot + self.TAU * xacc
         theta = theta + self.TAU * theta_dot
         theta_dot = theta_dot + self.TAU * thetaacc
-        terminated = ((x < -self.X_THRESHOLD) | (x > self.X_THRESHOLD)
-                      | (theta < -self.THETA_THRESHOLD) | (theta > self.THETA_THRESHOLD))
+        terminated = (
+            (x < -self.X_THRESHOLD)
+            | (x > self.X_THRESHOLD)
+            | (theta < -self.THETA_THRESHOLD)
+            | (theta > self.THETA_THRESHOLD)
+        )
         return torch.stack((x, x_dot, theta, theta_dot)), torch.ones_like(x), terminated

@@ -35,5 +35,6 @@ class TorchMountainCar(TorchVectorEnv):
         position, velocity = state.unbind(0)
         push = (actions - 1).to(torch.float64) * self.FORCE
         position, velocity, terminated = self._move(
-            position, velocity, push + torch.cos(3 * position) * (-self.GRAVITY))
+            position, velocity, push + torch.cos(3 * position) * (-self.GRAVITY)
+        )
         return torch.stack((position, velocity)), torch.full_like(position, -1.0), terminated

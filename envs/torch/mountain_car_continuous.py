@@ -21,15 +21,19 @@ class TorchMountainCarContinuous(TorchMountainCar):
         action = actions[:, 0]
         in_range = (action >= -1.0) & (action <= 1.0)
         gravity_term = self.GRAVITY * torch.where(
-            first_step, torch.cos(3 * position), torch.cos((3 * position32).to(torch.float64)))
+            first_step, torch.cos(3 * position), torch.cos((3 * position32).to(torch.float64))
+        )
         # In range, the force is the float32 action and `force * power - gravity_term` is
         # float32; out of range it is the Python float +-1.0 and the term is float64.
         increment = torch.where(
-            in_range, (action * self.POWER - gravity_term.to(torch.float32)).to(torch.float64),
-            action.clamp(-1.0, 1.0).to(torch.float64) * self.POWER - gravity_term)
+            in_range,
+            (action * self.POWER - gravity_term.to(torch.float32)).to(torch.float64),
+            action.clamp(-1.0, 1.0).to(torch.float64) * self.POWER - gravity_term,
+        )
         position64, velocity64, terminated64 = self._move(position, velocity, increment)
-        position32, velocity32, terminated32 = self._move(position32, velocity32,
-                                                          increment.to(torch.float32))
+        position32, velocity32, terminated32 = self._move(
+            position32, velocity32, increment.to(torch.float32)
+        )
         position = torch.where(first_step, position64.to(torch.float32), position32)
         velocity = torch.where(first_step, velocity64.to(torch.float32), velocity32)
         terminated = torch.where(first_step, terminated64, terminated32)

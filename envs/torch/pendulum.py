@@ -29,10 +29,17 @@ class TorchPendulum(TorchVectorEnv):
         th, thdot = state.unbind(0)
         u = actions[:, 0].clamp(-self.MAX_TORQUE, self.MAX_TORQUE)
         normalized = torch.remainder(th + math.pi, 2 * math.pi) - math.pi
-        costs = (normalized * normalized + 0.1 * (thdot * thdot)
-                 + (0.001 * (u * u)).to(torch.float64))
-        newthdot = thdot + (3 * self.G / (2 * self.L) * torch.sin(th)
-                            + (3.0 / (self.M * self.L**2) * u).to(torch.float64)) * self.DT
+        costs = (
+            normalized * normalized + 0.1 * (thdot * thdot) + (0.001 * (u * u)).to(torch.float64)
+        )
+        newthdot = (
+            thdot
+            + (
+                3 * self.G / (2 * self.L) * torch.sin(th)
+                + (3.0 / (self.M * self.L**2) * u).to(torch.float64)
+            )
+            * self.DT
+        )
         newthdot = newthdot.clamp(-self.MAX_SPEED, self.MAX_SPEED)
         newth = th + newthdot * self.DT
         return torch.stack((newth, newthdot)), -costs, torch.zeros_like(th, dtype=torch.bool)

@@ -21,9 +21,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from operant.envs import register_family
 from operant.envs.contract import ActSpec, EpisodeStats, ObsSpec, RowLayout
 from operant.envs.episodes import EpisodeAccounting
-from operant.envs import register_family
 from operant.trainer.policies import HeadsPolicy, register_policy
 from tests.families.common import check_discrete, draw, load_arrays, seed_streams
 
@@ -57,7 +57,7 @@ class AgentsEnv:
         self.episodes = EpisodeAccounting(self.layout)
         self._seeded = False
         # The agent-index part of every observation never changes.
-        self._by_env()[..., CUES:CUES + AGENTS] = np.eye(AGENTS, dtype=np.float32)
+        self._by_env()[..., CUES : CUES + AGENTS] = np.eye(AGENTS, dtype=np.float32)
 
     def _by_env(self, buffer: np.ndarray | None = None) -> np.ndarray:
         """A row buffer seen as (envs, agents, ...)."""
@@ -108,10 +108,10 @@ class AgentsEnv:
         return self.episodes.recent_returns(count)
 
     def state_dict(self) -> dict[str, Any]:
-        arrays = {"rng": self.rng, "cue": self.cue, "step_count": self.step_count,
-                  "obs": self.obs}
-        arrays.update({f"episodes.{name}": value
-                       for name, value in self.episodes.state_dict().items()})
+        arrays = {"rng": self.rng, "cue": self.cue, "step_count": self.step_count, "obs": self.obs}
+        arrays.update(
+            {f"episodes.{name}": value for name, value in self.episodes.state_dict().items()}
+        )
         return arrays
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -142,5 +142,8 @@ def _reads_agents(obs_spec: ObsSpec, act_spec: ActSpec) -> bool:
 
 
 register_family("Agents-v0", lambda num_envs, copy=True, **kwargs: AgentsEnv(num_envs, **kwargs))
-register_policy("agent-mlp", _reads_agents,
-                lambda config, obs_spec, act_spec: AgentMLP(OBS_SIZE, act_spec.num_actions))
+register_policy(
+    "agent-mlp",
+    _reads_agents,
+    lambda config, obs_spec, act_spec: AgentMLP(OBS_SIZE, act_spec.num_actions),
+)

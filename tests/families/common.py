@@ -43,8 +43,10 @@ def load_arrays(live: dict[str, np.ndarray], state: dict, family: str) -> None:
     for name, target in live.items():
         value = np.asarray(state[name])
         if value.dtype != target.dtype or value.shape != target.shape:
-            raise ValueError(f"{family} state {name!r} is {value.dtype} {value.shape}, expected "
-                             f"{target.dtype} {target.shape}")
+            raise ValueError(
+                f"{family} state {name!r} is {value.dtype} {value.shape}, expected "
+                f"{target.dtype} {target.shape}"
+            )
     for name, target in live.items():
         np.copyto(target, state[name])
 
@@ -55,5 +57,7 @@ def check_discrete(actions: np.ndarray, num_actions: int) -> None:
 
     bad = np.flatnonzero((actions < 0) | (actions >= num_actions))
     if len(bad):
-        raise InvalidActionError(f"action {int(actions[bad[0]])} for row {int(bad[0])} is "
-                                 f"outside Discrete({num_actions})")
+        raise InvalidActionError(
+            f"action {int(actions[bad[0]])} for row {int(bad[0])} is "
+            f"outside Discrete({num_actions})"
+        )

@@ -19,9 +19,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from operant.envs import register_family
 from operant.envs.contract import ActSpec, EpisodeStats, ObsSpec, RowLayout
 from operant.envs.episodes import EpisodeAccounting
-from operant.envs import register_family
 from operant.trainer.policies import HeadsPolicy, register_policy
 from tests.families.common import check_discrete, draw, load_arrays, seed_streams
 
@@ -101,10 +101,17 @@ class FramesEnv:
         return self.episodes.recent_returns(count)
 
     def state_dict(self) -> dict[str, Any]:
-        arrays = {"rng": self.rng, "side": self.side, "row": self.row, "col": self.col,
-                  "step_count": self.step_count, "obs": self.obs}
-        arrays.update({f"episodes.{name}": value
-                       for name, value in self.episodes.state_dict().items()})
+        arrays = {
+            "rng": self.rng,
+            "side": self.side,
+            "row": self.row,
+            "col": self.col,
+            "step_count": self.step_count,
+            "obs": self.obs,
+        }
+        arrays.update(
+            {f"episodes.{name}": value for name, value in self.episodes.state_dict().items()}
+        )
         return arrays
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -139,5 +146,8 @@ def _reads_frames(obs_spec: ObsSpec, act_spec: ActSpec) -> bool:
 
 
 register_family("Frames-v0", lambda num_envs, copy=True, **kwargs: FramesEnv(num_envs, **kwargs))
-register_policy("tiny-cnn", _reads_frames,
-                lambda config, obs_spec, act_spec: TinyCNN(obs_spec, act_spec.num_actions))
+register_policy(
+    "tiny-cnn",
+    _reads_frames,
+    lambda config, obs_spec, act_spec: TinyCNN(obs_spec, act_spec.num_actions),
+)

@@ -55,7 +55,9 @@ def _int_list(text: str) -> list[int]:
     try:
         values = [int(part) for part in text.split(",") if part]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}"
+        ) from None
     if not values or min(values) <= 0:
         raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
     return values
@@ -66,53 +68,105 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("mode", choices=MODES)
     parser.add_argument("--env", default="CartPole-v1", help="env id")
     parser.add_argument("--impl", default="native", help="comma-separated impls (env_only)")
-    parser.add_argument("--num-envs", type=_int_list,
-                        help="comma-separated env counts (env_only: default 256,4096,16384; "
-                             "trainer modes: the config's, several only with --matrix)")
-    parser.add_argument("--num-steps", type=_int_list,
-                        help="trainer modes: rollout steps per env (ppo.num_steps)")
-    parser.add_argument("--minibatches", type=_int_list,
-                        help="trainer modes: minibatches per epoch (ppo.num_minibatches)")
-    parser.add_argument("--matrix", action="store_true",
-                        help="trainer modes: sweep num-envs x num-steps x minibatches and report "
-                             "the best stable configuration")
-    parser.add_argument("--warmup", type=int, default=2,
-                        help="trainer modes: updates (trainer) or rollouts (trainer_eval) before "
-                             "memory is baselined and rounds are timed")
-    parser.add_argument("--total-steps", type=int,
-                        help="trainer: env steps per run (train.total_steps)")
-    parser.add_argument("--validate", action="store_true",
-                        help="env_only: step each impl beside Gymnasium's env first and exit 2 "
-                             "on any disagreement")
-    parser.add_argument("--validate-steps", type=int, default=200,
-                        help="env_only: steps of the --validate shadow run")
-    parser.add_argument("--max-mem-delta", type=float, metavar="MB",
-                        help="exit 1 if resident memory grows by more than this after warm-up")
-    parser.add_argument("--no-bound", action="store_true",
-                        help="trainer: skip measuring the compute bound")
-    parser.add_argument("--plot", metavar="DIR",
-                        help="write PNG plots (SPS vs num_envs, phase breakdown) into DIR")
+    parser.add_argument(
+        "--num-envs",
+        type=_int_list,
+        help="comma-separated env counts (env_only: default 256,4096,16384; "
+        "trainer modes: the config's, several only with --matrix)",
+    )
+    parser.add_argument(
+        "--num-steps", type=_int_list, help="trainer modes: rollout steps per env (ppo.num_steps)"
+    )
+    parser.add_argument(
+        "--minibatches",
+        type=_int_list,
+        help="trainer modes: minibatches per epoch (ppo.num_minibatches)",
+    )
+    parser.add_argument(
+        "--matrix",
+        action="store_true",
+        help="trainer modes: sweep num-envs x num-steps x minibatches and report "
+        "the best stable configuration",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=2,
+        help="trainer modes: updates (trainer) or rollouts (trainer_eval) before "
+        "memory is baselined and rounds are timed",
+    )
+    parser.add_argument(
+        "--total-steps", type=int, help="trainer: env steps per run (train.total_steps)"
+    )
+    parser.add_argument(
+        "--validate",
+        action="store_true",
+        help="env_only: step each impl beside Gymnasium's env first and exit 2 on any disagreement",
+    )
+    parser.add_argument(
+        "--validate-steps",
+        type=int,
+        default=200,
+        help="env_only: steps of the --validate shadow run",
+    )
+    parser.add_argument(
+        "--max-mem-delta",
+        type=float,
+        metavar="MB",
+        help="exit 1 if resident memory grows by more than this after warm-up",
+    )
+    parser.add_argument(
+        "--no-bound", action="store_true", help="trainer: skip measuring the compute bound"
+    )
+    parser.add_argument(
+        "--plot", metavar="DIR", help="write PNG plots (SPS vs num_envs, phase breakdown) into DIR"
+    )
     parser.add_argument("--rounds", type=int, default=5, help="measured rounds (median reported)")
-    parser.add_argument("--round-seconds", type=float, default=0.5,
-                        help="approximate length of one env_only round")
-    parser.add_argument("--no-gymnasium", action="store_true",
-                        help="env_only: skip Gymnasium's vectorised env")
-    parser.add_argument("--seeds", type=_int_list, default=[1, 2, 3],
-                        help="trainer: comma-separated seeds, one run each (a round)")
-    parser.add_argument("--target-return", type=float, default=475.0,
-                        help="trainer: stop a run once the last-100 mean return reaches this")
+    parser.add_argument(
+        "--round-seconds", type=float, default=0.5, help="approximate length of one env_only round"
+    )
+    parser.add_argument(
+        "--no-gymnasium", action="store_true", help="env_only: skip Gymnasium's vectorised env"
+    )
+    parser.add_argument(
+        "--seeds",
+        type=_int_list,
+        default=[1, 2, 3],
+        help="trainer: comma-separated seeds, one run each (a round)",
+    )
+    parser.add_argument(
+        "--target-return",
+        type=float,
+        default=475.0,
+        help="trainer: stop a run once the last-100 mean return reaches this",
+    )
     parser.add_argument("--config", help="trainer modes: TOML config")
-    parser.add_argument("--set", dest="overrides", action="append", default=[],
-                        help="trainer modes: config override section.key=value")
-    parser.add_argument("--max-cv", type=float, default=0.20,
-                        help="coefficient of variation above which a result is unstable")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        help="trainer modes: config override section.key=value",
+    )
+    parser.add_argument(
+        "--max-cv",
+        type=float,
+        default=0.20,
+        help="coefficient of variation above which a result is unstable",
+    )
     parser.add_argument("--target-sps", type=float, help="minimum median steps/s")
-    parser.add_argument("--enforce-target", action="store_true",
-                        help="exit 1 when the median is below --target-sps")
+    parser.add_argument(
+        "--enforce-target", action="store_true", help="exit 1 when the median is below --target-sps"
+    )
     parser.add_argument("--output", help="write the JSON record here")
-    parser.add_argument("--baseline", nargs="+", default=[], metavar="FILE",
-                        help="earlier --output records of the same mode: print this run's "
-                             "median steps/s as a ratio to each")
+    parser.add_argument(
+        "--baseline",
+        nargs="+",
+        default=[],
+        metavar="FILE",
+        help="earlier --output records of the same mode: print this run's "
+        "median steps/s as a ratio to each",
+    )
     return parser
 
 
@@ -150,13 +204,20 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         print(f"operant bench: {error}", file=sys.stderr)
         return EXIT_USAGE
-    from operant.trainer.config import ConfigError
     from operant.envs import EnvError
+    from operant.trainer.config import ConfigError
 
-    record: dict[str, Any] = {"mode": args.mode, "args": vars(args), "machine": machine(),
-                              "time": time.time()}
-    run = {"env_only": bench_env_only, "trainer": bench_trainer,
-           "trainer_eval": bench_trainer_eval}[args.mode]
+    record: dict[str, Any] = {
+        "mode": args.mode,
+        "args": vars(args),
+        "machine": machine(),
+        "time": time.time(),
+    }
+    run = {
+        "env_only": bench_env_only,
+        "trainer": bench_trainer,
+        "trainer_eval": bench_trainer_eval,
+    }[args.mode]
     try:
         record.update(run(args))
     except (ConfigError, EnvError, ValueError) as error:
@@ -169,11 +230,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.output:
         atomic.write_text(args.output, text + "\n")
     if not validated:
-        print("operant bench: --validate: the implementation disagrees with Gymnasium; "
-              "nothing was measured", file=sys.stderr)
+        print(
+            "operant bench: --validate: the implementation disagrees with Gymnasium; "
+            "nothing was measured",
+            file=sys.stderr,
+        )
         return EXIT_PARITY
     if args.plot:
         for path in plot(record, Path(args.plot)):
             print(f"plot: {path}", flush=True)
     return _status(record, args)
-

@@ -34,23 +34,36 @@ def _load_baselines(paths: list[str], mode: str) -> list[tuple[str, dict[str, An
 def _comparable(record: dict[str, Any]) -> dict[str, float]:
     """Median steps/s by what was measured: '<mode> <cell>', or '<impl> N=<num_envs>'."""
     if record["mode"] != "env_only":
-        return {f"{record['mode']} {_label(cell['cell'])}": cell["summary"]["sps"]["median"]
-                for cell in record["cells"]}
+        return {
+            f"{record['mode']} {_label(cell['cell'])}": cell["summary"]["sps"]["median"]
+            for cell in record["cells"]
+        }
     impls = [part for part in record["args"]["impl"].split(",") if part]
-    return {f"{impl} N={row['num_envs']}": row[impl]["median"]
-            for row in record["results"] for impl in impls if impl in row}
+    return {
+        f"{impl} N={row['num_envs']}": row[impl]["median"]
+        for row in record["results"]
+        for impl in impls
+        if impl in row
+    }
 
 
-def compare(record: dict[str, Any], baselines: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+def compare(
+    record: dict[str, Any], baselines: list[tuple[str, dict[str, Any]]]
+) -> list[dict[str, Any]]:
     """This run's medians over each baseline's, for every measurement both have."""
     ours = _comparable(record)
     comparisons = []
     for path, baseline in baselines:
         theirs = _comparable(baseline)
-        ratios = {key: round(ours[key] / theirs[key], 3) for key in ours
-                  if key in theirs and theirs[key] > 0}
+        ratios = {
+            key: round(ours[key] / theirs[key], 3)
+            for key in ours
+            if key in theirs and theirs[key] > 0
+        }
         comparisons.append({"baseline": path, "ratios": ratios})
-        text = ", ".join(f"{key} {ratio:.2f}x" for key, ratio in ratios.items()) or "nothing in common"
+        text = (
+            ", ".join(f"{key} {ratio:.2f}x" for key, ratio in ratios.items()) or "nothing in common"
+        )
         print(f"vs {path}: {text}", flush=True)
     return comparisons
 
@@ -59,18 +72,26 @@ def _status(record: dict[str, Any], args: argparse.Namespace) -> int:
     status = EXIT_OK
     medians = _medians(record)
     if any(cv > args.max_cv for _, cv in medians):
-        print(f"operant bench: unstable: a coefficient of variation exceeds {args.max_cv:.0%}",
-              file=sys.stderr)
+        print(
+            f"operant bench: unstable: a coefficient of variation exceeds {args.max_cv:.0%}",
+            file=sys.stderr,
+        )
         status = EXIT_UNSTABLE
-    if args.target_sps is not None and args.enforce_target \
-            and any(median < args.target_sps for median, _ in medians):
+    if (
+        args.target_sps is not None
+        and args.enforce_target
+        and any(median < args.target_sps for median, _ in medians)
+    ):
         print(f"operant bench: below the target of {args.target_sps:,.0f} steps/s", file=sys.stderr)
         status = EXIT_UNSTABLE
     if args.max_mem_delta is not None:
         grown = _mem_delta(record)
         if grown is not None and grown > args.max_mem_delta:
-            print(f"operant bench: resident memory grew by {grown:.1f} MB after warm-up "
-                  f"(--max-mem-delta {args.max_mem_delta:g})", file=sys.stderr)
+            print(
+                f"operant bench: resident memory grew by {grown:.1f} MB after warm-up "
+                f"(--max-mem-delta {args.max_mem_delta:g})",
+                file=sys.stderr,
+            )
             status = EXIT_UNSTABLE
     return status
 
@@ -78,8 +99,11 @@ def _status(record: dict[str, Any], args: argparse.Namespace) -> int:
 def _mem_delta(record: dict[str, Any]) -> float | None:
     if record["mode"] == "env_only":
         return record.get("mem_delta_mb")
-    deltas = [cell["summary"]["mem_delta_mb_max"] for cell in record["cells"]
-              if cell["summary"]["mem_delta_mb_max"] is not None]
+    deltas = [
+        cell["summary"]["mem_delta_mb_max"]
+        for cell in record["cells"]
+        if cell["summary"]["mem_delta_mb_max"] is not None
+    ]
     return max(deltas) if deltas else None
 
 
@@ -90,4 +114,3 @@ def _medians(record: dict[str, Any]) -> list[tuple[float, float]]:
         return [(record["summary"]["sps"]["median"], record["summary"]["sps"]["cv"])]
     impls = [part for part in record["args"]["impl"].split(",") if part]
     return [(row[impl]["median"], row[impl]["cv"]) for row in record["results"] for impl in impls]
-

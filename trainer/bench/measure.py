@@ -32,8 +32,15 @@ def cpu_name() -> str:
                     break
     except OSError:
         pass
-    simd = ("AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags
-            else "SSE only" if flags else "")
+    simd = (
+        "AVX-512"
+        if "avx512f" in flags
+        else "AVX2"
+        if "avx2" in flags
+        else "SSE only"
+        if flags
+        else ""
+    )
     return f"{model} ({simd})" if simd else model
 
 
@@ -41,10 +48,16 @@ def machine() -> dict[str, Any]:
     import numpy
     import torch
 
-    return {"host": platform.node(), "cpu": cpu_name(), "cpus": os.cpu_count(),
-            "date": time.strftime("%Y-%m-%d"), "python": platform.python_version(),
-            "numpy": numpy.__version__, "torch": torch.__version__,
-            "torch_threads": torch.get_num_threads()}
+    return {
+        "host": platform.node(),
+        "cpu": cpu_name(),
+        "cpus": os.cpu_count(),
+        "date": time.strftime("%Y-%m-%d"),
+        "python": platform.python_version(),
+        "numpy": numpy.__version__,
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+    }
 
 
 def summarize(values: list[float]) -> dict[str, Any]:
@@ -53,8 +66,13 @@ def summarize(values: list[float]) -> dict[str, Any]:
     return {"rounds": [round(v, 1) for v in values], "median": round(median, 1), "cv": round(cv, 4)}
 
 
-def _timed_rounds(step: Callable[[], object], steps_per_call: int, rounds: int,
-                  round_seconds: float, warm: int = 3) -> list[float]:
+def _timed_rounds(
+    step: Callable[[], object],
+    steps_per_call: int,
+    rounds: int,
+    round_seconds: float,
+    warm: int = 3,
+) -> list[float]:
     """Calibrate calls per round on a warm-up, then time `rounds` rounds; steps/s each."""
     for _ in range(warm):
         step()
@@ -91,8 +109,11 @@ def bench_env_only(args: argparse.Namespace) -> dict[str, Any]:
         record["validation"] = [report.as_dict() for report in reports]
         for report in reports:
             verdict = "matches Gymnasium" if report.ok else f"MISMATCH: {report.mismatch}"
-            print(f"validate {args.env} {report.impl}: {report.compared:,} env-steps, "
-                  f"{report.episodes_ended:,} episodes ended: {verdict}", flush=True)
+            print(
+                f"validate {args.env} {report.impl}: {report.compared:,} env-steps, "
+                f"{report.episodes_ended:,} episodes ended: {verdict}",
+                flush=True,
+            )
         if not all(report.ok for report in reports):
             return record
     _check_env_memory(args.env, impls, max(args.num_envs))
@@ -105,12 +126,14 @@ def bench_env_only(args: argparse.Namespace) -> dict[str, Any]:
             env = make_env(args.env, num_envs, impl=impl, copy=False)
             env.reset(seed=0)
             env.actions[:] = random_actions(env, rng)
-            row[impl] = summarize(_timed_rounds(env.step_bound, num_envs, args.rounds,
-                                                args.round_seconds))
+            row[impl] = summarize(
+                _timed_rounds(env.step_bound, num_envs, args.rounds, args.round_seconds)
+            )
             env.close()
         if not args.no_gymnasium:
-            reference = gymnasium.make_vec(args.env, num_envs=num_envs,
-                                           vectorization_mode="vector_entry_point")
+            reference = gymnasium.make_vec(
+                args.env, num_envs=num_envs, vectorization_mode="vector_entry_point"
+            )
             reference.reset(seed=0)
             actions = random_actions(reference, rng)
 
@@ -118,11 +141,14 @@ def bench_env_only(args: argparse.Namespace) -> dict[str, Any]:
             def step(vector_env=reference, batch=actions):
                 return vector_env.step(batch)
 
-            row["gymnasium"] = summarize(_timed_rounds(step, num_envs, args.rounds,
-                                                       args.round_seconds))
+            row["gymnasium"] = summarize(
+                _timed_rounds(step, num_envs, args.rounds, args.round_seconds)
+            )
             reference.close()
             for impl in impls:
-                row[f"{impl}_vs_gymnasium"] = round(row[impl]["median"] / row["gymnasium"]["median"], 2)
+                row[f"{impl}_vs_gymnasium"] = round(
+                    row[impl]["median"] / row["gymnasium"]["median"], 2
+                )
         results.append(row)
         _print_env_row(args.env, impls, row)
     record["results"] = results
@@ -140,14 +166,19 @@ def _check_env_memory(env_id: str, impls: list[str], num_envs: int) -> None:
     for impl in impls:
         resolved = resolve_impl(env_id, impl)
         shape = preflight.probe_env(env_id, resolved)
-        needed = memory.estimate(config, resolved, shape.obs_spec, shape.act_spec,
-                                 shape.agents_per_env).envs + memory.runtime_bytes()
+        needed = (
+            memory.estimate(
+                config, resolved, shape.obs_spec, shape.act_spec, shape.agents_per_env
+            ).envs
+            + memory.runtime_bytes()
+        )
         free, source = memory.available()
         if needed > free:
             raise preflight.UnavailableError(
                 f"--num-envs {num_envs:,} of {env_id} ({resolved}) needs about "
                 f"{memory.size_text(needed)} of memory, and {memory.size_text(free)} is "
-                f"{source}; measure fewer envs")
+                f"{source}; measure fewer envs"
+            )
 
 
 def _print_env_row(env_id: str, impls: list[str], row: dict[str, Any]) -> None:
@@ -163,8 +194,11 @@ def _print_env_row(env_id: str, impls: list[str], row: dict[str, Any]) -> None:
 def _cells(args: argparse.Namespace) -> list[dict[str, int]]:
     """The configurations to measure: one (the config's, with any single-valued overrides),
     or with --matrix the product of the given lists."""
-    axes = {"num_envs": args.num_envs, "num_steps": args.num_steps,
-            "num_minibatches": args.minibatches}
+    axes = {
+        "num_envs": args.num_envs,
+        "num_steps": args.num_steps,
+        "num_minibatches": args.minibatches,
+    }
     given = {name: values for name, values in axes.items() if values}
     if not args.matrix:
         many = [name for name, values in given.items() if len(values) > 1]
@@ -198,8 +232,9 @@ def _rss_mb() -> float:
     return psutil.Process().memory_info().rss / 2**20
 
 
-def _load_cell_config(args: argparse.Namespace, cell: dict[str, int], seed: int,
-                      target: bool = True):
+def _load_cell_config(
+    args: argparse.Namespace, cell: dict[str, int], seed: int, target: bool = True
+):
     from operant.envs import resolve_impl
     from operant.trainer import preflight
     from operant.trainer.config import derive, load_config
@@ -237,16 +272,28 @@ def _train_once(args: argparse.Namespace, cell: dict[str, int], seed: int) -> di
     wall = time.perf_counter() - started
     memory["end_mb"] = _rss_mb()
     assert last is not None, "a bench run trains at least one update"
-    run = {"seed": seed, "global_step": last.global_step, "updates": last.updates,
-           "wall_s": round(wall, 3), "sps_mean": last.sps_mean,
-           "solved_at_s": trainer.solved_at, "final_return_mean": last.episode_return_mean,
-           "phase_s": {name: round(value, 4) for name, value in phases.items()},
-           "mem_delta_mb": (round(memory["end_mb"] - memory["after_warmup_mb"], 2)
-                            if "after_warmup_mb" in memory else None)}
+    run = {
+        "seed": seed,
+        "global_step": last.global_step,
+        "updates": last.updates,
+        "wall_s": round(wall, 3),
+        "sps_mean": last.sps_mean,
+        "solved_at_s": trainer.solved_at,
+        "final_return_mean": last.episode_return_mean,
+        "phase_s": {name: round(value, 4) for name, value in phases.items()},
+        "mem_delta_mb": (
+            round(memory["end_mb"] - memory["after_warmup_mb"], 2)
+            if "after_warmup_mb" in memory
+            else None
+        ),
+    }
     solved = f"solved at {trainer.solved_at:.2f}s" if trainer.solved_at else "NOT solved"
     final = run["final_return_mean"]
-    print(f"  seed {seed}: {run['global_step']:,} steps, {run['sps_mean']:,.0f} steps/s, {solved}, "
-          f"last-100 mean {final if final is None else round(final, 1)}", flush=True)
+    print(
+        f"  seed {seed}: {run['global_step']:,} steps, {run['sps_mean']:,.0f} steps/s, {solved}, "
+        f"last-100 mean {final if final is None else round(final, 1)}",
+        flush=True,
+    )
     return run
 
 
@@ -268,8 +315,16 @@ def compute_bound(config, seconds: float = 1.0) -> dict[str, Any]:
     next_value = trainer.collect()
     trainer.env.close()
     ppo, derived, storage = config.ppo, trainer.derived, trainer.storage
-    compute_gae(storage.rewards, storage.values, storage.dones, next_value, ppo.gamma,
-                ppo.gae_lambda, advantages=storage.advantages, returns=storage.returns)
+    compute_gae(
+        storage.rewards,
+        storage.values,
+        storage.dones,
+        next_value,
+        ppo.gamma,
+        ppo.gae_lambda,
+        advantages=storage.advantages,
+        returns=storage.returns,
+    )
     generator = torch.Generator().manual_seed(0)
 
     def rate(work: Callable[[], None], samples: int) -> float:
@@ -290,15 +345,25 @@ def compute_bound(config, seconds: float = 1.0) -> dict[str, Any]:
     all_epochs = msgspec.structs.replace(ppo, target_kl=None)
 
     def train_update() -> None:
-        ppo_update(trainer.policy, trainer.flat, trainer.optimizer, all_epochs, **flat_batch,
-                   minibatch_size=derived.minibatch_size, generator=generator)
+        ppo_update(
+            trainer.policy,
+            trainer.flat,
+            trainer.optimizer,
+            all_epochs,
+            **flat_batch,
+            minibatch_size=derived.minibatch_size,
+            generator=generator,
+        )
 
     forward_sps = rate(forward, config.env.num_envs)
     train_sps = rate(train_update, derived.batch_size * epochs)
     bound = 1.0 / (1.0 / forward_sps + epochs / train_sps)
-    return {"forward_samples_per_s": round(forward_sps, 1),
-            "train_samples_per_s": round(train_sps, 1), "epochs": epochs,
-            "bound_steps_per_s": round(bound, 1)}
+    return {
+        "forward_samples_per_s": round(forward_sps, 1),
+        "train_samples_per_s": round(train_sps, 1),
+        "epochs": epochs,
+        "bound_steps_per_s": round(bound, 1),
+    }
 
 
 def _better_bound(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
@@ -306,15 +371,20 @@ def _better_bound(first: dict[str, Any], second: dict[str, Any]) -> dict[str, An
     forward = max(first["forward_samples_per_s"], second["forward_samples_per_s"])
     train = max(first["train_samples_per_s"], second["train_samples_per_s"])
     epochs = first["epochs"]
-    return {"forward_samples_per_s": forward, "train_samples_per_s": train, "epochs": epochs,
-            "bound_steps_per_s": round(1.0 / (1.0 / forward + epochs / train), 1)}
+    return {
+        "forward_samples_per_s": forward,
+        "train_samples_per_s": train,
+        "epochs": epochs,
+        "bound_steps_per_s": round(1.0 / (1.0 / forward + epochs / train), 1),
+    }
 
 
 def _cell_configs(args: argparse.Namespace, target: bool) -> list[tuple[dict[str, int], Any]]:
     """Every cell with its config (first seed), all loaded before anything runs, so a bad
     cell is refused up front rather than after minutes of measuring."""
-    return [(cell, _load_cell_config(args, cell, args.seeds[0], target=target))
-            for cell in _cells(args)]
+    return [
+        (cell, _load_cell_config(args, cell, args.seeds[0], target=target)) for cell in _cells(args)
+    ]
 
 
 def bench_trainer(args: argparse.Namespace) -> dict[str, Any]:
@@ -327,15 +397,20 @@ def bench_trainer(args: argparse.Namespace) -> dict[str, Any]:
         runs = [_train_once(args, cell, seed) for seed in args.seeds]
         sps = summarize([run["sps_mean"] for run in runs])
         solve_times = [run["solved_at_s"] for run in runs if run["solved_at_s"] is not None]
-        phases = {name: round(sum(run["phase_s"][name] for run in runs) / len(runs), 4)
-                  for name in runs[0]["phase_s"]}
+        phases = {
+            name: round(sum(run["phase_s"][name] for run in runs) / len(runs), 4)
+            for name in runs[0]["phase_s"]
+        }
         deltas = [run["mem_delta_mb"] for run in runs if run["mem_delta_mb"] is not None]
-        summary = {"sps": sps, "solved": f"{len(solve_times)}/{len(runs)}",
-                   "all_solved": len(solve_times) == len(runs),
-                   "solve_s_median": round(statistics.median(solve_times), 3) if solve_times else None,
-                   "solve_s_max": round(max(solve_times), 3) if solve_times else None,
-                   "phase_s_mean": phases,
-                   "mem_delta_mb_max": max(deltas) if deltas else None}
+        summary = {
+            "sps": sps,
+            "solved": f"{len(solve_times)}/{len(runs)}",
+            "all_solved": len(solve_times) == len(runs),
+            "solve_s_median": round(statistics.median(solve_times), 3) if solve_times else None,
+            "solve_s_max": round(max(solve_times), 3) if solve_times else None,
+            "phase_s_mean": phases,
+            "mem_delta_mb_max": max(deltas) if deltas else None,
+        }
         result = {"cell": cell, "runs": runs, "summary": summary}
         if bound_before is not None:
             bound = _better_bound(bound_before, compute_bound(config))
@@ -354,10 +429,12 @@ def _print_trainer_summary(result: dict[str, Any]) -> None:
         text += f", median {summary['solve_s_median']}s, worst {summary['solve_s_max']}s"
     if "bound" in result:
         bound = result["bound"]
-        text += (f"; bound {bound['bound_steps_per_s']:,.0f} steps/s (forward "
-                 f"{bound['forward_samples_per_s']:,.0f}/s, train step "
-                 f"{bound['train_samples_per_s']:,.0f}/s x {bound['epochs']} epochs): "
-                 f"{bound['fraction']:.0%} of it")
+        text += (
+            f"; bound {bound['bound_steps_per_s']:,.0f} steps/s (forward "
+            f"{bound['forward_samples_per_s']:,.0f}/s, train step "
+            f"{bound['train_samples_per_s']:,.0f}/s x {bound['epochs']} epochs): "
+            f"{bound['fraction']:.0%} of it"
+        )
     print(text, flush=True)
 
 
@@ -377,14 +454,20 @@ def bench_trainer_eval(args: argparse.Namespace) -> dict[str, Any]:
         total = sum(trainer.timer.totals.values())
         phases = {name: round(ns / total, 4) for name, ns in trainer.timer.totals.items() if ns}
         trainer.env.close()
-        summary = {"sps": summarize(rounds), "phase_fraction": phases, "all_solved": True,
-                   "mem_delta_mb_max": round(_rss_mb() - before, 2)}
+        summary = {
+            "sps": summarize(rounds),
+            "phase_fraction": phases,
+            "all_solved": True,
+            "mem_delta_mb_max": round(_rss_mb() - before, 2),
+        }
         result: dict[str, Any] = {"cell": cell, "summary": summary}
         results.append(result)
         sps = result["summary"]["sps"]
-        print(f"trainer_eval {_label(cell)}: median {sps['median']:,.0f} steps/s "
-              f"(cv {sps['cv']:.1%}); " + ", ".join(f"{k} {v:.0%}" for k, v in phases.items()),
-              flush=True)
+        print(
+            f"trainer_eval {_label(cell)}: median {sps['median']:,.0f} steps/s "
+            f"(cv {sps['cv']:.1%}); " + ", ".join(f"{k} {v:.0%}" for k, v in phases.items()),
+            flush=True,
+        )
     return _with_best(results, need_solved=False, max_cv=args.max_cv)
 
 
@@ -392,9 +475,12 @@ def _with_best(results: list[dict[str, Any]], need_solved: bool, max_cv: float) 
     """The record's cells, and the best stable one (highest median steps/s among those with
     a CV within bounds and, for training, every seed solved) as its summary."""
     record: dict[str, Any] = {"cells": results}
-    stable = [result for result in results
-              if result["summary"]["sps"]["cv"] <= max_cv
-              and (result["summary"]["all_solved"] or not need_solved)]
+    stable = [
+        result
+        for result in results
+        if result["summary"]["sps"]["cv"] <= max_cv
+        and (result["summary"]["all_solved"] or not need_solved)
+    ]
     pool = stable or results
     best = max(pool, key=lambda result: result["summary"]["sps"]["median"])
     record["best"] = {"cell": best["cell"], "stable": bool(stable)}
@@ -402,8 +488,10 @@ def _with_best(results: list[dict[str, Any]], need_solved: bool, max_cv: float) 
     if "bound" in best:
         record["bound"] = best["bound"]
     if len(results) > 1:
-        print(f"best {'stable ' if stable else '(none stable) '}configuration: "
-              f"{_label(best['cell'])}: "
-              f"{best['summary']['sps']['median']:,.0f} steps/s", flush=True)
+        print(
+            f"best {'stable ' if stable else '(none stable) '}configuration: "
+            f"{_label(best['cell'])}: "
+            f"{best['summary']['sps']['median']:,.0f} steps/s",
+            flush=True,
+        )
     return record
-

@@ -8,8 +8,14 @@ from typing import Any
 
 from operant.trainer.bench.measure import _short_label
 
-PHASE_COLORS = {"env": "#4c72b0", "forward": "#55a868", "store": "#c44e52", "gae": "#8172b2",
-                "update": "#ccb974", "publish": "#64b5cd"}
+PHASE_COLORS = {
+    "env": "#4c72b0",
+    "forward": "#55a868",
+    "store": "#c44e52",
+    "gae": "#8172b2",
+    "update": "#ccb974",
+    "publish": "#64b5cd",
+}
 
 
 def plot(record: dict[str, Any], directory: Path) -> list[Path]:
@@ -40,9 +46,12 @@ def _plot_env_only(plt: Any, record: dict[str, Any], directory: Path, machine_te
     xs = [row["num_envs"] for row in rows]
     for impl in [*impls, "gymnasium"]:
         if all(impl in row for row in rows):
-            axes.plot(xs, [row[impl]["median"] / 1e6 for row in rows], marker="o",
-                      label=f"operant {impl}" if impl != "gymnasium" else
-                      "Gymnasium vector env")
+            axes.plot(
+                xs,
+                [row[impl]["median"] / 1e6 for row in rows],
+                marker="o",
+                label=f"operant {impl}" if impl != "gymnasium" else "Gymnasium vector env",
+            )
     axes.set_xscale("log", base=2)
     axes.set_xlabel("num_envs")
     axes.set_ylabel("env steps/s (millions), one core")
@@ -75,8 +84,7 @@ def _plot_phases(plt: Any, record: dict[str, Any], directory: Path, machine_text
     axes.set_xlim(0, 1)
     axes.set_xlabel("fraction of time")
     axes.set_title(f"{record['mode']}: where the time goes\n({machine_text})", fontsize="medium")
-    figure.legend(*axes.get_legend_handles_labels(), ncol=6, fontsize="small",
-                  loc="lower center")
+    figure.legend(*axes.get_legend_handles_labels(), ncol=6, fontsize="small", loc="lower center")
     path = directory / f"phases_{record['mode']}.png"
     figure.tight_layout(rect=(0, 0.07, 1, 1))
     figure.savefig(path, dpi=110)
@@ -92,20 +100,31 @@ def _plot_matrix(plt: Any, record: dict[str, Any], directory: Path, machine_text
     for cell in record["cells"]:
         rest = {k: v for k, v in cell["cell"].items() if k != "num_envs"}
         groups.setdefault(_short_label(rest), []).append(
-            (cell["cell"]["num_envs"], cell["summary"]["sps"]["median"] / 1e3,
-             cell["summary"]["all_solved"]))
+            (
+                cell["cell"]["num_envs"],
+                cell["summary"]["sps"]["median"] / 1e3,
+                cell["summary"]["all_solved"],
+            )
+        )
     for label, points in groups.items():
         points.sort()
-        line, = axes.plot([p[0] for p in points], [p[1] for p in points], label=label)
+        (line,) = axes.plot([p[0] for p in points], [p[1] for p in points], label=label)
         for x, y, solved in points:
-            axes.plot([x], [y], marker="o", color=line.get_color(),
-                      markerfacecolor=line.get_color() if solved else "white")
+            axes.plot(
+                [x],
+                [y],
+                marker="o",
+                color=line.get_color(),
+                markerfacecolor=line.get_color() if solved else "white",
+            )
     axes.set_xscale("log", base=2)
     axes.set_xlabel("num_envs")
     axes.set_ylabel("steps/s (thousands)")
-    axes.set_title(f"{record['mode']}: steps/s by configuration\n({machine_text}"
-                   + ("; hollow: not every seed solved)" if record["mode"] == "trainer"
-                      else ")"), fontsize="medium")
+    axes.set_title(
+        f"{record['mode']}: steps/s by configuration\n({machine_text}"
+        + ("; hollow: not every seed solved)" if record["mode"] == "trainer" else ")"),
+        fontsize="medium",
+    )
     axes.grid(alpha=0.3)
     axes.legend(fontsize="small")
     path = directory / f"matrix_{record['mode']}.png"

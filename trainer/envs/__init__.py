@@ -7,8 +7,11 @@ import warnings
 import operant.envs as _moved
 from operant.envs import *  # noqa: F401,F403
 
-warnings.warn("operant.trainer.envs is deprecated: import operant.envs instead",
-              DeprecationWarning, stacklevel=2)
+warnings.warn(
+    "operant.trainer.envs is deprecated: import operant.envs instead",
+    DeprecationWarning,
+    stacklevel=2,
+)
 
 
 def __getattr__(name: str):
