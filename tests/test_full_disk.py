@@ -137,18 +137,22 @@ def test_a_full_disk_at_checkpoints_warns_trains_on_then_exits_75_and_resumes(sm
     lines = log.read_text().strip().splitlines()
     assert "Traceback" not in log.read_text()
     assert status == EXIT_NO_SPACE, lines
-    # One warning for the refused periodic checkpoint, one line for the refused final one.
-    assert len(lines) == 2, lines
+    # One warning for the refused periodic checkpoint, the SIGTERM taken, one line for the
+    # refused final one.
+    assert len(lines) == 3, lines
+    assert lines[1] == (
+        "operant-train: SIGTERM: stopping at the next update boundary, with a checkpoint"
+    )
     pattern = (
         r"checkpoint of update \d+ not written: No space left on device "
         r"\(\d+\.\d KiB free in .*, about \d+\.\d KiB needed\); training goes on"
     )
     assert re.search(pattern, lines[0]) and lines[0].startswith("operant-train: warning: ")
     assert re.search(pattern, warning), warning
-    assert lines[1].startswith(
+    assert lines[2].startswith(
         "operant-train: the final checkpoint cannot be written: No space left on device"
     )
-    assert "ckpt-000000010.pt; free space, then operant-train --resume tight --runs-dir" in lines[1]
+    assert "ckpt-000000010.pt; free space, then operant-train --resume tight --runs-dir" in lines[2]
     # The earlier checkpoint is whole, and nothing half-written is left beside it.
     assert sorted(os.listdir(run_dir / "checkpoints")) == ["ckpt-000000010.pt", "latest"]
     payload = checkpoint_format.load(run_dir / "checkpoints" / "ckpt-000000010.pt")
