@@ -12,6 +12,7 @@ import functools
 
 import gymnasium
 
+from operant.envs.grid import make_grid
 from operant.envs.registry import (
     ENVS,
     EnvEntry,
@@ -28,6 +29,8 @@ from operant.envs.registry import (
 __all__ = ["ENVS", "EnvEntry", "EnvError", "EpisodeStats", "InvalidActionError", "lookup",
            "make_env", "register_family", "resolve_impl"]
 
+register_family("Grid-v0", make_grid)
+
 for _env_id, _entry in ENVS.items():
     _full_id = f"operant/{_env_id}"
     if _full_id not in gymnasium.registry:
@@ -40,3 +43,9 @@ for _env_id, _entry in ENVS.items():
             max_episode_steps=_entry.max_episode_steps,
             reward_threshold=_entry.reward_threshold,
         )
+
+if "operant/Grid-v0" not in gymnasium.registry:
+    # Many agents per env: there is no single-env class, only the vector entry point
+    # (`gymnasium.make_vec("operant/Grid-v0", num_envs=N, vectorization_mode="vector_entry_point",
+    # agents=K, ...)`: N worlds, N x K rows).
+    gymnasium.register(id="operant/Grid-v0", vector_entry_point=make_grid)
