@@ -36,8 +36,17 @@ from operant.envs.native import recent_from_ring
 from operant.envs.registry import EpisodeStats, InvalidActionError, check_action_batch
 
 NUM_ACTIONS = 9
-ACTION_NAMES = ("noop", "move_north", "move_east", "move_south", "move_west", "face_north",
-                "face_east", "face_south", "face_west")
+ACTION_NAMES = (
+    "noop",
+    "move_north",
+    "move_east",
+    "move_south",
+    "move_west",
+    "face_north",
+    "face_east",
+    "face_south",
+    "face_west",
+)
 CONFIG_FIELDS = tuple(field.name for field in fields(GridConfig))
 
 
@@ -52,17 +61,25 @@ class GridVectorEnv(VectorEnv):
     impl = "native"
     resumable = True
 
-    def __init__(self, num_envs: int, copy: bool = True, *, encoder: str = "sparse",
-                 validate: bool | None = None, profile: bool | None = None,
-                 **config: Any):
+    def __init__(
+        self,
+        num_envs: int,
+        copy: bool = True,
+        *,
+        encoder: str = "sparse",
+        validate: bool | None = None,
+        profile: bool | None = None,
+        **config: Any,
+    ):
         from operant.cext.grid import PHASES, GridKernel
 
         if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs <= 0:
             raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
         unknown = sorted(set(config) - set(CONFIG_FIELDS))
         if unknown:
-            raise GridConfigError(f"Grid-v0 has no option {unknown[0]!r}; options: "
-                                  f"{', '.join(CONFIG_FIELDS)}")
+            raise GridConfigError(
+                f"Grid-v0 has no option {unknown[0]!r}; options: {', '.join(CONFIG_FIELDS)}"
+            )
         if config.get("max_episode_steps") is None:
             config.pop("max_episode_steps", None)
         self.config = GridConfig(**config).check()
@@ -85,10 +102,19 @@ class GridVectorEnv(VectorEnv):
         self.truncated = np.zeros(rows, np.bool_)
         self.validating = _switch("OPERANT_OBS_VALIDATION", validate)
         self.profiling = _switch("OPERANT_PROFILING", profile)
-        self.kernel = GridKernel(num_envs, self.config, self.actions, self.obs, self.rewards,
-                                 self.terminated, self.truncated, self.final_obs,
-                                 encoder=encoder, validate=self.validating,
-                                 profile=self.profiling)
+        self.kernel = GridKernel(
+            num_envs,
+            self.config,
+            self.actions,
+            self.obs,
+            self.rewards,
+            self.terminated,
+            self.truncated,
+            self.final_obs,
+            encoder=encoder,
+            validate=self.validating,
+            profile=self.profiling,
+        )
         self._phases = PHASES
         self._seeded = False
 
@@ -106,8 +132,11 @@ class GridVectorEnv(VectorEnv):
         """New episodes in every env. A seed re-seeds env e's stream from (seed, e); no seed
         on the first reset draws one from the OS; later resets without one continue."""
         if seed is not None:
-            if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) \
-                    or not 0 <= int(seed) < 2**64:
+            if (
+                isinstance(seed, (bool, np.bool_))
+                or not isinstance(seed, (int, np.integer))
+                or not 0 <= int(seed) < 2**64
+            ):
                 raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
             seed = int(seed)
         elif not self._seeded:
@@ -118,8 +147,14 @@ class GridVectorEnv(VectorEnv):
 
     def step(self, actions):
         actions = np.asarray(actions)
-        check_action_batch(actions.shape, actions.dtype.kind in "iu", actions.dtype.kind == "f",
-                           (self.num_envs,), self.single_action_space, str(actions.dtype))
+        check_action_batch(
+            actions.shape,
+            actions.dtype.kind in "iu",
+            actions.dtype.kind == "f",
+            (self.num_envs,),
+            self.single_action_space,
+            str(actions.dtype),
+        )
         np.copyto(self.actions, actions, casting="unsafe")
         self.step_bound()
         info: dict[str, Any] = {}
@@ -127,18 +162,25 @@ class GridVectorEnv(VectorEnv):
             info["final_obs"] = self.final_obs.copy()
             info["_final_obs"] = self.truncated.copy()
         if self.copy:
-            return (self.obs.copy(), self.rewards.copy(), self.terminated.copy(),
-                    self.truncated.copy(), info)
+            return (
+                self.obs.copy(),
+                self.rewards.copy(),
+                self.terminated.copy(),
+                self.truncated.copy(),
+                info,
+            )
         return self.obs, self.rewards, self.terminated, self.truncated, info
 
     def step_bound(self) -> None:
         """Step with the actions already in `self.actions`; outputs land in the buffers."""
         bad = self.kernel.step()
         if bad >= 0:
-            raise InvalidActionError(f"action {int(self.actions[bad])} for row {bad} (agent "
-                                     f"{bad % self.layout.agents_per_env} of env "
-                                     f"{bad // self.layout.agents_per_env}) is outside "
-                                     f"Discrete({NUM_ACTIONS})")
+            raise InvalidActionError(
+                f"action {int(self.actions[bad])} for row {bad} (agent "
+                f"{bad % self.layout.agents_per_env} of env "
+                f"{bad // self.layout.agents_per_env}) is outside "
+                f"Discrete({NUM_ACTIONS})"
+            )
 
     def drain_episode_stats(self) -> EpisodeStats:
         kernel = self.kernel

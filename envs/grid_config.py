@@ -59,13 +59,17 @@ class GridConfig:
             raise GridConfigError("grid layout is empty; give rows of '#', '.' and 'R'")
         for number, row in enumerate(rows):
             if len(row) != len(rows[0]):
-                raise GridConfigError(f"grid layout row {number} has {len(row)} cells, row 0 "
-                                      f"has {len(rows[0])}; every row must be as wide")
+                raise GridConfigError(
+                    f"grid layout row {number} has {len(row)} cells, row 0 "
+                    f"has {len(rows[0])}; every row must be as wide"
+                )
             for column, symbol in enumerate(row):
                 if symbol not in SYMBOLS:
-                    raise GridConfigError(f"grid layout row {number} column {column}: unknown "
-                                          f"symbol {symbol!r}; use '#' wall, '.' empty, "
-                                          "'R' resource")
+                    raise GridConfigError(
+                        f"grid layout row {number} column {column}: unknown "
+                        f"symbol {symbol!r}; use '#' wall, '.' empty, "
+                        "'R' resource"
+                    )
         return rows
 
     @property
@@ -92,8 +96,7 @@ class GridConfig:
         """The layout as uint8 cells (row-major: EMPTY, WALL, READY), or None (random maps)."""
         if self.layout is None:
             return None
-        return np.array([SYMBOLS[symbol] for row in self.rows() for symbol in row],
-                        dtype=np.uint8)
+        return np.array([SYMBOLS[symbol] for row in self.rows() for symbol in row], dtype=np.uint8)
 
     def free_cells(self) -> int:
         """Cells an agent may start on."""
@@ -104,26 +107,38 @@ class GridConfig:
 
     def check(self) -> GridConfig:
         """Refuse what cannot work (GridConfigError, one line); returns self."""
-        for name in ("agents", "width", "height", "window", "tokens", "regrow_steps",
-                     "max_episode_steps"):
+        for name in (
+            "agents",
+            "width",
+            "height",
+            "window",
+            "tokens",
+            "regrow_steps",
+            "max_episode_steps",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise GridConfigError(f"grid {name} must be a positive integer, got {value!r}")
         for name in ("wall_density", "resource_density"):
             if not 0.0 <= getattr(self, name) < 1.0:
-                raise GridConfigError(f"grid {name} must be in [0, 1), got "
-                                      f"{getattr(self, name)!r}")
+                raise GridConfigError(f"grid {name} must be in [0, 1), got {getattr(self, name)!r}")
         if self.window % 2 == 0 or self.window > MAX_WINDOW:
-            raise GridConfigError(f"grid window must be odd and at most {MAX_WINDOW} (token "
-                                  f"locations are 4 bits per axis), got {self.window}")
+            raise GridConfigError(
+                f"grid window must be odd and at most {MAX_WINDOW} (token "
+                f"locations are 4 bits per axis), got {self.window}"
+            )
         if self.window > min(self.map_width, self.map_height):
-            raise GridConfigError(f"grid window {self.window} is larger than the "
-                                  f"{self.map_width} x {self.map_height} map; use a smaller "
-                                  "window or a larger map")
+            raise GridConfigError(
+                f"grid window {self.window} is larger than the "
+                f"{self.map_width} x {self.map_height} map; use a smaller "
+                "window or a larger map"
+            )
         if self.cells > 2**31 - 1:
             raise GridConfigError(f"grid map of {self.cells} cells is too large")
         if self.agents > self.free_cells():
-            raise GridConfigError(f"grid agents = {self.agents} do not fit the "
-                                  f"{self.free_cells()} free cells of the map; use fewer agents, "
-                                  "a larger map or lower densities")
+            raise GridConfigError(
+                f"grid agents = {self.agents} do not fit the "
+                f"{self.free_cells()} free cells of the map; use fewer agents, "
+                "a larger map or lower densities"
+            )
         return self

@@ -114,9 +114,11 @@ class World:
         """Agent's tokens: episode progress at the centre, then every cell of its window,
         row-major: the cell's object, then an agent standing there and its orientation."""
         half = self.config.window // 2
-        tokens = [((half << 4) | half, PROGRESS,
-                   255 * self.step_count // self.config.max_episode_steps)]
+        tokens = [
+            ((half << 4) | half, PROGRESS, 255 * self.step_count // self.config.max_episode_steps)
+        ]
         top, left = self.position[agent][0] - half, self.position[agent][1] - half
+        standing = {position: other for other, position in enumerate(self.position)}
         for w_row in range(self.config.window):
             for w_col in range(self.config.window):
                 row, col = top + w_row, left + w_col
@@ -125,11 +127,11 @@ class World:
                 location, kind = (w_row << 4) | w_col, self.cell[row * self.width + col]
                 if kind != EMPTY:
                     tokens.append((location, OBJECT, OBJECT_VALUE[kind]))
-                other = self.occupant(row, col)
+                other = standing.get((row, col))
                 if other is not None:
                     tokens.append((location, OBJECT, AGENT_VALUE))
                     tokens.append((location, ORIENTATION, self.facing[other]))
-        tokens = tokens[:self.config.tokens]
+        tokens = tokens[: self.config.tokens]
         return tokens + [PAD] * (self.config.tokens - len(tokens))
 
 
@@ -140,20 +142,22 @@ class ReferenceGrid:
         self.config, self.num_envs = config.check(), num_envs
 
     def reset(self, seed: int) -> list[list[tuple[int, int, int]]]:
-        self.worlds = [World(self.config, SplitMix64.seeded(seed, env))
-                       for env in range(self.num_envs)]
+        self.worlds = [
+            World(self.config, SplitMix64.seeded(seed, env)) for env in range(self.num_envs)
+        ]
         return self.observe()
 
     def observe(self) -> list[list[tuple[int, int, int]]]:
-        return [world.observe(agent) for world in self.worlds
-                for agent in range(self.config.agents)]
+        return [
+            world.observe(agent) for world in self.worlds for agent in range(self.config.agents)
+        ]
 
     def step(self, actions: list[int]):
         """(obs, rewards, truncated, final_obs: {row: tokens} for rows that ended)."""
         agents = self.config.agents
         rewards, truncated, final_obs = [], [], {}
         for env, world in enumerate(self.worlds):
-            rewards += world.step(actions[env * agents:(env + 1) * agents])
+            rewards += world.step(actions[env * agents : (env + 1) * agents])
             ended = world.step_count >= self.config.max_episode_steps
             truncated += [ended] * agents
             if ended:
