@@ -224,3 +224,24 @@ def test_importing_the_grid_face_does_not_import_torch():
 
 def test_config_defaults_fit():
     assert GridConfig().check().free_cells() > GridConfig().agents
+
+
+def test_pettingzoo_parallel_face_passes_pettingzoos_api_test():
+    pytest.importorskip("pettingzoo")
+    from pettingzoo.test import parallel_api_test
+
+    from operant.envs.grid_pettingzoo import GridParallelEnv
+
+    parallel_api_test(GridParallelEnv(agents=3, max_episode_steps=20), num_cycles=60)
+    env = GridParallelEnv(agents=3, width=8, height=8, window=5, max_episode_steps=5)
+    twin = GridVectorEnv(1, copy=False, agents=3, width=8, height=8, window=5, max_episode_steps=5)
+    obs, _ = env.reset(seed=2)
+    twin.reset(seed=2)
+    assert np.array_equal(obs["agent_1"], twin.obs[1])
+    for step in range(5):
+        actions = {agent: (k + step) % 9 for k, agent in enumerate(env.agents)}
+        obs, rewards, terminations, truncations, _ = env.step(actions)
+        twin.step(np.array(list(actions.values())))
+        assert list(rewards.values()) == twin.rewards.tolist()
+    assert all(truncations.values()) and env.agents == []
+    assert np.array_equal(obs["agent_2"], twin.final_obs[2])
