@@ -107,35 +107,38 @@ cdef class GridKernel:
     cdef readonly object episode_return, row_stats, env_stats, ring_returns, ring_lengths
     cdef readonly object env_ring_returns, env_ring_lengths, ring_head, env_ring_head
     cdef readonly object mismatches, timing
-    cdef object _keep  # the caller's buffers, the layout and the scratch arrays
+    cdef dict _keep  # the caller's buffers, the layout and the scratch arrays, by name
 
     def __init__(self, int num_envs, config, actions, obs, rewards, terminated, truncated,
                  final_obs, str encoder="sparse", bint validate=False, bint profile=False,
                  int ring_capacity=1024):
-        cdef grid_batch *b = &self._b
         if num_envs <= 0:
             raise ValueError(f"num_envs must be positive, got {num_envs}")
         if encoder not in ENCODERS:
             raise ValueError(f"encoder must be one of {ENCODERS}, got {encoder!r}")
         config.check()
-        K, width, height = config.agents, config.map_width, config.map_height
-        rows, cells, words = num_envs * K, width * height, (width + 63) // 64
+        K, cells = config.agents, config.cells
+        rows, row_shape = num_envs * K, (num_envs * config.agents, config.tokens, 3)
         self.num_envs, self.agents, self.tokens = num_envs, K, config.tokens
-        row_shape = (rows, config.tokens, 3)
-        self._keep = [
-            _check_buffer("actions", actions, np.int64, (rows,)),
-            _check_buffer("obs", obs, np.uint8, row_shape),
-            _check_buffer("final_obs", final_obs, np.uint8, row_shape),
-            _check_buffer("rewards", rewards, np.float32, (rows,)),
-            _check_buffer("terminated", terminated, np.bool_, (rows,)),
-            _check_buffer("truncated", truncated, np.bool_, (rows,))]
         layout = config.layout_cells()
-        layout = np.zeros(1, np.uint8) if layout is None else layout
-        free = np.flatnonzero(layout == 0).astype(np.int32) if config.layout is not None \
-            else np.zeros(1, np.int32)
-        scratch, order = np.zeros(cells, np.int32), np.zeros(K, np.int32)
-        check_obs = np.zeros(config.tokens * 3, np.uint8)
-        self._keep += [layout, free, scratch, order, check_obs]
+        self._keep = {
+            "actions": _check_buffer("actions", actions, np.int64, (rows,)),
+            "obs": _check_buffer("obs", obs, np.uint8, row_shape),
+            "final_obs": _check_buffer("final_obs", final_obs, np.uint8, row_shape),
+            "rewards": _check_buffer("rewards", rewards, np.float32, (rows,)),
+            "terminated": _check_buffer("terminated", terminated, np.bool_, (rows,)),
+            "truncated": _check_buffer("truncated", truncated, np.bool_, (rows,)),
+            "layout": np.zeros(1, np.uint8) if layout is None else layout,
+            "free": (np.zeros(1, np.int32) if layout is None
+                     else np.flatnonzero(layout == 0).astype(np.int32)),
+            "scratch": np.zeros(cells, np.int32), "order": np.zeros(K, np.int32),
+            "check_obs": np.zeros(config.tokens * 3, np.uint8)}
+        self._allocate(num_envs, rows, cells, config.map_height, (config.map_width + 63) // 64,
+                       ring_capacity)
+        self._bind(config, ENCODERS.index(encoder), validate, profile, ring_capacity)
+
+    cdef _allocate(self, num_envs, rows, cells, height, words, ring_capacity):
+        """The kernel's own arrays (STATE, the counters), zeroed."""
         self.rng_state = np.zeros(num_envs, np.uint64)
         self.step_count = np.zeros(num_envs, np.int64)
         self.cell = np.zeros((num_envs, cells), np.uint8)
@@ -160,24 +163,30 @@ cdef class GridKernel:
         self.mismatches = np.zeros(1, np.uint64)
         self.timing = np.zeros(GRID_PHASES, np.uint64)
 
-        b.num_envs, b.agents, b.width, b.height = num_envs, K, width, height
-        b.cells, b.row_words, b.window, b.tokens = cells, words, config.window, config.tokens
+    cdef _bind(self, config, int encoder, bint validate, bint profile, int ring_capacity):
+        """Point grid.h's struct at the configuration, the kernel's arrays and _keep's."""
+        cdef grid_batch *b = &self._b
+        keep = self._keep
+        b.num_envs, b.agents = self.num_envs, self.agents
+        b.width, b.height, b.cells = config.map_width, config.map_height, config.cells
+        b.row_words, b.window, b.tokens = self.row_bits.shape[2], config.window, config.tokens
         b.max_steps, b.regrow = config.max_episode_steps, config.regrow_steps
         b.num_walls, b.num_resources = config.num_walls, config.num_resources
-        b.layout = NULL if config.layout is None else <const uint8_t *>_u8(layout)
-        b.layout_free = <const int32_t *>_i32(free)
-        b.layout_free_count = len(free) if config.layout is not None else 0
-        b.encoder, b.validate, b.profile = ENCODERS.index(encoder), validate, profile
+        b.layout = NULL if config.layout is None else <const uint8_t *>_u8(keep["layout"])
+        b.layout_free = <const int32_t *>_i32(keep["free"])
+        b.layout_free_count = len(keep["free"]) if config.layout is not None else 0
+        b.encoder, b.validate, b.profile = encoder, validate, profile
         b.rng, b.step_count = _u64(self.rng_state), _i64(self.step_count)
         b.cell, b.occupant, b.row_bits = _u8(self.cell), _i32(self.occupant), _u64(self.row_bits)
         b.queue_cell, b.queue_due = _i32(self.queue_cell), _i64(self.queue_due)
         b.queue_head, b.queue_tail = _i64(self.queue_head), _i64(self.queue_tail)
         b.agent_row, b.agent_col = _i32(self.agent_row), _i32(self.agent_col)
         b.agent_dir, b.episode_return = _u8(self.agent_dir), _f64(self.episode_return)
-        b.actions = <const int64_t *>_i64(actions)
-        b.obs, b.final_obs = _u8(obs), _u8(final_obs)
-        b.rewards = <float *>_f32(rewards)
-        b.terminated, b.truncated = _u8(terminated.view(np.uint8)), _u8(truncated.view(np.uint8))
+        b.actions = <const int64_t *>_i64(keep["actions"])
+        b.obs, b.final_obs = _u8(keep["obs"]), _u8(keep["final_obs"])
+        b.rewards = <float *>_f32(keep["rewards"])
+        b.terminated = _u8(keep["terminated"].view(np.uint8))
+        b.truncated = _u8(keep["truncated"].view(np.uint8))
         b.row_stats = <op_episode_stats *>_f64(self.row_stats.view(np.float64))
         b.env_stats = <op_episode_stats *>_f64(self.env_stats.view(np.float64))
         b.ring_returns, b.ring_lengths = _f64(self.ring_returns), _f64(self.ring_lengths)
@@ -185,7 +194,8 @@ cdef class GridKernel:
         b.env_ring_lengths = _f64(self.env_ring_lengths)
         b.ring_head, b.env_ring_head = _u64(self.ring_head), _u64(self.env_ring_head)
         b.ring_capacity = ring_capacity
-        b.scratch, b.order, b.check_obs = _i32(scratch), _i32(order), _u8(check_obs)
+        b.scratch, b.order = _i32(keep["scratch"]), _i32(keep["order"])
+        b.check_obs = _u8(keep["check_obs"])
         b.mismatches, b.timing = _u64(self.mismatches), _u64(self.timing)
 
     def reset(self, seed=None):

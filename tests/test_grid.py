@@ -146,6 +146,31 @@ def test_shadow_validation_finds_no_mismatch_over_a_million_agent_steps():
     assert env.obs_mismatches > 0
 
 
+def test_maps_wider_than_one_bit_word_match_the_reference():
+    """Occupancy rows of several 64-bit words: windows that straddle a word boundary."""
+    config = dict(
+        agents=12,
+        width=130,
+        height=15,
+        window=15,
+        wall_density=0.1,
+        resource_density=0.2,
+        regrow_steps=3,
+        max_episode_steps=25,
+    )
+    env = GridVectorEnv(2, copy=False, validate=True, **config)
+    reference = ReferenceGrid(env.config, 2)
+    env.reset(seed=5)
+    reference.reset(5)
+    rng = random.Random(3)
+    for _ in range(60):
+        actions = [rng.randrange(9) for _ in range(env.layout.num_rows)]
+        env.step(np.array(actions))
+        expected = reference.step(actions)[0]
+        assert [as_tokens(row) for row in env.obs] == expected
+    assert env.obs_mismatches == 0
+
+
 def test_validation_and_profiling_are_read_from_the_environment_once(monkeypatch):
     monkeypatch.setenv("OPERANT_OBS_VALIDATION", "1")
     monkeypatch.setenv("OPERANT_PROFILING", "1")
