@@ -18,7 +18,7 @@
  * - a reset draws the map (random mode: a partial Fisher-Yates over all cells picks the walls,
  *   then the resource tiles, then the agents' cells; layout mode: the layout's walls and
  *   resources, the agents' cells drawn from its free cells), then one orientation per agent.
- * Every draw is op_rng_next(&rng[env]) % bound (the bias is below 2^-50 for these bounds). */
+ * Every draw is op_rng_next(&rng[env]) % bound (bounds are below 2^31: a bias under 2^-33). */
 #ifndef OPERANT_GRID_H
 #define OPERANT_GRID_H
 

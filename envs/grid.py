@@ -91,7 +91,7 @@ class GridVectorEnv(VectorEnv):
         self.single_action_space = spaces.Discrete(NUM_ACTIONS)
         self.observation_space = batch_space(self.single_observation_space, rows)
         self.action_space = batch_space(self.single_action_space, rows)
-        self.obs_spec = ObsSpec((tokens, 3), np.uint8)
+        self.obs_spec = ObsSpec((tokens, 3), np.dtype(np.uint8))
         self.act_spec = ActSpec((), np.dtype(np.int64), NUM_ACTIONS)
         self.spec = None
         self.actions = np.zeros(rows, np.int64)
