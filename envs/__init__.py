@@ -12,6 +12,7 @@ import functools
 
 import gymnasium
 
+from operant.envs.grid import make_grid
 from operant.envs.registry import (
     ENVS,
     EnvEntry,
@@ -37,6 +38,8 @@ __all__ = [
     "resolve_impl",
 ]
 
+register_family("Grid-v0", make_grid)
+
 for _env_id, _entry in ENVS.items():
     _full_id = f"operant/{_env_id}"
     if _full_id not in gymnasium.registry:
@@ -49,3 +52,9 @@ for _env_id, _entry in ENVS.items():
             max_episode_steps=_entry.max_episode_steps,
             reward_threshold=_entry.reward_threshold,
         )
+
+if "operant/Grid-v0" not in gymnasium.registry:
+    # Many agents per env: there is no single-env class, only the vector entry point
+    # (`gymnasium.make_vec("operant/Grid-v0", num_envs=N, vectorization_mode="vector_entry_point",
+    # agents=K, ...)`: N worlds, N x K rows).
+    gymnasium.register(id="operant/Grid-v0", vector_entry_point=make_grid)

@@ -163,3 +163,7 @@ class HeadsPolicy(nn.Module):
 
     def greedy(self, obs: torch.Tensor) -> torch.Tensor:
         return self.heads(obs)[0].argmax(-1)
+
+
+# Encoders for other observation specs register themselves when imported; these are built in.
+from operant.trainer import token_policy  # noqa: E402, F401  (registers "token")

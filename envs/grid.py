@@ -1,0 +1,220 @@
+"""Grid-v0: the many-agent grid world's face (operant.cext.grid's kernel), agents as rows.
+
+`GridVectorEnv(num_envs, **config)` is `num_envs` worlds of `agents` agents each, a Gymnasium
+`VectorEnv` over `num_envs * agents` rows (row r is agent r % K of env r // K; Gymnasium's
+`num_envs` attribute counts rows, `layout` says how they group) that implements
+operant.envs.contract.BatchEnv. Rules, actions and the token features: docs/envs.md ("Grid").
+
+- observation row: uint8 (tokens, 3), MettaGrid's token format, 0xFF padded;
+- action row: Discrete(9): noop, move N/E/S/W, face N/E/S/W;
+- all agents of an env are truncated together at `max_episode_steps`; rewards are per agent;
+  episode statistics per agent (rows) and per env (`per_env`: the sum of its agents').
+
+Two switches are read once, at construction (an explicit argument wins):
+- `OPERANT_OBS_VALIDATION=1` (`validate`): every step writes each observation with both
+  encoders and counts the bytes where they differ (`obs_mismatches`);
+- `OPERANT_PROFILING=1` (`profile`): nanoseconds per step phase, summed since construction, in
+  `step_timing` (a dict in grid.h's phase order). Off, the kernel pays one predictable branch
+  per phase per step, outside every loop.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import fields
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from operant.envs.contract import ActSpec, ObsSpec, RowLayout, check_state, clear_stats
+from operant.envs.grid_config import GridConfig, GridConfigError
+from operant.envs.native import recent_from_ring
+from operant.envs.registry import EpisodeStats, InvalidActionError, check_action_batch
+
+NUM_ACTIONS = 9
+ACTION_NAMES = (
+    "noop",
+    "move_north",
+    "move_east",
+    "move_south",
+    "move_west",
+    "face_north",
+    "face_east",
+    "face_south",
+    "face_west",
+)
+CONFIG_FIELDS = tuple(field.name for field in fields(GridConfig))
+
+
+def _switch(name: str, value: bool | None) -> bool:
+    return bool(value) if value is not None else os.environ.get(name, "") == "1"
+
+
+class GridVectorEnv(VectorEnv):
+    """`num_envs` grid worlds stepped by one kernel; BatchEnv over their agents."""
+
+    metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
+    impl = "native"
+    resumable = True
+
+    def __init__(
+        self,
+        num_envs: int,
+        copy: bool = True,
+        *,
+        encoder: str = "sparse",
+        validate: bool | None = None,
+        profile: bool | None = None,
+        **config: Any,
+    ):
+        from operant.cext.grid import PHASES, GridKernel
+
+        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs <= 0:
+            raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
+        unknown = sorted(set(config) - set(CONFIG_FIELDS))
+        if unknown:
+            raise GridConfigError(
+                f"Grid-v0 has no option {unknown[0]!r}; options: {', '.join(CONFIG_FIELDS)}"
+            )
+        if config.get("max_episode_steps") is None:
+            config.pop("max_episode_steps", None)
+        self.config = GridConfig(**config).check()
+        agents, tokens = self.config.agents, self.config.tokens
+        self.layout = RowLayout(num_envs, agents)
+        self.num_envs = rows = self.layout.num_rows
+        self.copy = copy
+        self.single_observation_space = spaces.Box(0, 255, (tokens, 3), np.uint8)
+        self.single_action_space = spaces.Discrete(NUM_ACTIONS)
+        self.observation_space = batch_space(self.single_observation_space, rows)
+        self.action_space = batch_space(self.single_action_space, rows)
+        self.obs_spec = ObsSpec((tokens, 3), np.dtype(np.uint8))
+        self.act_spec = ActSpec((), np.dtype(np.int64), NUM_ACTIONS)
+        self.spec = None
+        self.actions = np.zeros(rows, np.int64)
+        self.obs = np.full((rows, tokens, 3), 0xFF, np.uint8)
+        self.final_obs = np.full_like(self.obs, 0xFF)
+        self.rewards = np.zeros(rows, np.float32)
+        self.terminated = np.zeros(rows, np.bool_)
+        self.truncated = np.zeros(rows, np.bool_)
+        self.validating = _switch("OPERANT_OBS_VALIDATION", validate)
+        self.profiling = _switch("OPERANT_PROFILING", profile)
+        self.kernel = GridKernel(
+            num_envs,
+            self.config,
+            self.actions,
+            self.obs,
+            self.rewards,
+            self.terminated,
+            self.truncated,
+            self.final_obs,
+            encoder=encoder,
+            validate=self.validating,
+            profile=self.profiling,
+        )
+        self._phases = PHASES
+        self._seeded = False
+
+    @property
+    def obs_mismatches(self) -> int:
+        """Bytes where the two encoders disagreed, since construction (0 unless validating)."""
+        return int(self.kernel.mismatches[0])
+
+    @property
+    def step_timing(self) -> dict[str, int]:
+        """Nanoseconds per step phase since construction (zeros unless profiling)."""
+        return {phase: int(ns) for phase, ns in zip(self._phases, self.kernel.timing)}
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        """New episodes in every env. A seed re-seeds env e's stream from (seed, e); no seed
+        on the first reset draws one from the OS; later resets without one continue."""
+        if seed is not None:
+            if (
+                isinstance(seed, (bool, np.bool_))
+                or not isinstance(seed, (int, np.integer))
+                or not 0 <= int(seed) < 2**64
+            ):
+                raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
+            seed = int(seed)
+        elif not self._seeded:
+            seed = secrets.randbits(64)
+        self.kernel.reset(seed)
+        self._seeded = True
+        return (self.obs.copy() if self.copy else self.obs), {}
+
+    def step(self, actions):
+        actions = np.asarray(actions)
+        check_action_batch(
+            actions.shape,
+            actions.dtype.kind in "iu",
+            actions.dtype.kind == "f",
+            (self.num_envs,),
+            self.single_action_space,
+            str(actions.dtype),
+        )
+        np.copyto(self.actions, actions, casting="unsafe")
+        self.step_bound()
+        info: dict[str, Any] = {}
+        if self.truncated.any():
+            info["final_obs"] = self.final_obs.copy()
+            info["_final_obs"] = self.truncated.copy()
+        if self.copy:
+            return (
+                self.obs.copy(),
+                self.rewards.copy(),
+                self.terminated.copy(),
+                self.truncated.copy(),
+                info,
+            )
+        return self.obs, self.rewards, self.terminated, self.truncated, info
+
+    def step_bound(self) -> None:
+        """Step with the actions already in `self.actions`; outputs land in the buffers."""
+        bad = self.kernel.step()
+        if bad >= 0:
+            raise InvalidActionError(
+                f"action {int(self.actions[bad])} for row {bad} (agent "
+                f"{bad % self.layout.agents_per_env} of env "
+                f"{bad // self.layout.agents_per_env}) is outside "
+                f"Discrete({NUM_ACTIONS})"
+            )
+
+    def drain_episode_stats(self) -> EpisodeStats:
+        kernel = self.kernel
+        per_env = EpisodeStats.from_record(kernel.env_stats)
+        stats = EpisodeStats.from_record(kernel.row_stats, per_env=per_env)
+        clear_stats(kernel.row_stats)
+        clear_stats(kernel.env_stats)
+        return stats
+
+    def recent_returns(self, count: int) -> np.ndarray:
+        return recent_from_ring(self.kernel.ring_returns, int(self.kernel.ring_head[0]), count)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The kernel's state arrays (row_stats / env_stats as their 8 float64 words) and the
+        observation buffer."""
+        from operant.cext.grid import STATE
+
+        state = {name: getattr(self.kernel, name) for name in STATE}
+        for name in ("row_stats", "env_stats"):
+            state[name] = state[name].view(np.float64)
+        state["obs"] = self.obs
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        targets = self.state_dict()
+        check_state(state, targets)
+        for name, target in targets.items():
+            np.copyto(target, state[name])
+        self._seeded = True
+
+    def close(self, **kwargs: Any) -> None:
+        pass
+
+
+def make_grid(num_envs: int, copy: bool = True, **kwargs: Any) -> GridVectorEnv:
+    """What `make_env("Grid-v0", num_envs, ...)` calls (register_family's factory)."""
+    return GridVectorEnv(num_envs, copy=copy, **kwargs)
