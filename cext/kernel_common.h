@@ -297,8 +297,17 @@ OP_ALWAYS_INLINE int op_record_step(op_batch *b, int64_t i, double reward, int t
  * final_obs, reduce the episode into the statistics, start the next one and observe it. */
 OP_ALWAYS_INLINE void op_autoreset(op_batch *b, int64_t i, op_obs_fn write_obs,
                                    op_reset_fn reset_one) {
-    int64_t row_bytes = b->obs_row_bytes;
-    memcpy(b->final_obs + i * row_bytes, b->obs + i * row_bytes, (size_t)row_bytes);
+    int64_t k, row_bytes = b->obs_row_bytes;
+    unsigned char *to = b->final_obs + i * row_bytes;
+    const unsigned char *from = b->obs + i * row_bytes;
+    /* A classic-control row is a few floats: 4-byte copies (a memcpy of a constant size is one
+     * move, inlined) instead of a libc call per autoreset for a variable size, as the copy was
+     * before rows became bytes. Large rows (frames) take memcpy. */
+    if ((row_bytes & 3) == 0 && row_bytes <= 64) {
+        for (k = 0; k < row_bytes; k += 4) memcpy(to + k, from + k, 4);
+    } else {
+        memcpy(to, from, (size_t)row_bytes);
+    }
     op_episode_done(b->stats, b->recent_returns, b->recent_lengths, b->recent_head,
                     b->recent_capacity, b->episode_return[i], (double)b->episode_length[i]);
     b->episode_return[i] = 0.0;
