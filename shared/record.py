@@ -98,8 +98,8 @@ class UpdateRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
 
     None stands for a value the update could not measure (no episode finished yet, a
     non-finite statistic); progress.jsonl writes it as null, the metrics file as NaN. A field
-    added later gets a default; `solved`, the only one with a default today, appears in
-    progress.jsonl only when true.
+    added later gets a default and appears in progress.jsonl only when set: `solved` only
+    when true, the env-level episode fields only when rows are agents (agents_per_env > 1).
     """
 
     updates: Annotated[int, counter("updates", "PPO updates done.", label="update")] = (
@@ -237,6 +237,35 @@ class UpdateRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
             in_file=False,
         ),
     ] = False
+    env_episodes: Annotated[
+        int | None,
+        gauge(
+            "episodes",
+            "Env-episodes (whole worlds) finished during the last update; absent with one "
+            "agent per env.",
+            label="env episodes/update",
+        ),
+    ] = None
+    env_episode_return_mean: Annotated[
+        float | None,
+        gauge(
+            "",
+            "Mean return of the env-episodes finished during the last update (an env's return "
+            "sums its agents'); absent with one agent per env.",
+            label="env episode return",
+            in_history=True,
+        ),
+    ] = None
+    env_phase_s: Annotated[
+        dict[str, float] | None,
+        gauge(
+            "s",
+            "Seconds in each of the env's own step phases during the last update (sub-phases "
+            "of env; Grid-v0 with OPERANT_PROFILING=1); absent otherwise.",
+            label="env phases",
+            in_file=False,
+        ),
+    ] = None
 
 
 def _record_metrics() -> tuple[MetricDeclaration, ...]:

@@ -153,6 +153,8 @@ def test_metrics_file_keeps_the_names_readers_use():
             "cpu_percent",
             "rss_bytes",
             "elapsed_before_s",
+            "env_episodes",
+            "env_episode_return_mean",
         },
         "text": {"env_id", "env_impl", "device", "warning"},
     }
@@ -174,6 +176,7 @@ def test_metrics_file_keeps_the_names_readers_use():
         "clip_fraction",
         "explained_variance",
         "learning_rate",
+        "env_episode_return_mean",
         *phases,
     }
 

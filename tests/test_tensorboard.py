@@ -98,7 +98,8 @@ def server(trainer_server):
 def test_scalars_are_every_number_of_the_record_under_progress_jsonl_names():
     tags = [tag for _, tag, _ in tensorboard.SCALARS]
     record_keys = [field.encode_name for field in msgspec.structs.fields(UpdateRecord)]
-    assert tags == ["phase" if key == "phase_s" else key for key in record_keys]
+    mappings = {"phase_s": "phase", "env_phase_s": "env_phase"}
+    assert tags == [mappings.get(key, key) for key in record_keys]
     assert record_keys[0] == "update" and len(tags) == len(RECORD_METRICS)
     record = UpdateRecord(
         updates=3,
@@ -127,7 +128,9 @@ def test_scalars_are_every_number_of_the_record_under_progress_jsonl_names():
     assert pairs["update"] == 3.0 and pairs["global_step"] == 768.0 and pairs["solved"] == 1.0
     assert {tag for tag in pairs if tag.startswith("phase/")} == {f"phase/{p}" for p in PHASES}
     unmeasured = [tag for tag in tags if getattr(record, tag, 0) is None]
-    assert len(unmeasured) == 6 and not set(unmeasured) & set(pairs)  # None: no point
+    unmeasured += [tag for tag in tags if tag == "env_phase" and record.env_phase_s is None]
+    # None: no point (env_episodes, env_episode_return_mean and env_phase_s: one agent per env)
+    assert len(unmeasured) == 9 and not set(unmeasured) & set(pairs)
     assert len(pairs) == len(tags) - len(unmeasured) - 1 + len(PHASES)
 
 

@@ -61,7 +61,8 @@ def _scalars() -> tuple[tuple[str, str, bool], ...]:
             continue
         field = fields[declared.name]
         value_type = typing.get_args(field.type)[0]  # Annotated[type, declaration]
-        if typing.get_origin(value_type) is dict:
+        # A mapping, or a mapping that may be None (env_phase_s).
+        if dict in {typing.get_origin(t) for t in (value_type, *typing.get_args(value_type))}:
             tag = field.encode_name.removesuffix(f"_{declared.unit}")
             scalars.append((declared.name, tag, True))
         else:
@@ -78,11 +79,11 @@ def scalars(record: UpdateRecord) -> list[tuple[str, float]]:
     pairs = []
     for attribute, tag, mapping in SCALARS:
         value = getattr(record, attribute)
-        if mapping:
+        if mapping and value is not None:
             pairs.extend(
                 (f"{tag}/{key}", float(item)) for key, item in value.items() if item is not None
             )
-        elif value is not None:
+        elif not mapping and value is not None:
             pairs.append((tag, float(value)))
     return pairs
 

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from operant.envs import make_env, resolve_impl
+from operant.envs import EpisodeStats, make_env, resolve_impl
 from operant.shared import atomic
 from operant.shared.record import PHASES, PPOStatistics, UpdateRecord
 from operant.trainer.collect import as_tensor, make_collector
@@ -51,6 +51,18 @@ class PhaseTimer:
 
     def seconds(self) -> dict[str, float]:
         return {name: ns / 1e9 for name, ns in self.totals.items()}
+
+
+def _env_episode_fields(episode: EpisodeStats) -> dict[str, Any]:
+    """UpdateRecord's env-level episode fields when rows are agents (the drain's `per_env`),
+    none otherwise: a single-agent run's progress lines stay as they were."""
+    per_env = episode.per_env
+    if per_env is None:
+        return {}
+    return {
+        "env_episodes": per_env.episodes,
+        "env_episode_return_mean": per_env.return_mean if per_env.episodes else None,
+    }
 
 
 def _finite_or_none(value: float) -> float | None:
@@ -133,6 +145,8 @@ class Trainer:
         self.episodes = 0
         self.solved_at: float | None = None
         self.last_record: UpdateRecord | None = None
+        # The env's own per-phase ns (Grid-v0 with OPERANT_PROFILING=1) at the last record.
+        self.env_timing_ns: dict[str, int] = {}
         # Seconds trained before this process started: a resumed run's clock continues.
         self.elapsed_offset_s = 0.0
         self.started: float | None = None
@@ -254,9 +268,20 @@ class Trainer:
             epochs=_finite_or_none(stats.epochs),
             phase_s={name: round(value, 6) for name, value in self.timer.seconds().items()},
             solved=solved,
+            env_phase_s=self._env_phase_seconds(),
+            **_env_episode_fields(episode),
         )
         self.last_record = record
         return record
+
+    def _env_phase_seconds(self) -> dict[str, float] | None:
+        """Seconds per env step phase during the last update, for an env that profiles its
+        step (`step_timing`, read once per update: nothing on the per-step path); else None."""
+        if not getattr(self.env, "profiling", False) or not hasattr(self.env, "step_timing"):
+            return None
+        timing, before = self.env.step_timing, self.env_timing_ns
+        self.env_timing_ns = timing
+        return {phase: round((ns - before.get(phase, 0)) / 1e9, 6) for phase, ns in timing.items()}
 
     def run(self, should_stop: Callable[[], bool] = lambda: False) -> UpdateRecord | None:
         """Train for the configured budget (or to target_return); returns the last record

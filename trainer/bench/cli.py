@@ -4,7 +4,9 @@ Modes:
   env_only      env steps/s of one env id per implementation and num_envs, next to
                 Gymnasium's own vectorised env measured in the same run (ratio printed);
                 --validate first steps every implementation beside Gymnasium's env and
-                compares (operant.envs.parity);
+                compares (operant.envs.parity), or for Grid-v0 runs its two observation
+                encoders in shadow (no Gymnasium env: --no-gymnasium is implied); --profile
+                records an env's per-phase ns per step (Grid-v0's step_timing);
   trainer       end-to-end PPO training: steps/s and wall-clock seconds to reach a target
                 mean return over the last 100 episodes, per seed, with the time per phase and
                 this machine's compute bound for the same network and epochs;
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from operant.shared import atomic
+from operant.trainer.bench import env_checks
 from operant.trainer.bench.compare import _load_baselines, _status, compare
 from operant.trainer.bench.measure import (
     bench_env_only,
@@ -101,7 +104,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--validate",
         action="store_true",
-        help="env_only: step each impl beside Gymnasium's env first and exit 2 on any disagreement",
+        help="env_only: step each impl beside Gymnasium's env first (an env with two "
+        "observation encoders, such as Grid-v0: both encoders) and exit 2 on any disagreement",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="env_only: record the env's per-phase nanoseconds per step over the measured "
+        "rounds (envs with step_timing, such as Grid-v0)",
     )
     parser.add_argument(
         "--validate-steps",
@@ -175,6 +185,8 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
         return "--rounds must be at least 1"
     if args.warmup < 0:
         return "--warmup must be 0 or more"
+    if args.profile and args.mode != "env_only":
+        return "--profile is an env_only option (the trainer's phases are in its metrics file)"
     if args.validate and args.mode != "env_only":
         return "--validate is an env_only option (training is validated by tests/test_learning.py)"
     if args.validate_steps < 1:
@@ -231,8 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         atomic.write_text(args.output, text + "\n")
     if not validated:
         print(
-            "operant bench: --validate: the implementation disagrees with Gymnasium; "
-            "nothing was measured",
+            f"operant bench: --validate: {env_checks.disagreement(args.env)}; nothing was measured",
             file=sys.stderr,
         )
         return EXIT_PARITY

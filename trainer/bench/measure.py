@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from operant.trainer.bench import env_checks
+
 
 def cpu_name() -> str:
     """The CPU's model name and widest SIMD extension ("AMD EPYC (AVX-512)"): every figure
@@ -72,8 +74,10 @@ def _timed_rounds(
     rounds: int,
     round_seconds: float,
     warm: int = 3,
+    on_measure: Callable[[], object] | None = None,
 ) -> list[float]:
-    """Calibrate calls per round on a warm-up, then time `rounds` rounds; steps/s each."""
+    """Calibrate calls per round on a warm-up, then time `rounds` rounds; steps/s each.
+    `on_measure` is called once between the calibration and the measured rounds."""
     for _ in range(warm):
         step()
     started = time.perf_counter()
@@ -83,6 +87,8 @@ def _timed_rounds(
         calls += 1
     per_call = (time.perf_counter() - started) / calls
     calls = max(1, int(round_seconds / per_call))
+    if on_measure is not None:
+        on_measure()
     results = []
     for _ in range(rounds):
         started = time.perf_counter()
@@ -102,20 +108,14 @@ def bench_env_only(args: argparse.Namespace) -> dict[str, Any]:
     impls = [part for part in args.impl.split(",") if part]
     record: dict[str, Any] = {}
     if args.validate:
-        from operant.envs.parity import shadow_check
-
-        shadow_envs = min(max(args.num_envs), 1024)
-        reports = [shadow_check(args.env, impl, shadow_envs, args.validate_steps) for impl in impls]
-        record["validation"] = [report.as_dict() for report in reports]
-        for report in reports:
-            verdict = "matches Gymnasium" if report.ok else f"MISMATCH: {report.mismatch}"
-            print(
-                f"validate {args.env} {report.impl}: {report.compared:,} env-steps, "
-                f"{report.episodes_ended:,} episodes ended: {verdict}",
-                flush=True,
-            )
-        if not all(report.ok for report in reports):
+        record["validation"] = env_checks.validate(
+            args.env, impls, max(args.num_envs), args.validate_steps
+        )
+        if not all(report["ok"] for report in record["validation"]):
             return record
+    profiling = env_checks.profile_kwargs(args.env, args.profile)
+    if env_checks.has_own_family(args.env) and not args.no_gymnasium:
+        print(f"{args.env} has no Gymnasium env to compare with: --no-gymnasium implied")
     _check_env_memory(args.env, impls, max(args.num_envs))
     results: list[dict[str, Any]] = []
     before = _rss_mb()
@@ -123,14 +123,12 @@ def bench_env_only(args: argparse.Namespace) -> dict[str, Any]:
         row: dict[str, Any] = {"num_envs": num_envs}
         rng = np.random.default_rng(0)
         for impl in impls:
-            env = make_env(args.env, num_envs, impl=impl, copy=False)
+            env = make_env(args.env, num_envs, impl=impl, copy=False, **profiling)
             env.reset(seed=0)
             env.actions[:] = random_actions(env, rng)
-            row[impl] = summarize(
-                _timed_rounds(env.step_bound, num_envs, args.rounds, args.round_seconds)
-            )
+            row[impl] = summarize(_measured_rounds(env, args, row if profiling else None))
             env.close()
-        if not args.no_gymnasium:
+        if not (args.no_gymnasium or env_checks.has_own_family(args.env)):
             reference = gymnasium.make_vec(
                 args.env, num_envs=num_envs, vectorization_mode="vector_entry_point"
             )
@@ -154,6 +152,30 @@ def bench_env_only(args: argparse.Namespace) -> dict[str, Any]:
     record["results"] = results
     record["mem_delta_mb"] = round(_rss_mb() - before, 2)
     return record
+
+
+def _measured_rounds(env, args: argparse.Namespace, row: dict[str, Any] | None) -> list[float]:
+    """Steps/s per round; with a `row` (--profile) also the env's per-phase timings over
+    exactly the measured rounds, stored in it as "profile"."""
+    if row is None:
+        return _timed_rounds(env.step_bound, env.num_envs, args.rounds, args.round_seconds)
+    start: dict[str, int] = {}
+    steps = [0]
+
+    def step():
+        steps[0] += 1
+        return env.step_bound()
+
+    def mark_start():
+        start.update(env.step_timing)
+        steps[0] = 0
+
+    rates = _timed_rounds(
+        step, env.num_envs, args.rounds, args.round_seconds, on_measure=mark_start
+    )
+    row["profile"] = env_checks.phase_profile(start, env.step_timing, steps[0])
+    env_checks.print_profile(args.env, row["num_envs"], row["profile"])
+    return rates
 
 
 def _check_env_memory(env_id: str, impls: list[str], num_envs: int) -> None:
