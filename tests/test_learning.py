@@ -21,7 +21,6 @@ SHIPPED_ENVS = {
     "Pendulum-v1",
     "MountainCarContinuous-v0",
     "MountainCar-v0",
-    "Grid-v0",
 }
 
 
