@@ -1,3 +1,4 @@
+# Over 400 lines: one class, the tensor BatchEnv contract; its RNG, reset and render are coupled.
 """What every torch env shares (`env.impl = "torch"`): `TorchVectorEnv`, an implementation of
 operant.envs.contract.BatchEnv as batched torch tensor ops on any device.
 

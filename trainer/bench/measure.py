@@ -1,3 +1,4 @@
+# Over 400 lines: every measurement `operant bench` records, sharing one timing and cell toolkit.
 """What `operant bench` measures: env-only steps/s, training runs, the rollout alone, and
 this machine's compute bound for a config, each as plain dicts that become the JSON record.
 
