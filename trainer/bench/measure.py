@@ -103,18 +103,8 @@ def bench_env_only(args: argparse.Namespace) -> dict[str, Any]:
     impls = [part for part in args.impl.split(",") if part]
     record: dict[str, Any] = {}
     if args.validate:
-        from operant.envs.parity import shadow_check
-
-        shadow_envs = min(max(args.num_envs), 1024)
-        reports = [shadow_check(args.env, impl, shadow_envs, args.validate_steps) for impl in impls]
+        reports = _validate(args, impls)
         record["validation"] = [report.as_dict() for report in reports]
-        for report in reports:
-            verdict = "matches Gymnasium" if report.ok else f"MISMATCH: {report.mismatch}"
-            print(
-                f"validate {args.env} {report.impl}: {report.compared:,} env-steps, "
-                f"{report.episodes_ended:,} episodes ended: {verdict}",
-                flush=True,
-            )
         if not all(report.ok for report in reports):
             return record
     _check_env_memory(args.env, impls, max(args.num_envs))
@@ -155,6 +145,22 @@ def bench_env_only(args: argparse.Namespace) -> dict[str, Any]:
     record["results"] = results
     record["mem_delta_mb"] = round(_rss_mb() - before, 2)
     return record
+
+
+def _validate(args: argparse.Namespace, impls: list[str]) -> list[Any]:
+    """Step each impl beside Gymnasium's env (--validate), print each verdict, return reports."""
+    from operant.envs.parity import shadow_check
+
+    shadow_envs = min(max(args.num_envs), 1024)
+    reports = [shadow_check(args.env, impl, shadow_envs, args.validate_steps) for impl in impls]
+    for report in reports:
+        verdict = "matches Gymnasium" if report.ok else f"MISMATCH: {report.mismatch}"
+        print(
+            f"validate {args.env} {report.impl}: {report.compared:,} env-steps, "
+            f"{report.episodes_ended:,} episodes ended: {verdict}",
+            flush=True,
+        )
+    return reports
 
 
 def _check_env_memory(env_id: str, impls: list[str], num_envs: int) -> None:
