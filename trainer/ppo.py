@@ -175,24 +175,62 @@ def ppo_update(
             flat.clip_grad_norm_(config.max_grad_norm)
             optimizer.step()
             if keep_stats:
-                with torch.no_grad():
-                    if entropy is None:
-                        entropy = policy.entropy(e_obs[mb])
-                    approx_kl = ((ratio - 1) - log_ratio).mean()
-                    clip_fraction = ((ratio - 1.0).abs() > config.clip_coef).float().mean()
-                    sums += torch.stack(
-                        [
-                            policy_loss.detach(),
-                            value_loss.detach(),
-                            entropy.mean(),
-                            approx_kl,
-                            clip_fraction,
-                        ]
-                    )
+                _add_statistics(
+                    sums,
+                    policy,
+                    config,
+                    e_obs,
+                    mb,
+                    policy_loss,
+                    value_loss,
+                    entropy,
+                    ratio,
+                    log_ratio,
+                )
             count += 1
         epochs_run += 1
         if config.target_kl is not None and float(sums[3]) / count > config.target_kl:
             break
+    return _statistics(sums, count, epochs_run, b_returns, b_values)
+
+
+def _add_statistics(
+    sums: torch.Tensor,
+    policy: nn.Module,
+    config: PPOConfig,
+    e_obs: torch.Tensor,
+    mb: slice,
+    policy_loss: torch.Tensor,
+    value_loss: torch.Tensor,
+    entropy: torch.Tensor | None,
+    ratio: torch.Tensor,
+    log_ratio: torch.Tensor,
+) -> None:
+    """Add one minibatch's losses, entropy, approx KL and clip fraction into `sums`."""
+    with torch.no_grad():
+        if entropy is None:
+            entropy = policy.entropy(e_obs[mb])
+        approx_kl = ((ratio - 1) - log_ratio).mean()
+        clip_fraction = ((ratio - 1.0).abs() > config.clip_coef).float().mean()
+        sums += torch.stack(
+            [
+                policy_loss.detach(),
+                value_loss.detach(),
+                entropy.mean(),
+                approx_kl,
+                clip_fraction,
+            ]
+        )
+
+
+def _statistics(
+    sums: torch.Tensor,
+    count: int,
+    epochs_run: int,
+    b_returns: torch.Tensor,
+    b_values: torch.Tensor,
+) -> PPOStatistics:
+    """The update's PPOStatistics: the summed minibatch statistics' means, explained variance."""
     means = (sums / count).tolist()
     variance = b_returns.var()
     explained = (
