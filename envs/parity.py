@@ -97,6 +97,31 @@ def _first_mismatch(checks: tuple[tuple[str, np.ndarray, np.ndarray, bool], ...]
     return ""
 
 
+def _step_mismatch(env: Any, results: list[Any], elapsed: np.ndarray) -> tuple[str, Any]:
+    """Compare one step of `env` with its shadows' `results`: the first mismatch and `done`."""
+    obs, final_obs = _host(env.obs), _host(env.final_obs)
+    rewards, terminated, truncated = (
+        _host(env.rewards),
+        _host(env.terminated),
+        _host(env.truncated),
+    )
+    expected_obs = np.stack([np.asarray(r[0], dtype=np.float32) for r in results])
+    expected_reward = np.array([r[1] for r in results], dtype=np.float32)
+    expected_terminated = np.array([bool(r[2]) for r in results])
+    expected_truncated = (elapsed >= env.max_episode_steps) & ~expected_terminated
+    done = expected_terminated | expected_truncated
+    seen_obs = np.where(done[:, None], final_obs, obs)
+    mismatch = _first_mismatch(
+        (
+            ("terminated", terminated.astype(bool), expected_terminated, True),
+            ("truncated", truncated.astype(bool), expected_truncated, True),
+            ("reward", rewards, expected_reward, False),
+            ("observation", seen_obs, expected_obs, False),
+        )
+    )
+    return mismatch, done
+
+
 def shadow_check(
     env_id: str,
     impl: str = "native",
@@ -137,26 +162,7 @@ def shadow_check(
             env.step_bound()
             results = [shadow.step(action) for shadow, action in zip(shadows, per_env)]
             elapsed += 1
-            obs, final_obs = _host(env.obs), _host(env.final_obs)
-            rewards, terminated, truncated = (
-                _host(env.rewards),
-                _host(env.terminated),
-                _host(env.truncated),
-            )
-            expected_obs = np.stack([np.asarray(r[0], dtype=np.float32) for r in results])
-            expected_reward = np.array([r[1] for r in results], dtype=np.float32)
-            expected_terminated = np.array([bool(r[2]) for r in results])
-            expected_truncated = (elapsed >= env.max_episode_steps) & ~expected_terminated
-            done = expected_terminated | expected_truncated
-            seen_obs = np.where(done[:, None], final_obs, obs)
-            mismatch = _first_mismatch(
-                (
-                    ("terminated", terminated.astype(bool), expected_terminated, True),
-                    ("truncated", truncated.astype(bool), expected_truncated, True),
-                    ("reward", rewards, expected_reward, False),
-                    ("observation", seen_obs, expected_obs, False),
-                )
-            )
+            mismatch, done = _step_mismatch(env, results, elapsed)
             if mismatch:
                 report.mismatch = f"{env_id} ({impl}) step {t}, {mismatch}"
                 return report

@@ -45,6 +45,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -165,57 +166,74 @@ def exposition(
         family.samples.append((labels, value))
 
     for run_id, snapshot in runs_seen:
-        labels = {"run": run_id, "rank": "0"}
-        info = {
-            **labels,
-            "env_id": snapshot.env_id,
-            "hostname": snapshot.hostname,
-            "writer": snapshot.schema.writer,
-        }
-        for name, text in snapshot.texts.items():
-            key = label_name(name)
-            if key not in _RESERVED_LABELS:
-                info[key] = text
-        add(PREFIX + "run", "info", "The run: environment, host, writer, implementation.", info, 1)
-        for status in STATUSES:
-            add(
-                PREFIX + "run_status",
-                "gauge",
-                "1 for the run's status (running, finished, failed, crashed, stalled), else 0.",
-                {**labels, "status": status},
-                snapshot.status == status,
-            )
+        _add_run(add, run_id, snapshot)
+    _add_exporter(add, len(runs_seen), exporter_stats)
+    lines = [line for family in families.values() for line in family.render(openmetrics)]
+    if openmetrics:
+        lines.append("# EOF")
+    return "\n".join(lines) + "\n"
+
+
+_Add = Callable[[str, str, str, dict[str, str], float | int | bool], None]
+
+
+def _add_run(add: _Add, run_id: str, snapshot: Snapshot) -> None:
+    """Add one run's samples: its info, status, timing, and every metric it declares."""
+    labels = {"run": run_id, "rank": "0"}
+    info = {
+        **labels,
+        "env_id": snapshot.env_id,
+        "hostname": snapshot.hostname,
+        "writer": snapshot.schema.writer,
+    }
+    for name, text in snapshot.texts.items():
+        key = label_name(name)
+        if key not in _RESERVED_LABELS:
+            info[key] = text
+    add(PREFIX + "run", "info", "The run: environment, host, writer, implementation.", info, 1)
+    for status in STATUSES:
         add(
-            PREFIX + "run_interrupted",
+            PREFIX + "run_status",
             "gauge",
-            "1 if the run finished early on request (SIGTERM/SIGINT), else 0.",
-            labels,
-            snapshot.interrupted,
+            "1 for the run's status (running, finished, failed, crashed, stalled), else 0.",
+            {**labels, "status": status},
+            snapshot.status == status,
         )
-        add(
-            PREFIX + "run_start_time_seconds",
-            "gauge",
-            "When the run's current metrics file was created (a resume makes a new one), "
-            "seconds since the Unix epoch.",
-            labels,
-            snapshot.created_wall_ns / 1e9,
-        )
-        add(
-            PREFIX + "run_heartbeat_age_seconds",
-            "gauge",
-            "Seconds since the trainer's last heartbeat.",
-            labels,
-            snapshot.heartbeat_age_s,
-        )
-        metrics = {metric.name: metric for metric in snapshot.schema.metrics}
-        for name, count in snapshot.counters.items():
-            add(metric_name(name), "counter", _describe(metrics.get(name), name), labels, count)
-        for name, value in snapshot.gauges.items():
-            add(metric_name(name), "gauge", _describe(metrics.get(name), name), labels, value)
-        fields = {item.name: item for item in snapshot.schema.snapshot}
-        for name, value in (snapshot.snapshot or {}).items():
-            add(metric_name(name), "gauge", _describe(fields.get(name), name), labels, value)
-    add(PREFIX + "exporter_runs", "gauge", "Metrics files in this scrape.", {}, len(runs_seen))
+    add(
+        PREFIX + "run_interrupted",
+        "gauge",
+        "1 if the run finished early on request (SIGTERM/SIGINT), else 0.",
+        labels,
+        snapshot.interrupted,
+    )
+    add(
+        PREFIX + "run_start_time_seconds",
+        "gauge",
+        "When the run's current metrics file was created (a resume makes a new one), "
+        "seconds since the Unix epoch.",
+        labels,
+        snapshot.created_wall_ns / 1e9,
+    )
+    add(
+        PREFIX + "run_heartbeat_age_seconds",
+        "gauge",
+        "Seconds since the trainer's last heartbeat.",
+        labels,
+        snapshot.heartbeat_age_s,
+    )
+    metrics = {metric.name: metric for metric in snapshot.schema.metrics}
+    for name, count in snapshot.counters.items():
+        add(metric_name(name), "counter", _describe(metrics.get(name), name), labels, count)
+    for name, value in snapshot.gauges.items():
+        add(metric_name(name), "gauge", _describe(metrics.get(name), name), labels, value)
+    fields = {item.name: item for item in snapshot.schema.snapshot}
+    for name, value in (snapshot.snapshot or {}).items():
+        add(metric_name(name), "gauge", _describe(fields.get(name), name), labels, value)
+
+
+def _add_exporter(add: _Add, runs: int, exporter_stats: dict[str, int]) -> None:
+    """Add the exporter's own samples: files scraped, read errors, bad requests."""
+    add(PREFIX + "exporter_runs", "gauge", "Metrics files in this scrape.", {}, runs)
     add(
         PREFIX + "exporter_read_errors",
         "counter",
@@ -230,10 +248,6 @@ def exposition(
         {},
         exporter_stats["bad_requests"],
     )
-    lines = [line for family in families.values() for line in family.render(openmetrics)]
-    if openmetrics:
-        lines.append("# EOF")
-    return "\n".join(lines) + "\n"
 
 
 def _describe(item: fmt.Metric | fmt.Field | None, name: str) -> str:

@@ -1,3 +1,4 @@
+# Over 400 lines: the metrics file's whole byte format in one place, to audit against its doc.
 """The metrics file's format: the one place that knows its bytes.
 
 `runs/<run_id>/metrics.bin` is written by one trainer process (operant.cext.metrics) and read by

@@ -1,3 +1,4 @@
+# Over 400 lines: every per-update metric declared once, with its labels and line codec beside it.
 """The per-update record: what one PPO update reports, every name declared once.
 
 This module owns

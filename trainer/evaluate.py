@@ -1,3 +1,4 @@
+# Over 400 lines: `operant eval` end to end (load, play, record video): one command, one flow.
 """`operant eval RUN|MODEL|CHECKPOINT`: run a trained policy and report its episode returns.
 
 What it evaluates, named any of these ways:

@@ -151,7 +151,7 @@ def ppo_update(
     for epoch in range(config.update_epochs):
         keep_stats = config.target_kl is not None or epoch == config.update_epochs - 1
         permutation = torch.randperm(batch, generator=generator).to(b_obs.device)
-        e_obs, e_actions, e_logprobs, e_advantages, e_returns, e_values = (
+        epoch_batch = tuple(
             tensor[permutation]
             for tensor in (b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values)
         )
@@ -159,40 +159,104 @@ def ppo_update(
         count = 0
         for start in range(0, batch, minibatch_size):
             mb = slice(start, start + minibatch_size)
-            loss, policy_loss, value_loss, entropy, ratio, log_ratio = _minibatch_loss(
+            _train_minibatch(
                 policy,
+                flat,
+                optimizer,
                 config,
                 need_entropy_grad,
-                e_obs[mb],
-                e_actions[mb],
-                e_logprobs[mb],
-                e_advantages[mb],
-                e_returns[mb],
-                e_values[mb],
+                keep_stats,
+                sums,
+                epoch_batch,
+                mb,
             )
-            flat.zero_grad()
-            loss.backward()
-            flat.clip_grad_norm_(config.max_grad_norm)
-            optimizer.step()
-            if keep_stats:
-                with torch.no_grad():
-                    if entropy is None:
-                        entropy = policy.entropy(e_obs[mb])
-                    approx_kl = ((ratio - 1) - log_ratio).mean()
-                    clip_fraction = ((ratio - 1.0).abs() > config.clip_coef).float().mean()
-                    sums += torch.stack(
-                        [
-                            policy_loss.detach(),
-                            value_loss.detach(),
-                            entropy.mean(),
-                            approx_kl,
-                            clip_fraction,
-                        ]
-                    )
             count += 1
         epochs_run += 1
         if config.target_kl is not None and float(sums[3]) / count > config.target_kl:
             break
+    return _statistics(sums, count, epochs_run, b_returns, b_values)
+
+
+def _train_minibatch(
+    policy: nn.Module,
+    flat: FlatParameters,
+    optimizer: FlatAdam,
+    config: PPOConfig,
+    need_entropy_grad: bool,
+    keep_stats: bool,
+    sums: torch.Tensor,
+    epoch_batch: tuple[torch.Tensor, ...],
+    mb: slice,
+) -> None:
+    """One optimizer step on minibatch `mb` of this epoch's shuffled batch, statistics kept."""
+    e_obs, e_actions, e_logprobs, e_advantages, e_returns, e_values = epoch_batch
+    loss, policy_loss, value_loss, entropy, ratio, log_ratio = _minibatch_loss(
+        policy,
+        config,
+        need_entropy_grad,
+        e_obs[mb],
+        e_actions[mb],
+        e_logprobs[mb],
+        e_advantages[mb],
+        e_returns[mb],
+        e_values[mb],
+    )
+    flat.zero_grad()
+    loss.backward()
+    flat.clip_grad_norm_(config.max_grad_norm)
+    optimizer.step()
+    if keep_stats:
+        _add_statistics(
+            sums,
+            policy,
+            config,
+            e_obs,
+            mb,
+            policy_loss,
+            value_loss,
+            entropy,
+            ratio,
+            log_ratio,
+        )
+
+
+def _add_statistics(
+    sums: torch.Tensor,
+    policy: nn.Module,
+    config: PPOConfig,
+    e_obs: torch.Tensor,
+    mb: slice,
+    policy_loss: torch.Tensor,
+    value_loss: torch.Tensor,
+    entropy: torch.Tensor | None,
+    ratio: torch.Tensor,
+    log_ratio: torch.Tensor,
+) -> None:
+    """Add one minibatch's losses, entropy, approx KL and clip fraction into `sums`."""
+    with torch.no_grad():
+        if entropy is None:
+            entropy = policy.entropy(e_obs[mb])
+        approx_kl = ((ratio - 1) - log_ratio).mean()
+        clip_fraction = ((ratio - 1.0).abs() > config.clip_coef).float().mean()
+        sums += torch.stack(
+            [
+                policy_loss.detach(),
+                value_loss.detach(),
+                entropy.mean(),
+                approx_kl,
+                clip_fraction,
+            ]
+        )
+
+
+def _statistics(
+    sums: torch.Tensor,
+    count: int,
+    epochs_run: int,
+    b_returns: torch.Tensor,
+    b_values: torch.Tensor,
+) -> PPOStatistics:
+    """The update's PPOStatistics: the summed minibatch statistics' means, explained variance."""
     means = (sums / count).tolist()
     variance = b_returns.var()
     explained = (

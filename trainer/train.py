@@ -98,6 +98,23 @@ class Trainer:
         self.env.reset(seed=config.train.seed)
         obs_spec, act_spec, layout = self.env.obs_spec, self.env.act_spec, self.env.layout
         self.derived: Derived = derive(config, layout.agents_per_env)
+        self._build_policy(obs_spec, act_spec, layout)
+        self._build_storage(obs_spec, act_spec, layout)
+
+        self.global_step = 0
+        self.update = 0
+        self.episodes = 0
+        self.solved_at: float | None = None
+        self.last_record: UpdateRecord | None = None
+        # The env's own per-phase ns (Grid-v0 with OPERANT_PROFILING=1) at the last record.
+        self.env_timing_ns: dict[str, int] = {}
+        # Seconds trained before this process started: a resumed run's clock continues.
+        self.elapsed_offset_s = 0.0
+        self.started: float | None = None
+
+    def _build_policy(self, obs_spec: Any, act_spec: Any, layout: Any) -> None:
+        """Build the policy, its observation/reward normalizers, and its flat Adam."""
+        config = self.config
         norm = config.normalize
         if norm.obs:
             check_obs_normalizable(obs_spec, config.env.id)
@@ -118,6 +135,9 @@ class Trainer:
             self.flat.param, lr=config.ppo.learning_rate, eps=config.ppo.adam_eps
         )
 
+    def _build_storage(self, obs_spec: Any, act_spec: Any, layout: Any) -> None:
+        """Build the rollout storage, the phase timer, and the collector that fills it."""
+        config = self.config
         flags_device = as_tensor(self.env.terminated).device
         self.storage = RolloutStorage(
             config.ppo.num_steps,
@@ -139,17 +159,6 @@ class Trainer:
             self.timer.totals,
             config.ppo.gamma,
         )
-
-        self.global_step = 0
-        self.update = 0
-        self.episodes = 0
-        self.solved_at: float | None = None
-        self.last_record: UpdateRecord | None = None
-        # The env's own per-phase ns (Grid-v0 with OPERANT_PROFILING=1) at the last record.
-        self.env_timing_ns: dict[str, int] = {}
-        # Seconds trained before this process started: a resumed run's clock continues.
-        self.elapsed_offset_s = 0.0
-        self.started: float | None = None
 
     def _make_env(self) -> Any:
         config = self.config

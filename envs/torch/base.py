@@ -1,3 +1,4 @@
+# Over 400 lines: one class, the tensor BatchEnv contract; its RNG, reset and render are coupled.
 """What every torch env shares (`env.impl = "torch"`): `TorchVectorEnv`, an implementation of
 operant.envs.contract.BatchEnv as batched torch tensor ops on any device.
 
@@ -185,8 +186,30 @@ class TorchVectorEnv(RenderFace, VectorEnv):
         self.spec = None
         self.max_episode_steps = max_episode_steps or entry.max_episode_steps
         self.discrete = isinstance(self.single_action_space, spaces.Discrete)
-        obs_dim = self.single_observation_space.shape[0]
         options = {"device": self.device}
+        self._allocate_buffers(num_envs, options)
+        self._init_reset_constants(options)
+        self._seeded = False
+        self.autoreset_mode = parse_autoreset_mode(autoreset_mode)
+        self.metadata = with_autoreset_mode(type(self).metadata, self.autoreset_mode)
+        self._next_step = (
+            None
+            if self.autoreset_mode == AutoresetMode.SAME_STEP
+            else NextStepFace(
+                self,
+                [
+                    Held(self.state, 1, 0, num_envs),
+                    Held(self.rng_state, 0, 0, num_envs),
+                    Held(self.episode_return, 0, 0, num_envs),
+                    Held(self.episode_length, 0, 0, num_envs, HELD_LENGTH),
+                ],
+            )
+        )
+        self._init_render(entry.id, render_mode)
+
+    def _allocate_buffers(self, num_envs: int, options: dict[str, Any]) -> None:
+        """Allocate the batch buffers: actions, step outputs, state, episode and stats rings."""
+        obs_dim = self.single_observation_space.shape[0]
         if self.discrete:
             self.actions = torch.zeros(num_envs, dtype=torch.int64, **options)
         else:
@@ -212,6 +235,9 @@ class TorchVectorEnv(RenderFace, VectorEnv):
         self._invalid_value = torch.zeros(
             self.actions[0].shape, dtype=self.actions.dtype, **options
         )
+
+    def _init_reset_constants(self, options: dict[str, Any]) -> None:
+        """Build the RNG stream offsets and the reset bounds' low/span the reset draws use."""
         draws = len(self.reset_bounds)
         self._draw_offsets = torch.tensor(
             [_i64((k + 1) * _GOLDEN) for k in range(draws)], dtype=torch.int64, **options
@@ -223,23 +249,6 @@ class TorchVectorEnv(RenderFace, VectorEnv):
         self._reset_span = torch.tensor(
             [high - low for low, high in self.reset_bounds], dtype=torch.float64, **options
         ).unsqueeze(1)
-        self._seeded = False
-        self.autoreset_mode = parse_autoreset_mode(autoreset_mode)
-        self.metadata = with_autoreset_mode(type(self).metadata, self.autoreset_mode)
-        self._next_step = (
-            None
-            if self.autoreset_mode == AutoresetMode.SAME_STEP
-            else NextStepFace(
-                self,
-                [
-                    Held(self.state, 1, 0, num_envs),
-                    Held(self.rng_state, 0, 0, num_envs),
-                    Held(self.episode_return, 0, 0, num_envs),
-                    Held(self.episode_length, 0, 0, num_envs, HELD_LENGTH),
-                ],
-            )
-        )
-        self._init_render(entry.id, render_mode)
 
     # --- what each env defines ---------------------------------------------------------------
     def _initial_state(self, draws: torch.Tensor) -> torch.Tensor:

@@ -67,7 +67,16 @@ def _int_list(text: str) -> list[int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The `operant bench` command line: what to measure, how, and where results go."""
     parser = _Parser(prog="operant bench", description=__doc__.split("\n\n")[0])
+    _add_workload_arguments(parser)
+    _add_measurement_arguments(parser)
+    _add_config_and_output_arguments(parser)
+    return parser
+
+
+def _add_workload_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the mode and what it runs: env, impls, and the sizes a --matrix sweeps."""
     parser.add_argument("mode", choices=MODES)
     parser.add_argument("--env", default="CartPole-v1", help="env id")
     parser.add_argument("--impl", default="native", help="comma-separated impls (env_only)")
@@ -101,6 +110,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--total-steps", type=int, help="trainer: env steps per run (train.total_steps)"
     )
+
+
+def _add_measurement_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add how to measure: validation, rounds, seeds, memory and bound checks."""
     parser.add_argument(
         "--validate",
         action="store_true",
@@ -150,6 +163,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=475.0,
         help="trainer: stop a run once the last-100 mean return reaches this",
     )
+
+
+def _add_config_and_output_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the training config, the pass/fail thresholds, and where results are written."""
     parser.add_argument("--config", help="trainer modes: TOML config")
     parser.add_argument(
         "--set",
@@ -177,7 +194,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="earlier --output records of the same mode: print this run's "
         "median steps/s as a ratio to each",
     )
-    return parser
 
 
 def _usage_problem(args: argparse.Namespace) -> str | None:

@@ -1,3 +1,4 @@
+# Over 400 lines: every measurement `operant bench` records, sharing one timing and cell toolkit.
 """What `operant bench` measures: env-only steps/s, training runs, the rollout alone, and
 this machine's compute bound for a config, each as plain dicts that become the JSON record.
 
@@ -319,24 +320,15 @@ def _train_once(args: argparse.Namespace, cell: dict[str, int], seed: int) -> di
     return run
 
 
-def compute_bound(config, seconds: float = 1.0) -> dict[str, Any]:
-    """This machine's ceiling for `config`'s network and epochs, measured now: policy forward
-    (act, at the rollout's batch of num_envs) and PPO update (every epoch of loss, backward,
-    clip, Adam at the minibatch size, per sample per epoch) samples/s, and the steps/s they
-    allow together:
-    1 / (1/forward + epochs/train_step). Env stepping, GAE and bookkeeping count as free.
-    `seconds` is the measuring time of each of the two rates."""
-    import msgspec
-    import torch
-
-    from operant.trainer.ppo import compute_gae, ppo_update
+def _trainer_after_one_rollout(config) -> Any:
+    """The run's own policy, optimizer and storage, filled by one real rollout and its GAE."""
+    from operant.trainer.ppo import compute_gae
     from operant.trainer.train import Trainer
 
-    # The run's own policy, optimizer and rollout storage, filled by one real rollout.
     trainer = Trainer(config)
     next_value = trainer.collect()
     trainer.env.close()
-    ppo, derived, storage = config.ppo, trainer.derived, trainer.storage
+    ppo, storage = config.ppo, trainer.storage
     compute_gae(
         storage.rewards,
         storage.values,
@@ -347,6 +339,23 @@ def compute_bound(config, seconds: float = 1.0) -> dict[str, Any]:
         advantages=storage.advantages,
         returns=storage.returns,
     )
+    return trainer
+
+
+def compute_bound(config, seconds: float = 1.0) -> dict[str, Any]:
+    """This machine's ceiling for `config`'s network and epochs, measured now: policy forward
+    (act, at the rollout's batch of num_envs) and PPO update (every epoch of loss, backward,
+    clip, Adam at the minibatch size, per sample per epoch) samples/s, and the steps/s they
+    allow together:
+    1 / (1/forward + epochs/train_step). Env stepping, GAE and bookkeeping count as free.
+    `seconds` is the measuring time of each of the two rates."""
+    import msgspec
+    import torch
+
+    from operant.trainer.ppo import ppo_update
+
+    trainer = _trainer_after_one_rollout(config)
+    ppo, derived, storage = config.ppo, trainer.derived, trainer.storage
     generator = torch.Generator().manual_seed(0)
 
     def rate(work: Callable[[], None], samples: int) -> float:
