@@ -117,6 +117,8 @@ def _compute_gae_torch(
     return advantages, returns
 
 
+# One function on purpose (about 80 lines): split into helpers (the minibatch loss, the statistics)
+# it measured 3-8% slower end to end on the throughput config in interleaved runs (2026-11-23).
 def ppo_update(
     policy: nn.Module,
     flat: FlatParameters,
@@ -151,7 +153,7 @@ def ppo_update(
     for epoch in range(config.update_epochs):
         keep_stats = config.target_kl is not None or epoch == config.update_epochs - 1
         permutation = torch.randperm(batch, generator=generator).to(b_obs.device)
-        epoch_batch = tuple(
+        e_obs, e_actions, e_logprobs, e_advantages, e_returns, e_values = (
             tensor[permutation]
             for tensor in (b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values)
         )
@@ -159,104 +161,56 @@ def ppo_update(
         count = 0
         for start in range(0, batch, minibatch_size):
             mb = slice(start, start + minibatch_size)
-            _train_minibatch(
-                policy,
-                flat,
-                optimizer,
-                config,
-                need_entropy_grad,
-                keep_stats,
-                sums,
-                epoch_batch,
-                mb,
+            logprob, entropy, value = policy.evaluate(
+                e_obs[mb], e_actions[mb], entropy=need_entropy_grad
             )
+            log_ratio = logprob - e_logprobs[mb]
+            ratio = log_ratio.exp()
+            mb_advantages = e_advantages[mb]
+            if config.norm_adv:
+                mb_advantages = (mb_advantages - mb_advantages.mean()) / (
+                    mb_advantages.std() + 1e-8
+                )
+            policy_loss = torch.max(
+                -mb_advantages * ratio,
+                -mb_advantages * ratio.clamp(1 - config.clip_coef, 1 + config.clip_coef),
+            ).mean()
+            mb_returns = e_returns[mb]
+            if config.clip_vloss:
+                mb_values = e_values[mb]
+                unclipped = (value - mb_returns) ** 2
+                clipped_value = mb_values + (value - mb_values).clamp(
+                    -config.clip_coef, config.clip_coef
+                )
+                value_loss = 0.5 * torch.max(unclipped, (clipped_value - mb_returns) ** 2).mean()
+            else:
+                value_loss = 0.5 * ((value - mb_returns) ** 2).mean()
+            loss = policy_loss + config.vf_coef * value_loss
+            if need_entropy_grad:
+                loss = loss - config.ent_coef * entropy.mean()
+            flat.zero_grad()
+            loss.backward()
+            flat.clip_grad_norm_(config.max_grad_norm)
+            optimizer.step()
+            if keep_stats:
+                with torch.no_grad():
+                    if entropy is None:
+                        entropy = policy.entropy(e_obs[mb])
+                    approx_kl = ((ratio - 1) - log_ratio).mean()
+                    clip_fraction = ((ratio - 1.0).abs() > config.clip_coef).float().mean()
+                    sums += torch.stack(
+                        [
+                            policy_loss.detach(),
+                            value_loss.detach(),
+                            entropy.mean(),
+                            approx_kl,
+                            clip_fraction,
+                        ]
+                    )
             count += 1
         epochs_run += 1
         if config.target_kl is not None and float(sums[3]) / count > config.target_kl:
             break
-    return _statistics(sums, count, epochs_run, b_returns, b_values)
-
-
-def _train_minibatch(
-    policy: nn.Module,
-    flat: FlatParameters,
-    optimizer: FlatAdam,
-    config: PPOConfig,
-    need_entropy_grad: bool,
-    keep_stats: bool,
-    sums: torch.Tensor,
-    epoch_batch: tuple[torch.Tensor, ...],
-    mb: slice,
-) -> None:
-    """One optimizer step on minibatch `mb` of this epoch's shuffled batch, statistics kept."""
-    e_obs, e_actions, e_logprobs, e_advantages, e_returns, e_values = epoch_batch
-    loss, policy_loss, value_loss, entropy, ratio, log_ratio = _minibatch_loss(
-        policy,
-        config,
-        need_entropy_grad,
-        e_obs[mb],
-        e_actions[mb],
-        e_logprobs[mb],
-        e_advantages[mb],
-        e_returns[mb],
-        e_values[mb],
-    )
-    flat.zero_grad()
-    loss.backward()
-    flat.clip_grad_norm_(config.max_grad_norm)
-    optimizer.step()
-    if keep_stats:
-        _add_statistics(
-            sums,
-            policy,
-            config,
-            e_obs,
-            mb,
-            policy_loss,
-            value_loss,
-            entropy,
-            ratio,
-            log_ratio,
-        )
-
-
-def _add_statistics(
-    sums: torch.Tensor,
-    policy: nn.Module,
-    config: PPOConfig,
-    e_obs: torch.Tensor,
-    mb: slice,
-    policy_loss: torch.Tensor,
-    value_loss: torch.Tensor,
-    entropy: torch.Tensor | None,
-    ratio: torch.Tensor,
-    log_ratio: torch.Tensor,
-) -> None:
-    """Add one minibatch's losses, entropy, approx KL and clip fraction into `sums`."""
-    with torch.no_grad():
-        if entropy is None:
-            entropy = policy.entropy(e_obs[mb])
-        approx_kl = ((ratio - 1) - log_ratio).mean()
-        clip_fraction = ((ratio - 1.0).abs() > config.clip_coef).float().mean()
-        sums += torch.stack(
-            [
-                policy_loss.detach(),
-                value_loss.detach(),
-                entropy.mean(),
-                approx_kl,
-                clip_fraction,
-            ]
-        )
-
-
-def _statistics(
-    sums: torch.Tensor,
-    count: int,
-    epochs_run: int,
-    b_returns: torch.Tensor,
-    b_values: torch.Tensor,
-) -> PPOStatistics:
-    """The update's PPOStatistics: the summed minibatch statistics' means, explained variance."""
     means = (sums / count).tolist()
     variance = b_returns.var()
     explained = (
@@ -271,37 +225,3 @@ def _statistics(
         explained_variance=explained,
         epochs=float(epochs_run),
     )
-
-
-def _minibatch_loss(
-    policy: nn.Module,
-    config: PPOConfig,
-    need_entropy_grad: bool,
-    mb_obs: torch.Tensor,
-    mb_actions: torch.Tensor,
-    mb_logprobs: torch.Tensor,
-    mb_advantages: torch.Tensor,
-    mb_returns: torch.Tensor,
-    mb_values: torch.Tensor,
-) -> tuple[torch.Tensor, ...]:
-    """One minibatch's PPO loss: (total loss, clipped surrogate, value loss, entropy or None,
-    probability ratio, its log), the last four kept for the statistics."""
-    logprob, entropy, value = policy.evaluate(mb_obs, mb_actions, entropy=need_entropy_grad)
-    log_ratio = logprob - mb_logprobs
-    ratio = log_ratio.exp()
-    if config.norm_adv:
-        mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
-    policy_loss = torch.max(
-        -mb_advantages * ratio,
-        -mb_advantages * ratio.clamp(1 - config.clip_coef, 1 + config.clip_coef),
-    ).mean()
-    if config.clip_vloss:
-        unclipped = (value - mb_returns) ** 2
-        clipped_value = mb_values + (value - mb_values).clamp(-config.clip_coef, config.clip_coef)
-        value_loss = 0.5 * torch.max(unclipped, (clipped_value - mb_returns) ** 2).mean()
-    else:
-        value_loss = 0.5 * ((value - mb_returns) ** 2).mean()
-    loss = policy_loss + config.vf_coef * value_loss
-    if need_entropy_grad:
-        loss = loss - config.ent_coef * entropy.mean()
-    return loss, policy_loss, value_loss, entropy, ratio, log_ratio
