@@ -32,7 +32,7 @@ from gymnasium.vector.utils import batch_space
 
 from operant.envs.contract import ActSpec, ObsSpec, RowLayout, check_state, clear_stats
 from operant.envs.grid_config import GridConfig, GridConfigError
-from operant.envs.native import recent_from_ring
+from operant.envs.native import recent_from_ring, step_outputs
 from operant.envs.registry import EpisodeStats, InvalidActionError, check_action_batch
 
 NUM_ACTIONS = 9
@@ -161,15 +161,7 @@ class GridVectorEnv(VectorEnv):
         if self.truncated.any():
             info["final_obs"] = self.final_obs.copy()
             info["_final_obs"] = self.truncated.copy()
-        if self.copy:
-            return (
-                self.obs.copy(),
-                self.rewards.copy(),
-                self.terminated.copy(),
-                self.truncated.copy(),
-                info,
-            )
-        return self.obs, self.rewards, self.terminated, self.truncated, info
+        return step_outputs(self, info)
 
     def step_bound(self) -> None:
         """Step with the actions already in `self.actions`; outputs land in the buffers."""

@@ -71,6 +71,20 @@ def recent_from_ring(ring: np.ndarray, head: int, count: int) -> np.ndarray:
     return ring[np.arange(head - count, head) % capacity]
 
 
+def step_outputs(env: Any, info: dict[str, Any]) -> tuple[Any, ...]:
+    """Gymnasium's step result from a numpy face's buffers: copies when the env was made with
+    `copy=True` (Gymnasium's default), else the live buffers the next step overwrites."""
+    if env.copy:
+        return (
+            env.obs.copy(),
+            env.rewards.copy(),
+            env.terminated.copy(),
+            env.truncated.copy(),
+            info,
+        )
+    return env.obs, env.rewards, env.terminated, env.truncated, info
+
+
 def allocate_buffers(env: VectorEnv, num_envs: int, obs_spec: ObsSpec) -> None:
     """The buffers every numpy-backed env exposes, allocated once: `actions` (IN: int64 (N,)
     for a Discrete space, float32 (N, *shape) for a Box), `obs` and `final_obs` ((N,
@@ -212,15 +226,7 @@ class NativeVectorEnv(RenderFace, VectorEnv):
             info["_final_obs"] = self._done.copy()
         if self.render_mode is not None:
             self._rendered_step(~self._done, np.zeros_like(self._done), None)
-        if self.copy:
-            return (
-                self.obs.copy(),
-                self.rewards.copy(),
-                self.terminated.copy(),
-                self.truncated.copy(),
-                info,
-            )
-        return self.obs, self.rewards, self.terminated, self.truncated, info
+        return step_outputs(self, info)
 
     def step_bound(self) -> None:
         """Step with the actions already in `self.actions`; outputs land in the buffers."""

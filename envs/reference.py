@@ -26,7 +26,7 @@ from operant.envs.autoreset import autoreset_mode as parse_autoreset_mode
 from operant.envs.autoreset import with_autoreset_mode
 from operant.envs.contract import ActSpec, ObsSpec, RowLayout
 from operant.envs.episodes import EpisodeAccounting
-from operant.envs.native import allocate_buffers
+from operant.envs.native import allocate_buffers, step_outputs
 from operant.envs.registry import EnvError, EpisodeStats, check_action_batch
 from operant.envs.render import check_render_mode, init_headless_display
 from operant.envs.seeding import check_seed
@@ -124,15 +124,7 @@ class ReferenceVectorEnv(VectorEnv):
         )
         np.copyto(self.actions, array, casting="unsafe")
         info = self._step()
-        if self.copy:
-            return (
-                self.obs.copy(),
-                self.rewards.copy(),
-                self.terminated.copy(),
-                self.truncated.copy(),
-                info,
-            )
-        return self.obs, self.rewards, self.terminated, self.truncated, info
+        return step_outputs(self, info)
 
     def step_bound(self) -> None:
         self._step()
