@@ -188,3 +188,13 @@ class NextStepFace:
         if copy:
             buffers = tuple(b.clone() if self.torch else b.copy() for b in buffers)
         return (*buffers, {})
+
+
+def step_next_step_face(env: Any) -> tuple[Any, ...]:
+    """Gymnasium's step of an env made with NEXT_STEP autoreset: its face steps (the actions
+    are loaded already), the frames follow when it renders, and the face's outputs return."""
+    face = env._next_step
+    face.step()
+    if env.render_mode is not None:
+        env._rendered_step(~face.was_pending, face.pending, face.obs)
+    return face.outputs(env.copy)

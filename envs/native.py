@@ -36,7 +36,13 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from operant.envs.autoreset import HELD_LENGTH, Held, NextStepFace, with_autoreset_mode
+from operant.envs.autoreset import (
+    HELD_LENGTH,
+    Held,
+    NextStepFace,
+    step_next_step_face,
+    with_autoreset_mode,
+)
 from operant.envs.autoreset import autoreset_mode as parse_autoreset_mode
 from operant.envs.contract import ActSpec, ObsSpec, RowLayout, check_state, clear_stats
 from operant.envs.registry import (
@@ -213,11 +219,7 @@ class NativeVectorEnv(RenderFace, VectorEnv):
     def step(self, actions):
         self._load_actions(actions)
         if self._next_step is not None:
-            face = self._next_step
-            face.step()
-            if self.render_mode is not None:
-                self._rendered_step(~face.was_pending, face.pending, face.obs)
-            return face.outputs(self.copy)
+            return step_next_step_face(self)
         self.step_bound()
         info: dict[str, Any] = {}
         np.logical_or(self.terminated, self.truncated, out=self._done)

@@ -63,7 +63,13 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from operant.envs.autoreset import HELD_LENGTH, Held, NextStepFace, with_autoreset_mode
+from operant.envs.autoreset import (
+    HELD_LENGTH,
+    Held,
+    NextStepFace,
+    step_next_step_face,
+    with_autoreset_mode,
+)
 from operant.envs.autoreset import autoreset_mode as parse_autoreset_mode
 from operant.envs.contract import (
     EPISODE_STATS_DTYPE,
@@ -304,11 +310,7 @@ class TorchVectorEnv(RenderFace, VectorEnv):
         """Gymnasium's step: returns (obs, rewards, terminated, truncated, info) as tensors."""
         self._load_actions(actions)
         if self._next_step is not None:
-            face = self._next_step
-            face.step()
-            if self.render_mode is not None:
-                self._rendered_step(~face.was_pending, face.pending, face.obs)
-            return face.outputs(self.copy)
+            return step_next_step_face(self)
         self.step_bound()
         done = self.terminated | self.truncated
         info = {"final_obs": self.final_obs, "_final_obs": done}
