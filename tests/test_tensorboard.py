@@ -134,6 +134,21 @@ def test_scalars_are_every_number_of_the_record_under_progress_jsonl_names():
     assert len(pairs) == len(tags) - len(unmeasured) - 1 + len(PHASES)
 
 
+def test_the_compiled_checksum_is_tensorboards_and_the_writer_uses_it():
+    from tensorboard.compat.tensorflow_stub import pywrap_tensorflow
+    from tensorboard.summary.writer import record_writer
+
+    from operant.cext.crc32c import crc32c, masked_crc32c
+
+    assert crc32c(b"123456789") == 0xE3069283  # RFC 3720's check value
+    generator = np.random.default_rng(0)
+    for length in (0, 1, 7, 8, 9, 600, 4099):
+        data = generator.integers(0, 256, length, dtype=np.uint8).tobytes()
+        assert masked_crc32c(data) == pywrap_tensorflow.masked_crc32c(data)
+    tensorboard.use_compiled_checksum()
+    assert record_writer.masked_crc32c is masked_crc32c
+
+
 def test_a_finished_run_has_the_scalars_of_progress_jsonl(server, tmp_path):
     code, _, err = server.run(training(tmp_path, "tb", 6, "--tensorboard"), tmp_path / "log")
     assert code == 0, err

@@ -16,10 +16,12 @@ dependency already, the same package is what reads and shows the files (`tensorb
 through a plain queue.Queue (tensorboardX sends protobuf objects through a
 multiprocessing.Queue: a pipe, a feeder thread and a pickle per event; docs/tensorboard.md).
 
-Off the loop's path: an update's scalars are one Event (one Summary of all its values, not
-one event per scalar), serialized on the loop's thread and queued; the file's writes, its
-checksums and its flushes (every FLUSH_SECONDS) happen on the writer's thread. The queue holds
-QUEUE_EVENTS events, so the loop would wait on the disk only after that many updates stalled.
+Off the loop's path: the loop's thread only appends an update's record to a deque. The
+service's thread wakes every DRAIN_SECONDS, turns what is queued into events (one Summary of
+all an update's values, not one event per scalar) and queues them for the FileWriter's thread,
+which checksums, writes and flushes (every FLUSH_SECONDS) them. Both threads hold the
+interpreter's lock while they work, so that work is kept small: tensorboard's per-byte Python
+CRC32C is replaced by operant.cext.crc32c's (`use_compiled_checksum`).
 
 A resumed run appends a new event file to the same folder and first writes a
 SessionLog.START at the step after its checkpoint: TensorBoard's own sign of a restart, on
@@ -31,7 +33,9 @@ them.
 
 from __future__ import annotations
 
+import collections
 import sys
+import threading
 import typing
 from pathlib import Path
 from typing import Any
@@ -48,7 +52,9 @@ EXTRA = "pip install 'operant-rl[tensorboard]'"
 FLUSH_SECONDS = 5.0
 """How often the writer's thread flushes: TensorBoard's own reload interval."""
 QUEUE_EVENTS = 1000
-"""Events (one per update) the writer's queue holds before the loop would wait on the disk."""
+"""Events (one per update) the FileWriter's queue holds before the service's thread waits."""
+DRAIN_SECONDS = 1.0
+"""How often the service's thread turns the updates queued since into events."""
 
 
 def _scalars() -> tuple[tuple[str, str, bool], ...]:
@@ -88,6 +94,19 @@ def scalars(record: UpdateRecord) -> list[tuple[str, float]]:
     return pairs
 
 
+def use_compiled_checksum() -> None:
+    """Give tensorboard's record writer operant.cext.crc32c's masked CRC32C in place of its
+    Python loop over every byte (~70 us an event, holding the interpreter's lock; ~1 us here).
+    The same function (tests/test_tensorboard.py); a writer already given another is left."""
+    from tensorboard.compat.tensorflow_stub import pywrap_tensorflow
+    from tensorboard.summary.writer import record_writer
+
+    from operant.cext.crc32c import masked_crc32c
+
+    if record_writer.masked_crc32c is pywrap_tensorflow.masked_crc32c:
+        record_writer.masked_crc32c = masked_crc32c
+
+
 def require() -> None:
     """Refuse, before anything starts, a run that asks for event files without the writer:
     ConfigError naming the setting and the extra to install."""
@@ -101,22 +120,27 @@ def require() -> None:
 
 
 class WriteTensorBoard(Service):
-    """Every update's scalars (`scalars`) into the run's event files at its global_step."""
+    """Every update's scalars (`scalars`) into the run's event files at its global_step.
+
+    The loop's thread only appends the update's record to a deque. The service's own thread
+    wakes every DRAIN_SECONDS (or at close), builds those records' events and hands them to
+    the FileWriter, whose thread checksums and writes them."""
 
     role = Role.RANK_ZERO
 
     def __init__(self, directory: Path, trainer: Any):
         self.directory, self.trainer = directory, trainer
         self.writer: Any = None
-        self._summary: Any = None
-        self._value: Any = None
+        self._pending: collections.deque[UpdateRecord] = collections.deque()
+        self._wake = threading.Event()
+        self._closing = False
+        self._thread: threading.Thread | None = None
 
     def on_start(self) -> None:
         from tensorboard.compat.proto.event_pb2 import Event, SessionLog
-        from tensorboard.compat.proto.summary_pb2 import Summary
         from torch.utils.tensorboard import FileWriter
 
-        self._summary, self._value = Summary, Summary.Value
+        use_compiled_checksum()
         try:
             self.writer = FileWriter(
                 self.directory, max_queue=QUEUE_EVENTS, flush_secs=FLUSH_SECONDS
@@ -129,26 +153,47 @@ class WriteTensorBoard(Service):
             )
         except OSError as error:
             self._give_up(error)
+            return
+        self._thread = threading.Thread(
+            target=self._drain_until_closed, name="operant-tensorboard", daemon=True
+        )
+        self._thread.start()
 
     def on_update(self, record: UpdateRecord) -> None:
-        if self.writer is None:
-            return
-        value = self._value
-        summary = self._summary(
-            value=[value(tag=tag, simple_value=number) for tag, number in scalars(record)]
-        )
-        try:
-            self.writer.add_summary(summary, record.global_step)
-        except OSError as error:  # the writer's thread failed; it says so here
-            self._give_up(error)
+        if self.writer is not None:
+            self._pending.append(record)
 
     def close(self) -> None:
+        if self._thread is not None:
+            self._closing = True
+            self._wake.set()
+            self._thread.join()
+            self._thread = None
         writer, self.writer = self.writer, None
         if writer is not None:
             try:
                 writer.close()  # flushes, then ends the writer's thread
             except OSError as error:
                 self._warn(error)
+
+    def _drain_until_closed(self) -> None:
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        value = Summary.Value
+        while self.writer is not None:
+            self._wake.wait(DRAIN_SECONDS)
+            closing = self._closing
+            try:
+                while self._pending:
+                    record = self._pending.popleft()
+                    values = [
+                        value(tag=tag, simple_value=number) for tag, number in scalars(record)
+                    ]
+                    self.writer.add_summary(Summary(value=values), record.global_step)
+            except OSError as error:  # the FileWriter's thread failed; it says so here
+                self._give_up(error)
+            if closing:
+                return
 
     def _give_up(self, error: OSError) -> None:
         self._warn(error)
