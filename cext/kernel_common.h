@@ -361,8 +361,13 @@ OP_ALWAYS_INLINE int64_t op_batch_step_all(op_batch *b, op_step_all_fn step_all,
     step_all(b);
     op_record_steps(b->num_envs, b->max_episode_steps, b->rewards, b->terminated, b->truncated,
                     b->episode_return, b->episode_length);
-    for (i = 0; i < b->num_envs; i++) {
-        if (b->terminated[i] | b->truncated[i]) op_autoreset(b, i, write_obs, reset_one);
+    /* The bounds and flag pointers are locals: op_autoreset's byte copies could alias `b` as
+     * far as the compiler knows, which made it reload them for every env (three instructions
+     * an env more than before rows became bytes, callgrind). */
+    const uint8_t *terminated = b->terminated, *truncated = b->truncated;
+    int64_t n = b->num_envs;
+    for (i = 0; i < n; i++) {
+        if (terminated[i] | truncated[i]) op_autoreset(b, i, write_obs, reset_one);
     }
     return -1;
 }
