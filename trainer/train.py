@@ -24,6 +24,7 @@ import torch
 from operant.envs import EpisodeStats, make_env, resolve_impl
 from operant.shared import atomic
 from operant.shared.record import PHASES, PPOStatistics, UpdateRecord
+from operant.trainer.allocator import keep_freed_memory
 from operant.trainer.collect import as_tensor, make_collector
 from operant.trainer.config import Config, Derived, derive, to_dict
 from operant.trainer.normalize import (
@@ -83,6 +84,8 @@ class Trainer:
         run_dir: Path | None = None,
     ):
         self.config = config
+        # Minibatch tensors reuse freed heap memory instead of faulting in fresh pages.
+        keep_freed_memory()
         self.impl = resolve_impl(config.env.id, config.env.impl)
         self.log = log
         self.run_dir = run_dir
