@@ -232,12 +232,15 @@ def make_env(
     copy: bool = True,
     device: Any = None,
     overlap: bool = False,
+    options: dict[str, Any] | None = None,
     **kwargs,
 ):
     """A vector env for `env_id` with the chosen implementation (its `impl` attribute says
     which). `device` is for impl "torch" (default CPU); native and reference envs live on the
     CPU and refuse any other device. `overlap` makes a native env stepped in two halves,
-    either on a native thread (operant.envs.overlap: the overlapped rollout's)."""
+    either on a native thread (operant.envs.overlap: the overlapped rollout's). `options` are
+    the env's own keywords (config env.options): only families take them; any other env
+    refuses them, and a family's refusal of one (TypeError, ValueError) becomes an EnvError."""
     chosen = resolve_impl(env_id, impl)
     key = _key(env_id)
     if key in FAMILIES:
@@ -247,7 +250,19 @@ def make_env(
             )
         if device is not None:
             kwargs["device"] = device
-        return FAMILIES[key].make(num_envs, copy=copy, **kwargs)
+        if not options:
+            return FAMILIES[key].make(num_envs, copy=copy, **kwargs)
+        try:
+            return FAMILIES[key].make(num_envs, copy=copy, **kwargs, **options)
+        except (TypeError, ValueError) as error:  # the family's own refusal of an option
+            if isinstance(error, EnvError):
+                raise
+            raise EnvError(f"env.options for {key}: {error}") from None
+    if options:
+        raise EnvError(
+            f"env.options: {key} takes no options (got {', '.join(sorted(options))}); they "
+            "are for envs with options of their own, such as Grid-v0: remove [env.options]"
+        )
     if overlap:
         if chosen != "native":
             raise EnvError(

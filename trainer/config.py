@@ -45,6 +45,11 @@ class EnvConfig(Struct, forbid_unknown_fields=True, kw_only=True):
     wins only where stepping costs about as much as the policy (docs/performance.md)."""
     max_episode_steps: Positive | None = None
     """Truncation horizon; None keeps the env's registered limit (500 for CartPole-v1)."""
+    options: dict[str, bool | int | float | str] = msgspec.field(default_factory=dict)
+    """The env's own options (keywords of its constructor), for envs that take them: the grid
+    world's agents, width, height, window, ... (docs/envs.md). In a config file, a table
+    `[env.options]`; on the command line `--set env.options.agents=20`. An env refuses an
+    option it does not take, in one line."""
 
 
 class PolicyConfig(Struct, forbid_unknown_fields=True, kw_only=True):
@@ -261,15 +266,27 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
             f"--set {assignment!r}: expected section.key=value, e.g. ppo.learning_rate=1e-3"
         )
     parts = key.split(".")
-    if len(parts) != 2 or not all(parts):
+    if len(parts) not in (2, 3) or not all(parts):
         raise ConfigError(
-            f"--set {assignment!r}: the key must be section.key "
-            f"(sections: {', '.join(Config.__struct_fields__)})"
+            f"--set {assignment!r}: the key must be section.key, or section.table.key for a "
+            f"table such as env.options (sections: {', '.join(Config.__struct_fields__)})"
         )
-    section = data.setdefault(parts[0], {})
-    if not isinstance(section, dict):
-        raise ConfigError(f"--set {assignment!r}: {parts[0]} is not a section")
-    section[parts[1]] = _parse_value(value.strip())
+    table = data
+    for depth, name in enumerate(parts[:-1]):
+        table = table.setdefault(name, {})
+        if not isinstance(table, dict):
+            kind = "a section" if depth == 0 else "a table"
+            raise ConfigError(f"--set {assignment!r}: {'.'.join(parts[: depth + 1])} is not {kind}")
+    table[parts[-1]] = _parse_value(value.strip())
+
+
+def env_kwargs(config: Config) -> dict[str, Any]:
+    """The keywords every builder of this config's env passes to make_env (the trainer, its
+    preflight probe, eval): its options and its truncation horizon."""
+    kwargs: dict[str, Any] = {"options": dict(config.env.options)}
+    if config.env.max_episode_steps is not None:
+        kwargs["max_episode_steps"] = config.env.max_episode_steps
+    return kwargs
 
 
 def load_config(

@@ -217,7 +217,7 @@ def build_policy(loaded: LoadedPolicy, num_envs: int) -> tuple[Any, Any, Any, An
     import msgspec
 
     from operant.envs import EnvError, make_env
-    from operant.trainer.config import Config, ConfigError
+    from operant.trainer.config import Config, ConfigError, env_kwargs
     from operant.trainer.normalize import ObservationNormalizer
     from operant.trainer.policies import build_policy as build_registered_policy
 
@@ -229,7 +229,9 @@ def build_policy(loaded: LoadedPolicy, num_envs: int) -> tuple[Any, Any, Any, An
             "evaluate it with the operant version that trained it"
         ) from None
     try:
-        env = make_env(config.env.id, num_envs, impl=config.env.impl, copy=False)
+        env = make_env(
+            config.env.id, num_envs, impl=config.env.impl, copy=False, **env_kwargs(config)
+        )
         policy = build_registered_policy(config, env.obs_spec, env.act_spec)
     except (EnvError, ConfigError) as error:
         raise EvalInputError(str(error)) from None
@@ -328,6 +330,7 @@ def record(
     from gymnasium.vector import AutoresetMode
 
     from operant.envs import EnvError, make_env
+    from operant.trainer.config import env_kwargs
 
     try:
         env = make_env(
@@ -337,6 +340,7 @@ def record(
             copy=False,
             render_mode="rgb_array",
             autoreset_mode=AutoresetMode.NEXT_STEP,
+            **env_kwargs(config),
         )
     except EnvError as error:
         raise EvalInputError(f"--video: {error}") from None

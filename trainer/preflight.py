@@ -78,7 +78,11 @@ def check_device(device: str) -> None:
 
 
 def probe_env(
-    env_id: str, impl: str, max_episode_steps: int | None = None, device: str = "cpu"
+    env_id: str,
+    impl: str,
+    max_episode_steps: int | None = None,
+    device: str = "cpu",
+    options: dict[str, Any] | None = None,
 ) -> EnvShape:
     """Build the env once with one copy, to read its specs and to find a package it needs
     that is missing (Gymnasium's DependencyNotInstalled: box2d, mujoco, ...)."""
@@ -86,7 +90,7 @@ def probe_env(
 
     from operant.envs import make_env
 
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, Any] = {"options": options or {}}
     if max_episode_steps is not None:
         kwargs["max_episode_steps"] = max_episode_steps
     if impl == "torch":
@@ -108,7 +112,13 @@ def check(config: Any, impl: str) -> None:
     from operant.trainer import memory
 
     check_device(config.train.device)
-    shape = probe_env(config.env.id, impl, config.env.max_episode_steps, config.train.device)
+    shape = probe_env(
+        config.env.id,
+        impl,
+        config.env.max_episode_steps,
+        config.train.device,
+        options=dict(config.env.options),
+    )
     refusal = memory.check(config, impl, shape.obs_spec, shape.act_spec, shape.agents_per_env)
     if refusal is not None:
         raise UnavailableError(refusal)

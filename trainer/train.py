@@ -27,6 +27,7 @@ from operant.shared.record import PHASES, PPOStatistics, UpdateRecord
 from operant.trainer.allocator import keep_freed_memory
 from operant.trainer.collect import as_tensor, make_collector
 from operant.trainer.config import Config, Derived, derive, to_dict
+from operant.trainer.config import env_kwargs as config_env_kwargs
 from operant.trainer.normalize import (
     ObservationNormalizer,
     RewardNormalizer,
@@ -165,9 +166,7 @@ class Trainer:
 
     def _make_env(self) -> Any:
         config = self.config
-        env_kwargs: dict[str, Any] = {}
-        if config.env.max_episode_steps is not None:
-            env_kwargs["max_episode_steps"] = config.env.max_episode_steps
+        env_kwargs = config_env_kwargs(config)
         if self.impl == "torch":
             # Device-resident envs: observations, rewards and flags never leave the device.
             env_kwargs["device"] = self.device

@@ -1,0 +1,84 @@
+"""env.options: the env's own keywords from a config (`[env.options]`) or the command line
+(`--set env.options.NAME=VALUE`) reach every builder of the env (trainer, preflight, eval); an
+env without options, an unknown option and a bad value are refused in one line, exit 2,
+nothing created."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from operant.envs import EnvError, make_env
+from operant.trainer.config import ConfigError, env_kwargs, load_config
+from operant.trainer.train import Trainer
+
+SMALL = ["env.num_envs=2", "ppo.num_steps=8", "ppo.num_minibatches=2", "train.total_steps=64"]
+
+
+def test_options_come_from_a_table_or_from_set(tmp_path):
+    path = tmp_path / "grid.toml"
+    path.write_text('[env]\nid = "Grid-v0"\n\n[env.options]\nagents = 3\nwidth = 9\n')
+    config = load_config(path, ["env.options.height=7", "env.options.wall_density=0.0"])
+    assert config.env.options == {"agents": 3, "width": 9, "height": 7, "wall_density": 0.0}
+    assert env_kwargs(config) == {"options": config.env.options}
+    with pytest.raises(ConfigError, match=r"ppo.learning_rate is not a table"):
+        load_config(None, ["ppo.learning_rate=0.1", "ppo.learning_rate.x=1"])
+
+
+def test_the_trainer_builds_the_world_the_options_describe():
+    config = load_config(
+        None,
+        [
+            "env.id=Grid-v0",
+            "env.options.agents=3",
+            "env.options.width=9",
+            "env.options.height=7",
+            "env.options.window=5",
+            "env.options.tokens=30",
+            *SMALL,
+        ],
+    )
+    trainer = Trainer(config)
+    assert trainer.env.layout.agents_per_env == 3
+    assert trainer.env.layout.num_rows == 6
+    assert tuple(trainer.storage.obs.shape) == (8, 6, 30, 3)
+    trainer.run()
+    assert trainer.global_step == 64
+
+
+def test_make_env_refuses_options_for_an_env_without_them():
+    with pytest.raises(EnvError, match=r"CartPole-v1 takes no options \(got agents\)"):
+        make_env("CartPole-v1", 2, options={"agents": 2})
+
+
+@pytest.mark.parametrize(
+    "sets, message",
+    [
+        (
+            ["env.options.agents=2"],
+            "operant-train: env.options: CartPole-v1 takes no options (got agents); they are "
+            "for envs with options of their own, such as Grid-v0: remove [env.options]",
+        ),
+        (
+            ["env.id=Grid-v0", "env.options.agent=2"],
+            "operant-train: env.options for Grid-v0: ",
+        ),
+        (
+            ["env.id=Grid-v0", "env.options.agents=500", "env.options.width=5"],
+            "operant-train: env.options for Grid-v0: ",
+        ),
+    ],
+)
+def test_bad_options_are_refused_in_one_line_before_anything_starts(tmp_path, sets, message):
+    runs = tmp_path / "runs"
+    command = [sys.executable, "-m", "operant.trainer.main", "--runs-dir", str(runs)]
+    for item in sets:
+        command += ["--set", item]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(message), lines
+    assert not runs.exists() or not any(Path(runs).iterdir())
