@@ -15,7 +15,7 @@ from operant.envs import EnvError, make_env
 from operant.trainer.config import ConfigError, env_kwargs, load_config
 from operant.trainer.train import Trainer
 
-SMALL = ["env.num_envs=2", "ppo.num_steps=8", "ppo.num_minibatches=2", "train.total_steps=64"]
+SMALL = ["env.num_envs=2", "ppo.num_steps=8", "ppo.num_minibatches=2", "train.total_steps=96"]
 
 
 def test_options_come_from_a_table_or_from_set(tmp_path):
@@ -46,7 +46,7 @@ def test_the_trainer_builds_the_world_the_options_describe():
     assert trainer.env.layout.num_rows == 6
     assert tuple(trainer.storage.obs.shape) == (8, 6, 30, 3)
     trainer.run()
-    assert trainer.global_step == 64
+    assert trainer.global_step == 96  # rows (agents) x steps: two updates of 8 x 6
 
 
 def test_make_env_refuses_options_for_an_env_without_them():
