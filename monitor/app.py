@@ -36,6 +36,7 @@ from operant.monitor.widgets import (
     MetricsTable,
     PhaseBar,
     describe_status,
+    env_phase_parts,
     phase_parts,
     process_text,
     title_text,
@@ -313,7 +314,8 @@ class MonitorApp(App[str | None]):
         )
         self._show_curves(view)
         self.main.query_one("#table", MetricsTable).show(view)
-        self.main.query_one("#phases", PhaseBar).phases = phase_parts(metrics)
+        bar = self.main.query_one("#phases", PhaseBar)
+        bar.phases, bar.env_phases = phase_parts(metrics), env_phase_parts(metrics)
 
     def _show_header(self, view: RunView) -> None:
         # One-line widgets of a fixed height: no layout pass for new text.

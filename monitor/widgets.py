@@ -21,7 +21,7 @@ from textual.widget import Widget
 from operant.monitor import format as fmt
 from operant.monitor.source import STATUS_UNKNOWN, STATUS_WAITING, RunView
 from operant.shared import record
-from operant.shared.record import PHASES, phase_of
+from operant.shared.record import PHASES, env_phase_of, phase_of
 
 PHASE_COLORS = (
     "#4e9a06",
@@ -201,10 +201,25 @@ def phase_parts(metrics: dict[str, int | float | str]) -> tuple[tuple[str, float
     return tuple((name, float(found[name])) for name in ordered)
 
 
+def env_phase_parts(metrics: dict[str, int | float | str]) -> tuple[tuple[str, float], ...]:
+    """(phase, seconds) of the env's own step phases (`env_phase_<name>_s`, published by a
+    profiling env), in the schema's order: the sub-phases of env."""
+    return tuple(
+        (phase, float(value))
+        for name, value in metrics.items()
+        if (phase := env_phase_of(name)) is not None and fmt.is_number(value)
+    )
+
+
 class PhaseBar(Widget):
-    """Where one update's time goes: a stacked bar, then a legend with shares and times."""
+    """Where one update's time goes: a stacked bar, then a legend with shares and times; for
+    a profiling env a third line splits env into the env's own step phases."""
 
     phases: reactive[tuple[tuple[str, float], ...]] = reactive(())
+    env_phases: reactive[tuple[tuple[str, float], ...]] = reactive(())
+
+    def watch_env_phases(self, parts: tuple[tuple[str, float], ...]) -> None:
+        self.styles.height = 3 if parts else 2
 
     def render(self) -> Text:
         width = self.size.width
@@ -224,7 +239,21 @@ class PhaseBar(Widget):
             text.append(f"{name} {share * 100:.0f}%")
             if width >= 120:
                 text.append(f" {fmt.short_time(seconds)}", style="dim")
+        self._render_env_phases(text, width)
         return text
+
+    def _render_env_phases(self, text: Text, width: int) -> None:
+        parts = fmt.shares(self.env_phases)
+        total = sum(seconds for _, seconds, _ in parts)
+        if not parts or total <= 0:
+            return
+        text.append("\n")
+        text.append(f"env {fmt.short_time(total)}:", style="bold")
+        for index, (name, seconds, share) in enumerate(parts):
+            text.append(" ■", style=PHASE_COLORS[index % len(PHASE_COLORS)])
+            text.append(f"{name} {share * 100:.0f}%")
+            if width >= 120:
+                text.append(f" {fmt.short_time(seconds)}", style="dim")
 
 
 def table_rows(view: RunView) -> tuple[tuple[str, str, str], ...]:

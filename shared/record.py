@@ -298,6 +298,37 @@ def phase_of(name: str) -> str | None:
     return None
 
 
+def env_phase_metric(phase: str) -> str:
+    """The metrics file's name for the seconds of one of the env's own step phases (a
+    sub-phase of env, published by a profiling env: Grid-v0 with OPERANT_PROFILING=1):
+    `env_phase_observations_s`."""
+    return f"env_phase_{phase}_s"
+
+
+def env_phase_of(name: str) -> str | None:
+    """The env step phase a metrics-file name holds the seconds of, or None."""
+    prefix, suffix = "env_phase_", "_s"
+    if name.startswith(prefix) and name.endswith(suffix) and len(name) > len(prefix + suffix):
+        return name[len(prefix) : -len(suffix)]
+    return None
+
+
+def env_phase_metrics(phases: tuple[str, ...]) -> tuple[MetricDeclaration, ...]:
+    """Gauges for an env's own step phases (its `step_timing` keys, in its order): the
+    metrics-file side of UpdateRecord.env_phase_s, declared when the run starts."""
+    return tuple(
+        MetricDeclaration(
+            name=env_phase_metric(phase),
+            kind=GAUGE,
+            unit="s",
+            description=f"Seconds in the env's {phase} step phase during the last update (a "
+            "sub-phase of env).",
+            label=f"env {phase}",
+        )
+        for phase in phases
+    )
+
+
 PHASE_METRICS = tuple(
     MetricDeclaration(
         name=phase_metric(phase),

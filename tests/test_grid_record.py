@@ -1,7 +1,8 @@
 """The trainer's record for many agents per env: env-level episode statistics and the env's
-own step phases in progress.jsonl and the metrics file (`operant monitor --json`), and none
-of them in a single-agent run's record."""
+own step phases in progress.jsonl, the metrics file (`operant monitor --json`) and the
+monitor's phase bar, and none of them in a single-agent run's record or file."""
 
+import asyncio
 import json
 import os
 import subprocess
@@ -51,9 +52,39 @@ def test_grid_records_env_episodes_and_env_phases(tmp_path):
     )
     assert document["metrics"]["env_episodes"] == 4
     assert document["metrics"]["env_episode_return_mean"] == last["env_episode_return_mean"]
+    # The env's own phases, as gauges of the metrics file (sub-phases of env).
+    for phase in PHASES:
+        assert document["metrics"][f"env_phase_{phase}_s"] == last["env_phase_s"][phase]
+    # ...and in the monitor, a third line under the update's phases.
+    text = asyncio.run(monitor_screen(tmp_path, "grid"))
+    env_line = next(line for line in text.splitlines() if line.strip().startswith("env "))
+    assert all(f"{phase} " in env_line for phase in PHASES), env_line
+
+
+async def monitor_screen(runs, run_id: str) -> str:
+    from monitor_fixtures import screen_text
+
+    from operant.monitor.app import MonitorApp
+    from operant.monitor.source import ReaderSource
+    from operant.monitor.widgets import PhaseBar
+
+    app = MonitorApp(ReaderSource(runs, run_id))
+    async with app.run_test(size=(200, 50)) as pilot:
+        for _ in range(200):
+            bars = app.main.query(PhaseBar) if app.view is not None else []
+            if bars and bars.first().env_phases:
+                break
+            await pilot.pause(0.05)
+        await pilot.pause()
+        assert app.main.query_one(PhaseBar).size.height == 3
+        return screen_text(app)
 
 
 def test_a_single_agent_record_has_no_env_level_fields(tmp_path):
     records = train(tmp_path, "cartpole", "CartPole-v1", 2 * 2 * 16, OPERANT_PROFILING="1")
     assert len(records) == 2
     assert all(not NEW_FIELDS & set(record) for record in records)
+    document = json.loads(
+        operant("monitor", "cartpole", "--runs-dir", str(tmp_path), "--once", "--json").stdout
+    )
+    assert not any(name.startswith("env_phase_") for name in document["metrics"])

@@ -128,6 +128,7 @@ class PublishMetrics(Service):
             self.trainer.impl,
             config.train.device,
             config.train.total_steps,
+            env_phases=self.trainer.env_phases(),
         )
         self.publisher.set_elapsed_before(self.trainer.elapsed_offset_s)
         self.publisher.resume(self.history.records)

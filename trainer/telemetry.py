@@ -41,14 +41,15 @@ HEARTBEAT_INTERVAL_S = 0.5
 RESOURCE_INTERVAL_S = 1.0
 
 
-def build_schema(run_id: str, env_id: str) -> layout.Schema:
+def build_schema(run_id: str, env_id: str, env_phases: tuple[str, ...] = ()) -> layout.Schema:
+    """The run's schema; `env_phases` (a profiling env's step phases) add one gauge each."""
     from operant import __version__
 
     return layout.make_schema(
         run_id,
         env_id=env_id,
         counters=COUNTERS,
-        gauges=GAUGES,
+        gauges=(*GAUGES, *(_spec(d) for d in names.env_phase_metrics(env_phases))),
         texts=TEXTS,
         snapshot=PHASE_FIELDS,
         history=HISTORY,
@@ -64,11 +65,18 @@ class Publisher:
     """The trainer's side of the metrics file for one run."""
 
     def __init__(
-        self, path: Path, run_id: str, env_id: str, impl: str, device: str, total_steps: int
+        self,
+        path: Path,
+        run_id: str,
+        env_id: str,
+        impl: str,
+        device: str,
+        total_steps: int,
+        env_phases: tuple[str, ...] = (),
     ):
         from operant.cext.metrics import MetricsWriter
 
-        self.schema = build_schema(run_id, env_id)
+        self.schema = build_schema(run_id, env_id, env_phases)
         self.writer = MetricsWriter.create(
             path,
             self.schema,
@@ -78,6 +86,9 @@ class Publisher:
         slot = self.schema.slot
         self._counter_slots = [(name, slot(name)) for name, _, _ in COUNTERS]
         self._gauge_slots = [(d.name, slot(d.name)) for d in _PUBLISHED if d.kind == names.GAUGE]
+        self._env_phase_slots = [
+            (phase, slot(names.env_phase_metric(phase))) for phase in env_phases
+        ]
         self._history_names = [d.name for d in _RECORD_CURVES]
         self._history = np.zeros(len(HISTORY), dtype=np.float64)
         self._phases = np.zeros(len(PHASE_FIELDS), dtype=np.float64)
@@ -112,6 +123,9 @@ class Publisher:
             writer.set_counter(slot, int(getattr(record, name)))
         for name, slot in self._gauge_slots:
             writer.set_gauge(slot, _number(getattr(record, name)))
+        if record.env_phase_s is not None:
+            for phase, slot in self._env_phase_slots:
+                writer.set_gauge(slot, _number(record.env_phase_s.get(phase)))
         phases = record.phase_s
         for index, phase in enumerate(PHASES):
             self._phases[index] = _number(phases.get(phase))

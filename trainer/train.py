@@ -285,10 +285,16 @@ class Trainer:
         self.last_record = record
         return record
 
+    def env_phases(self) -> tuple[str, ...]:
+        """The env's own step phases, for an env that profiles its step; else ()."""
+        if not getattr(self.env, "profiling", False) or not hasattr(self.env, "step_timing"):
+            return ()
+        return tuple(self.env.step_timing)
+
     def _env_phase_seconds(self) -> dict[str, float] | None:
         """Seconds per env step phase during the last update, for an env that profiles its
         step (`step_timing`, read once per update: nothing on the per-step path); else None."""
-        if not getattr(self.env, "profiling", False) or not hasattr(self.env, "step_timing"):
+        if not self.env_phases():
             return None
         timing, before = self.env.step_timing, self.env_timing_ns
         self.env_timing_ns = timing
