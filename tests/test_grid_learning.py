@@ -100,6 +100,25 @@ def test_the_shipped_grid_config_learns_at_a_short_budget():
     assert learned > 2.5 * baseline, (learned, baseline)
 
 
+def test_the_rollout_pass_computes_what_the_training_pass_does():
+    """TokenPolicy.act/value (every slot, into a workspace) against heads (cut to the longest
+    row): the same values and log-probabilities, to float32 rounding."""
+    import torch
+
+    torch.manual_seed(0)
+    env = GridVectorEnv(16, copy=False, **SMALL)
+    env.reset(seed=0)
+    policy = TokenPolicy(9)
+    obs = torch.from_numpy(env.obs.copy())
+    logits, values = policy.heads(obs)
+    actions, logprob, acted_values = policy.act(obs, torch.Generator().manual_seed(0))
+    expected = torch.log_softmax(logits, -1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+    torch.testing.assert_close(acted_values, values.detach())
+    torch.testing.assert_close(logprob, expected.detach())
+    torch.testing.assert_close(policy.value(obs), values.detach())
+    assert int(actions.min()) >= 0 and int(actions.max()) < 9
+
+
 def test_grid_v0_trains_through_the_loop_with_the_token_policy():
     trainer = train("Grid-v0", 2 * 4 * 8 * 16, ["env.num_envs=4", "ppo.num_steps=16"])
     assert isinstance(trainer.policy, TokenPolicy)

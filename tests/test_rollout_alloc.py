@@ -2,7 +2,8 @@
 every allocation its CPU allocator makes) and no array data (numpy reports its buffers to
 tracemalloc). Covered: the policy's forward and sampling, storage writes, the env step, the
 truncation bootstrap (a short time limit makes it run every few steps) and the observation
-and reward normalisers, in the plain and the overlapped rollout."""
+and reward normalisers, in the plain and the overlapped rollout; and the grid world's agents
+as rows with the token encoder policy."""
 
 from __future__ import annotations
 
@@ -39,6 +40,11 @@ def storage_allocations(run) -> list[tuple[str, int]]:
         ("Pendulum-v1", ["env.overlap=true"]),
         ("Pendulum-v1", ["normalize.obs=true", "normalize.reward=true"]),
         ("Acrobot-v1", ["normalize.obs=true", "env.overlap=true"]),
+        # 512 worlds of 8 agents: NUM_ENVS rows, uint8 token rows, the token encoder policy.
+        (
+            "Grid-v0",
+            ["env.num_envs=512", "env.options.tokens=40", "env.options.window=5"],
+        ),
     ],
     ids=lambda value: value if isinstance(value, str) else ",".join(value) or "plain",
 )
@@ -47,7 +53,7 @@ def test_rollout_allocates_nothing_after_warm_up(env_id, extra):
         None,
         [
             f"env.id={env_id}",
-            "env.impl=native",
+            "env.impl=auto" if env_id == "Grid-v0" else "env.impl=native",
             f"env.num_envs={NUM_ENVS}",
             "env.max_episode_steps=5",
             "ppo.num_steps=16",

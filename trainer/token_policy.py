@@ -14,11 +14,15 @@ different magnitudes, and the token budget truncates crowded windows anyway); un
 one resource in an empty window is not diluted by the other tokens. Attention would also
 bind tokens to each other, at several times the arithmetic per token for windows this small.
 
-Tokens are left-packed (padding only at the end), so the forward pass first cuts the batch
-to its longest real row: a window with 10 tokens out of a budget of 200 costs 10.
+Tokens are left-packed (padding only at the end), so the training pass (`heads`) first cuts
+the batch to its longest real row: a window with 10 tokens out of a budget of 200 costs 10.
+The rollout's pass (`act`, `value`) computes the same over every slot, padding masked, into a
+workspace kept per batch shape: nothing is allocated per step after the first.
 """
 
 from __future__ import annotations
+
+from functools import partial
 
 import numpy as np
 import torch
@@ -27,6 +31,7 @@ from torch import nn
 from operant.envs.contract import ActSpec, ObsSpec
 from operant.trainer.config import Config
 from operant.trainer.policies import HeadsPolicy, register_policy
+from operant.trainer.policy import categorical_workspace, sample_categorical
 
 FEATURES = 8
 """Feature ids the value table covers (Grid-v0 uses 0..2); larger ids share the last row set."""
@@ -47,6 +52,7 @@ class TokenPolicy(HeadsPolicy):
         self.critic = nn.Linear(hidden, 1)
         nn.init.orthogonal_(self.actor.weight, 0.01)
         nn.init.zeros_(self.actor.bias)
+        self._workspaces: dict[tuple[int, int, torch.device], dict[str, torch.Tensor]] = {}
 
     def encode(self, obs: torch.Tensor) -> torch.Tensor:
         """(B, T, 3) uint8 tokens -> (B, hidden) pooled features."""
@@ -62,6 +68,96 @@ class TokenPolicy(HeadsPolicy):
     def heads(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = self.trunk(self.encode(obs))
         return self.actor(x), self.critic(x).squeeze(-1)
+
+    # -- the rollout path: no allocation after the first call for a batch shape --------------
+    # (no_grad as a `with`, not a decorator: the decorator's wrapper kept a few small objects
+    # per call alive in the allocation test's traced window.)
+    def act(
+        self,
+        obs: torch.Tensor,
+        generator: torch.Generator | None = None,
+        out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+    ):
+        """Sample actions: (actions, log-probabilities, values), into `out` when given; every
+        intermediate lives in a workspace, so nothing is allocated once this shape was seen."""
+        with torch.no_grad():
+            workspace = self._workspace(obs)
+            logits, values = self._heads_into(obs, workspace)
+            if out is None:
+                batch = obs.shape[0]
+                out = (
+                    torch.empty(batch, dtype=torch.long, device=obs.device),
+                    torch.empty(batch, device=obs.device),
+                    torch.empty(batch, device=obs.device),
+                )
+            actions, logprob, value_out = out
+            value_out.copy_(values)
+            sample_categorical(logits, workspace, generator, actions, logprob)
+            return out
+
+    def value(self, obs: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        with torch.no_grad():
+            values = self._heads_into(obs, self._workspace(obs))[1]
+            return values.clone() if out is None else out.copy_(values)
+
+    def _workspace(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
+        batch, tokens = obs.shape[0], obs.shape[1]
+        key = (batch, tokens, obs.device)
+        workspace = self._workspaces.get(key)
+        if workspace is None:
+            if len(self._workspaces) >= 4:
+                self._workspaces.clear()
+            embed, hidden = self.location.embedding_dim, self.trunk[0].in_features
+            with torch.inference_mode(False):
+                empty = partial(torch.empty, device=obs.device)
+                workspace = {
+                    "feature": empty((batch, tokens), dtype=torch.long),
+                    "location": empty((batch, tokens), dtype=torch.long),
+                    "pad": empty((batch, tokens), dtype=torch.bool),
+                    # A tensor, not the int: eq would make a tensor of the int on every call.
+                    "pad_value": torch.full((), PAD, dtype=torch.uint8, device=obs.device),
+                    "embed": empty((batch * tokens, embed)),
+                    "embed_location": empty((batch * tokens, embed)),
+                    "token": empty((batch * tokens, hidden)),
+                    "pooled": empty((batch, hidden)),
+                    "trunk": empty((batch, hidden)),
+                    "values": empty((batch, 1)),
+                    **categorical_workspace(batch, self.num_actions, obs.device),
+                }
+            self._workspaces[key] = workspace
+        return workspace
+
+    def _heads_into(
+        self, obs: torch.Tensor, workspace: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`heads` over every token slot (padding masked, not cut), into the workspace."""
+        batch, tokens = obs.shape[0], obs.shape[1]
+        feature, location = workspace["feature"], workspace["location"]
+        # feature * 256 + value, in int64 (location holds the values first: adding uint8 to
+        # int64 in place would convert them into a temporary).
+        location.copy_(obs[..., 2])
+        feature.copy_(obs[..., 1]).clamp_(max=FEATURES - 1).mul_(256).add_(location)
+        location.copy_(obs[..., 0])
+        x = torch.index_select(
+            self.feature_value.weight, 0, feature.view(-1), out=workspace["embed"]
+        )
+        x.add_(
+            torch.index_select(
+                self.location.weight, 0, location.view(-1), out=workspace["embed_location"]
+            )
+        )
+        token = self.token[0]
+        hidden = torch.addmm(token.bias, x, token.weight.t(), out=workspace["token"]).relu_()
+        hidden = hidden.view(batch, tokens, -1)
+        pad = torch.eq(obs[..., 1], workspace["pad_value"], out=workspace["pad"])
+        hidden.masked_fill_(pad.unsqueeze(-1), float("-inf"))
+        pooled = torch.amax(hidden, dim=1, out=workspace["pooled"])
+        pooled.nan_to_num_(nan=0.0, neginf=0.0)  # a row without a real token: zeros
+        trunk = self.trunk[0]
+        x = torch.addmm(trunk.bias, pooled, trunk.weight.t(), out=workspace["trunk"]).tanh_()
+        logits = torch.addmm(self.actor.bias, x, self.actor.weight.t(), out=workspace["logits"])
+        values = torch.addmm(self.critic.bias, x, self.critic.weight.t(), out=workspace["values"])
+        return logits, values.view(-1)
 
 
 def reads_tokens(obs_spec: ObsSpec, act_spec: ActSpec) -> bool:
