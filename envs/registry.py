@@ -250,14 +250,7 @@ def make_env(
             )
         if device is not None:
             kwargs["device"] = device
-        if not options:
-            return FAMILIES[key].make(num_envs, copy=copy, **kwargs)
-        try:
-            return FAMILIES[key].make(num_envs, copy=copy, **kwargs, **options)
-        except (TypeError, ValueError) as error:  # the family's own refusal of an option
-            if isinstance(error, EnvError):
-                raise
-            raise EnvError(f"env.options for {key}: {error}") from None
+        return _make_family(FAMILIES[key], num_envs, copy, options or {}, kwargs)
     if options:
         raise EnvError(
             f"env.options: {key} takes no options (got {', '.join(sorted(options))}); they "
@@ -287,6 +280,21 @@ def make_env(
     from operant.envs.reference import ReferenceVectorEnv
 
     return ReferenceVectorEnv(key, num_envs, copy=copy, **kwargs)
+
+
+def _make_family(
+    family: Family, num_envs: int, copy: bool, options: dict[str, Any], kwargs: dict[str, Any]
+) -> Any:
+    """A registered family's env; its refusal of one of `options` (TypeError, ValueError)
+    becomes an EnvError that names env.options."""
+    if not options:
+        return family.make(num_envs, copy=copy, **kwargs)
+    try:
+        return family.make(num_envs, copy=copy, **kwargs, **options)
+    except (TypeError, ValueError) as error:
+        if isinstance(error, EnvError):
+            raise
+        raise EnvError(f"env.options for {family.id}: {error}") from None
 
 
 def gymnasium_vector_entry_point(

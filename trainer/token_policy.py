@@ -31,7 +31,7 @@ from torch import nn
 from operant.envs.contract import ActSpec, ObsSpec
 from operant.trainer.config import Config
 from operant.trainer.policies import HeadsPolicy, register_policy
-from operant.trainer.policy import categorical_workspace, sample_categorical
+from operant.trainer.sampling import categorical_workspace, sample_categorical
 
 FEATURES = 8
 """Feature ids the value table covers (Grid-v0 uses 0..2); larger ids share the last row set."""
