@@ -7,7 +7,11 @@ Each subcommand's module is imported only when that subcommand runs, so `operant
 from __future__ import annotations
 
 import importlib
+import os
 import sys
+
+EXIT_BROKEN_PIPE = 141
+"""128 + SIGPIPE: what a shell reports for a command killed by a closed pipe."""
 
 # subcommand -> (module, one-line description); each module has main(argv) -> int
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -32,7 +36,17 @@ def usage() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
+    try:
+        return _dispatch(sys.argv[1:] if argv is None else argv)
+    except BrokenPipeError:
+        # Whoever read the output stopped reading (`operant runs | head -3`): stop quietly
+        # with the status a process killed by SIGPIPE has, as cat and ls do. stdout goes to
+        # /dev/null first, or the interpreter's final flush would fail again and say so.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+
+
+def _dispatch(args: list[str]) -> int:
     if not args or args[0] in ("-h", "--help"):
         print(usage())
         return 0 if args else 2
