@@ -4,8 +4,11 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
 
 def bench(*args):
@@ -138,6 +141,7 @@ def test_trainer_record_has_phases_memory_and_bound(tmp_path):
     assert cell["cell"] == {"num_envs": 32, "num_steps": 32, "num_minibatches": 2}
     (run,) = cell["runs"]
     assert run["seed"] == 1 and run["global_step"] == 4096 and run["updates"] == 4
+    assert run["env_id"] == "CartPole-v1"  # the defaults' env: no --env, no config
     assert set(run["phase_s"]) == {"env", "forward", "store", "gae", "update", "publish"}
     assert all(seconds >= 0 for seconds in run["phase_s"].values()) and run["phase_s"]["update"] > 0
     assert run["mem_delta_mb"] is not None
@@ -152,6 +156,18 @@ def test_trainer_record_has_phases_memory_and_bound(tmp_path):
     )
     assert record["summary"]["solved"] == "0/1" and not record["best"]["stable"]
     assert (tmp_path / "plots" / "phases_trainer.png").stat().st_size > 1000
+
+
+def test_trainer_env_sets_the_trained_env_over_the_configs(tmp_path):
+    out = tmp_path / "trainer.json"
+    result = bench(
+        "trainer", "--config", str(CONFIGS / "CartPole-v1.toml"), "--env", "Acrobot-v1",
+        "--total-steps", "2048", "--seeds", "1", "--no-bound", "--max-cv", "10",
+        "--output", str(out),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    (run,) = json.loads(out.read_text())["cells"][0]["runs"]
+    assert run["env_id"] == "Acrobot-v1" and run["global_step"] == 2048
 
 
 def test_trainer_eval_matrix_picks_the_best_cell(tmp_path):

@@ -78,7 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_workload_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the mode and what it runs: env, impls, and the sizes a --matrix sweeps."""
     parser.add_argument("mode", choices=MODES)
-    parser.add_argument("--env", default="CartPole-v1", help="env id")
+    parser.add_argument(
+        "--env",
+        help="env id (env_only: default CartPole-v1; trainer modes: sets env.id over the "
+        "config's, default the config's)",
+    )
     parser.add_argument("--impl", default="native", help="comma-separated impls (env_only)")
     parser.add_argument(
         "--num-envs",
@@ -227,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     if args.mode == "env_only" and args.num_envs is None:
         args.num_envs = ENV_ONLY_NUM_ENVS
+    if args.mode == "env_only" and args.env is None:
+        args.env = "CartPole-v1"
     try:
         baselines = _load_baselines(args.baseline, args.mode)
     except ValueError as error:

@@ -263,6 +263,8 @@ def _load_cell_config(
     from operant.trainer.config import derive, load_config
 
     overrides = [f"train.seed={seed}", *_cell_overrides(cell)]
+    if args.env is not None:
+        overrides.append(f"env.id={args.env}")
     if target:
         overrides.append(f"train.target_return={args.target_return}")
     if args.total_steps:
@@ -297,6 +299,7 @@ def _train_once(args: argparse.Namespace, cell: dict[str, int], seed: int) -> di
     assert last is not None, "a bench run trains at least one update"
     run = {
         "seed": seed,
+        "env_id": trainer.config.env.id,
         "global_step": last.global_step,
         "updates": last.updates,
         "wall_s": round(wall, 3),
