@@ -21,6 +21,7 @@ SHIPPED_ENVS = {
     "Pendulum-v1",
     "MountainCarContinuous-v0",
     "MountainCar-v0",
+    "Grid-v0",  # its learning test: tests/test_grid_learning.py
 }
 
 
