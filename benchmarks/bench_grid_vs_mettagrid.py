@@ -11,8 +11,9 @@ observation window, a budget of 200 observation tokens per agent on both sides, 
 episodes that never end within the measurement (MettaGrid max_steps 0; Operant
 max_episode_steps 10^9), actions uniformly random over noop + the 4 cardinal moves (Operant's
 actions 0..4, MettaGrid's noop + move_{north,south,west,east}), a fresh action set every step
-from a ring of pre-drawn ones. Operant's map is an ASCII layout built the same way (border,
-64 walls drawn inside from seed 42); its agents are drawn at reset.
+from a ring of pre-drawn ones (its columns rolled by one at every lap). Operant's map is an
+ASCII layout built the same way (border, 64 walls drawn inside from seed 42); its agents are
+drawn at reset.
 
 Each round visits every candidate once, in an order rotated round by round: Operant one
 world (N=1, `step_bound()`), Operant `--batch` worlds of the same config in one call, and
@@ -46,7 +47,11 @@ PEER_SCRIPT = HERE / "peers" / "mettagrid_grid.py"
 DEFAULT_PEER_PYTHON = "/work/peers/mettagrid-venv/bin/python"
 MOVE_AND_NOOP = 5
 """Operant's actions 0 (noop) .. 4 (move north/east/south/west)."""
-RING = 257
+RING = 1024
+"""Action sets pre-drawn per candidate (fewer for large batches: RING_VALUES in all). At every
+wrap the ring's columns roll by one, so no agent replays the same sequence: a replayed one
+would drift by the same vector every lap and pin the agents against walls."""
+RING_VALUES = 2**21
 NEVER = 10**9
 OPERANT_PHASES = ("reset", "regrowth", "actions", "rewards", "observations", "truncation")
 METTAGRID_PHASES = (
@@ -111,23 +116,28 @@ class OperantBench:
         self.env = GridVectorEnv(num_envs, copy=False, profile=profile, encoder=encoder, **options)
         self.env.reset(seed=seed)
         rows = self.env.num_envs
-        self.ring = np.random.default_rng(seed).integers(0, MOVE_AND_NOOP, size=(RING, rows))
+        length = max(64, min(RING, RING_VALUES // rows))
+        self.ring = np.random.default_rng(seed).integers(0, MOVE_AND_NOOP, size=(length, rows))
         self.index = 0
         self.rows = rows
         self.rates: list[float] = []
         self.round_phases: list[dict[str, float]] = []
         """Each round's ns per step of one world, by phase (zeros unless profiling)."""
+        self.round_tokens: list[float] = []
         self.measured_steps = 0
         self.phase_ns = dict.fromkeys(OPERANT_PHASES, 0)
         self.calls = self._calibrate(warmup_seconds, round_seconds)
 
     def _steps(self, count: int) -> None:
         ring, actions, step, index = self.ring, self.env.actions, self.env.step_bound, self.index
+        length = len(ring)
         for _ in range(count):
             actions[:] = ring[index]
             step()
-            index = index + 1 if index + 1 < RING else 0
-        self.index = index
+            index += 1
+            if index == length:
+                ring, index = np.roll(ring, 1, axis=1), 0
+        self.ring, self.index = ring, index
 
     def _calibrate(self, warmup_seconds: float, round_seconds: float) -> int:
         started, calls = time.perf_counter(), 0
@@ -149,12 +159,15 @@ class OperantBench:
         self.round_phases.append(
             {phase: (after[phase] - before[phase]) / world_steps for phase in OPERANT_PHASES}
         )
+        self.round_tokens.append(float((self.env.obs[:, :, 0] != 0xFF).sum(1).mean()))
         self.measured_steps += self.calls
         self.rates.append(rate)
         return rate
 
     def tokens_used_mean(self) -> float:
-        return round(float((self.env.obs[:, :, 0] != 0xFF).sum(1).mean()), 2)
+        """Tokens an observation row holds (padding excluded), averaged over the rows at the
+        end of every round."""
+        return round(statistics.mean(self.round_tokens), 2)
 
     def phase_ns_per_step(self) -> dict[str, float]:
         """Per phase, ns per step of one world (a batch's step divided by its worlds)."""
@@ -358,6 +371,8 @@ def _peer_args(args: argparse.Namespace) -> list[str]:
         str(args.round_seconds),
         "--warmup-seconds",
         str(args.warmup_seconds),
+        "--directions",
+        str(args.mettagrid_directions),
     ]
 
 
@@ -412,6 +427,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--warmup-seconds", type=float, default=1.0)
     parser.add_argument("--levels", default="sim,puffer", help="MettaGrid levels: sim,puffer")
     parser.add_argument("--mettagrid-python", default=DEFAULT_PEER_PYTHON)
+    parser.add_argument(
+        "--mettagrid-directions",
+        type=int,
+        choices=(4, 8),
+        default=4,
+        help="MettaGrid's moves: 4 (as Operant's) or 8 (perf_benchmark.py's preset)",
+    )
     parser.add_argument("--cpu", type=int, default=None, help="core to pin to (default: last)")
     parser.add_argument("--no-throughput", action="store_true", help="skip the side-by-side")
     parser.add_argument("--profile", action="store_true", help="phase breakdowns side by side")
@@ -440,6 +462,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "window": args.window,
             "tokens": args.tokens,
             "actions": "uniform over noop + 4 cardinal moves, a fresh set every step",
+            "mettagrid_directions": args.mettagrid_directions,
             "episodes": "never end within the measurement",
             "rounds": args.rounds,
             "round_seconds": args.round_seconds,

@@ -17,7 +17,8 @@ Moves are the 4 cardinal ones by default (MoveActionConfig's default; Operant's 
 Levels (`--level`): "sim" steps the C++ simulation through its binding (`_c_sim.step()`, the
 actions written into its bound action buffer), the counterpart of Operant's `step_bound()`;
 "puffer" steps MettaGridPufferEnv.step(actions), what perf_benchmark.py times (needs the
-train extra: pufferlib-core). Random actions: a ring of pre-drawn action sets, one per step.
+train extra: pufferlib-core). Random actions: a ring of pre-drawn action sets, one per step,
+its columns rolled by one at every lap.
 Observation threads are off (METTAGRID_OBS_THREADS unset: MettaGrid's default, one thread).
 
 Output: one JSON line, {"agent_steps_per_s": [per round], "median": ..., ...}; with --profile
@@ -39,7 +40,9 @@ import time
 PHASES = ("reset", "events", "actions", "on_tick", "aoe", "observations", "rewards", "truncation")
 CARDINAL = ["north", "south", "east", "west"]
 DIAGONAL = ["northeast", "northwest", "southeast", "southwest"]
-RING = 257
+RING = 1024
+"""Pre-drawn action sets; at every wrap the columns roll by one, so that no agent replays its
+sequence (a replayed one drifts by the same vector every lap, pinning agents to walls)."""
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -132,29 +135,27 @@ class Bench:
         self.phase_ns = dict.fromkeys(PHASES, 0.0)
         self.profiled_steps = 0
         self.rates: list[float] = []
+        self.round_tokens: list[float] = []
+        """Tokens per observation row (padding excluded), averaged over rows, each round's end."""
         self.calls = self._calibrate(args.warmup_seconds, args.round_seconds)
 
     def _steps(self, count: int, profile: bool) -> None:
+        import numpy as np
+
         ring, actions, c_sim, env, index = self.ring, self.actions, self.c_sim, self.env, self.index
-        if env is not None:
-            for _ in range(count):
+        step = c_sim.step
+        for _ in range(count):
+            if env is not None:
                 env.step(ring[index])
-                index = index + 1 if index + 1 < RING else 0
-                if profile:
-                    self._add_timing()
-        elif profile:
-            for _ in range(count):
-                actions[:] = ring[index]
-                c_sim.step()
-                index = index + 1 if index + 1 < RING else 0
-                self._add_timing()
-        else:
-            step = c_sim.step
-            for _ in range(count):
+            else:
                 actions[:] = ring[index]
                 step()
-                index = index + 1 if index + 1 < RING else 0
-        self.index = index
+            if profile:
+                self._add_timing()
+            index += 1
+            if index == RING:
+                ring, index = np.roll(ring, 1, axis=1), 0
+        self.ring, self.index = ring, index
 
     def _add_timing(self) -> None:
         timing = self.c_sim.step_timing
@@ -177,6 +178,8 @@ class Bench:
         self._steps(self.calls, self.args.profile)
         rate = self.calls * self.args.agents / (time.perf_counter() - started)
         self.rates.append(rate)
+        observed = self.c_sim.observations()
+        self.round_tokens.append(float((observed[:, :, 0] != 0xFF).sum(1).mean()))
         result: dict = {"agent_steps_per_s": round(rate, 1)}
         if self.args.profile:
             steps = self.profiled_steps - steps_before
@@ -206,12 +209,13 @@ class Bench:
         }
 
     def summary(self) -> dict:
-        observed = self.c_sim.observations()
         record = {
             **self.meta(),
             "agent_steps_per_s": [round(rate, 1) for rate in self.rates],
             "median": round(statistics.median(self.rates), 1) if self.rates else None,
-            "tokens_used_mean": round(float((observed[:, :, 0] != 0xFF).sum(1).mean()), 2),
+            "tokens_used_mean": (
+                round(statistics.mean(self.round_tokens), 2) if self.round_tokens else None
+            ),
         }
         if self.args.profile and self.profiled_steps:
             record["profiled_steps"] = self.profiled_steps
