@@ -4,6 +4,7 @@ the kernel's own phase timing (profile=True), beside MettaGrid's (METTAGRID_PROF
     flock /tmp/operant-bench.lock python benchmarks/bench_grid_obs_scaling.py \
         [--rounds 5] [--round-seconds 0.5] [--plot docs/img/grid_obs_scaling.png] \
         [--record benchmarks/records/grid_obs_scaling-DATE.json]
+    python benchmarks/bench_grid_obs_scaling.py --from-record RECORD --plot PNG   # replot
 
 The configuration is bench_grid_vs_mettagrid.py's (40 x 40, wall border, 64 walls inside,
 200 tokens, random noop + moves, one world), swept over agents (5, 10, 20, 50, 100 at window
@@ -113,7 +114,7 @@ def plot(record: dict[str, Any], path: str) -> None:
     import matplotlib.pyplot as plt
 
     rows = record["points"]
-    figure, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    figure, axes = plt.subplots(1, 2, figsize=(11, 4.6), sharey=True)
     sweeps = (
         ("agents", [row for row in rows if row["window"] == 11], "agents (window 11)"),
         ("window", [row for row in rows if row["agents"] == 20], "window (20 agents)"),
@@ -137,13 +138,14 @@ def plot(record: dict[str, Any], path: str) -> None:
         axis.set_yscale("log")
         axis.grid(True, which="both", alpha=0.3)
     axes[0].set_ylabel("observation phase, ns per agent-step")
-    axes[0].legend(loc="center right")
+    handles, labels = axes[0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False)
     figure.suptitle(
         "Observation cost, one world on a 40 x 40 map, one core "
         f"({record['machine']['cpu']}, {record['machine']['date']})",
         fontsize=10,
     )
-    figure.tight_layout()
+    figure.tight_layout(rect=(0, 0.07, 1, 1))
     figure.savefig(path, dpi=110)
     print(f"plot: {path}")
 
@@ -160,7 +162,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--cpu", type=int, default=None, help="core to pin to (default: last)")
     parser.add_argument("--record", default=None)
     parser.add_argument("--plot", default=None)
+    parser.add_argument("--from-record", default=None, help="plot this record, measure nothing")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.from_record:
+        record = json.loads(Path(args.from_record).read_text())
+        plot(record, args.plot or "grid_obs_scaling.png")
+        return record
     os.sched_setaffinity(0, {max(os.sched_getaffinity(0)) if args.cpu is None else args.cpu})
     python = None if args.no_mettagrid else peer_python(args.mettagrid_python)
     if python is None:

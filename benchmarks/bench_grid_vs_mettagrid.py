@@ -240,13 +240,13 @@ def summarize(values: list[float]) -> dict[str, Any]:
     }
 
 
-def ratio(ours: list[float], theirs: list[float]) -> dict[str, Any]:
+def ratio(ours: list[float], theirs: list[float], digits: int = 2) -> dict[str, Any]:
     """Median of the per-round ratios, and their range."""
     per_round = [a / b for a, b in zip(ours, theirs)]
     return {
-        "median": round(statistics.median(per_round), 2),
-        "min": round(min(per_round), 2),
-        "max": round(max(per_round), 2),
+        "median": round(statistics.median(per_round), digits),
+        "min": round(min(per_round), digits),
+        "max": round(max(per_round), digits),
     }
 
 
@@ -343,7 +343,7 @@ def profiling_cost(args: argparse.Namespace) -> dict[str, Any]:
             off = OperantBench(num_envs, options, profile=False, **timing)
             on = OperantBench(num_envs, options, profile=True, **timing)
             alternate({"off": off, "on": on}, args.rounds)
-            per_round = ratio(on.rates, off.rates)
+            per_round = ratio(on.rates, off.rates, digits=3)
             key = f"agents{agents}_n{num_envs}"
             results[key] = {
                 "off": summarize(off.rates),
