@@ -15,7 +15,15 @@ from operant.trainer.config import load_config, to_dict
 from operant.trainer.state import capture_global_rng
 from operant.trainer.train import Trainer
 
-MAIN_CHECKPOINT = Path(__file__).parent / "fixtures" / "main-6031fcf" / "ckpt-000000020.pt"
+# Written by main at 6031fcf (the format-1 layout is the same on every CPU; the file is the
+# one recorded on the first machine, tests/fixtures/main-6031fcf/record.sh).
+MAIN_CHECKPOINT = (
+    Path(__file__).parent
+    / "fixtures"
+    / "main-6031fcf"
+    / "AuthenticAMD-AVX512"
+    / "ckpt-000000020.pt"
+)
 SMALL = [
     "env.num_envs=8",
     "ppo.num_steps=32",
