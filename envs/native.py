@@ -91,6 +91,14 @@ def step_outputs(env: Any, info: dict[str, Any]) -> tuple[Any, ...]:
     return env.obs, env.rewards, env.terminated, env.truncated, info
 
 
+def _as_words(*flags: np.ndarray) -> tuple[np.ndarray, ...] | None:
+    """uint64 views of bool arrays (8 flags a word; a bool is 0 or 1, so a bitwise OR of words
+    is the logical OR of each flag), or None where the length is not a multiple of 8."""
+    if any(len(array) % 8 or not array.flags.c_contiguous for array in flags):
+        return None
+    return tuple(array.view(np.uint64) for array in flags)
+
+
 def allocate_buffers(env: VectorEnv, num_envs: int, obs_spec: ObsSpec) -> None:
     """The buffers every numpy-backed env exposes, allocated once: `actions` (IN: int64 (N,)
     for a Discrete space, float32 (N, *shape) for a Box), `obs` and `final_obs` ((N,
@@ -140,6 +148,8 @@ class NativeVectorEnv(RenderFace, VectorEnv):
         self.spec = None
         allocate_buffers(self, num_envs, self.obs_spec)
         self._done = np.zeros(num_envs, dtype=np.bool_)
+        # The flags as eight bools a word, for step(): OR-ing and testing 8x fewer elements.
+        self._done_words = _as_words(self.terminated, self.truncated, self._done)
         self.max_episode_steps = max_episode_steps or entry.max_episode_steps
         self.kernels = self._bind_kernels()
         self._seeded = False
@@ -222,10 +232,16 @@ class NativeVectorEnv(RenderFace, VectorEnv):
             return step_next_step_face(self)
         self.step_bound()
         info: dict[str, Any] = {}
-        np.logical_or(self.terminated, self.truncated, out=self._done)
-        if self._done.any():
-            info["final_obs"] = self.final_obs.copy()
-            info["_final_obs"] = self._done.copy()
+        if self._done_words is not None:
+            terminated, truncated, done = self._done_words
+            any_done = np.bitwise_or(terminated, truncated, out=done).any()
+        else:
+            any_done = np.logical_or(self.terminated, self.truncated, out=self._done).any()
+        if any_done:
+            # copy=False: live buffers, as the rest of the result (the next step overwrites).
+            copy = self.copy
+            info["final_obs"] = self.final_obs.copy() if copy else self.final_obs
+            info["_final_obs"] = self._done.copy() if copy else self._done
         if self.render_mode is not None:
             self._rendered_step(~self._done, np.zeros_like(self._done), None)
         return step_outputs(self, info)
@@ -239,6 +255,16 @@ class NativeVectorEnv(RenderFace, VectorEnv):
             )
 
     def _load_actions(self, actions) -> None:
+        buffer = self.actions
+        if actions is buffer:
+            return  # written in place by the caller: nothing to check or copy
+        if (
+            type(actions) is np.ndarray
+            and actions.dtype == buffer.dtype
+            and actions.shape == buffer.shape
+        ):
+            np.copyto(buffer, actions)  # the common case: no conversion, nothing to refuse
+            return
         try:
             array = np.asarray(actions)
         except (TypeError, ValueError) as error:
