@@ -228,32 +228,28 @@ class PhaseBar(Widget):
         if not parts or sum(seconds for _, seconds, _ in parts) <= 0:
             text.append("update phases: not timed yet", style="dim")
             return text
-        total = sum(seconds for _, seconds, _ in parts)
         cells = fmt.allocate([share for _, _, share in parts], width)
         for index, ((_name, _seconds, _share), count) in enumerate(zip(parts, cells)):
             text.append("█" * count, style=PHASE_COLORS[index % len(PHASE_COLORS)])
         text.append("\n")
-        text.append(f"update {fmt.short_time(total)}:", style="bold")
-        for index, (name, seconds, share) in enumerate(parts):
-            text.append(" ■", style=PHASE_COLORS[index % len(PHASE_COLORS)])
-            text.append(f"{name} {share * 100:.0f}%")
-            if width >= 120:
-                text.append(f" {fmt.short_time(seconds)}", style="dim")
-        self._render_env_phases(text, width)
+        _legend(text, "update", parts, width)
+        env_parts = fmt.shares(self.env_phases)
+        if env_parts and sum(seconds for _, seconds, _ in env_parts) > 0:
+            text.append("\n")
+            _legend(text, "env", env_parts, width)
         return text
 
-    def _render_env_phases(self, text: Text, width: int) -> None:
-        parts = fmt.shares(self.env_phases)
-        total = sum(seconds for _, seconds, _ in parts)
-        if not parts or total <= 0:
-            return
-        text.append("\n")
-        text.append(f"env {fmt.short_time(total)}:", style="bold")
-        for index, (name, seconds, share) in enumerate(parts):
-            text.append(" ■", style=PHASE_COLORS[index % len(PHASE_COLORS)])
-            text.append(f"{name} {share * 100:.0f}%")
-            if width >= 120:
-                text.append(f" {fmt.short_time(seconds)}", style="dim")
+
+def _legend(text: Text, title: str, parts: list[tuple[str, float, float]], width: int) -> None:
+    """`title TOTAL: ■name share% ...` (times too where the terminal is wide enough), each
+    part in its bar colour."""
+    total = sum(seconds for _, seconds, _ in parts)
+    text.append(f"{title} {fmt.short_time(total)}:", style="bold")
+    for index, (name, seconds, share) in enumerate(parts):
+        text.append(" ■", style=PHASE_COLORS[index % len(PHASE_COLORS)])
+        text.append(f"{name} {share * 100:.0f}%")
+        if width >= 120:
+            text.append(f" {fmt.short_time(seconds)}", style="dim")
 
 
 def table_rows(view: RunView) -> tuple[tuple[str, str, str], ...]:
