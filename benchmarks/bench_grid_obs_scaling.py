@@ -34,6 +34,7 @@ from bench_grid_vs_mettagrid import (  # noqa: E402
     alternate,
     grid_options,
     machine,
+    peer_args,
     peer_python,
 )
 
@@ -62,14 +63,7 @@ def measure(args: argparse.Namespace, python: str | None) -> dict[str, Any]:
                 agents,
                 "sim",
                 [
-                    "--window",
-                    str(window),
-                    "--tokens",
-                    str(args.tokens),
-                    "--round-seconds",
-                    str(args.round_seconds),
-                    "--warmup-seconds",
-                    str(args.warmup_seconds),
+                    *peer_args(window, args.tokens, args.round_seconds, args.warmup_seconds),
                     "--profile",
                 ],
             )

@@ -362,17 +362,26 @@ def profiling_cost(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _peer_args(args: argparse.Namespace) -> list[str]:
+    return peer_args(
+        args.window, args.tokens, args.round_seconds, args.warmup_seconds, args.mettagrid_directions
+    )
+
+
+def peer_args(
+    window: int, tokens: int, round_seconds: float, warmup_seconds: float, directions: int = 4
+) -> list[str]:
+    """benchmarks/peers/mettagrid_grid.py's options for one configuration."""
     return [
         "--window",
-        str(args.window),
+        str(window),
         "--tokens",
-        str(args.tokens),
+        str(tokens),
         "--round-seconds",
-        str(args.round_seconds),
+        str(round_seconds),
         "--warmup-seconds",
-        str(args.warmup_seconds),
+        str(warmup_seconds),
         "--directions",
-        str(args.mettagrid_directions),
+        str(directions),
     ]
 
 
