@@ -204,12 +204,19 @@ class Checkpointer:
         time; by update count it is the next multiple), not at every update."""
         self._last_time = time.monotonic()
 
-    def save(self, trainer: Any, config_dict: dict[str, Any], progress_bytes: int) -> Path:
-        """Write the checkpoint of the trainer's current update, then point `latest` at it."""
+    def save(
+        self,
+        trainer: Any,
+        config_dict: dict[str, Any],
+        progress_bytes: int,
+        ranks: list[dict[str, Any]] | None = None,
+    ) -> Path:
+        """Write the checkpoint of the trainer's current update, then point `latest` at it;
+        `ranks`: the other ranks' states under torchrun (checkpoint_format.build_payload)."""
         started = time.monotonic()
         self.beat()
         payload = build_payload(
-            trainer.state_dict(), capture_global_rng(), config_dict, progress_bytes
+            trainer.state_dict(), capture_global_rng(), config_dict, progress_bytes, ranks
         )
         path = self.directory / file_name(trainer.update)
         try:

@@ -15,6 +15,10 @@ holds:
 - `rng`: the process-wide generators (operant.trainer.state.capture_global_rng);
 - `progress_bytes`: the length of progress.jsonl when the checkpoint was taken (a resumed run
   cuts off the records of updates it redoes);
+- `world_size` and `ranks`, only in a checkpoint of a run of several ranks (torchrun,
+  operant.trainer.distributed): `trainer` and `rng` are rank 0's, `ranks` holds every other
+  rank's `{"trainer", "rng"}` in rank order (its envs, generators and counters; the
+  parameters are every rank's alike), so each rank continues exactly;
 - `digest`: SHA-256 over all of the above (dtypes, shapes and bytes of every tensor), because
   `torch.load` does not check the zip archive's CRCs: a flipped bit would otherwise load.
 
@@ -74,9 +78,14 @@ def content_digest(payload: dict[str, Any]) -> str:
 
 
 def build_payload(
-    trainer_state: dict[str, Any], rng: dict[str, Any], config: dict[str, Any], progress_bytes: int
+    trainer_state: dict[str, Any],
+    rng: dict[str, Any],
+    config: dict[str, Any],
+    progress_bytes: int,
+    ranks: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """A version-2 checkpoint's content, digest included, ready for `torch.save`."""
+    """A version-2 checkpoint's content, digest included, ready for `torch.save`. `ranks`:
+    under torchrun, the other ranks' `{"trainer": ..., "rng": ...}` in rank order."""
     from operant.shared import metrics_layout
 
     payload = {
@@ -89,6 +98,9 @@ def build_payload(
         "rng": rng,
         "progress_bytes": int(progress_bytes),
     }
+    if ranks:
+        payload["world_size"] = len(ranks) + 1
+        payload["ranks"] = ranks
     payload["digest"] = content_digest(payload)
     return payload
 

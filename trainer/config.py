@@ -153,6 +153,12 @@ class TrainConfig(Struct, forbid_unknown_fields=True, kw_only=True):
     TensorBoard event files in the run's tensorboard/ folder, so `tensorboard --logdir
     RUNS_ROOT` shows every run; needs `pip install 'operant-rl[tensorboard]'`
     (docs/tensorboard.md). The monitor stays the live view."""
+    dist_backend: Literal["auto", "gloo", "nccl"] = "auto"
+    """Under torchrun (docs/distributed.md): the torch.distributed backend; auto is gloo for
+    a CPU policy and nccl for a CUDA one."""
+    dist_timeout_s: PositiveFloat = 300.0
+    """Under torchrun: seconds a collective may wait for the other ranks before the run ends
+    with a message naming the wait (a rank that stopped, hung or died), instead of hanging."""
 
 
 class CheckpointConfig(Struct, forbid_unknown_fields=True, kw_only=True):
@@ -182,10 +188,32 @@ class Derived(Struct, frozen=True):
     """Values computed from a Config, checked once."""
 
     batch_size: int
+    """Steps per update, over all ranks."""
     minibatch_size: int
+    """Samples per minibatch, over all ranks."""
     num_updates: int
     total_steps: int
     """The step budget trained: train.total_steps rounded up to whole updates."""
+    world_size: int = 1
+    """Ranks training the run (torchrun's WORLD_SIZE); each steps env.num_envs / world_size
+    envs and holds batch_size / world_size of every batch (docs/distributed.md)."""
+    rows_per_env: int = 1
+    """Batch rows one env contributes per update: ppo.num_steps x its agents."""
+
+    @property
+    def local_batch_size(self) -> int:
+        """Steps per update of one rank."""
+        return self.batch_size // self.world_size
+
+    @property
+    def local_minibatch_size(self) -> int:
+        """Samples per minibatch of one rank."""
+        return self.minibatch_size // self.world_size
+
+    @property
+    def local_num_envs(self) -> int:
+        """Envs one rank steps."""
+        return self.local_batch_size // self.rows_per_env
 
     def rounding_note(self, config: Config) -> str | None:
         """One line saying how train.total_steps was rounded; None when it was not."""
@@ -198,12 +226,29 @@ class Derived(Struct, frozen=True):
         )
 
 
-def derive(config: Config, agents_per_env: int = 1) -> Derived:
+def launched_world_size() -> int:
+    """torchrun's WORLD_SIZE for this process (1 without torchrun; operant.trainer.distributed
+    checks the variables properly before anything trains)."""
+    try:
+        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
+
+
+def derive(config: Config, agents_per_env: int = 1, world_size: int | None = None) -> Derived:
     """Cross-field checks and derived values; raises ConfigError naming the field.
 
     The batch counts rows (operant.envs.contract): an env with `agents_per_env` agents
-    contributes that many rows per step, and train.total_steps counts row steps."""
+    contributes that many rows per step, and train.total_steps counts row steps. Under
+    torchrun (`world_size`, by default the launch's) the batch is the run's, over all ranks:
+    env.num_envs and every minibatch are split evenly between them."""
+    world = launched_world_size() if world_size is None else world_size
     batch = config.env.num_envs * agents_per_env * config.ppo.num_steps
+    if config.env.num_envs % world:
+        raise ConfigError(
+            f"env.num_envs = {config.env.num_envs} is the run's total over {world} ranks, "
+            f"each stepping the same share: make it a multiple of {world}"
+        )
     rows = "env.num_envs x ppo.num_steps" + (
         f" x {agents_per_env} agents per env" if agents_per_env != 1 else ""
     )
@@ -211,6 +256,11 @@ def derive(config: Config, agents_per_env: int = 1) -> Derived:
         raise ConfigError(
             f"ppo.num_minibatches = {config.ppo.num_minibatches} must divide the batch "
             f"({rows} = {batch})"
+        )
+    if (batch // world) % config.ppo.num_minibatches:
+        raise ConfigError(
+            f"ppo.num_minibatches = {config.ppo.num_minibatches} must divide each of the "
+            f"{world} ranks' share of the batch ({batch // world})"
         )
     if not config.policy.hidden_sizes:
         raise ConfigError("policy.hidden_sizes must name at least one layer width")
@@ -235,6 +285,8 @@ def derive(config: Config, agents_per_env: int = 1) -> Derived:
         minibatch_size=batch // config.ppo.num_minibatches,
         num_updates=num_updates,
         total_steps=num_updates * batch,
+        world_size=world,
+        rows_per_env=agents_per_env * config.ppo.num_steps,
     )
 
 

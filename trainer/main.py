@@ -20,6 +20,7 @@ Exit codes:
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -96,6 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="train in the background and watch it here (q detaches)",
     )
+    from operant.trainer import handoff
+
+    handoff.add_arguments(parser)
     return parser
 
 
@@ -114,8 +118,34 @@ def _flag_values(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     return extra
 
 
+def _run_as_rank(args: argparse.Namespace, signals: Any) -> int | None:
+    """Train as a rank of torchrun's group (operant.trainer.ranks); None if the group is one
+    process (WORLD_SIZE 1: a lone trainer)."""
+    from operant.trainer.config import ConfigError
+    from operant.trainer.distributed import launch_from_environ
+
+    try:
+        launch = launch_from_environ()
+    except ConfigError as error:
+        print(f"operant-train: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    if not launch.distributed:
+        return None
+    from operant.trainer.ranks import run_rank
+
+    return run_rank(args, launch, signals, _flag_values(args))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from operant.trainer import handoff
+
+    if handoff.wanted(args):
+        problem = handoff.refusal(args, _flag_values(args))
+        if problem is not None:
+            print(f"operant-train: {problem}", file=sys.stderr)
+            return EXIT_USAGE
+        return handoff.hand_off(args, sys.argv[1:] if argv is None else argv)
     launching = args.detach or args.monitor
     # The trainer's handlers go in first (not for a launcher, whose Ctrl-C must just work):
     # a SIGTERM during the slow imports below still ends in a clean stop.
@@ -126,6 +156,10 @@ def main(argv: list[str] | None = None) -> int:
         signals.install()
     plan = None
     try:
+        if "WORLD_SIZE" in os.environ:  # started by torchrun: one rank of a group
+            status = _run_as_rank(args, signals)
+            if status is not None:
+                return status
         # Heavy imports after argument parsing, so --help and usage errors are instant.
         from operant.envs import EnvError
         from operant.shared import runs

@@ -3,6 +3,8 @@ sense that matters: they read their inputs and return or update only what they a
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -130,6 +132,7 @@ def ppo_update(
     b_values: torch.Tensor,
     minibatch_size: int,
     generator: torch.Generator,
+    group: Any = None,
 ) -> PPOStatistics:
     """Clipped-surrogate PPO epochs over one flattened batch (`b_` tensors are (B, ...)).
 
@@ -142,6 +145,12 @@ def ppo_update(
     approx_kl, clip_fraction), the batch's explained variance and the epochs run, as
     PPOStatistics (operant.shared.record). A non-finite loss shows up
     as non-finite parameters, which the caller checks after every update (Trainer.check_finite).
+
+    Under torchrun (`group`, operant.trainer.distributed) the batch is this rank's share,
+    `minibatch_size` its share of each minibatch: every minibatch's gradient is averaged over
+    the ranks before it is clipped and applied, advantages are normalised with the global
+    minibatch's statistics, and the reported statistics (and target_kl's early stop) are the
+    ranks' means, so every rank takes the same steps.
     """
     batch = b_obs.shape[0]
     sums = torch.zeros(5, device=b_obs.device)
@@ -156,6 +165,11 @@ def ppo_update(
         )
         sums.zero_()
         count = 0
+        moments = (
+            _global_moments(e_advantages, minibatch_size, group)
+            if group is not None and config.norm_adv
+            else None
+        )
         for start in range(0, batch, minibatch_size):
             mb = slice(start, start + minibatch_size)
             logprob, entropy, value = policy.evaluate(
@@ -164,13 +178,21 @@ def ppo_update(
             log_ratio = logprob - e_logprobs[mb]
             ratio = log_ratio.exp()
             policy_loss, value_loss = _losses(
-                config, ratio, e_advantages[mb], value, e_returns[mb], e_values[mb]
+                config,
+                ratio,
+                e_advantages[mb],
+                value,
+                e_returns[mb],
+                e_values[mb],
+                None if moments is None else moments[count],
             )
             loss = policy_loss + config.vf_coef * value_loss
             if need_entropy_grad:
                 loss = loss - config.ent_coef * entropy.mean()
             flat.zero_grad()
             loss.backward()
+            if group is not None:
+                group.average_(flat.grad)
             flat.clip_grad_norm_(config.max_grad_norm)
             optimizer.step()
             if keep_stats:
@@ -182,6 +204,8 @@ def ppo_update(
                     )
             count += 1
         epochs_run += 1
+        if group is not None and keep_stats:
+            group.average_(sums, "the update statistics' all-reduce")
         if config.target_kl is not None and float(sums[3]) / count > config.target_kl:
             break
     return _statistics(sums / count, b_returns, b_values, epochs_run)
@@ -194,10 +218,15 @@ def _losses(
     value: torch.Tensor,
     mb_returns: torch.Tensor,
     mb_values: torch.Tensor,
+    moments: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One minibatch's clipped surrogate (policy) loss and its (optionally clipped) value loss."""
-    if config.norm_adv:
+    """One minibatch's clipped surrogate (policy) loss and its (optionally clipped) value loss.
+    `moments`: the (mean, std) to normalise advantages with, where they are the global
+    minibatch's (several ranks); None: this minibatch's own."""
+    if config.norm_adv and moments is None:
         mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+    elif config.norm_adv:
+        mb_advantages = (mb_advantages - moments[0]) / (moments[1] + 1e-8)
     policy_loss = torch.max(
         -mb_advantages * ratio,
         -mb_advantages * ratio.clamp(1 - config.clip_coef, 1 + config.clip_coef),
@@ -209,6 +238,20 @@ def _losses(
     else:
         value_loss = 0.5 * ((value - mb_returns) ** 2).mean()
     return policy_loss, value_loss
+
+
+def _global_moments(advantages: torch.Tensor, minibatch_size: int, group: Any) -> torch.Tensor:
+    """(minibatches, 2): each global minibatch's advantage mean and standard deviation (with
+    Bessel's correction, as torch.std), the global minibatch being every rank's local one at
+    the same position: one all-reduce of their sums and sums of squares, in float64."""
+    local = advantages.detach().to(torch.float64).reshape(-1, minibatch_size)
+    sums = torch.stack([local.sum(1), (local * local).sum(1)], dim=1)
+    group.sum_(sums, "the advantage statistics' all-reduce")
+    count = minibatch_size * group.world_size
+    mean = sums[:, 0] / count
+    variance = (sums[:, 1] - count * mean * mean) / (count - 1)
+    moments = torch.stack([mean, variance.clamp(min=0).sqrt()], dim=1)
+    return moments.to(advantages.dtype)
 
 
 def _minibatch_statistics(

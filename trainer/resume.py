@@ -161,6 +161,7 @@ def _attach(
         return plan
     try:
         checkpoint.check_compatible(path, payload["config"], plan.config)
+        _check_world(path, payload)
         saved_impl = payload["trainer"]["env"]["impl"]
         if saved_impl != plan.impl:
             raise CheckpointError(
@@ -173,6 +174,19 @@ def _attach(
         raise
     plan.checkpoint, plan.payload = path, payload
     return plan
+
+
+def _check_world(path: Path, payload: dict[str, Any]) -> None:
+    """A checkpoint holds the state of each rank that wrote it: a run resumes with as many."""
+    from operant.trainer.checkpoint_format import CheckpointError
+    from operant.trainer.config import launched_world_size
+
+    saved, world = int(payload.get("world_size", 1)), launched_world_size()
+    if saved != world:
+        how = f"operant-train --nproc-per-node {saved}" if saved > 1 else "one process"
+        raise CheckpointError(
+            f"{path.name} was written by {saved} rank(s) and this is {world}: resume it with {how}"
+        )
 
 
 def _merge(base: dict[str, Any], flags: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -34,6 +34,11 @@ from operant.trainer.disk import STORAGE_ERRNOS
 HOOKS = ("on_start", "on_update", "on_boundary", "on_stopping", "on_stop", "close")
 
 
+class GroupError(RuntimeError):
+    """The process group of a run under torchrun failed (operant.trainer.distributed): a
+    collective timed out, a peer went away, or the replicas diverged. One line."""
+
+
 class Role(enum.Enum):
     """Where a service runs: in every rank's process, or in rank 0's alone."""
 
@@ -60,7 +65,8 @@ class Outcome:
     stopped_by: str = ""
     """The stop signal's name (SIGTERM, SIGINT) when one ended the loop."""
     error: BaseException | None = None
-    """What ended the run abnormally: FloatingPointError (the NaN guard), KeyboardInterrupt (a
+    """What ended the run abnormally: FloatingPointError (the NaN guard), GroupError (the
+    ranks of a distributed run lost each other), KeyboardInterrupt (a
     second SIGINT), an OSError of a full disk, or any other exception."""
     checkpoint: Path | None = None
     """The run's final checkpoint (on_stopping writes it)."""
@@ -75,7 +81,7 @@ class Outcome:
         self,
     ) -> Literal["finished", "stopped", "failed", "interrupted", "no_space", "crashed"]:
         """no_space: the disk refused what the run cannot do without (operant.trainer.disk)."""
-        if isinstance(self.error, FloatingPointError):
+        if isinstance(self.error, (FloatingPointError, GroupError)):
             return "failed"
         if isinstance(self.error, OSError) and self.error.errno in STORAGE_ERRNOS:
             return "no_space"

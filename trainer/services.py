@@ -140,7 +140,8 @@ class PublishMetrics(Service):
             self.publisher.warn(text)
 
     def on_update(self, record: Any) -> None:
-        self.publisher.publish(record)
+        # This rank's own values (the run's are pooled over its ranks under torchrun).
+        self.publisher.publish(getattr(self.trainer, "rank_record", None) or record)
 
     def on_stop(self, outcome: Outcome) -> None:
         publisher = self.publisher
@@ -154,8 +155,10 @@ class PublishMetrics(Service):
                 f"; checkpoint {outcome.checkpoint.name}" if outcome.checkpoint else ""
             )
             publisher.finish(interrupted=True, reason=reason)
-        elif kind == "failed":
+        elif kind == "failed" and isinstance(outcome.error, FloatingPointError):
             publisher.fail(f"non-finite values: {outcome.error}")
+        elif kind == "failed":
+            publisher.fail(str(outcome.error))
         elif kind == "interrupted":
             publisher.finish(
                 interrupted=True,

@@ -64,11 +64,14 @@ _EXIT = {
 
 def run(args: Any, plan: RunPlan, signals: StopSignals) -> int:
     """Train what `plan` says; returns operant-train's exit status."""
-    trainer = _build_trainer(plan)
-    if trainer is None:
+    try:
+        trainer = build_trainer(plan)
+    except CheckpointError as error:
+        print(f"operant-train: {plan.checkpoint}: {error}", file=sys.stderr)
+        plan.release()
         return EXIT_USAGE
     fresh = plan.run_dir is None
-    run_dir, status = _open_run_dir(plan)
+    run_dir, status = open_run_dir(plan)
     if run_dir is None:
         return status
     trainer.run_dir = run_dir
@@ -80,25 +83,20 @@ def run(args: Any, plan: RunPlan, signals: StopSignals) -> int:
     return status
 
 
-def _build_trainer(plan: RunPlan) -> Any:
-    """The trainer, with the checkpoint's state when resuming; None (said why) if it does
-    not fit."""
+def build_trainer(plan: RunPlan, group: Any = None) -> Any:
+    """The trainer (of this rank, under torchrun), with the checkpoint's state when resuming;
+    CheckpointError if it does not fit."""
     from operant.trainer.state import restore_global_rng
     from operant.trainer.train import Trainer
 
-    try:
-        trainer = Trainer(plan.config)
-        if plan.payload is not None:
-            trainer.load_state_dict(plan.payload["trainer"])
-            restore_global_rng(plan.payload["rng"])
-    except CheckpointError as error:
-        print(f"operant-train: {plan.checkpoint}: {error}", file=sys.stderr)
-        plan.release()
-        return None
+    trainer = Trainer(plan.config, group=group)
+    if plan.payload is not None:
+        trainer.load_state_dict(plan.payload["trainer"])
+        restore_global_rng(plan.payload["rng"])
     return trainer
 
 
-def _open_run_dir(plan: RunPlan) -> tuple[Path | None, int]:
+def open_run_dir(plan: RunPlan) -> tuple[Path | None, int]:
     """The run's directory, created and locked (a resumed run's is already); (None, exit
     status), said why, if it cannot be."""
     from operant.trainer import resume
@@ -142,8 +140,11 @@ def compose(
     trainer: Any,
     run_dir: Path,
     rank: Rank | None = None,
+    group: Any = None,
 ) -> list[Service]:
-    """The services of this process's session, in the order their hooks are called."""
+    """The services of this process's session, in the order their hooks are called. Under
+    torchrun (`group`), checkpoints and stops are decided by all ranks together
+    (operant.trainer.ranks.GroupCheckpoints), and each rank publishes its own metrics file."""
     rank = rank or Rank()
     config = plan.config
     notifier = SystemdNotifier.from_environ(unset_environment=True)
@@ -163,8 +164,9 @@ def compose(
         [WriteTensorBoard(run_dir / TENSORBOARD_DIR, trainer)] if config.train.tensorboard else []
     )
     best = TrackBest(trainer, run_dir, records)
-    services = [
-        StopOnSignal(signals),
+    services: list[Service] = [
+        # Under torchrun the stop is the group's decision, taken with the checkpoints'.
+        *([StopOnSignal(signals)] if group is None else []),
         records,
         RunRecord(plan, run_dir, trainer.impl),
         *publish,  # the metrics file appears complete, then `latest` points at it
@@ -172,12 +174,14 @@ def compose(
         progress,
         *tensorboard,
         NotifySystemd(notifier, checkpointer, trainer, plan.derived.num_updates),
-        Checkpoints(
+        _checkpoints(
             trainer,
             checkpointer,
             signals,
             progress,
-            warn=publish[0].warn if publish else lambda text: None,
+            publish[0].warn if publish else lambda text: None,
+            group,
+            plan,
         ),
         SaveModel(trainer, run_dir),
         best,
@@ -187,6 +191,24 @@ def compose(
     return [service for service in services if rank.runs(service.role)]
 
 
+def _checkpoints(
+    trainer: Any,
+    checkpointer: Checkpointer,
+    signals: StopSignals,
+    progress: WriteProgress,
+    warn: Any,
+    group: Any,
+    plan: RunPlan,
+) -> Service:
+    if group is None:
+        return Checkpoints(trainer, checkpointer, signals, progress, warn=warn)
+    from operant.trainer.ranks import GroupCheckpoints
+
+    return GroupCheckpoints(
+        trainer, checkpointer, signals, progress, warn=warn, group=group, plan=plan
+    )
+
+
 class Session:
     """Runs the trainer's loop with its services' hooks (operant.trainer.services)."""
 
@@ -194,6 +216,8 @@ class Session:
         self.trainer, self.signals = trainer, signals
         self.started = False
         """Every service's on_start has run."""
+        self.outcome = Outcome()
+        """How the run ended (after `run()`)."""
         # Only the services that override a hook are called for it: on_update and
         # on_boundary run once per update.
         self.hooks = {
@@ -208,7 +232,7 @@ class Session:
     def run(self) -> int:
         """Start, train, stop; operant-train's exit status (an unexpected error propagates,
         after the services have marked the run failed and closed)."""
-        outcome = Outcome()
+        outcome = self.outcome
         try:
             self._call("on_start")
             self.started = True

@@ -7,7 +7,6 @@ an env or an agent of an env (operant.envs.contract); the loop does not know whi
 
 from __future__ import annotations
 
-import math
 import os
 import platform
 import socket
@@ -21,9 +20,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from operant.envs import EpisodeStats, make_env, resolve_impl
+from operant.envs import make_env, resolve_impl
 from operant.shared import atomic
-from operant.shared.record import PHASES, PPOStatistics, UpdateRecord
+from operant.shared.record import PHASES, UpdateRecord
 from operant.trainer.allocator import keep_freed_memory
 from operant.trainer.collect import as_tensor, make_collector
 from operant.trainer.config import Config, Derived, derive, to_dict
@@ -37,8 +36,10 @@ from operant.trainer.policies import build_policy
 from operant.trainer.policy import FlatAdam, FlatParameters
 from operant.trainer.ppo import compute_gae, ppo_update
 from operant.trainer.storage import RolloutStorage
+from operant.trainer.update_record import SOLVE_WINDOW, make_record  # noqa: F401
 
-SOLVE_WINDOW = 100  # episodes in the "mean of the last 100" that solves an env
+# Rank r seeds its sampling generators with train.seed + r * this (rank 0: a lone trainer's).
+RANK_SEED_STRIDE = 1_000_003
 
 
 @dataclass
@@ -55,23 +56,6 @@ class PhaseTimer:
         return {name: ns / 1e9 for name, ns in self.totals.items()}
 
 
-def _env_episode_fields(episode: EpisodeStats) -> dict[str, Any]:
-    """UpdateRecord's env-level episode fields when rows are agents (the drain's `per_env`),
-    none otherwise: a single-agent run's progress lines stay as they were."""
-    per_env = episode.per_env
-    if per_env is None:
-        return {}
-    return {
-        "env_episodes": per_env.episodes,
-        "env_episode_return_mean": per_env.return_mean if per_env.episodes else None,
-    }
-
-
-def _finite_or_none(value: float) -> float | None:
-    """A statistic as the record holds it: None where it is not a finite number."""
-    return None if isinstance(value, float) and not math.isfinite(value) else value
-
-
 class Trainer:
     """One PPO run: composes the env (any family of operant.envs.contract), the rollout
     storage built from its specs, a collector, the policy the registry chooses for those
@@ -83,8 +67,14 @@ class Trainer:
         config: Config,
         log: Callable[[UpdateRecord], None] | None = None,
         run_dir: Path | None = None,
+        group: Any = None,
     ):
         self.config = config
+        # Under torchrun, this rank's place in the run (operant.trainer.distributed); None
+        # trains alone.
+        self.group = group
+        self.rank = group.rank if group is not None else 0
+        world = group.world_size if group is not None else 1
         # Minibatch tensors reuse freed heap memory instead of faulting in fresh pages.
         keep_freed_memory()
         self.impl = resolve_impl(config.env.id, config.env.impl)
@@ -95,15 +85,21 @@ class Trainer:
         np.random.seed(config.train.seed % 2**32)
         if config.train.torch_threads and self.device.type == "cpu":
             torch.set_num_threads(config.train.torch_threads)
-        self.generator = torch.Generator(device=self.device).manual_seed(config.train.seed)
-        self.cpu_generator = torch.Generator().manual_seed(config.train.seed + 1)
+        # Each rank samples and shuffles with its own streams; rank 0's are a lone trainer's.
+        rank_seed = config.train.seed + RANK_SEED_STRIDE * self.rank
+        self.generator = torch.Generator(device=self.device).manual_seed(rank_seed)
+        self.cpu_generator = torch.Generator().manual_seed(rank_seed + 1)
 
-        self.env = self._make_env()
-        self.env.reset(seed=config.train.seed)
+        self.env = self._make_env(config.env.num_envs // world)
+        # Rank r's envs are envs r * n .. r * n + n - 1 of a lone trainer's, seeds included.
+        self.env.reset(seed=config.train.seed + self.rank * (config.env.num_envs // world))
         obs_spec, act_spec, layout = self.env.obs_spec, self.env.act_spec, self.env.layout
-        self.derived: Derived = derive(config, layout.agents_per_env)
+        self.derived: Derived = derive(config, layout.agents_per_env, world)
         self._build_policy(obs_spec, act_spec, layout)
         self._build_storage(obs_spec, act_spec, layout)
+        self.rank_record: UpdateRecord | None = None
+        """This rank's own record of the last update (its steps, steps/s, episodes): what
+        its metrics file publishes. `last_record` is the run's, pooled over the ranks."""
 
         self.global_step = 0
         self.update = 0
@@ -164,7 +160,7 @@ class Trainer:
             config.ppo.gamma,
         )
 
-    def _make_env(self) -> Any:
+    def _make_env(self, num_envs: int) -> Any:
         config = self.config
         env_kwargs = config_env_kwargs(config)
         if self.impl == "torch":
@@ -172,7 +168,7 @@ class Trainer:
             env_kwargs["device"] = self.device
         return make_env(
             config.env.id,
-            config.env.num_envs,
+            num_envs,
             impl=self.impl,
             copy=False,
             overlap=config.env.overlap,
@@ -230,8 +226,9 @@ class Trainer:
             self.optimizer,
             config.ppo,
             **storage.flat(),
-            minibatch_size=derived.minibatch_size,
+            minibatch_size=derived.local_minibatch_size,
             generator=self.cpu_generator,
+            group=self.group,
         )
         update_done = clock()
         self.timer.totals["gae"] += gae_done - started
@@ -239,51 +236,9 @@ class Trainer:
         self.update += 1
         # The NaN guard: an update that left non-finite parameters is never recorded.
         self.check_finite()
-        return self._record(stats, time.perf_counter() - update_started)
-
-    def _record(self, stats: PPOStatistics, update_seconds: float) -> UpdateRecord:
-        episode = self.env.drain_episode_stats()
-        self.episodes += episode.episodes
-        recent = self.env.recent_returns(SOLVE_WINDOW)
-        elapsed = time.perf_counter() - self.started
-        steps_this_update = self.derived.batch_size
-        target = self.config.train.target_return
-        solved = (
-            target is not None
-            and self.solved_at is None
-            and len(recent) >= SOLVE_WINDOW
-            and bool(recent.mean() >= target)
-        )
-        if solved:
-            self.solved_at = elapsed
-        record = UpdateRecord(
-            updates=self.update,
-            global_step=self.global_step,
-            episodes=self.episodes,
-            elapsed_s=round(elapsed, 4),
-            sps=round(steps_this_update / update_seconds, 1),
-            sps_mean=round(self.global_step / elapsed, 1) if elapsed > 0 else 0.0,
-            # Mean of the last 100 finished episodes (the usual "solved" window).
-            episode_return_mean=float(recent.mean()) if len(recent) else None,
-            episode_return_min=episode.return_min if episode.episodes else None,
-            episode_return_max=episode.return_max if episode.episodes else None,
-            episode_length_mean=episode.length_mean if episode.episodes else None,
-            episodes_this_update=episode.episodes,
-            learning_rate=self.optimizer.lr,
-            policy_loss=_finite_or_none(stats.policy_loss),
-            value_loss=_finite_or_none(stats.value_loss),
-            entropy=_finite_or_none(stats.entropy),
-            approx_kl=_finite_or_none(stats.approx_kl),
-            clip_fraction=_finite_or_none(stats.clip_fraction),
-            explained_variance=_finite_or_none(stats.explained_variance),
-            epochs=_finite_or_none(stats.epochs),
-            phase_s={name: round(value, 6) for name, value in self.timer.seconds().items()},
-            solved=solved,
-            env_phase_s=self._env_phase_seconds(),
-            **_env_episode_fields(episode),
-        )
-        self.last_record = record
-        return record
+        if self.group is not None:
+            self.group.check_replicas(self.flat.param, self.update)
+        return make_record(self, stats, time.perf_counter() - update_started)
 
     def env_phases(self) -> tuple[str, ...]:
         """The env's own step phases, for an env that profiles its step; else ()."""
@@ -291,7 +246,7 @@ class Trainer:
             return ()
         return tuple(self.env.step_timing)
 
-    def _env_phase_seconds(self) -> dict[str, float] | None:
+    def env_phase_seconds(self) -> dict[str, float] | None:
         """Seconds per env step phase during the last update, for an env that profiles its
         step (`step_timing`, read once per update: nothing on the per-step path); else None."""
         if not self.env_phases():

@@ -1,0 +1,267 @@
+"""Data-parallel training under torchrun, as real processes: `operant-train --nproc-per-node 2`
+(which becomes torchrun), two torchrun launchers forming one multi-node job over a c10d
+rendezvous on localhost, stops by SIGTERM and their resumes, compared bit for bit."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from user_runs import BIN, command, run, wait_for_updates
+
+from operant.trainer import checkpoint_format
+from operant.trainer.checkpoint import find_checkpoint
+from operant.trainer.distributed import parameter_crc
+
+# Small updates (16 envs x 32 steps, 8 per rank), checkpointed every 4 updates.
+CONFIG = [
+    "--set",
+    "env.num_envs=16",
+    "--set",
+    "ppo.num_steps=32",
+    "--set",
+    "ppo.num_minibatches=2",
+    "--set",
+    "checkpoint.every_updates=4",
+    "--set",
+    "train.dist_timeout_s=20",
+]
+UPDATES = 24
+BATCH = 16 * 32
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _environ() -> dict[str, str]:
+    environ = dict(os.environ)
+    environ["OMP_NUM_THREADS"] = "1"  # torchrun's default, without its warning
+    return environ
+
+
+def _train(root: Path, run_id: str, *extra: str, updates: int = UPDATES) -> list[str]:
+    return [
+        "operant-train",
+        "--nproc-per-node",
+        "2",
+        "--runs-dir",
+        str(root),
+        "--run-id",
+        run_id,
+        "--total-steps",
+        str(updates * BATCH),
+        "--log-format",
+        "json",
+        *CONFIG,
+        *extra,
+    ]
+
+
+def _progress(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "progress.jsonl").read_text().splitlines()]
+
+
+def _final_policy(run_dir: Path) -> dict[str, torch.Tensor]:
+    return torch.load(run_dir / "model.pt", weights_only=True)["policy"]
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """One uninterrupted 2-rank run: the reference the other tests compare with."""
+    root = tmp_path_factory.mktemp("runs")
+    done = subprocess.run(
+        command(_train(root, "whole")), capture_output=True, text=True, timeout=240, env=_environ()
+    )
+    return root / "whole", done
+
+
+def test_two_ranks_train_one_run_with_identical_parameters(two_ranks):
+    run_dir, done = two_ranks
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = _progress(run_dir)
+    # Global steps: both ranks' envs, every update.
+    assert [r["global_step"] for r in records] == [BATCH * u for u in range(1, UPDATES + 1)]
+    summary = json.loads(done.stdout.splitlines()[-1])["summary"]
+    assert summary["global_step"] == UPDATES * BATCH
+    # One run directory, rank 0's files; the checkpoint holds both ranks' states.
+    assert [p.name for p in run_dir.parent.iterdir() if not p.is_symlink()] == ["whole"]
+    payload = checkpoint_format.load(find_checkpoint(run_dir / "checkpoints"))
+    assert payload["world_size"] == 2 and len(payload["ranks"]) == 1
+    zero, one = payload["trainer"], payload["ranks"][0]["trainer"]
+    assert zero["counters"]["update"] == UPDATES == one["counters"]["update"]
+    for name, tensor in zero["policy"].items():
+        assert torch.equal(tensor, one["policy"][name]), name
+    # ... but each rank stepped its own envs.
+    state_zero, state_one = zero["env"]["arrays"], one["env"]["arrays"]
+    assert any(not torch.equal(state_zero[k], state_one[k]) for k in state_zero)
+    assert torch.equal(zero["optimizer"]["exp_avg"], one["optimizer"]["exp_avg"])
+    run_json = json.loads((run_dir / "run.json").read_text())
+    assert run_json["config"]["env"]["num_envs"] == 16
+
+
+def test_replica_crc_is_the_parameters_bytes():
+    a = torch.arange(10, dtype=torch.float32)
+    b = a.clone()
+    assert parameter_crc(a) == parameter_crc(b)
+    b[3] = torch.nextafter(b[3], torch.tensor(100.0))
+    assert parameter_crc(a) != parameter_crc(b)
+
+
+def test_sigterm_then_resume_continues_bit_for_bit(two_ranks, tmp_path):
+    """SIGTERM to torchrun: every rank stops at one update boundary, one checkpoint; the
+    resumed 2-rank run ends with the uninterrupted run's parameters exactly."""
+    reference, _ = two_ranks
+    root = tmp_path / "runs"
+    log = tmp_path / "log"
+    with open(log, "w") as out:
+        launcher = subprocess.Popen(
+            command(_train(root, "cut")), stdout=out, stderr=subprocess.STDOUT, env=_environ()
+        )
+    run_dir = root / "cut"
+    wait_for_updates(run_dir, 6)
+    launcher.send_signal(signal.SIGTERM)
+    launcher.wait(timeout=120)
+    text = log.read_text()
+    stopped = [json.loads(line) for line in text.splitlines() if line.startswith('{"summary"')]
+    assert stopped and stopped[0]["summary"]["stopped_by"] == "SIGTERM", text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+    cut_at = stopped[0]["summary"]["global_step"] // BATCH
+    assert 6 <= cut_at < UPDATES
+    assert find_checkpoint(run_dir / "checkpoints").name.endswith(f"{cut_at:08d}.pt")
+    resumed = run(*_train(root, "cut", "--resume", "cut"), env=_environ())
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert [r["update"] for r in _progress(run_dir)] == list(range(1, UPDATES + 1))
+    theirs, ours = _final_policy(reference), _final_policy(run_dir)
+    for name, tensor in theirs.items():
+        assert torch.equal(tensor, ours[name]), name
+
+
+def test_two_torchrun_launchers_form_one_multi_node_run(tmp_path):
+    """`--nnodes 2` with a c10d rendezvous: two launchers (one rank each) train one run."""
+    endpoint = f"localhost:{_free_port()}"
+    root = tmp_path / "runs"
+    launchers = [
+        subprocess.Popen(
+            [
+                str(BIN / "torchrun"),
+                "--nnodes",
+                "2",
+                "--nproc-per-node",
+                "1",
+                "--rdzv-backend",
+                "c10d",
+                "--rdzv-endpoint",
+                endpoint,
+                "--rdzv-id",
+                "multi",
+                "-m",
+                "operant.trainer.main",
+                "--runs-dir",
+                str(root),
+                "--total-steps",
+                str(8 * BATCH),
+                "--quiet",
+                *CONFIG,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=_environ(),
+        )
+        for _ in range(2)
+    ]
+    outputs = [launcher.communicate(timeout=240)[0] for launcher in launchers]
+    assert [launcher.returncode for launcher in launchers] == [0, 0], outputs
+    (run_dir,) = [p for p in root.iterdir() if not p.is_symlink()]
+    assert run_dir.name == "CartPole-v1-multi"  # the run id follows the rendezvous id
+    records = _progress(run_dir)
+    assert records[-1]["global_step"] == 8 * BATCH and len(records) == 8
+    payload = checkpoint_format.load(find_checkpoint(run_dir / "checkpoints"))
+    assert payload["world_size"] == 2
+
+
+def test_bad_rank_counts_are_refused_before_anything_starts(tmp_path):
+    root = tmp_path / "runs"
+    zero = run("operant-train", "--nproc-per-node", "0", "--runs-dir", str(root))
+    assert zero.returncode == 2
+    assert zero.stderr.strip() == "operant-train: --nproc-per-node must be at least 1, got 0"
+    uneven = run(
+        *("operant-train", "--nproc-per-node", "3", "--runs-dir", str(root)),
+        *("--set", "env.num_envs=16"),
+    )
+    assert uneven.returncode == 2
+    assert uneven.stderr.strip() == (
+        "operant-train: env.num_envs = 16 is the run's total over 3 ranks, each stepping the "
+        "same share: make it a multiple of 3"
+    )
+    assert not root.exists()
+
+
+def test_a_stopped_rank_ends_the_run_with_the_timeout_message(tmp_path):
+    """SIGSTOP one rank: the other gives up after train.dist_timeout_s and says why."""
+    root = tmp_path / "runs"
+    log = tmp_path / "log"
+    with open(log, "w") as out:
+        launcher = subprocess.Popen(
+            command(_train(root, "stuck", "--set", "train.dist_timeout_s=3", updates=10_000)),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=_environ(),
+        )
+    wait_for_updates(root / "stuck", 2)
+    rank_one = _rank_pid(launcher.pid, 1)
+    os.kill(rank_one, signal.SIGSTOP)
+    try:
+        deadline = time.monotonic() + 60
+        while "train.dist_timeout_s = 3 s" not in log.read_text():
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)
+    finally:
+        os.kill(rank_one, signal.SIGKILL)
+    launcher.wait(timeout=120)
+    text = log.read_text()
+    assert "operant-train: training failed: rank 0:" in text
+    assert launcher.returncode != 0
+
+
+def _rank_pid(launcher: int, rank: int) -> int:
+    """The pid of the descendant of `launcher` (operant-train, then torchrun) that runs
+    `rank`."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        for pid in _descendants(launcher):
+            try:
+                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if f"RANK={rank}".encode() in environ:
+                return pid
+        time.sleep(0.1)
+    raise AssertionError(f"no rank {rank} under pid {launcher}")
+
+
+def _descendants(pid: int) -> list[int]:
+    found = _children(pid)
+    for child in list(found):
+        found += _descendants(child)
+    return found
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            found += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    return found

@@ -1,0 +1,219 @@
+"""Data-parallel PPO across processes: the process group a run's ranks share under torchrun.
+
+`operant-train` started by torchrun (`torchrun --nproc-per-node K -m operant.trainer.main ...`,
+or `operant-train --nproc-per-node K`, which hands off to torchrun) finds torchrun's variables
+(RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) and joins one `torch.distributed`
+process group: gloo on CPU, NCCL when train.device is CUDA (train.dist_backend overrides).
+With WORLD_SIZE 1, or without torchrun, nothing here runs and the trainer is the
+single-process one, bit for bit.
+
+What one run of K ranks means (docs/distributed.md says it for users):
+
+- `env.num_envs` is the run's total: each rank steps num_envs / K of them, and rank r's envs
+  get the seeds train.seed + r * (num_envs / K) + i: the envs of a K-rank run are the envs of
+  a 1-rank run with the same seed, dealt out to the ranks. Action sampling and minibatch
+  shuffles use generators seeded from train.seed and the rank (rank 0's are a 1-rank run's).
+- A batch is global: num_envs x num_steps steps, split into ppo.num_minibatches global
+  minibatches, each the union of one local minibatch per rank. Gradients are averaged over
+  the ranks every minibatch step (one all-reduce of the flat gradient buffer), so every rank
+  applies the same step and holds identical parameters; `check_replicas` proves it after
+  every update (a CRC32 of the parameters, all-gathered). Advantages are normalised with the
+  global minibatch's mean and standard deviation (one all-reduce per epoch for all its
+  minibatches); the learning-rate schedule is a function of the update count, which every rank
+  shares. train.total_steps counts global steps.
+- Every decision that ends or checkpoints the loop is taken together (`agree`): a SIGTERM that
+  reaches one rank first stops every rank at the same update boundary.
+- A collective that does not complete within train.dist_timeout_s (a rank stopped, hung or
+  died) raises GroupError, which ends the run with that one line instead of a hang.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from operant.trainer.config import ConfigError
+from operant.trainer.service_protocol import GroupError
+
+# torchrun's variables (torch.distributed.run): which process of which group this is.
+_RANK_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What torchrun told this process (rank 0 of 1 without torchrun)."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    restart_count: int = 0
+    run_id: str = ""
+    """torchrun's rendezvous id (TORCHELASTIC_RUN_ID): the same for every rank of a job and
+    across its restarts."""
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def launch_from_environ(environ: Any = None) -> Launch:
+    """torchrun's variables, checked; ConfigError naming the variable if one is malformed."""
+    environ = os.environ if environ is None else environ
+    if not any(name in environ for name in _RANK_VARIABLES):
+        return Launch()
+    values = {}
+    for name in _RANK_VARIABLES + ("TORCHELASTIC_RESTART_COUNT",):
+        text = environ.get(name, "0" if name != "WORLD_SIZE" else "1")
+        try:
+            values[name] = int(text)
+        except ValueError:
+            raise ConfigError(f"${name} = {text!r} is not an integer (torchrun sets it)") from None
+    rank, world = values["RANK"], values["WORLD_SIZE"]
+    if world < 1 or not 0 <= rank < world:
+        raise ConfigError(f"$RANK = {rank} and $WORLD_SIZE = {world} do not name a process")
+    return Launch(
+        rank=rank,
+        world_size=world,
+        local_rank=values["LOCAL_RANK"],
+        restart_count=values["TORCHELASTIC_RESTART_COUNT"],
+        run_id=environ.get("TORCHELASTIC_RUN_ID", ""),
+    )
+
+
+def choose_backend(requested: str, device: str) -> str:
+    """gloo for a CPU policy, nccl for a CUDA one, unless train.dist_backend names one."""
+    if requested != "auto":
+        return requested
+    return "nccl" if torch.device(device).type == "cuda" else "gloo"
+
+
+class Group:
+    """This process's place in the run's process group, and the collectives the run uses.
+
+    Every method is a collective: each rank must call it, in the same order."""
+
+    def __init__(self, launch: Launch, backend: str, timeout_s: float, device: str):
+        self.rank, self.world_size = launch.rank, launch.world_size
+        self.local_rank = launch.local_rank
+        self.node = socket.gethostname()
+        self.timeout_s = timeout_s
+        self.backend = backend
+        if backend == "nccl":
+            torch.cuda.set_device(launch.local_rank)
+            self.device = torch.device("cuda", launch.local_rank)
+        else:
+            self.device = torch.device("cpu")
+        try:
+            dist.init_process_group(
+                backend,
+                rank=launch.rank,
+                world_size=launch.world_size,
+                timeout=datetime.timedelta(seconds=timeout_s),
+            )
+        except (RuntimeError, ValueError) as error:
+            raise GroupError(
+                f"rank {self.rank}: cannot join the process group ({backend}): {_first_line(error)}"
+            ) from None
+
+    def close(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+    # -- collectives ---------------------------------------------------------------------
+    def _guard(self, what: str, call: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return call(*args, **kwargs)
+        except RuntimeError as error:
+            raise GroupError(
+                f"rank {self.rank}: {what} failed, so the run ends: a rank died, or stopped "
+                f"or hung for longer than train.dist_timeout_s = {self.timeout_s:g} s "
+                f"({_first_line(error)})"
+            ) from None
+
+    def _on_device(self, tensor: torch.Tensor) -> tuple[torch.Tensor, bool]:
+        if tensor.device == self.device:
+            return tensor, False
+        return tensor.to(self.device), True
+
+    def average_(self, tensor: torch.Tensor, what: str = "the gradient all-reduce") -> None:
+        """Replace `tensor` by its mean over the ranks, in place."""
+        self.sum_(tensor, what)
+        tensor.div_(self.world_size)
+
+    def sum_(self, tensor: torch.Tensor, what: str = "an all-reduce") -> None:
+        """Replace `tensor` by its sum over the ranks, in place."""
+        moved, copied = self._on_device(tensor)
+        self._guard(what, dist.all_reduce, moved)
+        if copied:
+            tensor.copy_(moved)
+
+    def agree(self, flags: Sequence[bool]) -> list[bool]:
+        """Each flag true on any rank is true on every rank (the boundary's decisions)."""
+        votes = torch.tensor([int(flag) for flag in flags], dtype=torch.int32, device=self.device)
+        self._guard("the update boundary's vote", dist.all_reduce, votes, op=dist.ReduceOp.MAX)
+        return [bool(vote) for vote in votes.tolist()]
+
+    def all_gather(self, row: torch.Tensor, what: str) -> torch.Tensor:
+        """(world_size, *row.shape): every rank's `row`, in rank order."""
+        moved, _ = self._on_device(row.contiguous())
+        rows = [torch.empty_like(moved) for _ in range(self.world_size)]
+        self._guard(what, dist.all_gather, rows, moved)
+        return torch.stack(rows).cpu()
+
+    def gather_to_zero(self, value: Any, what: str) -> list[Any] | None:
+        """Every rank's `value` (picklable) on rank 0, in rank order; None elsewhere."""
+        gathered: list[Any] | None = [None] * self.world_size if self.rank == 0 else None
+        self._guard(what, dist.gather_object, value, gathered, dst=0)
+        return gathered
+
+    def broadcast_from_zero(self, value: Any, what: str) -> Any:
+        """Rank 0's `value` (picklable) on every rank."""
+        box = [value if self.rank == 0 else None]
+        self._guard(what, dist.broadcast_object_list, box, src=0)
+        return box[0]
+
+    def scatter_from_zero(self, values: list[Any] | None, what: str) -> Any:
+        """Rank r receives values[r] of rank 0's list."""
+        box: list[Any] = [None]
+        self._guard(what, dist.scatter_object_list, box, values if self.rank == 0 else None, src=0)
+        return box[0]
+
+    def broadcast_(self, tensor: torch.Tensor, what: str) -> None:
+        """Rank 0's values into `tensor` on every rank, in place."""
+        moved, copied = self._on_device(tensor)
+        self._guard(what, dist.broadcast, moved, src=0)
+        if copied:
+            tensor.copy_(moved)
+
+    def check_replicas(self, param: torch.Tensor, update: int) -> None:
+        """Every rank holds the same parameters, bit for bit: a CRC32 of their bytes,
+        all-gathered; GroupError naming the first rank that differs from rank 0."""
+        crc = parameter_crc(param)
+        crcs = self.all_gather(torch.tensor([crc], dtype=torch.int64), "the replica check")
+        for rank, other in enumerate(crcs[:, 0].tolist()):
+            if other != crcs[0, 0].item():
+                raise GroupError(
+                    f"rank {rank}'s parameters differ from rank 0's after update {update} "
+                    f"(CRC32 {other:08x} vs {int(crcs[0, 0]):08x}): the replicas diverged"
+                )
+
+
+def parameter_crc(param: torch.Tensor) -> int:
+    """CRC32 of a flat parameter tensor's bytes (about 20 us for 100 K parameters)."""
+    data = param.detach()
+    if data.device.type != "cpu":
+        data = data.cpu()
+    return zlib.crc32(data.contiguous().view(torch.uint8).numpy().data) & 0xFFFFFFFF
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

@@ -1,0 +1,237 @@
+"""One rank's life under torchrun: join the group, share one plan, train, stop together.
+
+Rank 0 plans the run as a lone trainer does (operant.trainer.resume: a new run, `--resume`,
+or `--resume auto`), then hands every rank the config, the run id and its own part of the
+checkpoint (scattered: a rank never reads the run directory to start). Every rank builds its
+trainer; only when all have built does rank 0 create (and lock) the run directory, so a
+refusal on any rank leaves nothing behind. The session's services then run with the rank's
+role (operant.trainer.service_protocol): rank 0 owns the run directory's files, every rank
+publishes its own metrics file, and checkpoints and stops are decided together at update
+boundaries (GroupCheckpoints).
+
+The run id: train.run_id if set, else one made from the env id and torchrun's rendezvous id
+(TORCHELASTIC_RUN_ID, the same on every rank and across the group's restarts). A group that
+torchrun restarts (`--max-restarts`, TORCHELASTIC_RESTART_COUNT > 0) resumes its run from the
+newest checkpoint by itself: `--resume auto` semantics.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from operant.trainer.distributed import Group, Launch, choose_backend
+from operant.trainer.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from operant.trainer.resume import AUTO, RunPlan
+from operant.trainer.service_protocol import GroupError, Outcome, Rank, Role
+from operant.trainer.services import Checkpoints
+from operant.trainer.signals import StopSignals
+
+
+def _say(launch: Launch, text: str, every_rank: bool = False) -> None:
+    if every_rank or launch.rank == 0:
+        prefix = f"operant-train[rank {launch.rank}]" if every_rank else "operant-train"
+        print(f"{prefix}: {text}", file=sys.stderr, flush=True)
+
+
+def default_run_id(env_id: str, launch: Launch) -> str:
+    """A run id every rank (and every restart of the group) derives alike."""
+    tag = re.sub(r"[^A-Za-z0-9._-]", "-", launch.run_id or "torchrun")
+    return f"{env_id.replace('/', '-')}-{tag}"
+
+
+def run_rank(args: Any, launch: Launch, signals: StopSignals, flags: dict[str, Any]) -> int:
+    """operant-train as rank `launch.rank` of a torchrun group; its exit status."""
+    from operant.envs import EnvError
+    from operant.shared import runs
+    from operant.trainer.config import ConfigError, load_config
+
+    try:
+        given = load_config(args.config, args.overrides, flags)
+    except (ConfigError, EnvError) as error:
+        _say(launch, str(error))
+        return EXIT_USAGE
+    try:
+        group = Group(
+            launch,
+            choose_backend(given.train.dist_backend, given.train.device),
+            given.train.dist_timeout_s,
+            given.train.device,
+        )
+    except GroupError as error:
+        _say(launch, str(error), every_rank=True)
+        return EXIT_FAILED
+    try:
+        return _run_in_group(args, launch, group, signals, flags, given, runs)
+    except GroupError as error:
+        _say(launch, str(error), every_rank=True)
+        return EXIT_FAILED
+    finally:
+        group.close()
+
+
+def _run_in_group(
+    args: Any, launch: Launch, group: Group, signals: StopSignals, flags: Any, given: Any, runs: Any
+) -> int:
+    plan, problem = None, None
+    if launch.rank == 0:
+        plan, problem = _plan_on_zero(args, launch, flags, given)
+    shared = group.broadcast_from_zero(
+        None if plan is None else _shareable(plan), "sharing the run's plan"
+    )
+    if shared is None:
+        if problem:
+            _say(launch, problem)
+        return EXIT_USAGE
+    parts: list[Any] | None = [None] * group.world_size if launch.rank == 0 else None
+    if plan is not None and plan.payload is not None:
+        parts = [{"trainer": plan.payload["trainer"], "rng": plan.payload["rng"]}]
+        parts += list(plan.payload.get("ranks", ()))
+    part = group.scatter_from_zero(parts, "handing out the checkpoint's rank states")
+    if plan is None:
+        plan = _plan_elsewhere(shared, part)
+    try:
+        return _train(args, launch, group, signals, plan)
+    finally:
+        plan.release()
+
+
+def _plan_on_zero(
+    args: Any, launch: Launch, flags: Any, given: Any
+) -> tuple[RunPlan | None, str | None]:
+    """Rank 0's plan of the run (a lone trainer's rules), or (None, the one-line refusal)."""
+    from operant.envs import EnvError
+    from operant.shared import runs
+    from operant.trainer import preflight
+    from operant.trainer.config import ConfigError
+    from operant.trainer.resume import ResumeError, plan_run
+
+    resume = args.resume
+    if resume is None and launch.restart_count > 0:
+        resume = AUTO  # torchrun restarted the group: continue from the newest checkpoint
+    if not given.train.run_id and resume in (None, AUTO):
+        flags = {**flags, "train": {**flags.get("train", {})}}
+        flags["train"]["run_id"] = default_run_id(given.env.id, launch)
+    try:
+        plan = plan_run(resume, args.config, args.overrides, flags)
+        preflight.check(plan.config, plan.impl)
+    except (ConfigError, EnvError, ResumeError, runs.RunNotFoundError) as error:
+        return None, str(error)
+    return plan, None
+
+
+def _shareable(plan: RunPlan) -> dict[str, Any]:
+    from operant.trainer.config import to_dict
+
+    return {
+        "config": to_dict(plan.config),
+        "root": str(plan.root),
+        "run_id": plan.run_id,
+        "checkpoint": None if plan.checkpoint is None else str(plan.checkpoint),
+        "resumed": plan.payload is not None,
+        "restart": plan.restart,
+    }
+
+
+def _plan_elsewhere(shared: dict[str, Any], part: Any) -> RunPlan:
+    """A rank other than 0's plan: rank 0's, with this rank's part of the checkpoint."""
+    from operant.envs import resolve_impl
+    from operant.trainer.config import derive, load_config
+
+    config = load_config(None, (), shared["config"])
+    root = Path(shared["root"])
+    return RunPlan(
+        config=config,
+        derived=derive(config),
+        impl=resolve_impl(config.env.id, config.env.impl),
+        root=root,
+        run_id=shared["run_id"],
+        run_dir=root / shared["run_id"],
+        checkpoint=None if shared["checkpoint"] is None else Path(shared["checkpoint"]),
+        payload=part if shared["resumed"] else None,
+        restart=shared["restart"],
+    )
+
+
+def _train(args: Any, launch: Launch, group: Group, signals: StopSignals, plan: RunPlan) -> int:
+    """Build every rank's trainer, then the run directory, then train together."""
+    from operant.trainer import session
+    from operant.trainer.checkpoint_format import CheckpointError
+    from operant.trainer.config import ConfigError
+
+    trainer, problem = None, None
+    try:
+        trainer = session.build_trainer(plan, group)
+    except (CheckpointError, ConfigError) as error:
+        problem = f"{plan.checkpoint or 'config'}: {error}"
+    if any(group.agree([problem is not None])):
+        if problem:
+            _say(launch, problem, every_rank=True)
+        return EXIT_USAGE
+    assert trainer is not None
+    group.broadcast_(trainer.flat.param.data, "the initial parameters' broadcast")
+    status = EXIT_OK
+    if launch.rank == 0:
+        run_dir, status = session.open_run_dir(plan)
+    if any(group.agree([status != EXIT_OK])):
+        return status if status != EXIT_OK else EXIT_USAGE
+    run_dir = plan.run_dir
+    assert run_dir is not None
+    trainer.run_dir = run_dir
+    rank = Rank(group.rank, group.world_size)
+    services = session.compose(args, plan, signals, trainer, run_dir, rank, group)
+    runner = session.Session(trainer, services, signals)
+    status = runner.run()
+    error = runner.outcome.error
+    if launch.rank != 0 and isinstance(error, (GroupError, FloatingPointError)):
+        _say(launch, str(error), every_rank=True)
+    return status
+
+
+class GroupCheckpoints(Checkpoints):
+    """Checkpoints of a run of several ranks: decided together at every update boundary (a
+    stop signal, SIGUSR1, or rank 0's periodic schedule on any rank counts for all), written
+    by rank 0 with every rank's state gathered into it. Every rank runs it."""
+
+    role = Role.EVERY_RANK
+
+    def __init__(self, *args: Any, group: Group, plan: RunPlan, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.group = group
+        if plan.payload is not None and group.rank != 0:
+            self.checkpointer.last_update = plan.resumed_update
+
+    def on_boundary(self) -> bool:
+        requested = self.signals.take_checkpoint_request()
+        due = self.group.rank == 0 and self.checkpointer.due(self.trainer.update)
+        stop, requested, due = self.group.agree([self.signals.stop_requested, requested, due])
+        if requested or due:
+            path = self._try_checkpoint()
+            if requested and path is not None:
+                print(
+                    f"operant-train: SIGUSR1: checkpoint {path} (update "
+                    f"{self.trainer.update}, step {self.trainer.global_step:,})",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        return stop
+
+    def on_stopping(self, outcome: Outcome) -> None:
+        outcome.checkpoint = self.checkpoint()
+
+    def checkpoint(self) -> Path | None:
+        from operant.trainer.state import capture_global_rng
+
+        update, checkpointer = self.trainer.update, self.checkpointer
+        if update == 0 or update == checkpointer.last_update:
+            return checkpointer.last_path
+        state = {"trainer": self.trainer.state_dict(), "rng": capture_global_rng()}
+        states = self.group.gather_to_zero(state, "gathering the ranks' states")
+        if states is None:  # not rank 0: its state is in rank 0's file
+            checkpointer.last_update = update
+            return None
+        return checkpointer.save(
+            self.trainer, self.config_dict, self.progress.synced_length(), ranks=states[1:]
+        )

@@ -1,0 +1,154 @@
+"""An update's record: this rank's (what its metrics file publishes) and the run's (what the
+progress log, the console and systemd see), which under torchrun pools every rank's.
+
+Pooling (one all-gather of a short float64 row per update): steps, episodes and steps/s are
+summed over the ranks; the lowest and highest returns are over all ranks' episodes of the
+update; the mean episode length is weighted by each rank's episodes; the return that solves
+an env is the mean of the newest ceil(100 / K) episodes of each of the K ranks (100 episodes
+in all, as a lone trainer's "mean of the last 100"), and every rank reads the same pooled
+values, so every rank stops at the same update when train.target_return is reached. The
+losses, KL and clip fraction are the ranks' means (operant.trainer.ppo); the explained
+variance is rank 0's batch's.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from operant.envs import EpisodeStats
+from operant.shared.record import PPOStatistics, UpdateRecord
+
+SOLVE_WINDOW = 100  # episodes in the "mean of the last 100" that solves an env
+
+# The pooled row's fixed fields, then the rank's newest returns (NaN-padded).
+_FIELDS = ("steps", "episodes", "episodes_now", "sps", "sps_mean", "low", "high", "length_sum")
+
+
+def _env_episode_fields(episode: EpisodeStats) -> dict[str, Any]:
+    """UpdateRecord's env-level episode fields when rows are agents (the drain's `per_env`),
+    none otherwise: a single-agent run's progress lines stay as they were."""
+    per_env = episode.per_env
+    if per_env is None:
+        return {}
+    return {
+        "env_episodes": per_env.episodes,
+        "env_episode_return_mean": per_env.return_mean if per_env.episodes else None,
+    }
+
+
+def _finite_or_none(value: float) -> float | None:
+    """A statistic as the record holds it: None where it is not a finite number."""
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def make_record(trainer: Any, stats: PPOStatistics, update_seconds: float) -> UpdateRecord:
+    """The update's record, the run's: this rank's alone when it trains alone, else pooled
+    (the module docstring); sets `trainer.rank_record` and `trainer.last_record`, and
+    `trainer.solved_at` the first time the pooled mean reaches train.target_return."""
+    episode = trainer.env.drain_episode_stats()
+    trainer.episodes += episode.episodes
+    group, derived = trainer.group, trainer.derived
+    world = derived.world_size
+    elapsed = time.perf_counter() - trainer.started
+    steps = trainer.global_step // world
+    window = -(-SOLVE_WINDOW // world)
+    recent = trainer.env.recent_returns(window)
+    record = UpdateRecord(
+        updates=trainer.update,
+        global_step=steps,
+        episodes=trainer.episodes,
+        elapsed_s=round(elapsed, 4),
+        sps=round(derived.local_batch_size / update_seconds, 1),
+        sps_mean=round(steps / elapsed, 1) if elapsed > 0 else 0.0,
+        # Mean of the last 100 finished episodes (the usual "solved" window).
+        episode_return_mean=float(recent.mean()) if len(recent) else None,
+        episode_return_min=episode.return_min if episode.episodes else None,
+        episode_return_max=episode.return_max if episode.episodes else None,
+        episode_length_mean=episode.length_mean if episode.episodes else None,
+        episodes_this_update=episode.episodes,
+        learning_rate=trainer.optimizer.lr,
+        policy_loss=_finite_or_none(stats.policy_loss),
+        value_loss=_finite_or_none(stats.value_loss),
+        entropy=_finite_or_none(stats.entropy),
+        approx_kl=_finite_or_none(stats.approx_kl),
+        clip_fraction=_finite_or_none(stats.clip_fraction),
+        explained_variance=_finite_or_none(stats.explained_variance),
+        epochs=_finite_or_none(stats.epochs),
+        phase_s={name: round(value, 6) for name, value in trainer.timer.seconds().items()},
+        env_phase_s=trainer.env_phase_seconds(),
+        **_env_episode_fields(episode),
+    )
+    trainer.rank_record = record
+    if group is not None:
+        record, recent = _pool(group, record, recent, window)
+        record.global_step = trainer.global_step
+    _judge(trainer, record, recent, elapsed)
+    trainer.last_record = record
+    return record
+
+
+def _judge(trainer: Any, record: UpdateRecord, recent: np.ndarray, elapsed: float) -> None:
+    """Mark the record solved the first time the mean of the last 100 reaches the target."""
+    target = trainer.config.train.target_return
+    solved = (
+        target is not None
+        and trainer.solved_at is None
+        and len(recent) >= SOLVE_WINDOW
+        and bool(recent.mean() >= target)
+    )
+    if solved:
+        trainer.solved_at = elapsed
+        record.solved = True
+
+
+def _pool(
+    group: Any, record: UpdateRecord, recent: np.ndarray, window: int
+) -> tuple[UpdateRecord, np.ndarray]:
+    """The run's record from every rank's (module docstring); and the pooled recent returns."""
+    nan = float("nan")
+    low, high = record.episode_return_min, record.episode_return_max
+    length = record.episode_length_mean
+    row = np.full(len(_FIELDS) + window, nan)
+    row[: len(_FIELDS)] = (
+        record.global_step,
+        record.episodes,
+        record.episodes_this_update,
+        record.sps,
+        record.sps_mean,
+        nan if low is None else low,
+        nan if high is None else high,
+        0.0 if length is None else length * record.episodes_this_update,
+    )
+    row[len(_FIELDS) : len(_FIELDS) + len(recent)] = recent
+    rows = group.all_gather(torch.from_numpy(row), "the update record's all-gather").numpy()
+    column = {name: rows[:, index] for index, name in enumerate(_FIELDS)}
+    pooled = rows[:, len(_FIELDS) :].reshape(-1)
+    pooled = pooled[~np.isnan(pooled)]
+    episodes_now = int(column["episodes_now"].sum())
+    fields = {
+        "episodes": int(column["episodes"].sum()),
+        "episodes_this_update": episodes_now,
+        "sps": round(float(column["sps"].sum()), 1),
+        "sps_mean": round(float(column["sps_mean"].sum()), 1),
+        "episode_return_mean": float(pooled.mean()) if len(pooled) else None,
+        "episode_return_min": _nan_extreme(np.nanmin, column["low"]),
+        "episode_return_max": _nan_extreme(np.nanmax, column["high"]),
+        "episode_length_mean": (
+            float(column["length_sum"].sum() / episodes_now) if episodes_now else None
+        ),
+    }
+    pooled_record = UpdateRecord(**{**_as_fields(record), **fields})
+    return pooled_record, pooled
+
+
+def _nan_extreme(reduce: Any, values: np.ndarray) -> float | None:
+    return None if np.isnan(values).all() else float(reduce(values))
+
+
+def _as_fields(record: UpdateRecord) -> dict[str, Any]:
+    return {name: getattr(record, name) for name in record.__struct_fields__}
