@@ -265,3 +265,31 @@ def _children(pid: int) -> list[int]:
         except OSError:
             pass
     return found
+
+
+def test_a_killed_rank_restarts_the_group_which_resumes_by_itself(tmp_path):
+    """SIGKILL of one rank under `--max-restarts 1`: torchrun restarts both ranks, which
+    resume from the newest checkpoint (at most checkpoint.every_updates lost) and finish."""
+    root = tmp_path / "runs"
+    log = tmp_path / "log"
+    torchrun = [
+        str(BIN / "torchrun"),
+        *("--standalone", "--nproc-per-node", "2", "--max-restarts", "1"),
+        *("--monitor-interval", "1", "-m", "operant.trainer.main"),
+    ]
+    trainer_args = _train(root, "phoenix", updates=40)[3:]  # without --nproc-per-node 2
+    with open(log, "w") as out:
+        launcher = subprocess.Popen(
+            [*torchrun, *trainer_args], stdout=out, stderr=subprocess.STDOUT, env=_environ()
+        )
+    run_dir = root / "phoenix"
+    wait_for_updates(run_dir, 10)
+    os.kill(_rank_pid(launcher.pid, 1), signal.SIGKILL)
+    killed_at = len(_progress(run_dir))
+    newest = find_checkpoint(run_dir / "checkpoints")
+    assert launcher.wait(timeout=240) == 0, log.read_text()[-3000:]
+    resumed_from = int(newest.stem.rsplit("-", 1)[-1])
+    assert killed_at - resumed_from <= 4 + 1  # the interval, and the update under way
+    assert [r["update"] for r in _progress(run_dir)] == list(range(1, 41))
+    payload = checkpoint_format.load(find_checkpoint(run_dir / "checkpoints"))
+    assert payload["trainer"]["counters"]["update"] == 40

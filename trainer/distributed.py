@@ -111,12 +111,14 @@ class Group:
             self.device = torch.device("cuda", launch.local_rank)
         else:
             self.device = torch.device("cpu")
+        timeout = datetime.timedelta(seconds=timeout_s)
         try:
             dist.init_process_group(
                 backend,
+                store=_attempt_store(launch, timeout),
                 rank=launch.rank,
                 world_size=launch.world_size,
-                timeout=datetime.timedelta(seconds=timeout_s),
+                timeout=timeout,
             )
         except (RuntimeError, ValueError) as error:
             raise GroupError(
@@ -204,6 +206,34 @@ class Group:
                     f"rank {rank}'s parameters differ from rank 0's after update {update} "
                     f"(CRC32 {other:08x} vs {int(crcs[0, 0]):08x}): the replicas diverged"
                 )
+
+
+def _attempt_store(launch: Launch, timeout: datetime.timedelta) -> dist.Store:
+    """The key-value store the group's ranks find each other through, with keys of this
+    attempt only.
+
+    torchrun's agent hosts a TCPStore (MASTER_ADDR:MASTER_PORT) and, with --standalone, keeps
+    the same one when it restarts the group: init_process_group's own env:// rendezvous then
+    reads the previous attempt's addresses and waits to connect to ranks that are gone
+    (measured: the restarted group never formed). Prefixing the keys with torchrun's restart
+    count gives every attempt its own."""
+    host = os.environ.get("MASTER_ADDR", "127.0.0.1")
+    try:
+        port = int(os.environ.get("MASTER_PORT", ""))
+    except ValueError:
+        raise GroupError(
+            f"rank {launch.rank}: $MASTER_PORT is not a port number (torchrun sets it)"
+        ) from None
+    agent_hosts = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    store = dist.TCPStore(
+        host,
+        port,
+        world_size=launch.world_size,
+        is_master=not agent_hosts and launch.rank == 0,
+        timeout=timeout,
+        multi_tenant=not agent_hosts,
+    )
+    return dist.PrefixStore(f"operant/attempt-{launch.restart_count}", store)
 
 
 def parameter_crc(param: torch.Tensor) -> int:
