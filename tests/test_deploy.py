@@ -30,6 +30,8 @@ GUIDE = REPO / "docs" / "deploy.md"
 TRAINER_TEMPLATE = "operant-train@.service"
 TRAINER = "operant-train@cartpole.service"
 EXPORTER = "operant-exporter.service"
+NODE_TEMPLATE = "operant-train-node@.service"
+NODE = "operant-train-node@cartpole.service"
 GPU_DROP_IN = "operant-train-gpu.conf"
 MAX_EXPOSURE = 2.0
 
@@ -61,7 +63,7 @@ def root(tmp_path) -> Path:
     shutil.copytree(_host_unit_dir(), root / "usr/lib/systemd/system", symlinks=True)
     unit_dir = root / "etc/systemd/system"
     unit_dir.mkdir(parents=True)
-    for name in (TRAINER_TEMPLATE, EXPORTER):
+    for name in (TRAINER_TEMPLATE, EXPORTER, NODE_TEMPLATE):
         shutil.copy(DEPLOY / name, unit_dir / name)
         for command in _exec_paths(DEPLOY / name):
             stand_in = root / command.lstrip("/")
@@ -140,6 +142,7 @@ def test_the_documented_verify_of_a_checkout_passes():
     assert (result.returncode, result.stderr) == (0, "")
     assert result.stdout.splitlines() == [
         f"ok: operant-train@.service, operant-exporter.service (ExecStart in {bin_dir})",
+        "ok: operant-train-node@.service (a node of a multi-node job)",
         "ok: operant-train@.service with operant-train-gpu.conf",
     ]
 
@@ -157,7 +160,8 @@ def test_the_checkout_verify_fails_on_any_warning(tmp_path):
     assert result.returncode == 1
     lines = result.stdout.splitlines()
     assert lines[0].startswith("ok: operant-train@.service, operant-exporter.service")
-    assert lines[1:] == [
+    assert lines[1] == "ok: operant-train-node@.service (a node of a multi-node job)"
+    assert lines[2:] == [
         "FAILED: operant-train@.service with operant-train-gpu.conf",
         f"operant-train@.service.d/gpu.conf:{line + 1}: Unknown key 'DevicePolicyy' in "
         "section [Service], ignoring.",
@@ -202,7 +206,7 @@ def test_verify_reports_what_it_should(root):
 
 
 @needs_systemd_analyze
-@pytest.mark.parametrize("unit", [TRAINER, EXPORTER])
+@pytest.mark.parametrize("unit", [TRAINER, EXPORTER, NODE])
 def test_security_exposure_is_low(root, unit):
     assert _exposure(root, unit) <= MAX_EXPOSURE
 
@@ -255,3 +259,28 @@ def test_example_config_parses():
     assert config["env"]["id"] == "CartPole-v1"
     assert config["train"]["total_steps"] == 10_000_000
     assert config["train"]["run_id"] == "cartpole"  # stable, so --resume auto finds it
+
+
+@needs_systemd_analyze
+def test_the_multi_node_unit_verifies_without_any_output(root):
+    etc = root / "etc/operant"
+    etc.mkdir(parents=True)
+    shutil.copy(DEPLOY / "cluster.env", etc / "cartpole.env")
+    assert _verify(root, NODE) == ""
+
+
+def test_the_multi_node_unit_starts_torchrun_through_operant_train():
+    settings = _settings(DEPLOY / NODE_TEMPLATE)
+    (command,) = settings["ExecStart"]
+    words = command.split()
+    assert words[0] == "/opt/operant/venv/bin/operant-train"
+    flags = dict(zip(words[1::2], words[2::2], strict=False))
+    assert flags["--rdzv-endpoint"] == "${RDZV_ENDPOINT}" and flags["--resume"] == "auto"
+    assert settings["EnvironmentFile"] == ["/etc/operant/%i.env"]
+    assert settings["KillMode"] == ["mixed"] and settings["Type"] == ["exec"]
+    env = dict(
+        line.split("=", 1)
+        for line in (DEPLOY / "cluster.env").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    assert {name[2:-1] for name in flags.values() if name.startswith("${")} <= set(env)
