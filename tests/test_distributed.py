@@ -204,6 +204,15 @@ def test_bad_rank_counts_are_refused_before_anything_starts(tmp_path):
         "operant-train: env.num_envs = 16 is the run's total over 3 ranks, each stepping the "
         "same share: make it a multiple of 3"
     )
+    away = run(
+        *("operant-train", "--nproc-per-node", "1", "--nnodes", "2", "--runs-dir", str(root)),
+        *("--rdzv-endpoint", "192.0.2.1:29400", "--set", "train.dist_timeout_s=1"),
+    )
+    assert away.returncode == 2
+    assert away.stderr.startswith(
+        "operant-train: the rendezvous endpoint 192.0.2.1:29400 did not answer within "
+        "train.dist_timeout_s = 1 s ("
+    ) and len(away.stderr.strip().splitlines()) == 1
     assert not root.exists()
 
 

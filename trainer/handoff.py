@@ -7,7 +7,9 @@ arguments>` and waits for it, passing stop signals to the ranks (`hand_off`). Wi
 (`--nnodes`, `--rdzv-backend c10d`, `--rdzv-endpoint HOST:PORT`, `--rdzv-id`).
 
 Checked first, one line and exit 2 each, nothing started: K >= 1; the config loads and its
-env.num_envs (and minibatches) divide over K x nnodes ranks.
+env.num_envs (and minibatches) divide over K x nnodes ranks; another machine's rendezvous
+endpoint answers within train.dist_timeout_s (torchrun itself would retry for ten minutes
+and then print pages of stack traces).
 """
 
 from __future__ import annotations
@@ -64,12 +66,60 @@ def refusal(args: argparse.Namespace, flags: dict[str, Any]) -> str | None:
         return f"--max-restarts must be 0 or more, got {args.max_restarts}"
     if nnodes > 1 and not args.rdzv_endpoint:
         return "--nnodes > 1 needs --rdzv-endpoint HOST:PORT (the same on every node)"
+    timeout_s = 300.0
     if args.resume is None or args.config is not None:
         try:
-            derive(load_config(args.config, args.overrides, flags), 1, nnodes * args.nproc_per_node)
+            config = load_config(args.config, args.overrides, flags)
+            derive(config, 1, nnodes * args.nproc_per_node)
         except (ConfigError, EnvError) as error:
             return str(error)
+        timeout_s = config.train.dist_timeout_s
+    if args.rdzv_endpoint:
+        return unreachable(args.rdzv_endpoint, timeout_s)
     return None
+
+
+def unreachable(endpoint: str, timeout_s: float) -> str | None:
+    """Why a multi-node job's rendezvous endpoint cannot be used, in one line; None when it
+    answers, or when it is this machine (torchrun then hosts it). Another node's endpoint
+    is tried until train.dist_timeout_s: its node may start a little later than this one."""
+    import ipaddress
+    import socket
+    import time
+
+    host, _, port_text = endpoint.rpartition(":")
+    if not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        return f"--rdzv-endpoint {endpoint!r} is not HOST:PORT"
+    try:
+        addresses = {info[4][0] for info in socket.getaddrinfo(host, int(port_text))}
+    except OSError as error:
+        return f"--rdzv-endpoint {endpoint}: cannot resolve {host!r} ({error.strerror})"
+    local = _local_addresses()
+    if any(ipaddress.ip_address(a).is_loopback or a in local for a in addresses):
+        return None
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            socket.create_connection((host, int(port_text)), timeout=2).close()
+            return None
+        except OSError as error:
+            last = error.strerror or type(error).__name__
+        if time.monotonic() >= deadline:
+            return (
+                f"the rendezvous endpoint {endpoint} did not answer within "
+                f"train.dist_timeout_s = {timeout_s:g} s ({last}): start the job on that "
+                "node first, or check the host, the port and the firewall"
+            )
+        time.sleep(0.5)
+
+
+def _local_addresses() -> set[str]:
+    import socket
+
+    try:
+        return {info[4][0] for info in socket.getaddrinfo(socket.gethostname(), None)}
+    except OSError:
+        return set()
 
 
 def torchrun_command(args: argparse.Namespace, argv: list[str]) -> list[str]:

@@ -114,6 +114,13 @@ def _add_workload_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--total-steps", type=int, help="trainer: env steps per run (train.total_steps)"
     )
+    parser.add_argument(
+        "--nproc-per-node",
+        type=_int_list,
+        metavar="K,...",
+        help="trainer: run operant-train --nproc-per-node K (torchrun) for each K, rounds "
+        "alternating, and compare their steps/s (operant.trainer.bench.ranks)",
+    )
 
 
 def _add_measurement_arguments(parser: argparse.ArgumentParser) -> None:
@@ -213,6 +220,8 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
         return "--validate-steps must be at least 1"
     if args.mode == "env_only" and (args.matrix or args.num_steps or args.minibatches):
         return "--matrix, --num-steps and --minibatches are for the trainer modes"
+    if args.nproc_per_node and (args.mode != "trainer" or args.matrix):
+        return "--nproc-per-node is a trainer option, without --matrix"
     if args.total_steps is not None and args.total_steps < 1:
         return "--total-steps must be positive"
     if args.plot:
@@ -247,6 +256,18 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine(),
         "time": time.time(),
     }
+    if args.nproc_per_node:
+        from operant.trainer.bench.ranks import bench_ranks
+
+        try:
+            record.update(bench_ranks(args))
+        except ValueError as error:
+            print(f"operant bench: {error}", file=sys.stderr)
+            return 1
+        text = json.dumps(record, indent=2)
+        if args.output:
+            atomic.write_text(args.output, text + "\n")
+        return 0
     run = {
         "env_only": bench_env_only,
         "trainer": bench_trainer,

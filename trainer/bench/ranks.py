@@ -1,0 +1,98 @@
+"""`operant bench trainer --nproc-per-node 1,2`: the same training run with K ranks.
+
+Each round runs operant-train --nproc-per-node K (torchrun, gloo) once per K, the Ks in
+alternating order from round to round, with the config, seed and overrides given; a run's
+steps/s is its summary's (global steps over the seconds trained, start-up excluded), and
+a run is solved when its pooled mean of the last 100 episodes reached train.target_return.
+Reported per K: median steps/s, the ratio to the first K's median and the median of the
+per-round ratios, seeds solved and seconds to solve; and what one update all-reduces (the
+flat gradient of every minibatch step, in bytes), which is what sets the cost of scaling
+out (docs/distributed.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from operant.trainer.bench.measure import summarize
+
+
+def _run(args: argparse.Namespace, ranks: int, seed: int, root: Path) -> dict[str, Any]:
+    command = [sys.executable, "-m", "operant.trainer.main", "--nproc-per-node", str(ranks)]
+    if args.config:
+        command += ["--config", args.config]
+    command += ["--seed", str(seed), "--runs-dir", str(root), "--run-id", f"k{ranks}-s{seed}"]
+    command += ["--log-format", "json", "--quiet"]
+    if args.total_steps:
+        command += ["--total-steps", str(args.total_steps)]
+    for override in args.overrides:
+        command += ["--set", override]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=3600)
+    if done.returncode != 0:
+        raise ValueError(f"{ranks} rank(s), seed {seed} failed: {done.stderr.strip()[-500:]}")
+    summary = json.loads(done.stdout.strip().splitlines()[-1])["summary"]
+    run_dir = Path(summary["run_dir"])
+    policy = torch.load(run_dir / "model.pt", weights_only=True)["policy"]
+    config = json.loads((run_dir / "run.json").read_text())["config"]["ppo"]
+    steps_per_update = config["num_minibatches"] * config["update_epochs"]
+    parameters = sum(tensor.numel() for tensor in policy.values())
+    return {
+        "ranks": ranks,
+        "seed": seed,
+        "sps_mean": summary["sps_mean"],
+        "global_step": summary["global_step"],
+        "solved_at_s": summary.get("solved_at_s"),
+        "allreduce_bytes_per_update": 4 * parameters * steps_per_update,
+    }
+
+
+def bench_ranks(args: argparse.Namespace) -> dict[str, Any]:
+    counts: list[int] = args.nproc_per_node
+    runs: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="operant-bench-ranks-") as root:
+        for index, seed in enumerate(args.seeds):
+            order = counts if index % 2 == 0 else list(reversed(counts))
+            for ranks in order:
+                run = _run(args, ranks, seed, Path(root))
+                runs.append(run)
+                solved = run["solved_at_s"]
+                print(
+                    f"  {ranks} rank(s), seed {seed}: {run['sps_mean']:,.0f} steps/s, "
+                    + (f"solved at {solved:.2f}s" if solved is not None else "NOT solved"),
+                    flush=True,
+                )
+    by_count = {k: [run for run in runs if run["ranks"] == k] for k in counts}
+    first = counts[0]
+    table = {}
+    for ranks, mine in by_count.items():
+        sps = summarize([run["sps_mean"] for run in mine])
+        ratios = [
+            run["sps_mean"] / base["sps_mean"]
+            for run, base in zip(mine, by_count[first], strict=True)
+        ]
+        solve = [run["solved_at_s"] for run in mine if run["solved_at_s"] is not None]
+        table[ranks] = {
+            "sps": sps,
+            "ratio_of_medians": round(
+                sps["median"] / statistics.median(run["sps_mean"] for run in by_count[first]), 3
+            ),
+            "ratio_median": round(statistics.median(ratios), 3),
+            "solved": f"{len(solve)}/{len(mine)}",
+            "solve_s_median": round(statistics.median(solve), 3) if solve else None,
+            "allreduce_bytes_per_update": mine[0]["allreduce_bytes_per_update"] if ranks > 1 else 0,
+        }
+        print(
+            f"{ranks} rank(s): median {sps['median']:,.0f} steps/s, x{table[ranks]['ratio_median']}"
+            f" of {first} (per-round median), solved {table[ranks]['solved']}",
+            flush=True,
+        )
+    return {"runs": runs, "ranks": table}
