@@ -209,10 +209,13 @@ def test_bad_rank_counts_are_refused_before_anything_starts(tmp_path):
         *("--rdzv-endpoint", "192.0.2.1:29400", "--set", "train.dist_timeout_s=1"),
     )
     assert away.returncode == 2
-    assert away.stderr.startswith(
-        "operant-train: the rendezvous endpoint 192.0.2.1:29400 did not answer within "
-        "train.dist_timeout_s = 1 s ("
-    ) and len(away.stderr.strip().splitlines()) == 1
+    assert (
+        away.stderr.startswith(
+            "operant-train: the rendezvous endpoint 192.0.2.1:29400 did not answer within "
+            "train.dist_timeout_s = 1 s ("
+        )
+        and len(away.stderr.strip().splitlines()) == 1
+    )
     assert not root.exists()
 
 

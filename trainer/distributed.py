@@ -16,12 +16,13 @@ What one run of K ranks means (docs/distributed.md says it for users):
 - A batch is global: num_envs x num_steps steps, split into ppo.num_minibatches global
   minibatches, each the union of one local minibatch per rank. Gradients are averaged over
   the ranks every minibatch step (one all-reduce of the flat gradient buffer), so every rank
-  applies the same step and holds identical parameters; `check_replicas` proves it after
-  every update (a CRC32 of the parameters, all-gathered). Advantages are normalised with the
-  global minibatch's mean and standard deviation (one all-reduce per epoch for all its
-  minibatches); the learning-rate schedule is a function of the update count, which every rank
-  shares. train.total_steps counts global steps.
-- Every decision that ends or checkpoints the loop is taken together (`agree`): a SIGTERM that
+  applies the same step and holds identical parameters, which a CRC32 of each rank's
+  parameters, all-gathered with every update's record, proves (trainer.update_record).
+  Advantages are normalised with the global minibatch's mean and standard deviation (one
+  all-reduce per epoch for all its minibatches); the learning-rate schedule is a function of
+  the update count, which every rank shares. train.total_steps counts global steps.
+- Every decision that ends or checkpoints the loop is taken together (each rank's votes ride
+  on the update record's all-gather, operant.trainer.ranks.GroupCheckpoints): a SIGTERM that
   reaches one rank first stops every rank at the same update boundary.
 - A collective that does not complete within train.dist_timeout_s (a rank stopped, hung or
   died) raises GroupError, which ends the run with that one line instead of a hang.
@@ -194,18 +195,6 @@ class Group:
         self._guard(what, dist.broadcast, moved, src=0)
         if copied:
             tensor.copy_(moved)
-
-    def check_replicas(self, param: torch.Tensor, update: int) -> None:
-        """Every rank holds the same parameters, bit for bit: a CRC32 of their bytes,
-        all-gathered; GroupError naming the first rank that differs from rank 0."""
-        crc = parameter_crc(param)
-        crcs = self.all_gather(torch.tensor([crc], dtype=torch.int64), "the replica check")
-        for rank, other in enumerate(crcs[:, 0].tolist()):
-            if other != crcs[0, 0].item():
-                raise GroupError(
-                    f"rank {rank}'s parameters differ from rank 0's after update {update} "
-                    f"(CRC32 {other:08x} vs {int(crcs[0, 0]):08x}): the replicas diverged"
-                )
 
 
 def _attempt_store(launch: Launch, timeout: datetime.timedelta) -> dist.Store:

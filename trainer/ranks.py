@@ -203,10 +203,24 @@ class GroupCheckpoints(Checkpoints):
         if plan.payload is not None and group.rank != 0:
             self.checkpointer.last_update = plan.resumed_update
 
+    def on_start(self) -> None:
+        self.trainer.votes = self._votes
+
+    def _votes(self) -> tuple[bool, bool, bool]:
+        """This rank's votes, gathered with the update's record (update_record._pool)."""
+        rank_zero = self.group.rank == 0
+        return (
+            self.signals.stop_requested,
+            self.signals.take_checkpoint_request(),
+            rank_zero and self.checkpointer.due(self.trainer.update),
+        )
+
     def on_boundary(self) -> bool:
-        requested = self.signals.take_checkpoint_request()
-        due = self.group.rank == 0 and self.checkpointer.due(self.trainer.update)
-        stop, requested, due = self.group.agree([self.signals.stop_requested, requested, due])
+        """The ranks' decision, gathered with the last update's record: the same on every
+        rank, so every rank checkpoints or stops at the same boundary (a signal that arrives
+        after the record counts at the next one)."""
+        stop, requested, due = self.trainer.decision or (False, False, False)
+        self.trainer.decision = ()
         if requested or due:
             path = self._try_checkpoint()
             if requested and path is not None:

@@ -97,6 +97,11 @@ class Trainer:
         self.derived: Derived = derive(config, layout.agents_per_env, world)
         self._build_policy(obs_spec, act_spec, layout)
         self._build_storage(obs_spec, act_spec, layout)
+        self.votes: Callable[[], tuple[bool, ...]] = lambda: ()
+        """Under torchrun: this rank's votes for the next update boundary (the session's
+        GroupCheckpoints sets it), gathered with the update's record; `decision` is their OR
+        over the ranks, the same on every rank."""
+        self.decision: tuple[bool, ...] = ()
         self.rank_record: UpdateRecord | None = None
         """This rank's own record of the last update (its steps, steps/s, episodes): what
         its metrics file publishes. `last_record` is the run's, pooled over the ranks."""
@@ -236,8 +241,6 @@ class Trainer:
         self.update += 1
         # The NaN guard: an update that left non-finite parameters is never recorded.
         self.check_finite()
-        if self.group is not None:
-            self.group.check_replicas(self.flat.param, self.update)
         return make_record(self, stats, time.perf_counter() - update_started)
 
     def env_phases(self) -> tuple[str, ...]:

@@ -27,6 +27,7 @@ SOLVE_WINDOW = 100  # episodes in the "mean of the last 100" that solves an env
 
 # The pooled row's fixed fields, then the rank's newest returns (NaN-padded).
 _FIELDS = ("steps", "episodes", "episodes_now", "sps", "sps_mean", "low", "high", "length_sum")
+_CHECKS = ("crc",)  # then the votes (Trainer.votes), then the newest returns
 
 
 def _env_episode_fields(episode: EpisodeStats) -> dict[str, Any]:
@@ -85,7 +86,7 @@ def make_record(trainer: Any, stats: PPOStatistics, update_seconds: float) -> Up
     )
     trainer.rank_record = record
     if group is not None:
-        record, recent = _pool(group, record, recent, window)
+        record, recent = _pool(trainer, record, recent, window)
         record.global_step = trainer.global_step
     _judge(trainer, record, recent, elapsed)
     trainer.last_record = record
@@ -107,13 +108,24 @@ def _judge(trainer: Any, record: UpdateRecord, recent: np.ndarray, elapsed: floa
 
 
 def _pool(
-    group: Any, record: UpdateRecord, recent: np.ndarray, window: int
+    trainer: Any, record: UpdateRecord, recent: np.ndarray, window: int
 ) -> tuple[UpdateRecord, np.ndarray]:
-    """The run's record from every rank's (module docstring); and the pooled recent returns."""
+    """The run's record from every rank's (module docstring); and the pooled recent returns.
+
+    The same all-gather carries a CRC32 of each rank's parameters (they must be identical:
+    GroupError names a rank whose differ) and each rank's votes for the next update boundary
+    (stop, checkpoint), ORed into `trainer.decision`: one collective per update for all
+    three, rather than three."""
+    from operant.trainer.distributed import parameter_crc
+
+    group = trainer.group
+    votes = trainer.votes()
     nan = float("nan")
     low, high = record.episode_return_min, record.episode_return_max
     length = record.episode_length_mean
-    row = np.full(len(_FIELDS) + window, nan)
+    head = len(_FIELDS) + len(_CHECKS) + len(votes)
+    row = np.full(head + window, nan)
+    row[len(_FIELDS) : head] = (parameter_crc(trainer.flat.param), *votes)
     row[: len(_FIELDS)] = (
         record.global_step,
         record.episodes,
@@ -124,10 +136,12 @@ def _pool(
         nan if high is None else high,
         0.0 if length is None else length * record.episodes_this_update,
     )
-    row[len(_FIELDS) : len(_FIELDS) + len(recent)] = recent
+    row[head : head + len(recent)] = recent
     rows = group.all_gather(torch.from_numpy(row), "the update record's all-gather").numpy()
+    _check_replicas(rows[:, len(_FIELDS)], trainer.update)
+    trainer.decision = tuple(bool(v) for v in rows[:, len(_FIELDS) + 1 : head].max(axis=0))
     column = {name: rows[:, index] for index, name in enumerate(_FIELDS)}
-    pooled = rows[:, len(_FIELDS) :].reshape(-1)
+    pooled = rows[:, head:].reshape(-1)
     pooled = pooled[~np.isnan(pooled)]
     episodes_now = int(column["episodes_now"].sum())
     fields = {
@@ -144,6 +158,18 @@ def _pool(
     }
     pooled_record = UpdateRecord(**{**_as_fields(record), **fields})
     return pooled_record, pooled
+
+
+def _check_replicas(crcs: np.ndarray, update: int) -> None:
+    """Every rank holds rank 0's parameters, bit for bit (their CRC32s agree)."""
+    from operant.trainer.service_protocol import GroupError
+
+    for rank, crc in enumerate(crcs):
+        if crc != crcs[0]:
+            raise GroupError(
+                f"rank {rank}'s parameters differ from rank 0's after update {update} "
+                f"(CRC32 {int(crc):08x} vs {int(crcs[0]):08x}): the replicas diverged"
+            )
 
 
 def _nan_extreme(reduce: Any, values: np.ndarray) -> float | None:
