@@ -305,3 +305,36 @@ def test_a_killed_rank_restarts_the_group_which_resumes_by_itself(tmp_path):
     assert [r["update"] for r in _progress(run_dir)] == list(range(1, 41))
     payload = checkpoint_format.load(find_checkpoint(run_dir / "checkpoints"))
     assert payload["trainer"]["counters"]["update"] == 40
+
+
+def test_a_non_finite_loss_on_one_rank_stops_every_rank_with_the_reason(tmp_path):
+    """Rank 1's rewards turn NaN: the averaged gradient is non-finite on every rank, so every
+    rank's NaN guard stops at the same update; the run is marked failed with the reason."""
+    root = tmp_path / "runs"
+    environ = _environ()
+    environ["PYTHONPATH"] = os.pathsep.join(
+        [str(Path(__file__).parent), environ.get("PYTHONPATH", "")]
+    )
+    done = subprocess.run(
+        command(
+            [
+                *_train(root, "poisoned", updates=20)[: -len(CONFIG)],
+                *("--env", "nan_env:NanOnRankOne-v0", "--set", "env.impl=reference"),
+                *("--set", "env.num_envs=4", "--set", "ppo.num_steps=16"),
+                *("--set", "ppo.num_minibatches=2", "--set", "checkpoint.every_updates=1"),
+            ]
+        ),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=environ,
+    )
+    assert done.returncode != 0
+    assert "operant-train: training failed: non-finite values in parameter" in done.stderr
+    assert "the last good checkpoint is" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().endswith("failed")  # torchrun's line: which ranks failed
+    payload = checkpoint_format.load(find_checkpoint(root / "poisoned" / "checkpoints"))
+    assert all(
+        bool(torch.isfinite(tensor).all()) for tensor in payload["trainer"]["policy"].values()
+    )

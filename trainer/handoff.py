@@ -124,7 +124,7 @@ def _local_addresses() -> set[str]:
 
 def torchrun_command(args: argparse.Namespace, argv: list[str]) -> list[str]:
     """The torchrun command line this invocation becomes (argv without the torchrun flags)."""
-    command = [sys.executable, "-m", "torch.distributed.run"]
+    command = [sys.executable, "-m", "operant.trainer.torchrun"]
     if not args.rdzv_endpoint:
         command.append("--standalone")
     for name, flag in TORCHRUN_FLAGS.items():

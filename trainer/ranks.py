@@ -38,8 +38,7 @@ def _say(launch: Launch, text: str, every_rank: bool = False) -> None:
 
 def default_run_id(env_id: str, launch: Launch) -> str:
     """A run id every rank (and every restart of the group) derives alike."""
-    tag = re.sub(r"[^A-Za-z0-9._-]", "-", launch.run_id or "torchrun")
-    return f"{env_id.replace('/', '-')}-{tag}"
+    return re.sub(r"[^A-Za-z0-9._-]", "-", f"{env_id}-{launch.run_id or 'torchrun'}")
 
 
 def run_rank(args: Any, launch: Launch, signals: StopSignals, flags: dict[str, Any]) -> int:

@@ -1,0 +1,40 @@
+"""torchrun, as operant-train --nproc-per-node runs it: `python -m operant.trainer.torchrun
+ARGS` is `torchrun ARGS` (torch.distributed.run's own parser and launcher), except that when
+ranks fail, it ends with one line naming them, after the ranks' own lines, instead of
+torchrun's stack trace and failure table, and exits with the first failed rank's status (2
+for bad input, 1 for a failed run, 75 for a full disk: operant-train's codes) rather than 1.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    import logging
+    import os
+
+    # One intra-op thread per rank, as torchrun sets it, without its warning about it.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import parse_args, run
+
+    # Its per-rank failure log line: the ranks said why, and the line below names them.
+    logging.getLogger("torch.distributed.elastic.multiprocessing.api").setLevel(logging.CRITICAL)
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        run(args)
+    except ChildFailedError as error:
+        failures = sorted(error.failures.items())
+        named = ", ".join(
+            f"rank {rank} (exit status {failure.exitcode})" for rank, failure in failures
+        )
+        print(f"operant-train: torchrun: {named} failed", file=sys.stderr, flush=True)
+        # The first rank that exited by itself (the others were then stopped by torchrun).
+        codes = [failure.exitcode for _, failure in failures if 0 < failure.exitcode < 256]
+        return codes[0] if codes else 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
