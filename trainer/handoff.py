@@ -91,7 +91,7 @@ def unreachable(endpoint: str, timeout_s: float) -> str | None:
     if not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
         return f"--rdzv-endpoint {endpoint!r} is not HOST:PORT"
     try:
-        addresses = {info[4][0] for info in socket.getaddrinfo(host, int(port_text))}
+        addresses = {str(info[4][0]) for info in socket.getaddrinfo(host, int(port_text))}
     except OSError as error:
         return f"--rdzv-endpoint {endpoint}: cannot resolve {host!r} ({error.strerror})"
     local = _local_addresses()
@@ -117,7 +117,7 @@ def _local_addresses() -> set[str]:
     import socket
 
     try:
-        return {info[4][0] for info in socket.getaddrinfo(socket.gethostname(), None)}
+        return {str(info[4][0]) for info in socket.getaddrinfo(socket.gethostname(), None)}
     except OSError:
         return set()
 

@@ -183,9 +183,9 @@ def _train(args: Any, launch: Launch, group: Group, signals: StopSignals, plan: 
     services = session.compose(args, plan, signals, trainer, run_dir, rank, group)
     runner = session.Session(trainer, services, signals)
     status = runner.run()
-    error = runner.outcome.error
-    if launch.rank != 0 and isinstance(error, (GroupError, FloatingPointError)):
-        _say(launch, str(error), every_rank=True)
+    failure = runner.outcome.error
+    if launch.rank != 0 and isinstance(failure, (GroupError, FloatingPointError)):
+        _say(launch, str(failure), every_rank=True)
     return status
 
 
