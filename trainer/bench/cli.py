@@ -121,6 +121,12 @@ def _add_workload_arguments(parser: argparse.ArgumentParser) -> None:
         help="trainer: run operant-train --nproc-per-node K (torchrun) for each K, rounds "
         "alternating, and compare their steps/s (operant.trainer.bench.ranks)",
     )
+    parser.add_argument(
+        "--weak-scaling",
+        action="store_true",
+        help="with --nproc-per-node: each rank steps the config's env.num_envs (the batch "
+        "grows with K) instead of sharing them",
+    )
 
 
 def _add_measurement_arguments(parser: argparse.ArgumentParser) -> None:

@@ -8,6 +8,10 @@ Reported per K: median steps/s, the ratio to the first K's median and the median
 per-round ratios, seeds solved and seconds to solve; and what one update all-reduces (the
 flat gradient of every minibatch step, in bytes), which is what sets the cost of scaling
 out (docs/distributed.md).
+
+By default the config's env.num_envs is the run's total at every K (strong scaling: K ranks
+share one batch); with --weak-scaling each rank steps the config's num_envs (the run's total
+and its batch grow with K, as CleanRL's multi-GPU PPO and PufferLib scale).
 """
 
 from __future__ import annotations
@@ -36,6 +40,11 @@ def _run(args: argparse.Namespace, ranks: int, seed: int, root: Path) -> dict[st
         command += ["--total-steps", str(args.total_steps)]
     for override in args.overrides:
         command += ["--set", override]
+    if args.weak_scaling:
+        from operant.trainer.config import load_config
+
+        num_envs = load_config(args.config, args.overrides).env.num_envs
+        command += ["--set", f"env.num_envs={num_envs * ranks}"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=3600)
     if done.returncode != 0:
         raise ValueError(f"{ranks} rank(s), seed {seed} failed: {done.stderr.strip()[-500:]}")
