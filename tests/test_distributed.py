@@ -130,7 +130,7 @@ def test_sigterm_then_resume_continues_bit_for_bit(two_ranks, tmp_path):
     run_dir = root / "cut"
     wait_for_updates(run_dir, 6)
     launcher.send_signal(signal.SIGTERM)
-    launcher.wait(timeout=120)
+    assert launcher.wait(timeout=120) == 0  # every rank exited 0, so torchrun did too
     text = log.read_text()
     stopped = [json.loads(line) for line in text.splitlines() if line.startswith('{"summary"')]
     assert stopped and stopped[0]["summary"]["stopped_by"] == "SIGTERM", text[-3000:]
