@@ -263,3 +263,50 @@ def test_a_missing_rank_waits_and_an_old_single_file_still_reads(tmp_path):
     assert [(row.rank, row.node, row.global_step) for row in run.ranks] == [
         (0, socket.gethostname(), 10)
     ]
+
+
+def test_the_live_monitor_shows_a_row_per_rank(two_ranks):
+    """ReaderSource's view of the real files, then the app drawing a crashed rank 1."""
+    import asyncio
+
+    from monitor_fixtures import FakeSource, make_view, screen_text
+
+    from operant.monitor.app import MonitorApp
+    from operant.monitor.source import ReaderSource
+    from operant.shared.ranks import RankRow
+
+    root, _ = two_ranks
+    view = ReaderSource(root).poll()
+    assert (view.world_size, view.metrics["global_step"], view.metrics["sps"]) == (2, 8000, 2500.0)
+    assert [row.node for row in view.ranks] == ["node-0", "node-1"]
+    assert view.history["global_step"] == pytest.approx((8000 / 3, 2 * 8000 / 3, 8000.0))
+
+    ranks = (
+        RankRow(rank=0, node="node-0", pid=101, status="running", global_step=3000, sps=1000.0),
+        RankRow(rank=1, node="node-1", pid=102, status="crashed", global_step=1234, sps=567.5),
+    )
+    crashed = make_view(
+        status="crashed",
+        world_size=2,
+        ranks=ranks,
+        status_ranks=(1,),
+        reason="crashed (rank 1)",
+    )
+
+    async def draw() -> str:
+        app = MonitorApp(FakeSource(crashed))
+        async with app.run_test(size=(120, 40)) as pilot:
+            while app.view is None:
+                await pilot.pause(0.02)
+            await pilot.pause()
+            return screen_text(app)
+
+    text = asyncio.run(draw())
+    assert "● crashed (rank 1)" in text
+    assert "2 ranks on node-0, node-1" in text
+    assert "A rank CRASHED (gone without saying it finished): rank 1 (pid 102 on node-1)." in text
+    rows = [line.split() for line in text.splitlines() if line.split()[:1] in (["0"], ["1"])]
+    assert [row[:5] for row in rows] == [
+        ["0", "node-0", "101", "running", "3,000"],
+        ["1", "node-1", "102", "crashed", "1,234"],
+    ]
