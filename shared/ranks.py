@@ -379,6 +379,8 @@ class RunReader:
     def world_size(self) -> int:
         """The world of the newest rank file (older files of another world size are left
         over from an earlier start of the run, and ignored)."""
+        if not self._readers:
+            raise MetricsFileError(f"{self.path}: no rank's metrics file can be read")
         newest = max(self._readers.values(), key=lambda reader: reader.created_wall_ns)
         return newest.schema.world_size
 

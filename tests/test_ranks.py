@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -184,6 +185,17 @@ def test_exporter_labels_each_rank_and_adds_run_totals(two_ranks):
     assert text.endswith("# EOF\n")
 
 
+def read_until(reader, status, timeout_s=5.0):
+    """The run once its status is `status` (a signal takes a moment to land), or as it is
+    when the time is up."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        run = reader.read()
+        if run.total.status == status or time.monotonic() > deadline:
+            return run
+        time.sleep(0.01)
+
+
 def test_a_killed_rank_is_named_while_the_others_keep_their_values(tmp_path, capsys):
     """Rank 1 is a real process, SIGKILLed: the run reads crashed, naming rank 1; rank 0
     keeps its values, and the steps rank 1 took still count."""
@@ -203,9 +215,14 @@ def test_a_killed_rank_is_named_while_the_others_keep_their_values(tmp_path, cap
             before = reader.read()
             assert [row.status for row in before.ranks] == ["running", "running"]
             assert before.ranks[1].pid == proc.pid
+            proc.send_signal(signal.SIGSTOP)  # a stopped process: stalled, by number
+            stalled = read_until(reader, "stalled")
+            assert (stalled.total.status, stalled.status_ranks) == ("stalled", (1,))
+            assert [row.status for row in stalled.ranks] == ["running", "stalled"]
+            proc.send_signal(signal.SIGCONT)
             proc.send_signal(signal.SIGKILL)
             proc.wait()
-            after = reader.read()
+            after = read_until(reader, "crashed")
         assert (after.total.status, after.status_ranks) == ("crashed", (1,))
         assert after.total.reason == "crashed (rank 1)"
         assert [(r.rank, r.status, r.global_step, r.sps) for r in after.ranks] == [
