@@ -255,7 +255,7 @@ _TOTALS = (
     (
         "run_episode_return_mean",
         "gauge",
-        "Mean return of the last 100 episodes of each rank, pooled over the ranks.",
+        "Mean return of the run's last 100 episodes: its ranks' means, pooled.",
         "episode_return_mean",
     ),
 )

@@ -83,24 +83,32 @@ RULES: dict[str, str] = {
 """The rule of every metric whose rule is not its kind's default (`rule_of`)."""
 
 
-def _window_episodes(metrics: dict[str, int | float | str]) -> float:
+def return_window(world_size: int) -> int:
+    """Episodes in one rank's `episode_return_mean` once it has finished that many: the
+    run's last RETURN_WINDOW episodes dealt out to its ranks, ceil(100 / K) each (what the
+    trainer's pooled record means by "the last 100": operant.trainer.update_record)."""
+    return -(-record.RETURN_WINDOW // max(1, world_size))
+
+
+def _window_episodes(metrics: dict[str, int | float | str], world_size: int) -> float:
     episodes = _number(metrics.get("episodes"))
-    return math.nan if episodes is None else min(episodes, float(record.RETURN_WINDOW))
+    return math.nan if episodes is None else min(episodes, float(return_window(world_size)))
 
 
-def _env_episodes(metrics: dict[str, int | float | str]) -> float:
+def _env_episodes(metrics: dict[str, int | float | str], world_size: int) -> float:
     value = _number(metrics.get("env_episodes"))
     return math.nan if value is None else value
 
 
-POOL_WEIGHTS: dict[str, Callable[[dict[str, int | float | str]], float]] = {
-    # The last-100 mean: each rank's window holds min(its episodes, 100) episodes.
+POOL_WEIGHTS: dict[str, Callable[[dict[str, int | float | str], int], float]] = {
+    # The last-100 mean: each rank's window holds min(its episodes, ceil(100 / K)).
     "episode_return_mean": _window_episodes,
     # Per update: the env-episodes each rank finished in its last update.
     "env_episode_return_mean": _env_episodes,
 }
-"""A pooled metric's weight per rank, from that rank's values; a pooled metric without one
-(episode_length_mean: the file has no per-update episode count) weighs ranks equally."""
+"""A pooled metric's weight per rank, from that rank's values and the world size; a pooled
+metric without one (episode_length_mean: the file has no per-update episode count) weighs
+ranks equally."""
 
 
 def rule_of(name: str, kind: str) -> str:
@@ -255,7 +263,7 @@ def combine_snapshots(
         if rule == SUM_ACTIVE:
             column = [value if live else math.nan for value, live in zip(column, active)]
         weight = POOL_WEIGHTS.get(name)
-        weights = [weight(metrics) for metrics in all_metrics] if weight else None
+        weights = [weight(metrics, world_size) for metrics in all_metrics] if weight else None
         return combine(rule, column, weights)  # type: ignore[arg-type]
 
     counters = {}

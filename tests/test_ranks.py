@@ -21,7 +21,7 @@ from operant.monitor.listing import describe_run
 from operant.monitor.runs_cmd import render_table
 from operant.shared import metrics_layout as fmt
 from operant.shared import runs
-from operant.shared.ranks import POOLED, RULES, SUM, RunReader, combine, rule_of
+from operant.shared.ranks import POOLED, RULES, SUM, RunReader, combine, return_window, rule_of
 from operant.shared.record import RECORD_METRICS, RETURN_WINDOW, RUN_METRICS
 
 WRITER = Path(__file__).with_name("metrics_writer_proc.py")
@@ -67,13 +67,13 @@ def write_rank(run_dir, rank, world_size, *, steps, sps, episodes, returns, reco
 
 @pytest.fixture
 def two_ranks(tmp_path):
-    """A run of two ranks, both written by this process: rank 1 has more episodes than the
+    """A run of two ranks, both written by this process: rank 1 has more episodes than its
     return window, rank 0 fewer."""
     root = tmp_path / "runs"
     run_dir = runs.create_run_dir(root, RUN_ID)
     runs.update_latest(root, RUN_ID)
     writers = [
-        write_rank(run_dir, 0, 2, steps=3000, sps=1000.0, episodes=50, returns=20.0),
+        write_rank(run_dir, 0, 2, steps=3000, sps=1000.0, episodes=20, returns=20.0),
         write_rank(run_dir, 1, 2, steps=5000, sps=1500.0, episodes=400, returns=80.0),
     ]
     yield root, run_dir
@@ -113,12 +113,12 @@ def test_two_ranks_read_as_one_run(two_ranks):
         history = reader.history(0)
     total = run.total
     assert (run.world_size, total.status, run.status_ranks) == (2, "running", ())
-    assert total.counters == {"global_step": 8000, "episodes": 450, "updates": 3}
+    assert total.counters == {"global_step": 8000, "episodes": 420, "updates": 3}
     assert total.gauges["sps"] == 2500.0
-    # Rank 0's window holds its 50 episodes, rank 1's the last RETURN_WINDOW of its 400.
-    assert total.gauges["episode_return_mean"] == pytest.approx(
-        (20.0 * 50 + 80.0 * RETURN_WINDOW) / (50 + RETURN_WINDOW)
-    )
+    # Each rank's mean is of its newest ceil(100 / 2) = 50 episodes: rank 0 has finished only
+    # 20, rank 1 400; so the run's is the mean of 20 episodes of rank 0 and 50 of rank 1.
+    assert return_window(2) == 50 == -(-RETURN_WINDOW // 2)
+    assert total.gauges["episode_return_mean"] == pytest.approx((20.0 * 20 + 80.0 * 50) / 70)
     assert total.gauges["episode_return_min"] == 10.0  # min(20 - 10, 80 - 20)
     assert total.gauges["policy_loss"] == pytest.approx(0.15)
     assert total.snapshot == {"phase_env_s": pytest.approx(0.015)}
