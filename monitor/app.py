@@ -39,6 +39,7 @@ from operant.monitor.widgets import (
     env_phase_parts,
     phase_parts,
     process_text,
+    rank_text,
     title_text,
 )
 from operant.shared.reader import shown_status
@@ -199,6 +200,8 @@ class RunScreen(Screen):
                 for name, title, color in CURVES:
                     yield Curve(title, color=color, id=f"curve-{name}")
             yield MetricsTable(id="table")
+        # A run of several processes: a row per rank (hidden for one process).
+        yield Static(id="ranks")
         yield PhaseBar(id="phases")
         yield Footer()
 
@@ -314,6 +317,10 @@ class MonitorApp(App[str | None]):
         )
         self._show_curves(view)
         self.main.query_one("#table", MetricsTable).show(view)
+        ranks = self.main.query_one("#ranks", Static)
+        ranks.set_class(view.world_size > 1, "distributed")
+        if view.world_size > 1:
+            ranks.update(rank_text(view))
         bar = self.main.query_one("#phases", PhaseBar)
         bar.phases, bar.env_phases = phase_parts(metrics), env_phase_parts(metrics)
 
