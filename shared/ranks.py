@@ -48,7 +48,8 @@ SUM = "sum"
 """Added up: counts of what every rank did (steps, episodes)."""
 SUM_ACTIVE = "sum of active ranks"
 """Added up over the ranks that still step or ended normally (running or finished): a
-crashed, failed or stalled rank steps nothing now, whatever its last rate was."""
+crashed, failed or stalled rank steps nothing now, whatever its last rate was. When no rank
+is left stepping, over all of them (the run's last rate, as a single process shows it)."""
 MAX = "max"
 MIN = "min"
 POOLED = "pooled"
@@ -229,13 +230,16 @@ def rank_row(snapshot: Snapshot, path: str) -> RankRow:
     )
 
 
-# Worst first: the run's status is the first of these any rank has.
-_BAD_STATUSES = (STATUS_FAILED, STATUS_CRASHED, STATUS_STALLED)
+# Worst first: the run's status is the first of these any rank has. A crash comes before a
+# failure because under torchrun it is usually the cause of the others' failures: a rank
+# that dies without a word makes its peers' next collective fail within a second (seen:
+# SIGKILL of rank 1 of 2, and rank 0 failed on "Connection reset by peer").
+_BAD_STATUSES = (STATUS_CRASHED, STATUS_FAILED, STATUS_STALLED)
 _ACTIVE = (STATUS_RUNNING, STATUS_FINISHED)
 
 
 def run_status(rows: Sequence[RankRow]) -> tuple[str, tuple[int, ...]]:
-    """The run's status from its ranks' and the ranks that make it: failed, crashed or
+    """The run's status from its ranks' and the ranks that make it: crashed, failed or
     stalled when any rank is (naming them), else running while any rank runs, else finished.
     Ranks without a readable file do not count."""
     for status in _BAD_STATUSES:
@@ -253,8 +257,11 @@ def combine_snapshots(
     """The run from its ranks' snapshots (rank order, at least one) and every rank's row."""
     first = snapshots[0]
     status, status_ranks = run_status(rows)
-    by_rank = {snap.schema.rank: snap for snap in snapshots}
+    # Rates are summed over the ranks still stepping; once none is (the whole run ended or
+    # died), over all of them, so an ended run shows its last rate as one process's does.
     active = [snap.status in _ACTIVE for snap in snapshots]
+    if not any(active):
+        active = [True] * len(snapshots)
     all_metrics = [snap.metrics() for snap in snapshots]
 
     def values(name: str, kind: str) -> float | int:
@@ -285,9 +292,17 @@ def combine_snapshots(
     if first.snapshot is not None:
         block = {name: float(values(name, "snapshot")) for name in first.snapshot}
     reason = first.reason
-    if status_ranks:
-        bad = by_rank[status_ranks[0]]
-        reason = f"{status_text(status, status_ranks)}" + (f": {bad.reason}" if bad.reason else "")
+    troubled = sorted(
+        (snap for snap in snapshots if snap.status in _BAD_STATUSES),
+        key=lambda snap: (snap.heartbeat_wall_ns, snap.schema.rank),
+    )
+    if troubled:
+        # Every rank in trouble, the one whose heartbeat stopped first (the likely cause)
+        # first: "rank 1 crashed; rank 0 failed: the gradient all-reduce failed ...".
+        reason = "; ".join(
+            f"rank {snap.schema.rank} {snap.status}" + (f": {snap.reason}" if snap.reason else "")
+            for snap in troubled
+        )
     states = {snap.state for snap in snapshots}
     state = next((s for s in ("failed", "running", "initializing") if s in states), first.state)
     total = msgspec.structs.replace(

@@ -224,7 +224,7 @@ def test_a_killed_rank_is_named_while_the_others_keep_their_values(tmp_path, cap
             proc.wait()
             after = read_until(reader, "crashed")
         assert (after.total.status, after.status_ranks) == ("crashed", (1,))
-        assert after.total.reason == "crashed (rank 1)"
+        assert after.total.reason == "rank 1 crashed"
         assert [(r.rank, r.status, r.global_step, r.sps) for r in after.ranks] == [
             (0, "running", 3000, 1000.0),
             (1, "crashed", 1234, 567.5),
@@ -247,6 +247,20 @@ def test_a_killed_rank_is_named_while_the_others_keep_their_values(tmp_path, cap
         ]
         assert describe_run(run_dir).status_ranks == (1,)
         assert "crashed (rank 1)" in render_table([describe_run(run_dir)])
+
+        # What torchrun's peers do next (seen with gloo: within a second): rank 0's
+        # collective fails. The crash stays the run's status; the reason tells both, the
+        # rank whose heartbeat stopped first first; with no rank left stepping, the run's
+        # rate is its ranks' last.
+        rank0.set_state(fmt.STATE_FAILED, "the gradient all-reduce failed")
+        with RunReader(run_dir) as reader:
+            ended = reader.read()
+        assert (ended.total.status, ended.status_ranks) == ("crashed", (1,))
+        assert ended.total.reason == (
+            "rank 1 crashed; rank 0 failed: the gradient all-reduce failed"
+        )
+        assert [row.status for row in ended.ranks] == ["failed", "crashed"]
+        assert ended.total.gauges["sps"] == 1000.0 + 567.5
     finally:
         if proc.poll() is None:
             proc.kill()
