@@ -42,6 +42,7 @@ from operant.monitor.widgets import (
     rank_text,
     title_text,
 )
+from operant.shared.ranks import status_text
 from operant.shared.reader import shown_status
 from operant.shared.record import label
 from operant.shared.runs import command_hint
@@ -133,7 +134,7 @@ class RunPicker(ModalScreen[str | None]):
             table.add_row(
                 row.run_id,
                 row.env_id or "-",
-                shown_status(row.status, row.interrupted),
+                status_text(shown_status(row.status, row.interrupted), row.status_ranks),
                 fmt.count(row.global_step),
                 fmt.compact(row.sps),
                 fmt.duration(row.age_s),

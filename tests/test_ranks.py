@@ -168,21 +168,26 @@ def test_runs_lists_the_run_once_with_its_ranks(two_ranks):
 
 
 def test_exporter_labels_each_rank_and_adds_run_totals(two_ranks):
+    import test_exporter  # its strict parser of both text formats
+
     _, run_dir = two_ranks
     with RunReader(run_dir) as reader:
-        text = exposition(
-            [(RUN_ID, reader.read())], {"read_errors": 0, "bad_requests": 0}, openmetrics=True
-        )
-    samples = dict(line.rsplit(" ", 1) for line in text.splitlines() if not line.startswith("#"))
-    run = f'run="{RUN_ID}"'
-    assert samples[f'operant_global_step_total{{{run},rank="0"}}'] == "3000"
-    assert samples[f'operant_global_step_total{{{run},rank="1"}}'] == "5000"
-    assert samples[f'operant_run_status{{{run},rank="1",status="running"}}'] == "1"
-    assert samples[f"operant_run_global_step_total{{{run}}}"] == "8000"
-    assert samples[f"operant_run_sps{{{run}}}"] == "2500.0"
-    assert samples[f"operant_run_ranks{{{run}}}"] == "2"
-    assert samples["operant_exporter_runs"] == "2"  # metrics files
-    assert text.endswith("# EOF\n")
+        run = reader.read()
+    for openmetrics in (True, False):
+        text = exposition([(RUN_ID, run)], {"read_errors": 0, "bad_requests": 0}, openmetrics)
+        samples, types = test_exporter.parse(text, openmetrics)
+
+        def sample(name, samples=samples, **labels):
+            return samples[(name, frozenset({"run": RUN_ID, **labels}.items()))]
+
+        steps = "operant_global_step_total"
+        assert (sample(steps, rank="0"), sample(steps, rank="1")) == (3000, 5000)
+        assert sample("operant_run_status", rank="1", status="running") == 1
+        assert sample("operant_run_global_step_total") == 8000
+        assert sample("operant_run_sps") == 2500.0
+        assert sample("operant_run_ranks") == 2
+        assert samples[("operant_exporter_runs", frozenset())] == 2  # metrics files
+        assert types["operant_run_sps"] == "gauge"
 
 
 def read_until(reader, status, timeout_s=5.0):

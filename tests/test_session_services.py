@@ -185,3 +185,11 @@ def test_each_rank_publishes_its_own_metrics_file(tmp_path):
         ("cartpole-ranks", 1, 2, socket.gethostname()),
         ("cartpole-ranks", 0, 1, ""),
     ]
+    # Resumed at update 7, rank 1 replays no records (rank 0 does) but numbers its next
+    # record 7, as every file of the run does.
+    trainer.update = 7
+    service = services.PublishMetrics(plan, tmp_path, trainer, history, rank=Rank(1, 2))
+    service.on_start()
+    with MetricsReader(tmp_path / "metrics/rank-00001.bin") as reader:
+        assert reader.snapshot().history_head == 7
+    service.close()

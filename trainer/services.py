@@ -150,7 +150,13 @@ class PublishMetrics(Service):
             node=socket.gethostname() if world_size > 1 else "",
         )
         self.publisher.set_elapsed_before(self.trainer.elapsed_offset_s)
-        self.publisher.resume(self.history.records)
+        if self.history.records:
+            self.publisher.resume(self.history.records)
+        elif self.trainer.update:
+            # A resumed run's rank other than 0: the run's records are rank 0's to replay
+            # (ContinueRecords runs there), but its file's records keep the run's numbers,
+            # so readers combine the ranks' record n (operant.shared.ranks).
+            self.publisher.continue_history(self.trainer.update)
         self.publisher.start()
 
     def warn(self, text: str) -> None:

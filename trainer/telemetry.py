@@ -182,6 +182,12 @@ class Publisher:
         for record in records:
             self.publish(record)
 
+    def continue_history(self, updates: int) -> None:
+        """Number this file's history from record `updates` on, replaying nothing: a resumed
+        run's rank that has no progress records to replay (under torchrun only rank 0 reads
+        progress.jsonl) still numbers record n as update n + 1, as every file of the run."""
+        self.writer.skip_history(updates)
+
     def finish(self, interrupted: bool = False, reason: str = "") -> None:
         self.writer.set_state(layout.STATE_FINISHED, reason, interrupted=interrupted)
 
