@@ -126,7 +126,8 @@ def json_document(
     snapshot: Snapshot, schema: fmt.Schema, run: RunSnapshot | None = None
 ) -> dict[str, object]:
     """The `--json` document: the contract keys first (null when the run does not publish
-    them), then the run's state, then every metric by name, then `world_size` and `ranks`
+    them), then the run's state, then every metric by name, then `world_size`,
+    `status_ranks` (the ranks that make the status crashed, failed or stalled) and `ranks`
     (one object per rank: a single process is rank 0 of 1). A run of several ranks is one
     run here: its keys hold the ranks' values combined (operant.shared.ranks.RULES). NaN and
     infinities become null."""

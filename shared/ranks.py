@@ -129,18 +129,15 @@ def _number(value: object) -> float | None:
 
 
 def _is_number(value: object) -> bool:
-    return (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and math.isfinite(float(value))
-    )
+    return _number(value) is not None
 
 
 def combine(
     rule: str, values: Sequence[float | int], weights: Sequence[float] | None = None
 ) -> float | int:
-    """The run's value from the ranks' `values` (NaN for a rank that has published none, left
-    out). An empty result is NaN (0 for a sum of counters)."""
+    """The run's value by `rule` from the ranks' `values` (NaN, a rank that has published
+    none, is left out); NaN when no value is left. `weights` (one per rank) weigh a POOLED
+    mean; without any usable weight it is the plain mean."""
     pairs = [
         (value, weights[index] if weights is not None else 1.0)
         for index, value in enumerate(values)

@@ -285,6 +285,20 @@ def test_a_missing_rank_waits_and_an_old_single_file_still_reads(tmp_path):
     ]
     assert run.total.status == "running" and run.total.counters["global_step"] == 10
 
+    # A file left by an earlier start with another world size is not one of this world's.
+    restarted = runs.create_run_dir(tmp_path, "restarted")
+    old = write_rank(restarted, 1, 2, steps=99, sps=9.0, episodes=9, returns=9.0)
+    new = write_rank(restarted, 0, 3, steps=10, sps=1.0, episodes=1, returns=1.0)
+    with old, new, RunReader(restarted) as reader:
+        run = reader.read()
+    assert [(row.rank, row.status) for row in run.ranks] == [
+        (0, "running"),
+        (1, "unknown"),
+        (2, "waiting"),
+    ]
+    assert "written as rank 1 of 2, not rank 1 of 3" in run.ranks[1].error
+    assert run.total.counters["global_step"] == 10
+
     single = runs.create_run_dir(tmp_path, "single")
     writer = write_rank(single, 0, 1, steps=10, sps=1.0, episodes=1, returns=1.0)
     writer.close()
