@@ -39,8 +39,10 @@ from operant.monitor.widgets import (
     env_phase_parts,
     phase_parts,
     process_text,
+    rank_text,
     title_text,
 )
+from operant.shared.ranks import status_text
 from operant.shared.reader import shown_status
 from operant.shared.record import label
 from operant.shared.runs import command_hint
@@ -132,7 +134,7 @@ class RunPicker(ModalScreen[str | None]):
             table.add_row(
                 row.run_id,
                 row.env_id or "-",
-                shown_status(row.status, row.interrupted),
+                status_text(shown_status(row.status, row.interrupted), row.status_ranks),
                 fmt.count(row.global_step),
                 fmt.compact(row.sps),
                 fmt.duration(row.age_s),
@@ -199,6 +201,8 @@ class RunScreen(Screen):
                 for name, title, color in CURVES:
                     yield Curve(title, color=color, id=f"curve-{name}")
             yield MetricsTable(id="table")
+        # A run of several processes: a row per rank (hidden for one process).
+        yield Static(id="ranks")
         yield PhaseBar(id="phases")
         yield Footer()
 
@@ -314,6 +318,10 @@ class MonitorApp(App[str | None]):
         )
         self._show_curves(view)
         self.main.query_one("#table", MetricsTable).show(view)
+        ranks = self.main.query_one("#ranks", Static)
+        ranks.set_class(view.world_size > 1, "distributed")
+        if view.world_size > 1:
+            ranks.update(rank_text(view))
         bar = self.main.query_one("#phases", PhaseBar)
         bar.phases, bar.env_phases = phase_parts(metrics), env_phase_parts(metrics)
 

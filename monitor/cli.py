@@ -19,8 +19,9 @@ from pathlib import Path
 import msgspec
 
 from operant.shared import metrics_layout as fmt
-from operant.shared.reader import MetricsFileError, MetricsReader, Snapshot
-from operant.shared.runs import METRICS_FILE, RunNotFoundError, resolve_run, runs_root
+from operant.shared.ranks import RankRow, RunReader, RunSnapshot, status_text
+from operant.shared.reader import MetricsFileError, Snapshot, shown_status
+from operant.shared.runs import RunNotFoundError, resolve_run, runs_root
 
 PROG = "operant monitor"
 # Top-level keys of `--json` besides the run's own metrics, which also appear under "metrics".
@@ -76,15 +77,16 @@ def main(argv: list[str] | None = None) -> int:
     except RunNotFoundError as error:
         return _error(str(error))
     try:
-        with MetricsReader(run_dir / METRICS_FILE) as reader:
-            snapshot = reader.snapshot()
+        with RunReader(run_dir) as reader:
+            run = reader.read()
             schema = reader.schema
     except MetricsFileError as error:
         return _error(f"{error} (run {run_dir.name})")
     if args.json:
-        sys.stdout.write(msgspec.json.encode(json_document(snapshot, schema)).decode() + "\n")
+        document = json_document(run.total, schema, run)
+        sys.stdout.write(msgspec.json.encode(document).decode() + "\n")
     else:
-        print(human_report(snapshot, schema, run_dir))
+        print(human_report(run.total, schema, run_dir, run))
     return 0
 
 
@@ -120,9 +122,15 @@ def _error(message: str) -> int:
     return 2
 
 
-def json_document(snapshot: Snapshot, schema: fmt.Schema) -> dict[str, object]:
+def json_document(
+    snapshot: Snapshot, schema: fmt.Schema, run: RunSnapshot | None = None
+) -> dict[str, object]:
     """The `--json` document: the contract keys first (null when the run does not publish
-    them), then the run's state, then every metric by name. NaN and infinities become null."""
+    them), then the run's state, then every metric by name, then `world_size`,
+    `status_ranks` (the ranks that make the status crashed, failed or stalled) and `ranks`
+    (one object per rank: a single process is rank 0 of 1). A run of several ranks is one
+    run here: its keys hold the ranks' values combined (operant.shared.ranks.RULES). NaN and
+    infinities become null."""
     metrics = snapshot.metrics()
     document: dict[str, object] = {
         "run_id": snapshot.run_id,
@@ -146,6 +154,12 @@ def json_document(snapshot: Snapshot, schema: fmt.Schema) -> dict[str, object]:
         metrics=metrics,
         units={name: unit for name, unit in units(schema).items() if unit},
     )
+    if run is not None:
+        document.update(
+            world_size=run.world_size,
+            status_ranks=list(run.status_ranks),
+            ranks=[msgspec.to_builtins(row) for row in run.ranks],
+        )
     return document
 
 
@@ -178,13 +192,23 @@ def format_age(seconds: float) -> str:
     return f"{int(seconds // 86400)}d"
 
 
-def human_report(snapshot: Snapshot, schema: fmt.Schema, run_dir: Path) -> str:
-    status = snapshot.status
+def human_report(
+    snapshot: Snapshot, schema: fmt.Schema, run_dir: Path, run: RunSnapshot | None = None
+) -> str:
+    """`--once`: the run's status, reason and every metric; a run of several ranks adds a
+    table of its ranks below."""
+    distributed = run is not None and run.world_size > 1
+    status = status_text(snapshot.status, run.status_ranks) if run else snapshot.status
     if snapshot.interrupted:
         status += " (interrupted)"
+    if run is not None and distributed:
+        nodes = ", ".join(dict.fromkeys(row.node for row in run.ranks if row.node)) or "?"
+        where = f"{run.world_size} ranks on {nodes}"
+    else:
+        where = f"pid {snapshot.pid} on {snapshot.hostname or '?'}"
     lines = [
         f"run     {snapshot.run_id}  {snapshot.env_id}".rstrip(),
-        f"status  {status}: pid {snapshot.pid} on {snapshot.hostname or '?'}, heartbeat "
+        f"status  {status}: {where}, heartbeat "
         f"{snapshot.heartbeat_age_s:.1f} s ago (every {snapshot.heartbeat_interval_s:g} s), "
         f"started {format_age(time.time() - snapshot.created_wall_ns / 1e9)} ago",
     ]
@@ -201,4 +225,39 @@ def human_report(snapshot: Snapshot, schema: fmt.Schema, run_dir: Path) -> str:
             lines.append(f"  {name:<{width}}  {format_value(value):>14} {unit}".rstrip())
     if snapshot.snapshot is None and schema.snapshot:
         lines.append("  (the snapshot block could not be read whole: writer died mid-publish?)")
+    if run is not None and distributed:
+        lines += ["", *rank_table(run.ranks)]
     return "\n".join(lines)
+
+
+RANK_COLUMNS = ("RANK", "NODE", "PID", "STATUS", "STEPS", "STEPS/S", "HEARTBEAT")
+
+
+def rank_cells(row: RankRow) -> tuple[str, ...]:
+    """One rank's cells under RANK_COLUMNS; an unreadable rank's error goes in a note."""
+    status = shown_status(row.status, row.interrupted)
+    age = row.heartbeat_age_s
+    return (
+        str(row.rank),
+        row.node or "-",
+        str(row.pid) if row.pid else "-",
+        status,
+        format_value(row.global_step),
+        "-" if row.sps is None else f"{row.sps:,.0f}",
+        "-" if age is None or not math.isfinite(age) else f"{age:.1f} s ago",
+    )
+
+
+def rank_table(rows: tuple[RankRow, ...]) -> list[str]:
+    """The per-rank table of `--once`, aligned; notes for ranks that cannot be read."""
+    cells = [RANK_COLUMNS, *(rank_cells(row) for row in rows)]
+    widths = [max(len(line[column]) for line in cells) for column in range(len(RANK_COLUMNS))]
+    right = {0, 2, 4, 5}
+    lines = [
+        "  ".join(
+            cell.rjust(width) if column in right else cell.ljust(width)
+            for column, (cell, width) in enumerate(zip(line, widths))
+        ).rstrip()
+        for line in cells
+    ]
+    return lines + [f"rank {row.rank}: {row.error}" for row in rows if row.error]

@@ -14,9 +14,9 @@ crashed one for `--keep-finished` seconds (default 600) after its last heartbeat
 scrape after a run ends still shows its final values and status. A resumed run (a new metrics
 file in the same directory) is shown again at once.
 
-What each run exports, labelled `run` (the run id) and `rank` (always 0: a run is one
-process; the label is there so each series keeps its identity once distributed runs publish
-one metrics file per rank):
+What each run exports, for each of its ranks (each metrics file: a single-process run has
+one, rank 0; a run trained by several processes one per rank), labelled `run` (the run id)
+and `rank`:
 - `operant_run_info` (an info metric: env_id, hostname, writer and the run's text metrics
   such as env_impl and device as labels), `operant_run_status{status=...}` (1 for the current
   status, 0 for the others: running, finished, failed, crashed, stalled),
@@ -26,6 +26,13 @@ one metrics file per rank):
   every gauge and snapshot field as a gauge (`operant_sps`, `operant_episode_return_mean`,
   `operant_phase_env_seconds`, ...): names are `operant_` + the schema's name, with a
   trailing `_s` spelled `_seconds`. Values the trainer has not published yet are NaN.
+The run as a whole, labelled `run` only: `operant_run_ranks` (its processes),
+`operant_run_global_step_total`, `operant_run_sps` and `operant_run_episode_return_mean` (its
+ranks' steps and steps/s summed, their returns pooled: operant.shared.ranks). These are
+families of their own, not a `rank`-less sample of the per-rank ones, so that `sum by (run)`
+over a per-rank family stays right (Prometheus's rule that a sum or average over a metric's
+labels must mean something). A rank that died keeps its series, its `operant_run_status`
+saying `crashed`; `sum by (run) (operant_run_status{status="crashed"})` counts such ranks.
 The exporter's own: `operant_exporter_runs`, `operant_exporter_read_errors_total` (metrics
 files that could not be read) and `operant_exporter_bad_requests_total`.
 
@@ -55,13 +62,13 @@ from urllib.parse import urlsplit
 
 from operant.shared import metrics_layout as fmt
 from operant.shared import runs
+from operant.shared.ranks import RANK_UNKNOWN, RunReader, RunSnapshot
 from operant.shared.reader import (
     STATUS_CRASHED,
     STATUS_FAILED,
     STATUS_FINISHED,
     STATUSES,
     MetricsFileError,
-    MetricsReader,
     Snapshot,
 )
 
@@ -150,7 +157,7 @@ class Family:
 
 
 def exposition(
-    runs_seen: list[tuple[str, Snapshot]], exporter_stats: dict[str, int], openmetrics: bool
+    runs_seen: list[tuple[str, RunSnapshot]], exporter_stats: dict[str, int], openmetrics: bool
 ) -> str:
     """The text of one scrape."""
     families: dict[str, Family] = {}
@@ -165,9 +172,12 @@ def exposition(
             return  # two runs disagree on a metric's kind (different versions): first wins
         family.samples.append((labels, value))
 
-    for run_id, snapshot in runs_seen:
-        _add_run(add, run_id, snapshot)
-    _add_exporter(add, len(runs_seen), exporter_stats)
+    for run_id, run in runs_seen:
+        for snapshot in run.per_rank:
+            _add_run(add, run_id, snapshot)
+    for run_id, run in runs_seen:
+        _add_totals(add, run_id, run)
+    _add_exporter(add, sum(len(run.per_rank) for _, run in runs_seen), exporter_stats)
     lines = [line for family in families.values() for line in family.render(openmetrics)]
     if openmetrics:
         lines.append("# EOF")
@@ -178,8 +188,9 @@ _Add = Callable[[str, str, str, dict[str, str], float | int | bool], None]
 
 
 def _add_run(add: _Add, run_id: str, snapshot: Snapshot) -> None:
-    """Add one run's samples: its info, status, timing, and every metric it declares."""
-    labels = {"run": run_id, "rank": "0"}
+    """Add one rank's samples (a single-process run's: rank 0): its info, status, timing,
+    and every metric it declares."""
+    labels = {"run": run_id, "rank": str(snapshot.schema.rank)}
     info = {
         **labels,
         "env_id": snapshot.env_id,
@@ -231,9 +242,45 @@ def _add_run(add: _Add, run_id: str, snapshot: Snapshot) -> None:
         add(metric_name(name), "gauge", _describe(fields.get(name), name), labels, value)
 
 
-def _add_exporter(add: _Add, runs: int, exporter_stats: dict[str, int]) -> None:
+# (family, kind, help, metric) of the run's totals; the metric's value comes from the run's
+# combined snapshot (operant.shared.ranks.RULES).
+_TOTALS = (
+    (
+        "run_global_step",
+        "counter",
+        "Environment steps taken by all of the run's ranks together.",
+        "global_step",
+    ),
+    ("run_sps", "gauge", "The run's steps per second: its active ranks' summed.", "sps"),
+    (
+        "run_episode_return_mean",
+        "gauge",
+        "Mean return of the run's last 100 episodes: its ranks' means, pooled.",
+        "episode_return_mean",
+    ),
+)
+
+
+def _add_totals(add: _Add, run_id: str, run: RunSnapshot) -> None:
+    """Add the run's own samples: its rank count and its summed and pooled values."""
+    labels = {"run": run_id}
+    add(
+        PREFIX + "run_ranks",
+        "gauge",
+        "Processes (ranks) that train the run.",
+        labels,
+        run.world_size,
+    )
+    metrics = run.total.metrics()
+    for family, kind, help_text, name in _TOTALS:
+        value = metrics.get(name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            add(PREFIX + family, kind, help_text, labels, value)
+
+
+def _add_exporter(add: _Add, files: int, exporter_stats: dict[str, int]) -> None:
     """Add the exporter's own samples: files scraped, read errors, bad requests."""
-    add(PREFIX + "exporter_runs", "gauge", "Metrics files in this scrape.", {}, runs)
+    add(PREFIX + "exporter_runs", "gauge", "Metrics files in this scrape.", {}, files)
     add(
         PREFIX + "exporter_read_errors",
         "counter",
@@ -280,70 +327,81 @@ def wants_openmetrics(accept: str | None) -> bool:
 
 
 class Collector:
-    """Reads every run's metrics files; keeps one reader per file between scrapes."""
+    """Reads every run's metrics files; keeps one reader per run between scrapes."""
 
     def __init__(self, root: Path, keep_finished_s: float):
         self.root, self.keep_finished_s = root, keep_finished_s
         self.read_errors = 0
         self.bad_requests = 0
         self.lock = threading.Lock()
-        self._readers: dict[Path, MetricsReader] = {}
-        # Files found finished long ago, by identity: skipped without opening them until
-        # they are replaced (a resumed run writes a new file).
-        self._expired: dict[Path, tuple[int, int]] = {}
+        self._readers: dict[Path, RunReader] = {}
+        # Runs found finished long ago, by their files' identities: skipped without opening
+        # them until a file is replaced (a resumed run writes new ones).
+        self._expired: dict[Path, tuple[tuple[int, int], ...]] = {}
 
-    def collect(self) -> list[tuple[str, Snapshot]]:
-        """(run id, snapshot) of every run to export now."""
-        found: list[tuple[str, Snapshot]] = []
+    def collect(self) -> list[tuple[str, RunSnapshot]]:
+        """(run id, the run's snapshots) of every run to export now."""
+        found: list[tuple[str, RunSnapshot]] = []
         seen: set[Path] = set()
         try:
             run_dirs = runs.list_run_dirs(self.root)
         except OSError:  # the root vanished or changed while being listed
             run_dirs = []
         for run_dir in run_dirs:
-            path = run_dir / runs.METRICS_FILE
-            seen.add(path)
-            snapshot = self._exportable(path)
-            if snapshot is not None:
-                found.append((run_dir.name, snapshot))
-        for path in [path for path in self._readers if path not in seen]:
-            self._forget(path)
-        self._expired = {path: identity for path, identity in self._expired.items() if path in seen}
+            seen.add(run_dir)
+            run = self._exportable(run_dir)
+            if run is not None:
+                found.append((run_dir.name, run))
+        for run_dir in [run_dir for run_dir in self._readers if run_dir not in seen]:
+            self._forget(run_dir)
+        self._expired = {
+            run_dir: identity for run_dir, identity in self._expired.items() if run_dir in seen
+        }
         return found
 
-    def _exportable(self, path: Path) -> Snapshot | None:
-        """The file's snapshot; None when it is missing or unreadable, or its run ended more
-        than --keep-finished seconds ago (remembered by file identity until it is replaced)."""
-        try:
-            status = os.stat(path)
-        except OSError:
+    def _exportable(self, run_dir: Path) -> RunSnapshot | None:
+        """The run's snapshots; None when it has no readable file, or it ended more than
+        --keep-finished seconds ago (remembered by its files' identities until one is
+        replaced)."""
+        identity = []
+        for path in runs.metrics_files(run_dir):
+            try:
+                status = os.stat(path)
+            except OSError:
+                continue
+            identity.append((status.st_dev, status.st_ino))
+        if not identity:
             return None
-        identity = (status.st_dev, status.st_ino)
-        if self._expired.get(path) == identity:
+        if self._expired.get(run_dir) == tuple(identity):
             return None
-        snapshot = self._snapshot(path)
-        if snapshot is None:
+        run = self._read(run_dir)
+        if run is None:
             return None
-        if snapshot.status in FINAL_STATUSES and snapshot.heartbeat_age_s > self.keep_finished_s:
-            self._expired[path] = identity
-            self._forget(path)
+        total = run.total
+        if total.status in FINAL_STATUSES and total.heartbeat_age_s > self.keep_finished_s:
+            self._expired[run_dir] = tuple(identity)
+            self._forget(run_dir)
             return None
-        return snapshot
+        return run
 
-    def _snapshot(self, path: Path) -> Snapshot | None:
+    def _read(self, run_dir: Path) -> RunSnapshot | None:
         for _ in range(2):  # a file replaced since the last scrape is opened again once
-            reader = self._readers.get(path)
+            reader = self._readers.get(run_dir)
             try:
                 if reader is None:
-                    reader = self._readers[path] = MetricsReader(path)
-                return reader.snapshot()
+                    reader = self._readers[run_dir] = RunReader(run_dir)
+                run = reader.read()
             except MetricsFileError:
-                self._forget(path)
+                self._forget(run_dir)
+                continue
+            # A rank whose file cannot be read is one read error, as a run's file is.
+            self.read_errors += sum(1 for row in run.ranks if row.status == RANK_UNKNOWN)
+            return run
         self.read_errors += 1
         return None
 
-    def _forget(self, path: Path) -> None:
-        reader = self._readers.pop(path, None)
+    def _forget(self, run_dir: Path) -> None:
+        reader = self._readers.pop(run_dir, None)
         if reader is not None:
             reader.close()
 

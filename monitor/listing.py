@@ -15,8 +15,9 @@ from typing import TypeVar
 
 import msgspec
 
-from operant.shared.reader import MetricsFileError, MetricsReader
-from operant.shared.runs import METRICS_FILE, list_run_dirs
+from operant.shared.ranks import RunReader
+from operant.shared.reader import MetricsFileError
+from operant.shared.runs import list_run_dirs, metrics_files
 
 STATUS_UNKNOWN = "unknown"
 _Number = TypeVar("_Number", int, float)
@@ -40,6 +41,10 @@ class RunRow(msgspec.Struct, kw_only=True):
     path: str = ""
     error: str = ""
     """Why the status is unknown."""
+    world_size: int = 1
+    """How many processes (ranks) train the run; its steps and SPS are their sums."""
+    status_ranks: tuple[int, ...] = ()
+    """The ranks that make a distributed run failed, crashed or stalled."""
 
 
 def list_runs(root: Path) -> list[RunRow]:
@@ -48,10 +53,12 @@ def list_runs(root: Path) -> list[RunRow]:
 
 
 def describe_run(run_dir: Path) -> RunRow:
-    """The row of one run directory, read from its metrics file when there is one."""
-    path = run_dir / METRICS_FILE
+    """The row of one run directory, read from its metrics file (or its ranks' files, as one
+    run: operant.shared.ranks) when there is one."""
+    files = metrics_files(run_dir)
+    path = files[0] if len(files) == 1 else files[0].parent
     row = RunRow(run_id=run_dir.name, path=str(path))
-    if not path.exists():
+    if not files[0].exists():
         row.error = "no metrics file yet"
         try:
             row.age_s = max(0.0, time.time() - run_dir.stat().st_mtime)
@@ -59,11 +66,14 @@ def describe_run(run_dir: Path) -> RunRow:
             row.error = "removed while listing"
         return row
     try:
-        with MetricsReader(path) as reader:
-            snapshot = reader.snapshot()
+        with RunReader(run_dir) as reader:
+            run = reader.read()
     except MetricsFileError as error:
         row.error = str(error)
         return row
+    snapshot = run.total
+    row.world_size = run.world_size
+    row.status_ranks = run.status_ranks
     metrics = snapshot.metrics()
     row.env_id = snapshot.env_id
     row.status = snapshot.status

@@ -1,4 +1,7 @@
-"""`operant runs`: every run under the runs root with its status, steps, SPS and age.
+"""`operant runs`: every run under the runs root with its status, steps, SPS, age and ranks.
+
+A run trained by several processes is one row: its steps and SPS summed over its ranks, its
+status the worst rank's, naming it (`crashed (rank 1)`), and RANKS the number of processes.
 
 A run stopped early on request (SIGTERM, Ctrl-C) shows as `interrupted`; `--json` keeps the
 documented status (`finished`) and says `"interrupted": true`, as `operant monitor --json`.
@@ -17,6 +20,7 @@ import msgspec
 
 from operant.monitor.cli import format_age, format_value
 from operant.monitor.listing import RunRow, list_runs
+from operant.shared.ranks import status_text
 from operant.shared.reader import shown_status
 from operant.shared.runs import runs_root
 
@@ -70,20 +74,21 @@ def _format_rate(sps: float | None) -> str:
 
 
 def render_table(rows: list[RunRow]) -> str:
-    header = ("RUN ID", "ENV", "STATUS", "STEPS", "SPS", "AGE")
+    header = ("RUN ID", "ENV", "STATUS", "STEPS", "SPS", "AGE", "RANKS")
     cells = [header] + [
         (
             row.run_id,
             row.env_id or "-",
-            shown_status(row.status, row.interrupted),
+            status_text(shown_status(row.status, row.interrupted), row.status_ranks),
             format_value(row.global_step),
             _format_rate(row.sps),
             format_age(row.age_s if row.age_s is not None else -1.0),
+            str(row.world_size),
         )
         for row in rows
     ]
     widths = [max(len(line[column]) for line in cells) for column in range(len(header))]
-    right = {3, 4, 5}
+    right = {3, 4, 5, 6}
     lines = [
         "  ".join(
             cell.rjust(width) if column in right else cell.ljust(width)

@@ -2,7 +2,8 @@
 """Where the monitor's data comes from: frozen `RunView`s, posted to the app as messages.
 
 `SnapshotSource` is the protocol the app depends on; `ReaderSource` is the real one, a daemon
-thread that reads a run's metrics file through `operant.shared.reader.MetricsReader` every
+thread that reads a run's metrics files through `operant.shared.ranks.RunReader` (one file, or
+one per rank of a run trained by several processes, shown as one run) every
 `interval_s` and posts a `RunUpdate`. Tests pass a fake that posts views they build by hand.
 
 The thread keeps the UI responsive whatever the file does (a slow disk, a file replaced or
@@ -30,11 +31,12 @@ from textual.message_pump import MessagePump
 from operant.monitor.listing import RunRow, list_runs
 from operant.shared import metrics_layout as fmt
 from operant.shared import record
-from operant.shared.reader import MetricsFileError, MetricsReader, Snapshot
+from operant.shared.ranks import RankRow, RunReader, RunSnapshot
+from operant.shared.reader import MetricsFileError
 from operant.shared.runs import (
     LATEST_NAME,
-    METRICS_FILE,
     RunNotFoundError,
+    metrics_files,
     resolve_run,
 )
 
@@ -93,6 +95,12 @@ class RunView(msgspec.Struct, frozen=True, kw_only=True):
     """Each history field's whole curve, oldest first."""
     history_head: int = 0
     process: ProcessInfo | None = None
+    world_size: int = 1
+    """Processes (ranks) that train the run; with more than one, `metrics` holds their values
+    combined (operant.shared.ranks) and `ranks` a row for each."""
+    ranks: tuple[RankRow, ...] = ()
+    status_ranks: tuple[int, ...] = ()
+    """The ranks that make a distributed run failed, crashed or stalled."""
     problem: str = ""
     """Why the values on screen may be old (file unreadable, removed); empty when fresh."""
     notice: str = ""
@@ -177,7 +185,7 @@ class ReaderSource:
         self._run = None if run == LATEST_NAME else run
         self._follow = follow and self._run is None
         self._run_dir: Path | None = None
-        self._reader: MetricsReader | None = None
+        self._reader: RunReader | None = None
         self._columns: tuple[MetricInfo, ...] = ()
         self._curves: dict[str, deque[float]] = {}
         self._curve_tuples: dict[str, tuple[float, ...]] = {}
@@ -258,7 +266,7 @@ class ReaderSource:
             self._switch(run_dir, "")
         reader = self._reader
         if reader is None:
-            path = run_dir / METRICS_FILE
+            path = metrics_files(run_dir)[0]
             if not path.exists():
                 if self._last is None:
                     return self._finish(
@@ -272,11 +280,11 @@ class ReaderSource:
                     )
                 return self._stale(f"{path}: the metrics file is gone (run directory cleaned up?)")
             try:
-                reader = self._open(path)
+                reader = self._open(run_dir)
             except MetricsFileError as error:
                 return self._stale(str(error))
         try:
-            snapshot = reader.snapshot()
+            run = reader.read()
             history = reader.history(self._history_head)
         except MetricsFileError as error:
             # Open the file again at the next look: a file replaced by a new one is read
@@ -285,10 +293,11 @@ class ReaderSource:
             self._wake.set()
             return self._stale(str(error))
         self._add_history(history)
-        return self._finish(self._view(run_dir, snapshot, history.head))
+        return self._finish(self._view(run_dir, run, history.head))
 
-    def _view(self, run_dir: Path, snapshot: Snapshot, history_head: int) -> RunView:
+    def _view(self, run_dir: Path, run: RunSnapshot, history_head: int) -> RunView:
         """What to draw for one good read of the run."""
+        snapshot = run.total
         metrics = snapshot.metrics()
         uptime = run_uptime(
             snapshot.status,
@@ -315,6 +324,9 @@ class ReaderSource:
             history=self._curve_tuples,
             history_head=history_head,
             process=self._process_info(snapshot.status, snapshot.hostname, metrics),
+            world_size=run.world_size,
+            ranks=run.ranks,
+            status_ranks=run.status_ranks,
             following=self._follow,
         )
 
@@ -323,8 +335,8 @@ class ReaderSource:
             return self._run_dir  # --latest without --follow stays on the run it found
         return resolve_run(self.root, self._run)
 
-    def _open(self, path: Path) -> MetricsReader:
-        reader = MetricsReader(path)
+    def _open(self, run_dir: Path) -> RunReader:
+        reader = RunReader(run_dir)
         schema = reader.schema
         columns = [
             MetricInfo(m.name, m.kind, m.unit, m.description)
@@ -342,7 +354,9 @@ class ReaderSource:
             f.name: self._curves.get(f.name, deque(maxlen=MAX_CURVE_POINTS)) for f in schema.history
         }
         self._process = None
-        if schema.hostname == self._hostname and reader.pid:
+        # A run of several processes: their CPU and memory are the trainer's own gauges,
+        # summed over the ranks (psutil would see one of them).
+        if not reader.distributed and schema.hostname == self._hostname and reader.pid:
             try:
                 process = psutil.Process(reader.pid)
                 if abs(process.create_time() - reader.pid_start_time) <= _START_TOLERANCE_S:

@@ -19,8 +19,10 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from operant.monitor import format as fmt
+from operant.monitor.cli import rank_table
 from operant.monitor.source import STATUS_UNKNOWN, STATUS_WAITING, RunView
 from operant.shared import record
+from operant.shared.ranks import status_text
 from operant.shared.record import PHASES, env_phase_of, phase_of
 
 PHASE_COLORS = (
@@ -44,6 +46,14 @@ STATUS_STYLES = {
 }
 
 
+# How the banner says that some ranks of a distributed run are in trouble.
+_RANK_TROUBLE = {
+    "failed": "A rank FAILED",
+    "crashed": "A rank CRASHED (gone without saying it finished)",
+    "stalled": "A rank STALLED (no heartbeat: stopped or hung)",
+}
+
+
 def describe_status(view: RunView) -> tuple[str, str]:
     """(severity, sentence) for the banner: what state the run is in, in plain words, and
     what the values on screen are. Severity is '', 'information', 'warning' or 'error';
@@ -60,6 +70,17 @@ def describe_status(view: RunView) -> tuple[str, str]:
     if view.status == "failed":
         reason = view.reason or "no reason given"
         return "error", f"Run FAILED after {ran}: {reason}. These are its last values."
+    if view.status_ranks and view.status in _RANK_TROUBLE:
+        who = "; ".join(
+            f"rank {row.rank} (pid {row.pid} on {row.node or '?'})"
+            + (f": {row.reason}" if row.reason else "")
+            for row in view.ranks
+            if row.rank in view.status_ranks
+        )
+        return "warning" if view.status == "stalled" else "error", (
+            f"{_RANK_TROUBLE[view.status]}: {who}. The other ranks keep their values; the "
+            "run's steps count every rank's."
+        )
     if view.status == "crashed":
         return "error", (
             f"Trainer CRASHED: pid {view.pid} is gone without saying it "
@@ -90,7 +111,8 @@ def title_text(view: RunView, paused: bool) -> Text:
     text.append(f" {view.run_id}", style="bold")
     if view.env_id:
         text.append(f"  {view.env_id}")
-    status = view.status + (" (unreadable)" if view.problem and view.columns else "")
+    status = status_text(view.status, view.status_ranks)
+    status += " (unreadable)" if view.problem and view.columns else ""
     text.append("  ● ", style=STATUS_STYLES.get(view.status, "bold"))
     text.append(status, style=STATUS_STYLES.get(view.status, "bold"))
     if fmt.is_number(view.uptime_s):
@@ -104,7 +126,10 @@ def title_text(view: RunView, paused: bool) -> Text:
 def process_text(view: RunView) -> Text:
     """The second line: the trainer process and the heartbeat."""
     text = Text(no_wrap=True, overflow="ellipsis")
-    if view.pid:
+    if view.world_size > 1:
+        nodes = ", ".join(dict.fromkeys(row.node for row in view.ranks if row.node))
+        text.append(f" {view.world_size} ranks" + (f" on {nodes}" if nodes else ""))
+    elif view.pid:
         text.append(f" pid {view.pid}")
         if view.hostname:
             text.append(f"@{view.hostname}")
@@ -117,6 +142,27 @@ def process_text(view: RunView) -> Text:
     updates = view.metrics.get("updates")
     if fmt.is_number(updates):
         text.append(f"  update {fmt.count(updates)}")
+    return text
+
+
+def rank_text(view: RunView) -> Text:
+    """The per-rank table of a run trained by several processes (`--once`'s table), each
+    rank's status in its colour; empty for a single process."""
+    text = Text(no_wrap=True, overflow="ellipsis")
+    if view.world_size <= 1:
+        return text
+    lines = rank_table(view.ranks)
+    text.append(lines[0], style="bold")
+    status_column = lines[0].index("STATUS")
+    for row, line in zip(view.ranks, lines[1:]):
+        text.append("\n")
+        start = len(text)
+        text.append(line)
+        style = STATUS_STYLES.get(row.status)
+        if style:
+            text.stylize(style, start + status_column, start + status_column + len(row.status))
+    for line in lines[1 + len(view.ranks) :]:
+        text.append("\n" + line, style="italic")
     return text
 
 

@@ -24,7 +24,9 @@ import msgspec
 
 MAGIC = b"OPERANTM"
 VERSION_MAJOR = 1
-VERSION_MINOR = 0
+# 1.1 added the schema's rank fields (rank, world_size, local_rank, node): a run trained by
+# several processes writes one file per rank (operant.shared.runs.metrics_path).
+VERSION_MINOR = 1
 # Written as a little-endian u32: a reader that sees it differently is reading a file from a
 # big-endian writer (the format is little-endian only).
 ENDIAN_TAG = 0x0A0B0C0D
@@ -171,6 +173,16 @@ class Schema(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """Values published together under the seqlock (`publish_snapshot`)."""
     history: tuple[Field, ...] = ()
     """Fields of one history record (`append_history`), one record per update."""
+    rank: int = 0
+    """Which process of the training group writes this file (since 1.1; 0 in older files).
+    Each rank writes its own file with its own values (operant.shared.runs.metrics_path)."""
+    world_size: int = 1
+    """How many processes train the run together (since 1.1; 1 in older files)."""
+    local_rank: int = 0
+    """The rank's number among the group's processes on its node (since 1.1)."""
+    node: str = ""
+    """The node the rank runs on, as the launcher's hosts are named (since 1.1; empty in a
+    single-process run, where `hostname` says it)."""
 
     def metric(self, name: str) -> Metric:
         for metric in self.metrics:
@@ -227,12 +239,18 @@ def make_schema(
     snapshot=(),
     history=(),
     writer: str = "",
+    rank: int = 0,
+    world_size: int = 1,
+    local_rank: int = 0,
+    node: str = "",
 ) -> Schema:
     """A schema with slots assigned in order (counters, then gauges; texts separately).
 
     Each of counters/gauges/texts/snapshot/history is a sequence of names, (name, unit) or
     (name, unit, description). Metric and snapshot names must be unique together, since a
-    reader shows them in one namespace; history fields may repeat metric names.
+    reader shows them in one namespace; history fields may repeat metric names. `rank`,
+    `world_size`, `local_rank` and `node` say which process of a training group writes the
+    file (defaults: the only one).
     """
     metrics: list[Metric] = []
     for kind, items in ((KIND_COUNTER, counters), (KIND_GAUGE, gauges)):
@@ -255,13 +273,21 @@ def make_schema(
         metrics=tuple(metrics),
         snapshot=tuple(Field(name=n, unit=u, description=d) for n, u, d in map(_spec, snapshot)),
         history=tuple(Field(name=n, unit=u, description=d) for n, u, d in map(_spec, history)),
+        rank=rank,
+        world_size=world_size,
+        local_rank=local_rank,
+        node=node,
     )
     check_schema(schema)
     return schema
 
 
 def check_schema(schema: Schema) -> None:
-    """Raise ValueError naming the first problem: duplicate names or slots, bad kinds."""
+    """Raise ValueError naming the first problem: duplicate names or slots, bad kinds, a rank
+    outside its world."""
+    problem = rank_problem(schema)
+    if problem:
+        raise ValueError(problem)
     seen: set[str] = set()
     for name in [m.name for m in schema.metrics] + [f.name for f in schema.snapshot]:
         if not name:
@@ -281,6 +307,17 @@ def check_schema(schema: Schema) -> None:
         if key in slots:
             raise ValueError(f"metric {metric.name!r} shares slot {metric.slot} with another")
         slots.add(key)
+
+
+def rank_problem(schema: Schema) -> str:
+    """What is wrong with the schema's rank fields, or '' when nothing is."""
+    if schema.world_size < 1:
+        return f"world_size {schema.world_size} must be at least 1"
+    if not 0 <= schema.rank < schema.world_size:
+        return f"rank {schema.rank} is outside a world of {schema.world_size}"
+    if schema.local_rank < 0:
+        return f"local_rank {schema.local_rank} must not be negative"
+    return ""
 
 
 _encoder = msgspec.json.Encoder()

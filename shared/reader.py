@@ -299,6 +299,9 @@ class MetricsReader:
                     raise self._fail(f"has a corrupted schema blob ({metric.name!r} slot)")
                 texts.append((metric.name, layout.text_slot(metric.slot)))
             # Kinds a newer minor version added are skipped, by the versioning rules.
+        problem = fmt.rank_problem(schema)
+        if problem:
+            raise self._fail(f"has a corrupted schema blob ({problem})")
         if len(schema.snapshot) != layout.snapshot_words:
             raise self._fail("has a corrupted schema blob (snapshot fields vs. header)")
         if len(schema.history) != layout.history_fields:

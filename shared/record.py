@@ -38,6 +38,11 @@ PHASES = ("env", "forward", "store", "gae", "update", "publish")
 GAE, the PPO update, and publishing the previous update (metrics file and progress log)."""
 
 
+RETURN_WINDOW = 100
+"""Finished episodes in `episode_return_mean` (the usual "mean of the last 100"): readers
+that pool ranks' means weight each by the episodes its window holds."""
+
+
 class MetricDeclaration(msgspec.Struct, frozen=True, kw_only=True):
     """What one metric is; declared once, next to the field that holds it."""
 

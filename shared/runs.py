@@ -20,11 +20,14 @@ RUNS_DIR_ENV = "OPERANT_RUNS_DIR"
 LATEST_NAME = "latest"
 RUN_FILE = "run.json"
 METRICS_FILE = "metrics.bin"
+METRICS_DIR = "metrics"
+"""A run trained by several processes (ranks): one metrics file per rank in here."""
 PROGRESS_FILE = "progress.jsonl"
 CHECKPOINT_DIR = "checkpoints"
 LOG_FILE = "train.log"
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_RANK_FILE = re.compile(r"^rank-([0-9]{5,})\.bin$")
 
 
 class RunNotFoundError(Exception):
@@ -130,6 +133,39 @@ def resolve_run(root: Path, run: str | None) -> Path:
             f"no run {run!r} under {root} (see `{command_hint('operant runs', root=root)}`)"
         )
     return path
+
+
+def metrics_path(run_dir: Path, rank: int = 0, world_size: int = 1) -> Path:
+    """Where rank `rank` of a run trained by `world_size` processes writes its metrics file:
+    `run_dir/metrics.bin` for a single process (as always), else
+    `run_dir/metrics/rank-00001.bin` (one file per rank, each with one writer)."""
+    if world_size == 1:
+        return run_dir / METRICS_FILE
+    return run_dir / METRICS_DIR / f"rank-{rank:05d}.bin"
+
+
+def rank_of(path: Path) -> int | None:
+    """The rank a rank file's name says (`rank-00003.bin` -> 3); None for any other name."""
+    match = _RANK_FILE.match(path.name)
+    return int(match.group(1)) if match else None
+
+
+def metrics_files(run_dir: Path) -> list[Path]:
+    """A run's metrics files, for readers: its rank files in rank order when it has any (a
+    run trained by several processes), else `[run_dir/metrics.bin]`, which may not exist yet.
+    A rank file the writer is still building (a dot-named temporary) is not listed."""
+    try:
+        names = os.listdir(run_dir / METRICS_DIR)
+    except OSError:  # no metrics/ folder (a single-process run), or it is not readable
+        names = []
+    ranked = sorted(
+        (rank, run_dir / METRICS_DIR / name)
+        for name in names
+        if (rank := rank_of(Path(name))) is not None
+    )
+    if ranked:
+        return [path for _, path in ranked]
+    return [run_dir / METRICS_FILE]
 
 
 def list_run_dirs(root: Path) -> list[Path]:

@@ -2,8 +2,9 @@
 
     python metrics_writer_proc.py snapshot PATH WORDS         hammer the seqlock block + a counter
     python metrics_writer_proc.py history PATH CAPACITY FIELDS  hammer the history ring
-    python metrics_writer_proc.py live PATH INTERVAL [--no-heartbeat]
-        a run that heartbeats and then obeys stdin lines: finish | interrupt | fail REASON
+    python metrics_writer_proc.py live PATH INTERVAL [--no-heartbeat] [--rank R/W]
+        a run (with --rank: rank R of a run of W processes, on node `node-R`) that heartbeats
+        and then obeys stdin lines: finish | interrupt | fail REASON
 
 Each mode prints `ready` once the file is in place. Hammer modes stop after MAX_SECONDS so a
 test that dies never leaves a spinning process behind.
@@ -58,9 +59,15 @@ def hammer_history(path: str, capacity: int, fields: int) -> None:
             break
 
 
-def live(path: str, interval: float, heartbeat: bool) -> None:
+def live(path: str, interval: float, heartbeat: bool, rank: int = 0, world_size: int = 1) -> None:
     schema = fmt.make_schema(
-        "live-run", env_id="CartPole-v1", counters=[("global_step", "steps")], gauges=["sps"]
+        "live-run",
+        env_id="CartPole-v1",
+        counters=[("global_step", "steps")],
+        gauges=["sps"],
+        rank=rank,
+        world_size=world_size,
+        node=f"node-{rank}" if world_size > 1 else "",
     )
     writer = MetricsWriter.create(path, schema, heartbeat_interval_s=interval)
     if heartbeat:
@@ -90,4 +97,6 @@ if __name__ == "__main__":
     elif mode == "history":
         hammer_history(target, int(rest[0]), int(rest[1]))
     else:
-        live(target, float(rest[0]), "--no-heartbeat" not in rest)
+        ranks = rest[rest.index("--rank") + 1] if "--rank" in rest else "0/1"
+        rank, world_size = map(int, ranks.split("/"))
+        live(target, float(rest[0]), "--no-heartbeat" not in rest, rank, world_size)

@@ -107,6 +107,20 @@ def test_two_ranks_train_one_run_with_identical_parameters(two_ranks):
     assert torch.equal(zero["optimizer"]["exp_avg"], one["optimizer"]["exp_avg"])
     run_json = json.loads((run_dir / "run.json").read_text())
     assert run_json["config"]["env"]["num_envs"] == 16
+    # Each rank published its own metrics file; the monitor shows them as one run.
+    shown = subprocess.run(
+        command(["operant", "monitor", "--json", "whole", "--runs-dir", str(run_dir.parent)]),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    document = json.loads(shown.stdout)
+    last = records[-1]
+    assert (document["status"], document["world_size"]) == ("finished", 2)
+    assert [rank["rank"] for rank in document["ranks"]] == [0, 1]
+    assert [rank["global_step"] for rank in document["ranks"]] == [UPDATES * BATCH // 2] * 2
+    for key in ("global_step", "episodes", "episode_return_mean"):
+        assert document["metrics"][key] == pytest.approx(last[key]), key
 
 
 def test_replica_crc_is_the_parameters_bytes():
@@ -279,6 +293,19 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _read_until(run_dir: Path, predicate, timeout_s: float = 10.0):
+    """The run as the monitor reads it (operant.shared.ranks) once `predicate` holds."""
+    from operant.shared.ranks import RunReader
+
+    deadline = time.monotonic() + timeout_s
+    with RunReader(run_dir) as reader:
+        while True:
+            run = reader.read()
+            if predicate(run) or time.monotonic() > deadline:
+                return run
+            time.sleep(0.01)
+
+
 def test_a_killed_rank_restarts_the_group_which_resumes_by_itself(tmp_path):
     """SIGKILL of one rank under `--max-restarts 1`: torchrun restarts both ranks, which
     resume from the newest checkpoint (at most checkpoint.every_updates lost) and finish."""
@@ -298,6 +325,11 @@ def test_a_killed_rank_restarts_the_group_which_resumes_by_itself(tmp_path):
     wait_for_updates(run_dir, 10)
     os.kill(_rank_pid(launcher.pid, 1), signal.SIGKILL)
     killed_at = len(_progress(run_dir))
+    # Meanwhile (until torchrun restarts the group), the monitor names the dead rank.
+    seen = _read_until(run_dir, lambda run: run.total.status == "crashed")
+    assert (seen.total.status, seen.status_ranks) == ("crashed", (1,))
+    assert (seen.ranks[1].rank, seen.ranks[1].status) == (1, "crashed")
+    assert seen.ranks[0].status in ("running", "failed")  # its next collective fails
     newest = find_checkpoint(run_dir / "checkpoints")
     assert launcher.wait(timeout=240) == 0, log.read_text()[-3000:]
     resumed_from = int(newest.stem.rsplit("-", 1)[-1])

@@ -122,10 +122,14 @@ def test_zeroed_random_and_wrong_magic(valid, tmp_path):
 def test_versions_and_byte_order(valid, tmp_path):
     data, _ = valid
     path = tmp_path / "metrics.bin"
-    path.write_bytes(patched(data, "version_major", 2))
+    path.write_bytes(patched(patched(data, "version_major", 2), "version_minor", 0))
     expect_error(path, "format 2.0", "newer", "upgrade operant")
-    path.write_bytes(patched(data, "version_major", 0))
+    path.write_bytes(patched(patched(data, "version_major", 0), "version_minor", 0))
     expect_error(path, "format 0.0", "older")
+    path.write_bytes(patched(data, "version_minor", 0))
+    with MetricsReader(path) as reader:  # a 1.0 file (before ranks): one process, rank 0 of 1
+        assert reader.snapshot().format_version == "1.0"
+        assert (reader.schema.rank, reader.schema.world_size, reader.schema.node) == (0, 1, "")
     path.write_bytes(patched(patched(data, "version_minor", 7), "reserved_2", 0))
     with MetricsReader(path) as reader:  # a newer minor version reads
         assert reader.snapshot().format_version == "1.7"
@@ -192,6 +196,8 @@ def test_corrupted_schema_blob(valid, tmp_path):
             ),
             "twice",
         ),
+        # (boot_id gives up its bytes: the blob must fit the original's length)
+        (dict(boot_id="", rank=2, world_size=2), "rank 2 is outside a world of 2"),
     ):
         schema = msgspec.json.decode(
             data[layout.schema_offset : layout.schema_offset + layout.schema_length]

@@ -175,7 +175,7 @@ def test_runs_lists_every_run_from_any_directory(runs, tmp_path):
     table = operant("runs", "--runs-dir", str(runs))
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
-    assert lines[0].split() == ["RUN", "ID", "ENV", "STATUS", "STEPS", "SPS", "AGE"]
+    assert lines[0].split() == ["RUN", "ID", "ENV", "STATUS", "STEPS", "SPS", "AGE", "RANKS"]
     by_id = {line.split()[0]: line.split() for line in lines[1:6]}
     assert by_id["cartpole-c"][1:5] == ["CartPole-v1", "running", "1,234,567", "98,765"]
     assert by_id["pendulum-b"][1:5] == ["Pendulum-v1", "failed", "7", "4"]
@@ -247,6 +247,7 @@ def test_monitor_bad_input(runs, tmp_path):
     )
     newer = bytearray((runs / "cartpole-a" / METRICS_FILE).read_bytes())
     newer[fmt.HEADER_OFFSETS["version_major"]] = 9
+    newer[fmt.HEADER_OFFSETS["version_minor"]] = 0
     (runs / "newer").mkdir()
     (runs / "newer" / METRICS_FILE).write_bytes(bytes(newer))
     assert_one_line_error(

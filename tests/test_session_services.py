@@ -151,3 +151,45 @@ def test_rank_zero_runs_every_service_other_ranks_only_the_per_rank_ones():
     assert {cls for cls in every | rank_zero if cls.role is Role.EVERY_RANK} == every
     assert all(Rank().runs(cls.role) for cls in every | rank_zero)
     assert {cls for cls in every | rank_zero if Rank(rank=1, world_size=2).runs(cls.role)} == every
+
+
+def test_each_rank_publishes_its_own_metrics_file(tmp_path):
+    """PublishMetrics with a Rank writes metrics/rank-NNNNN.bin saying which rank it is;
+    without one, metrics.bin as a single process always did."""
+    import socket
+    from types import SimpleNamespace
+
+    from operant.shared.reader import MetricsReader
+
+    config = SimpleNamespace(
+        env=SimpleNamespace(id="CartPole-v1"),
+        train=SimpleNamespace(device="cpu", total_steps=1000),
+    )
+    plan = SimpleNamespace(run_id="cartpole-ranks", config=config)
+    trainer = SimpleNamespace(impl="native", env_phases=lambda: (), elapsed_offset_s=0.0, update=0)
+    history = SimpleNamespace(records=[])
+    found = []
+    for rank, name in (
+        (Rank(rank=1, world_size=2), "metrics/rank-00001.bin"),
+        (None, "metrics.bin"),
+    ):
+        service = services.PublishMetrics(plan, tmp_path, trainer, history, rank=rank)
+        service.on_start()
+        service.on_stop(Outcome())
+        service.close()
+        with MetricsReader(tmp_path / name) as reader:
+            schema = reader.schema
+            found.append((schema.run_id, schema.rank, schema.world_size, schema.node))
+            assert reader.snapshot().status == "finished"
+    assert found == [
+        ("cartpole-ranks", 1, 2, socket.gethostname()),
+        ("cartpole-ranks", 0, 1, ""),
+    ]
+    # Resumed at update 7, rank 1 replays no records (rank 0 does) but numbers its next
+    # record 7, as every file of the run does.
+    trainer.update = 7
+    service = services.PublishMetrics(plan, tmp_path, trainer, history, rank=Rank(1, 2))
+    service.on_start()
+    with MetricsReader(tmp_path / "metrics/rank-00001.bin") as reader:
+        assert reader.snapshot().history_head == 7
+    service.close()

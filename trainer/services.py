@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 import time
 from collections.abc import Callable
@@ -20,7 +21,7 @@ from operant.trainer.config import to_dict
 from operant.trainer.progress import ProgressLog, number_or_dash
 from operant.trainer.resume import RunPlan, cut_progress, progress_tail
 from operant.trainer.sdnotify import SystemdNotifier
-from operant.trainer.service_protocol import Outcome, Role, Service
+from operant.trainer.service_protocol import Outcome, Rank, Role, Service
 from operant.trainer.signals import StopSignals
 
 # Ask systemd for this many times the last checkpoint's duration (and at least the floor)
@@ -109,29 +110,53 @@ class RunRecord(Service):
 
 class PublishMetrics(Service):
     """The metrics file (operant.trainer.telemetry.Publisher): created complete, continuing a
-    resumed run's history, one record per update, and its state at the end."""
+    resumed run's history, one record per update, and its state at the end. Every rank of a
+    run trained by several processes writes its own file (operant.shared.runs.metrics_path)
+    with its own values: the steps it stepped, its steps/s, its episodes' returns; readers
+    add them up (operant.shared.ranks)."""
 
     role = Role.EVERY_RANK
 
-    def __init__(self, plan: RunPlan, run_dir: Path, trainer: Any, history: ContinueRecords):
+    def __init__(
+        self,
+        plan: RunPlan,
+        run_dir: Path,
+        trainer: Any,
+        history: ContinueRecords,
+        *,
+        rank: Rank | None = None,
+    ):
         self.plan, self.run_dir, self.trainer, self.history = plan, run_dir, trainer, history
+        self.rank = rank or Rank()
         self.publisher: Any = None
 
     def on_start(self) -> None:
         from operant.trainer.telemetry import Publisher
 
         config = self.plan.config
+        rank, world_size = self.rank.rank, self.rank.world_size
+        path = runs.metrics_path(self.run_dir, rank, world_size)
+        path.parent.mkdir(exist_ok=True)
         self.publisher = Publisher(
-            self.run_dir / runs.METRICS_FILE,
+            path,
             self.plan.run_id,
             config.env.id,
             self.trainer.impl,
             config.train.device,
             config.train.total_steps,
             env_phases=self.trainer.env_phases(),
+            rank=rank,
+            world_size=world_size,
+            node=socket.gethostname() if world_size > 1 else "",
         )
         self.publisher.set_elapsed_before(self.trainer.elapsed_offset_s)
-        self.publisher.resume(self.history.records)
+        if self.history.records:
+            self.publisher.resume(self.history.records)
+        elif self.trainer.update:
+            # A resumed run's rank other than 0: the run's records are rank 0's to replay
+            # (ContinueRecords runs there), but its file's records keep the run's numbers,
+            # so readers combine the ranks' record n (operant.shared.ranks).
+            self.publisher.continue_history(self.trainer.update)
         self.publisher.start()
 
     def warn(self, text: str) -> None:

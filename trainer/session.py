@@ -158,7 +158,9 @@ def compose(
     records = ContinueRecords(plan, run_dir / runs.PROGRESS_FILE, checkpointer)
     progress = WriteProgress(run_dir / runs.PROGRESS_FILE, args, plan)
     publish = (
-        [PublishMetrics(plan, run_dir, trainer, records)] if config.train.publish_metrics else []
+        [PublishMetrics(plan, run_dir, trainer, records, rank=rank)]
+        if config.train.publish_metrics
+        else []
     )
     tensorboard = (
         [WriteTensorBoard(run_dir / TENSORBOARD_DIR, trainer)] if config.train.tensorboard else []

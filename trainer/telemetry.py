@@ -41,8 +41,19 @@ HEARTBEAT_INTERVAL_S = 0.5
 RESOURCE_INTERVAL_S = 1.0
 
 
-def build_schema(run_id: str, env_id: str, env_phases: tuple[str, ...] = ()) -> layout.Schema:
-    """The run's schema; `env_phases` (a profiling env's step phases) add one gauge each."""
+def build_schema(
+    run_id: str,
+    env_id: str,
+    env_phases: tuple[str, ...] = (),
+    *,
+    rank: int = 0,
+    world_size: int = 1,
+    local_rank: int = 0,
+    node: str = "",
+) -> layout.Schema:
+    """The run's schema; `env_phases` (a profiling env's step phases) add one gauge each.
+    `rank` of `world_size` (with `local_rank` and `node`) says which process of a training
+    group writes the file; the defaults, the only one."""
     from operant import __version__
 
     return layout.make_schema(
@@ -54,6 +65,10 @@ def build_schema(run_id: str, env_id: str, env_phases: tuple[str, ...] = ()) -> 
         snapshot=PHASE_FIELDS,
         history=HISTORY,
         writer=f"operant {__version__}",
+        rank=rank,
+        world_size=world_size,
+        local_rank=local_rank,
+        node=node,
     )
 
 
@@ -62,7 +77,8 @@ def _number(value: Any) -> float:
 
 
 class Publisher:
-    """The trainer's side of the metrics file for one run."""
+    """The trainer's side of the metrics file for one run, or for one rank of a run trained
+    by several processes (`rank` of `world_size`: that rank's own file and values)."""
 
     def __init__(
         self,
@@ -73,10 +89,23 @@ class Publisher:
         device: str,
         total_steps: int,
         env_phases: tuple[str, ...] = (),
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        local_rank: int = 0,
+        node: str = "",
     ):
         from operant.cext.metrics import MetricsWriter
 
-        self.schema = build_schema(run_id, env_id, env_phases)
+        self.schema = build_schema(
+            run_id,
+            env_id,
+            env_phases,
+            rank=rank,
+            world_size=world_size,
+            local_rank=local_rank,
+            node=node,
+        )
         self.writer = MetricsWriter.create(
             path,
             self.schema,
@@ -152,6 +181,12 @@ class Publisher:
         self.writer.skip_history(records[0].updates - 1)
         for record in records:
             self.publish(record)
+
+    def continue_history(self, updates: int) -> None:
+        """Number this file's history from record `updates` on, replaying nothing: a resumed
+        run's rank that has no progress records to replay (under torchrun only rank 0 reads
+        progress.jsonl) still numbers record n as update n + 1, as every file of the run."""
+        self.writer.skip_history(updates)
 
     def finish(self, interrupted: bool = False, reason: str = "") -> None:
         self.writer.set_state(layout.STATE_FINISHED, reason, interrupted=interrupted)
