@@ -179,7 +179,7 @@ def _train(args: Any, launch: Launch, group: Group, signals: StopSignals, plan: 
     run_dir = plan.run_dir
     assert run_dir is not None
     trainer.run_dir = run_dir
-    rank = Rank(group.rank, group.world_size)
+    rank = Rank(group.rank, group.world_size, group.local_rank)
     services = session.compose(args, plan, signals, trainer, run_dir, rank, group)
     runner = session.Session(trainer, services, signals)
     status = runner.run()

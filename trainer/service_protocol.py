@@ -52,6 +52,8 @@ class Rank:
 
     rank: int = 0
     world_size: int = 1
+    local_rank: int = 0
+    """The rank's index on its machine (torchrun's LOCAL_RANK)."""
 
     def runs(self, role: Role) -> bool:
         """Whether a service of `role` runs in this process."""

@@ -147,6 +147,7 @@ class PublishMetrics(Service):
             env_phases=self.trainer.env_phases(),
             rank=rank,
             world_size=world_size,
+            local_rank=self.rank.local_rank,
             node=socket.gethostname() if world_size > 1 else "",
         )
         self.publisher.set_elapsed_before(self.trainer.elapsed_offset_s)

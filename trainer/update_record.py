@@ -21,9 +21,9 @@ import numpy as np
 import torch
 
 from operant.envs import EpisodeStats
-from operant.shared.record import PPOStatistics, UpdateRecord
+from operant.shared.record import RETURN_WINDOW, PPOStatistics, UpdateRecord
 
-SOLVE_WINDOW = 100  # episodes in the "mean of the last 100" that solves an env
+SOLVE_WINDOW = RETURN_WINDOW  # episodes in the "mean of the last 100" that solves an env
 
 # The pooled row's fixed fields, then the rank's newest returns (NaN-padded).
 _FIELDS = ("steps", "episodes", "episodes_now", "sps", "sps_mean", "low", "high", "length_sum")
