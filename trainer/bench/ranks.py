@@ -10,8 +10,9 @@ flat gradient of every minibatch step, in bytes), which is what sets the cost of
 out (docs/distributed.md).
 
 By default the config's env.num_envs is the run's total at every K (strong scaling: K ranks
-share one batch); with --weak-scaling each rank steps the config's num_envs (the run's total
-and its batch grow with K, as CleanRL's multi-GPU PPO and PufferLib scale).
+share one batch); with --weak-scaling each rank steps the config's num_envs, so the run's
+total, its batch and its step budget grow with K while its number of updates stays the
+config's (as CleanRL's multi-GPU PPO scales: K times the data per gradient step).
 """
 
 from __future__ import annotations
@@ -43,8 +44,10 @@ def _run(args: argparse.Namespace, ranks: int, seed: int, root: Path) -> dict[st
     if args.weak_scaling:
         from operant.trainer.config import load_config
 
-        num_envs = load_config(args.config, args.overrides).env.num_envs
-        command += ["--set", f"env.num_envs={num_envs * ranks}"]
+        config = load_config(args.config, args.overrides)
+        total = args.total_steps or config.train.total_steps
+        command += ["--set", f"env.num_envs={config.env.num_envs * ranks}"]
+        command += ["--set", f"train.total_steps={total * ranks}"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=3600)
     if done.returncode != 0:
         raise ValueError(f"{ranks} rank(s), seed {seed} failed: {done.stderr.strip()[-500:]}")
