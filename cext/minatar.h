@@ -13,7 +13,7 @@
  * below p).
  *
  * State, structure of arrays over N envs (all int32 but the maps):
- *   scalars  (MA_MAX_SCALARS, N)   field k of env i at k * N + i (the game's MA_<GAME>_* names;
+ *   scalars  (S, N)                field k of env i at k * N + i (the game's <GAME>_* names;
  *                                  field 0 is every game's last effective action)
  *   maps     (maps, N, 100)        byte maps, map m of env i at (m * N + i) * 100, row-major
  *   slots    (fields, N, slots)    entity slots, field f, env i, slot k at (f * N + i) * K + k
@@ -40,9 +40,9 @@
 
 /* MinAtar's full action set: Environment.env.action_map = ['n','l','u','r','d','f']. */
 enum { MA_NOOP = 0, MA_LEFT = 1, MA_UP = 2, MA_RIGHT = 3, MA_DOWN = 4, MA_FIRE = 5 };
-enum { MA_BREAKOUT = 0, MA_FREEWAY = 1, MA_SPACE_INVADERS = 2, MA_ASTERIX = 3, MA_GAMES = 4 };
+enum { MA_BREAKOUT = 0, MA_FREEWAY = 1, MA_SPACE_INVADERS = 2, MA_ASTERIX = 3, MA_SEAQUEST = 4,
+       MA_GAMES = 5 };
 #define MA_CELLS 100
-#define MA_MAX_SCALARS 12
 #define MA_MAX_ACTIONS 6
 #define MA_LAST_ACTION 0
 
@@ -80,6 +80,37 @@ enum { AX_CH_PLAYER = 0, AX_CH_ENEMY, AX_CH_TRAIL, AX_CH_GOLD, AX_CHANNELS };
 #define AX_INIT_SPAWN_SPEED 10
 #define AX_INIT_MOVE_INTERVAL 5
 
+/* Seaquest: channels sub_front, sub_back, friendly_bullet, trail, enemy_bullet, enemy_fish,
+ * enemy_sub, oxygen_guage, diver_guage, diver. MinAtar keeps five Python lists whose order
+ * matters (they are walked backwards while elements are removed by value); each is a list
+ * here too, SQ_CAPACITY entries of its fields in the slots, its length in a scalar. */
+enum { SQ_LAST_ACTION = 0, SQ_OXYGEN, SQ_DIVER_COUNT, SQ_SUB_X, SQ_SUB_Y, SQ_SUB_OR,
+       SQ_E_SPAWN_SPEED, SQ_E_SPAWN_TIMER, SQ_D_SPAWN_TIMER, SQ_MOVE_SPEED, SQ_RAMP_INDEX,
+       SQ_SHOT_TIMER, SQ_SURFACE, SQ_N_F_BULLETS, SQ_N_E_BULLETS, SQ_N_FISH, SQ_N_SUBS,
+       SQ_N_DIVERS, SQ_SCALARS };
+/* The lists' fields in the slots: friendly bullets (x, y, dir), enemy bullets (x, y, dir),
+ * fish (x, y, lr, move timer), subs (x, y, lr, move timer, shot timer), divers (x, y, lr,
+ * move timer). */
+enum { SQ_F_BULLETS = 0, SQ_E_BULLETS = 3, SQ_FISH = 6, SQ_SUBS = 10, SQ_DIVERS = 15,
+       SQ_FIELDS = 19 };
+enum { SQ_X = 0, SQ_Y, SQ_DIR, SQ_TIMER, SQ_SHOT };
+enum { SQ_CH_SUB_FRONT = 0, SQ_CH_SUB_BACK, SQ_CH_F_BULLET, SQ_CH_TRAIL, SQ_CH_E_BULLET,
+       SQ_CH_FISH, SQ_CH_SUB, SQ_CH_OXYGEN, SQ_CH_DIVERS, SQ_CH_DIVER, SQ_CHANNELS };
+/* Entries per list. At most one enemy spawns per step and lives at most 33 steps (10 cells,
+ * one every 3 steps at the fastest), a sub fires once in 11 steps and its bullets live 11
+ * steps, a diver spawns once in 31 steps: no list of a reachable state holds more than about
+ * 45. A list that is full drops what would be appended (the parity check reports the longest
+ * lists it saw). */
+#define SQ_CAPACITY 64
+#define SQ_RAMP_INTERVAL 100
+#define SQ_MAX_OXYGEN 200
+#define SQ_INIT_SPAWN_SPEED 20
+#define SQ_DIVER_SPAWN_SPEED 30
+#define SQ_INIT_MOVE_INTERVAL 5
+#define SQ_SHOT_COOL_DOWN 5
+#define SQ_ENEMY_SHOT_INTERVAL 10
+#define SQ_DIVER_MOVE_INTERVAL 5
+
 typedef struct {
     op_batch base;             /* first, so an op_batch * from the batch loop is an ma_batch * */
     int64_t game;              /* MA_BREAKOUT ... */
@@ -87,7 +118,7 @@ typedef struct {
     int64_t action_map[MA_MAX_ACTIONS];  /* action index -> MinAtar's full action code */
     double sticky_prob;        /* 0: no draw at all */
     int64_t ramping;           /* MinAtar's difficulty_ramping */
-    int32_t *scalars;          /* (MA_MAX_SCALARS, N) */
+    int32_t *scalars;          /* (S, N) */
     uint8_t *maps;             /* (maps, N, 100) */
     int32_t *slots;            /* (fields, N, slots) */
 } ma_batch;
@@ -559,6 +590,375 @@ static void asterix_obs(op_batch *b, int64_t i) {
 }
 
 /* ---------------------------------------------------------------------------------------- */
+/* Seaquest (seaquest.py). MinAtar's lists are Python lists of small int lists, and its loops
+ * rely on how Python treats them: `for x in reversed(lst)` walks an index down from the end
+ * (so after an earlier element is removed the same element can come round again),
+ * `lst.remove(x)` removes the first element *equal* to x (not x itself), and a sub removed
+ * during its own turn still counts down and may fire. The functions below do exactly that on
+ * the lists kept in the slots. */
+
+typedef struct {
+    int base, fields, count;  /* first slot field, fields per entry, scalar holding the length */
+} sq_list;
+
+static const sq_list SQ_LIST_F_BULLETS = {SQ_F_BULLETS, 3, SQ_N_F_BULLETS};
+static const sq_list SQ_LIST_E_BULLETS = {SQ_E_BULLETS, 3, SQ_N_E_BULLETS};
+static const sq_list SQ_LIST_FISH = {SQ_FISH, 4, SQ_N_FISH};
+static const sq_list SQ_LIST_SUBS = {SQ_SUBS, 5, SQ_N_SUBS};
+static const sq_list SQ_LIST_DIVERS = {SQ_DIVERS, 4, SQ_N_DIVERS};
+
+#define SQ_LEN(m, i, l) MA_S(m, (l).count, i)
+#define SQ_AT(m, i, l, j, f) MA_SLOT(m, (l).base + (f), i, j)
+
+static inline void sq_get(ma_batch *m, int64_t i, sq_list l, int j, int32_t *values) {
+    int f;
+    for (f = 0; f < l.fields; f++) values[f] = SQ_AT(m, i, l, j, f);
+}
+
+static inline void sq_put(ma_batch *m, int64_t i, sq_list l, int j, const int32_t *values) {
+    int f;
+    for (f = 0; f < l.fields; f++) SQ_AT(m, i, l, j, f) = values[f];
+}
+
+static inline void sq_append(ma_batch *m, int64_t i, sq_list l, const int32_t *values) {
+    int n = SQ_LEN(m, i, l);
+    if (n >= SQ_CAPACITY) return;
+    sq_put(m, i, l, n, values);
+    SQ_LEN(m, i, l) = n + 1;
+}
+
+static inline void sq_delete(ma_batch *m, int64_t i, sq_list l, int j) {
+    int n = SQ_LEN(m, i, l), f, k;
+    for (f = 0; f < l.fields; f++) {
+        for (k = j; k < n - 1; k++) SQ_AT(m, i, l, k, f) = SQ_AT(m, i, l, k + 1, f);
+    }
+    SQ_LEN(m, i, l) = n - 1;
+}
+
+/* list.remove(values): delete the first entry equal to `values`; its index, or -1 (where
+ * Python would raise, which MinAtar's code never makes it do). */
+static inline int sq_remove(ma_batch *m, int64_t i, sq_list l, const int32_t *values) {
+    int n = SQ_LEN(m, i, l), j, f;
+    for (j = 0; j < n; j++) {
+        for (f = 0; f < l.fields; f++) {
+            if (SQ_AT(m, i, l, j, f) != values[f]) break;
+        }
+        if (f == l.fields) {
+            sq_delete(m, i, l, j);
+            return j;
+        }
+    }
+    return -1;
+}
+
+/* The entry at *pos after removing entry `removed`: it moved down one, or is gone (-1). */
+static inline int sq_follow(int pos, int removed) {
+    if (removed < 0 || pos < 0 || removed > pos) return pos;
+    return removed == pos ? -1 : pos - 1;
+}
+
+/* The first friendly bullet at (x, y): `for x in self.f_bullets: if ...: ... break`. */
+static inline int sq_bullet_at(ma_batch *m, int64_t i, int32_t x, int32_t y) {
+    int j, n = SQ_LEN(m, i, SQ_LIST_F_BULLETS);
+    for (j = 0; j < n; j++) {
+        if (SQ_AT(m, i, SQ_LIST_F_BULLETS, j, SQ_X) == x &&
+            SQ_AT(m, i, SQ_LIST_F_BULLETS, j, SQ_Y) == y) return j;
+    }
+    return -1;
+}
+
+static void seaquest_reset(op_batch *b, int64_t i) {
+    ma_batch *m = (ma_batch *)b;
+    MA_S(m, SQ_OXYGEN, i) = SQ_MAX_OXYGEN;
+    MA_S(m, SQ_DIVER_COUNT, i) = 0;
+    MA_S(m, SQ_SUB_X, i) = 5;
+    MA_S(m, SQ_SUB_Y, i) = 0;
+    MA_S(m, SQ_SUB_OR, i) = 0;
+    MA_S(m, SQ_N_F_BULLETS, i) = 0;
+    MA_S(m, SQ_N_E_BULLETS, i) = 0;
+    MA_S(m, SQ_N_FISH, i) = 0;
+    MA_S(m, SQ_N_SUBS, i) = 0;
+    MA_S(m, SQ_N_DIVERS, i) = 0;
+    MA_S(m, SQ_E_SPAWN_SPEED, i) = SQ_INIT_SPAWN_SPEED;
+    MA_S(m, SQ_E_SPAWN_TIMER, i) = SQ_INIT_SPAWN_SPEED;
+    MA_S(m, SQ_D_SPAWN_TIMER, i) = SQ_DIVER_SPAWN_SPEED;
+    MA_S(m, SQ_MOVE_SPEED, i) = SQ_INIT_MOVE_INTERVAL;
+    MA_S(m, SQ_RAMP_INDEX, i) = 0;
+    MA_S(m, SQ_SHOT_TIMER, i) = 0;
+    MA_S(m, SQ_SURFACE, i) = 1;
+}
+
+/* _spawn_enemy: direction, kind, row drawn (in that order); nothing spawns in a row that holds
+ * an enemy going the other way. */
+static void seaquest_spawn_enemy(ma_batch *m, int64_t i) {
+    int lr = ma_chance(m, i, 0.5), is_sub = ma_chance(m, i, 1.0 / 3.0), j;
+    int32_t y = 1 + ma_randint(m, i, 8), entry[5];
+    for (j = 0; j < SQ_LEN(m, i, SQ_LIST_SUBS); j++) {
+        if (SQ_AT(m, i, SQ_LIST_SUBS, j, SQ_Y) == y && SQ_AT(m, i, SQ_LIST_SUBS, j, SQ_DIR) != lr)
+            return;
+    }
+    for (j = 0; j < SQ_LEN(m, i, SQ_LIST_FISH); j++) {
+        if (SQ_AT(m, i, SQ_LIST_FISH, j, SQ_Y) == y && SQ_AT(m, i, SQ_LIST_FISH, j, SQ_DIR) != lr)
+            return;
+    }
+    entry[SQ_X] = lr ? 0 : 9;
+    entry[SQ_Y] = y;
+    entry[SQ_DIR] = lr;
+    entry[SQ_TIMER] = MA_S(m, SQ_MOVE_SPEED, i);
+    entry[SQ_SHOT] = SQ_ENEMY_SHOT_INTERVAL;
+    sq_append(m, i, is_sub ? SQ_LIST_SUBS : SQ_LIST_FISH, entry);
+}
+
+static void seaquest_spawn_diver(ma_batch *m, int64_t i) {
+    int lr = ma_chance(m, i, 0.5);
+    int32_t entry[4];
+    entry[SQ_Y] = 1 + ma_randint(m, i, 8);
+    entry[SQ_X] = lr ? 0 : 9;
+    entry[SQ_DIR] = lr;
+    entry[SQ_TIMER] = SQ_DIVER_MOVE_INTERVAL;
+    sq_append(m, i, SQ_LIST_DIVERS, entry);
+}
+
+/* Python floor division (oxygen bonus and gauge): C's division truncates toward
+ * zero, Python's floors; they differ only for a negative oxygen, which MinAtar can reach. */
+static inline int32_t sq_floordiv(int32_t a, int32_t b) {
+    int32_t q = a / b;
+    return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+
+/* _surface: refill oxygen, drop a diver (all six, with a bonus, when full; MinAtar then also
+ * subtracts one, leaving -1, and so does this), ramp the difficulty. */
+static int32_t seaquest_surface(ma_batch *m, int64_t i) {
+    int32_t r = 0;
+    MA_S(m, SQ_SURFACE, i) = 1;
+    if (MA_S(m, SQ_DIVER_COUNT, i) == 6) {
+        MA_S(m, SQ_DIVER_COUNT, i) = 0;
+        r = sq_floordiv(MA_S(m, SQ_OXYGEN, i) * 10, SQ_MAX_OXYGEN);
+    }
+    MA_S(m, SQ_OXYGEN, i) = SQ_MAX_OXYGEN;
+    MA_S(m, SQ_DIVER_COUNT, i) -= 1;
+    if (m->ramping && (MA_S(m, SQ_E_SPAWN_SPEED, i) > 1 || MA_S(m, SQ_MOVE_SPEED, i) > 2)) {
+        if (MA_S(m, SQ_MOVE_SPEED, i) > 2 && MA_S(m, SQ_RAMP_INDEX, i) % 2) {
+            MA_S(m, SQ_MOVE_SPEED, i) -= 1;
+        }
+        if (MA_S(m, SQ_E_SPAWN_SPEED, i) > 1) MA_S(m, SQ_E_SPAWN_SPEED, i) -= 1;
+        MA_S(m, SQ_RAMP_INDEX, i) += 1;
+    }
+    return r;
+}
+
+/* The walk of an enemy list (fish, or subs with their shots) backwards, MinAtar's loop body. */
+static void seaquest_enemies(ma_batch *m, int64_t i, sq_list l, int subs, int32_t sx,
+                             int32_t sy, double *r, int *terminated) {
+    int idx = SQ_LEN(m, i, l) - 1;
+    while (idx >= 0 && idx < SQ_LEN(m, i, l)) {
+        int pos = idx, bullet;
+        int32_t e[5];
+        idx -= 1;
+        sq_get(m, i, l, pos, e);
+        if (e[SQ_X] == sx && e[SQ_Y] == sy) *terminated = 1;
+        if (e[SQ_TIMER] == 0) {
+            e[SQ_TIMER] = MA_S(m, SQ_MOVE_SPEED, i);
+            e[SQ_X] += e[SQ_DIR] ? 1 : -1;
+            sq_put(m, i, l, pos, e);
+            if (e[SQ_X] < 0 || e[SQ_X] > 9) {
+                pos = sq_follow(pos, sq_remove(m, i, l, e));
+            } else if (e[SQ_X] == sx && e[SQ_Y] == sy) {
+                *terminated = 1;
+            } else if ((bullet = sq_bullet_at(m, i, e[SQ_X], e[SQ_Y])) >= 0) {
+                int32_t hit[3];
+                pos = sq_follow(pos, sq_remove(m, i, l, e));
+                sq_get(m, i, SQ_LIST_F_BULLETS, bullet, hit);
+                sq_remove(m, i, SQ_LIST_F_BULLETS, hit);
+                *r += 1.0;
+            }
+        } else {
+            e[SQ_TIMER] -= 1;
+            sq_put(m, i, l, pos, e);
+        }
+        if (!subs) continue;
+        /* a sub fires, or counts down to firing, even when it was just removed */
+        if (e[SQ_SHOT] == 0) {
+            int32_t shot[3];
+            e[SQ_SHOT] = SQ_ENEMY_SHOT_INTERVAL;
+            shot[SQ_X] = e[SQ_X];
+            shot[SQ_Y] = e[SQ_Y];
+            shot[SQ_DIR] = e[SQ_DIR];
+            sq_append(m, i, SQ_LIST_E_BULLETS, shot);
+        } else {
+            e[SQ_SHOT] -= 1;
+        }
+        if (pos >= 0) SQ_AT(m, i, l, pos, SQ_SHOT) = e[SQ_SHOT];
+    }
+}
+
+static double seaquest_step(op_batch *b, int64_t i, int *terminated) {
+    ma_batch *m = (ma_batch *)b;
+    int a = ma_effective_action(m, i), idx;
+    double r = 0.0;
+    int32_t sx, sy;
+
+    if (MA_S(m, SQ_E_SPAWN_TIMER, i) == 0) {
+        seaquest_spawn_enemy(m, i);
+        MA_S(m, SQ_E_SPAWN_TIMER, i) = MA_S(m, SQ_E_SPAWN_SPEED, i);
+    }
+    if (MA_S(m, SQ_D_SPAWN_TIMER, i) == 0) {
+        seaquest_spawn_diver(m, i);
+        MA_S(m, SQ_D_SPAWN_TIMER, i) = SQ_DIVER_SPAWN_SPEED;
+    }
+    sx = MA_S(m, SQ_SUB_X, i);
+    sy = MA_S(m, SQ_SUB_Y, i);
+    if (a == MA_FIRE && MA_S(m, SQ_SHOT_TIMER, i) == 0) {
+        int32_t shot[3];
+        shot[SQ_X] = sx;
+        shot[SQ_Y] = sy;
+        shot[SQ_DIR] = MA_S(m, SQ_SUB_OR, i);
+        sq_append(m, i, SQ_LIST_F_BULLETS, shot);
+        MA_S(m, SQ_SHOT_TIMER, i) = SQ_SHOT_COOL_DOWN;
+    } else if (a == MA_LEFT) {
+        sx = ma_max(0, sx - 1);
+        MA_S(m, SQ_SUB_OR, i) = 0;
+    } else if (a == MA_RIGHT) {
+        sx = ma_min(9, sx + 1);
+        MA_S(m, SQ_SUB_OR, i) = 1;
+    } else if (a == MA_UP) {
+        sy = ma_max(0, sy - 1);
+    } else if (a == MA_DOWN) {
+        sy = ma_min(8, sy + 1);
+    }
+    MA_S(m, SQ_SUB_X, i) = sx;
+    MA_S(m, SQ_SUB_Y, i) = sy;
+
+    /* friendly bullets */
+    idx = SQ_LEN(m, i, SQ_LIST_F_BULLETS) - 1;
+    while (idx >= 0 && idx < SQ_LEN(m, i, SQ_LIST_F_BULLETS)) {
+        int pos = idx, j, hit = 0;
+        int32_t bullet[3], enemy[5];
+        idx -= 1;
+        sq_get(m, i, SQ_LIST_F_BULLETS, pos, bullet);
+        bullet[SQ_X] += bullet[SQ_DIR] ? 1 : -1;
+        sq_put(m, i, SQ_LIST_F_BULLETS, pos, bullet);
+        if (bullet[SQ_X] < 0 || bullet[SQ_X] > 9) {
+            sq_remove(m, i, SQ_LIST_F_BULLETS, bullet);
+            continue;
+        }
+        for (j = 0; j < SQ_LEN(m, i, SQ_LIST_FISH) && !hit; j++) {
+            if (SQ_AT(m, i, SQ_LIST_FISH, j, SQ_X) == bullet[SQ_X] &&
+                SQ_AT(m, i, SQ_LIST_FISH, j, SQ_Y) == bullet[SQ_Y]) {
+                sq_get(m, i, SQ_LIST_FISH, j, enemy);
+                sq_remove(m, i, SQ_LIST_FISH, enemy);
+                sq_remove(m, i, SQ_LIST_F_BULLETS, bullet);
+                r += 1.0;
+                hit = 1;
+            }
+        }
+        for (j = 0; j < SQ_LEN(m, i, SQ_LIST_SUBS) && !hit; j++) {
+            if (SQ_AT(m, i, SQ_LIST_SUBS, j, SQ_X) == bullet[SQ_X] &&
+                SQ_AT(m, i, SQ_LIST_SUBS, j, SQ_Y) == bullet[SQ_Y]) {
+                sq_get(m, i, SQ_LIST_SUBS, j, enemy);
+                sq_remove(m, i, SQ_LIST_SUBS, enemy);
+                sq_remove(m, i, SQ_LIST_F_BULLETS, bullet);
+                r += 1.0;
+                hit = 1;
+            }
+        }
+    }
+
+    /* divers */
+    idx = SQ_LEN(m, i, SQ_LIST_DIVERS) - 1;
+    while (idx >= 0 && idx < SQ_LEN(m, i, SQ_LIST_DIVERS)) {
+        int pos = idx;
+        int32_t diver[4];
+        idx -= 1;
+        sq_get(m, i, SQ_LIST_DIVERS, pos, diver);
+        if (diver[SQ_X] == sx && diver[SQ_Y] == sy && MA_S(m, SQ_DIVER_COUNT, i) < 6) {
+            sq_remove(m, i, SQ_LIST_DIVERS, diver);
+            MA_S(m, SQ_DIVER_COUNT, i) += 1;
+        } else if (diver[SQ_TIMER] == 0) {
+            diver[SQ_TIMER] = SQ_DIVER_MOVE_INTERVAL;
+            diver[SQ_X] += diver[SQ_DIR] ? 1 : -1;
+            sq_put(m, i, SQ_LIST_DIVERS, pos, diver);
+            if (diver[SQ_X] < 0 || diver[SQ_X] > 9) {
+                sq_remove(m, i, SQ_LIST_DIVERS, diver);
+            } else if (diver[SQ_X] == sx && diver[SQ_Y] == sy && MA_S(m, SQ_DIVER_COUNT, i) < 6) {
+                sq_remove(m, i, SQ_LIST_DIVERS, diver);
+                MA_S(m, SQ_DIVER_COUNT, i) += 1;
+            }
+        } else {
+            SQ_AT(m, i, SQ_LIST_DIVERS, pos, SQ_TIMER) = diver[SQ_TIMER] - 1;
+        }
+    }
+
+    seaquest_enemies(m, i, SQ_LIST_SUBS, 1, sx, sy, &r, terminated);
+
+    /* enemy bullets */
+    idx = SQ_LEN(m, i, SQ_LIST_E_BULLETS) - 1;
+    while (idx >= 0 && idx < SQ_LEN(m, i, SQ_LIST_E_BULLETS)) {
+        int pos = idx;
+        int32_t bullet[3];
+        idx -= 1;
+        sq_get(m, i, SQ_LIST_E_BULLETS, pos, bullet);
+        if (bullet[SQ_X] == sx && bullet[SQ_Y] == sy) *terminated = 1;
+        bullet[SQ_X] += bullet[SQ_DIR] ? 1 : -1;
+        sq_put(m, i, SQ_LIST_E_BULLETS, pos, bullet);
+        if (bullet[SQ_X] < 0 || bullet[SQ_X] > 9) {
+            sq_remove(m, i, SQ_LIST_E_BULLETS, bullet);
+        } else if (bullet[SQ_X] == sx && bullet[SQ_Y] == sy) {
+            *terminated = 1;
+        }
+    }
+
+    seaquest_enemies(m, i, SQ_LIST_FISH, 0, sx, sy, &r, terminated);
+
+    MA_S(m, SQ_E_SPAWN_TIMER, i) -= MA_S(m, SQ_E_SPAWN_TIMER, i) > 0;
+    MA_S(m, SQ_D_SPAWN_TIMER, i) -= MA_S(m, SQ_D_SPAWN_TIMER, i) > 0;
+    MA_S(m, SQ_SHOT_TIMER, i) -= MA_S(m, SQ_SHOT_TIMER, i) > 0;
+    if (MA_S(m, SQ_OXYGEN, i) <= 0) *terminated = 1;
+    if (sy > 0) {
+        MA_S(m, SQ_OXYGEN, i) -= 1;
+        MA_S(m, SQ_SURFACE, i) = 0;
+    } else if (!MA_S(m, SQ_SURFACE, i)) {
+        if (MA_S(m, SQ_DIVER_COUNT, i) == 0) *terminated = 1;
+        else r += (double)seaquest_surface(m, i);
+    }
+    return r;
+}
+
+/* An entity and, where it is on the grid, its trail one cell behind it. */
+static inline void sq_draw_list(ma_batch *m, int64_t i, uint8_t *o, sq_list l, int ch,
+                                int trail) {
+    int j, n = SQ_LEN(m, i, l);
+    for (j = 0; j < n; j++) {
+        int32_t x = SQ_AT(m, i, l, j, SQ_X), y = SQ_AT(m, i, l, j, SQ_Y);
+        ma_set(o, ch, y, x);
+        if (trail) ma_set(o, SQ_CH_TRAIL, y, SQ_AT(m, i, l, j, SQ_DIR) ? x - 1 : x + 1);
+    }
+}
+
+static void seaquest_obs(op_batch *b, int64_t i) {
+    ma_batch *m = (ma_batch *)b;
+    uint8_t *o = ma_obs_row(m, i);
+    int32_t sx = MA_S(m, SQ_SUB_X, i), sy = MA_S(m, SQ_SUB_Y, i), back_x, c, cells;
+    int32_t divers = MA_S(m, SQ_DIVER_COUNT, i), oxygen = MA_S(m, SQ_OXYGEN, i);
+    memset(o, 0, SQ_CHANNELS * MA_CELLS);
+    ma_set(o, SQ_CH_SUB_FRONT, sy, sx);
+    back_x = MA_S(m, SQ_SUB_OR, i) ? sx - 1 : sx + 1;
+    /* MinAtar indexes without a bounds check: -1 is numpy's last column */
+    ma_set(o, SQ_CH_SUB_BACK, sy, back_x == -1 ? 9 : back_x);
+    cells = sq_floordiv((oxygen > 0 ? oxygen : 0) * 10, SQ_MAX_OXYGEN);
+    for (c = 0; c < cells && c < 10; c++) o[SQ_CH_OXYGEN * MA_CELLS + 90 + c] = 1;
+    /* state[9, 9 - diver_count:9]: cells 9 - diver_count .. 8, none for a count <= 0 */
+    for (c = 9 - divers; c < 9; c++) {
+        if (c >= 0) o[SQ_CH_DIVERS * MA_CELLS + 90 + c] = 1;
+    }
+    sq_draw_list(m, i, o, SQ_LIST_F_BULLETS, SQ_CH_F_BULLET, 0);
+    sq_draw_list(m, i, o, SQ_LIST_E_BULLETS, SQ_CH_E_BULLET, 0);
+    sq_draw_list(m, i, o, SQ_LIST_FISH, SQ_CH_FISH, 1);
+    sq_draw_list(m, i, o, SQ_LIST_SUBS, SQ_CH_SUB, 1);
+    sq_draw_list(m, i, o, SQ_LIST_DIVERS, SQ_CH_DIVER, 1);
+}
+
+/* ---------------------------------------------------------------------------------------- */
 /* The batch entry points: one instance of kernel_common.h's loop per game, so each game's
  * functions are inlined into its own loop and the game is chosen once per step, not per env. */
 
@@ -569,6 +969,7 @@ static int64_t ma_step(ma_batch *m) {
     case MA_FREEWAY: return op_batch_step(b, freeway_step, freeway_obs, freeway_reset);
     case MA_SPACE_INVADERS:
         return op_batch_step(b, space_invaders_step, space_invaders_obs, space_invaders_reset);
+    case MA_SEAQUEST: return op_batch_step(b, seaquest_step, seaquest_obs, seaquest_reset);
     default: return op_batch_step(b, asterix_step, asterix_obs, asterix_reset);
     }
 }
@@ -581,6 +982,7 @@ static void ma_reset(ma_batch *m, int reseed, uint64_t seed) {
     case MA_SPACE_INVADERS:
         op_batch_reset(b, reseed, seed, space_invaders_reset, space_invaders_obs);
         break;
+    case MA_SEAQUEST: op_batch_reset(b, reseed, seed, seaquest_reset, seaquest_obs); break;
     default: op_batch_reset(b, reseed, seed, asterix_reset, asterix_obs); break;
     }
 }
@@ -591,6 +993,7 @@ static void ma_write_obs(ma_batch *m) {
     case MA_BREAKOUT: op_batch_write_obs(b, breakout_obs); break;
     case MA_FREEWAY: op_batch_write_obs(b, freeway_obs); break;
     case MA_SPACE_INVADERS: op_batch_write_obs(b, space_invaders_obs); break;
+    case MA_SEAQUEST: op_batch_write_obs(b, seaquest_obs); break;
     default: op_batch_write_obs(b, asterix_obs); break;
     }
 }

@@ -98,6 +98,24 @@ GAMES = {
         slots=8,
         minimal_actions=(0, 1, 2, 3, 4),
     ),
+    "seaquest": dict(
+        index=4,
+        channels=("sub_front", "sub_back", "friendly_bullet", "trail", "enemy_bullet",
+                  "enemy_fish", "enemy_sub", "oxygen_guage", "diver_guage", "diver"),
+        scalars=("last_action", "oxygen", "diver_count", "sub_x", "sub_y", "sub_or",
+                 "e_spawn_speed", "e_spawn_timer", "d_spawn_timer", "move_speed", "ramp_index",
+                 "shot_timer", "surface", "n_f_bullets", "n_e_bullets", "n_fish", "n_subs",
+                 "n_divers"),
+        maps=(),
+        # five ordered lists (minatar.h, Seaquest): entry k of a list in slot k
+        slot_fields=("f_bullet_x", "f_bullet_y", "f_bullet_dir",
+                     "e_bullet_x", "e_bullet_y", "e_bullet_dir",
+                     "fish_x", "fish_y", "fish_lr", "fish_timer",
+                     "sub_x", "sub_y", "sub_lr", "sub_timer", "sub_shot_timer",
+                     "diver_x", "diver_y", "diver_lr", "diver_timer"),
+        slots=64,
+        minimal_actions=(0, 1, 2, 3, 4, 5),
+    ),
 }
 
 # The kernel's own arrays that make up its state (what a checkpoint saves), in a stable order.

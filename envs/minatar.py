@@ -46,6 +46,7 @@ GAME_IDS = {
     "MinAtar-Asterix-v1": "asterix",
     "MinAtar-Breakout-v1": "breakout",
     "MinAtar-Freeway-v1": "freeway",
+    "MinAtar-Seaquest-v1": "seaquest",
     "MinAtar-SpaceInvaders-v1": "space_invaders",
 }
 """Operant's ids (registered as `operant/<id>`) -> the game's name in operant.cext.minatar and

@@ -39,7 +39,46 @@ MINATAR_MODULES = {
     "freeway": "freeway",
     "space_invaders": "space_invaders",
     "asterix": "asterix",
+    "seaquest": "seaquest",
 }
+
+# Seaquest's lists: MinAtar's attribute -> (our slot field prefix, fields per entry, the
+# scalar holding its length). An entry is MinAtar's list [x, y, direction, timers...].
+SEAQUEST_LISTS = {
+    "f_bullets": ("f_bullet", 3, "n_f_bullets"),
+    "e_bullets": ("e_bullet", 3, "n_e_bullets"),
+    "e_fish": ("fish", 4, "n_fish"),
+    "e_subs": ("sub", 5, "n_subs"),
+    "divers": ("diver", 4, "n_divers"),
+}
+SEAQUEST_SCALARS = (
+    "oxygen",
+    "diver_count",
+    "sub_x",
+    "sub_y",
+    "e_spawn_speed",
+    "e_spawn_timer",
+    "d_spawn_timer",
+    "move_speed",
+    "ramp_index",
+    "shot_timer",
+)
+
+
+def _seaquest_list(kernel: Any, i: int, name: str) -> list[list[int]]:
+    """Our env i's Seaquest list `name` (MinAtar's attribute) as MinAtar holds it."""
+    from operant.cext.minatar import GAMES
+
+    layout = GAMES["seaquest"]
+    prefix, fields, count = SEAQUEST_LISTS[name]
+    first = layout["slot_fields"].index(f"{prefix}_x")
+    length = int(kernel.scalars[layout["scalars"].index(count), i])
+    entries = []
+    for k in range(length):
+        entry = [int(v) for v in kernel.slots[first : first + fields, i, k]]
+        entry[2] = bool(entry[2])
+        entries.append(entry)
+    return entries
 
 
 class StreamReplay:
@@ -117,6 +156,13 @@ def to_minatar(kernel: Any, i: int, game_env: Any) -> None:
             else None
             for k in range(8)
         ]
+    elif kernel.game == "seaquest":
+        for name in SEAQUEST_SCALARS:
+            setattr(g, name, s[name])
+        g.sub_or = bool(s["sub_or"])
+        g.surface = bool(s["surface"])
+        for name in SEAQUEST_LISTS:
+            setattr(g, name, _seaquest_list(kernel, i, name))
     else:
         raise ValueError(f"no MinAtar parity for {kernel.game!r}")
 
@@ -152,6 +198,16 @@ def from_minatar(game_env: Any, kernel: Any, i: int) -> None:
                 kernel.slots[:, i, k] = 0
             else:
                 kernel.slots[:, i, k] = (1, entity[0], int(entity[2]), int(entity[3]))
+    elif kernel.game == "seaquest":
+        for name in (*SEAQUEST_SCALARS, "sub_or", "surface"):
+            scalars[names.index(name), i] = int(getattr(g, name))
+        kernel.slots[:, i] = 0
+        for name, (prefix, fields, count) in SEAQUEST_LISTS.items():
+            entries = getattr(g, name)
+            first = layout["slot_fields"].index(f"{prefix}_x")
+            scalars[names.index(count), i] = len(entries)
+            for k, entry in enumerate(entries):
+                kernel.slots[first : first + fields, i, k] = [int(v) for v in entry]
     else:
         raise ValueError(f"no MinAtar parity for {kernel.game!r}")
 
@@ -161,6 +217,11 @@ def game_state(kernel: Any, i: int) -> dict[str, Any]:
     slots = kernel.slots[:, i].copy()
     if kernel.game == "asterix":
         slots[:, slots[0] == 0] = 0
+    if kernel.game == "seaquest":
+        return {
+            "scalars": kernel.scalars[1:, i].tolist(),
+            "lists": {name: _seaquest_list(kernel, i, name) for name in SEAQUEST_LISTS},
+        }
     return {
         "scalars": kernel.scalars[1:, i].tolist(),
         "maps": kernel.maps[:, i].tolist(),
@@ -226,6 +287,51 @@ def scramble(kernel: Any, i: int, rng: np.random.Generator) -> None:
         slots[1, i] = rng.integers(0, 10, 8)
         slots[2, i] = rng.integers(0, 2, 8)
         slots[3, i] = rng.random(8) < 1 / 3
+    elif kernel.game == "seaquest":
+        _scramble_seaquest(kernel, i, rng)
+
+
+def _scramble_seaquest(kernel: Any, i: int, rng: np.random.Generator) -> None:
+    from operant.cext.minatar import GAMES
+
+    layout = GAMES["seaquest"]
+    names, fields = layout["scalars"], layout["slot_fields"]
+    sc, slots = kernel.scalars, kernel.slots
+
+    def put(name: str, value: Any) -> None:
+        sc[names.index(name), i] = int(value)
+
+    sub_y = rng.choice([0, rng.integers(0, 9)])
+    move_speed = rng.integers(2, 6)
+    spawn_speed = rng.integers(1, 21)
+    sub_x = rng.integers(0, 10)
+    put("sub_x", sub_x)
+    put("sub_y", sub_y)
+    # the sub reaches the right edge moving right and the left edge moving left
+    put("sub_or", 1 if sub_x == 9 else 0 if sub_x == 0 else rng.integers(0, 2))
+    put("surface", sub_y == 0)
+    put("oxygen", rng.choice([rng.integers(0, 201), 1, 2, 200]))
+    put("diver_count", rng.choice([rng.integers(0, 7), 5, 6, -1]))
+    put("e_spawn_speed", spawn_speed)
+    put("e_spawn_timer", rng.integers(0, spawn_speed + 1))
+    put("d_spawn_timer", rng.integers(0, 31))
+    put("move_speed", move_speed)
+    put("ramp_index", rng.integers(0, 30))
+    put("shot_timer", rng.integers(0, 6))
+    slots[:, i] = 0
+    for prefix, width, count in SEAQUEST_LISTS.values():
+        length = int(rng.integers(0, 6 if prefix.endswith("bullet") else 10))
+        first = fields.index(f"{prefix}_x")
+        put(count, length)
+        for k in range(length):
+            entry = [
+                rng.integers(0, 10),
+                rng.integers(0 if prefix == "f_bullet" else 1, 9),
+                rng.integers(0, 2),
+                rng.integers(0, (5 if prefix == "diver" else move_speed) + 1),
+                rng.integers(0, 11),
+            ]
+            slots[first : first + width, i, k] = entry[:width]
 
 
 @dataclass
@@ -238,6 +344,8 @@ class ParityReport:
     """Steps that drew from the stream: spawns, resets, sticky actions."""
     terminal: int = 0
     mismatches: int = 0
+    longest_list: int = 0
+    """Seaquest: the longest of its lists in any state checked (the kernel holds 64)."""
     first: list[str] = field(default_factory=list)
 
     def mismatch(self, text: str) -> None:
@@ -336,6 +444,9 @@ def check_game(
             if replay.state != int(kernel.rng_state[i]):
                 report.mismatch(f"{where}: MinAtar drew a different number of values")
             ours_state = game_state(kernel, i)
+            if game == "seaquest":
+                lengths = [len(entries) for entries in ours_state["lists"].values()]
+                report.longest_list = max(report.longest_list, *lengths)
             probe = _probe(kernel)
             from_minatar(env.env, probe, 0)
             if game_state(probe, 0) != ours_state:
@@ -397,6 +508,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{game}: {report.states} states checked ({report.drawing} drew from the stream, "
             f"{report.terminal} terminal), {report.mismatches} mismatches"
+            + (f", longest list {report.longest_list}" if game == "seaquest" else "")
         )
         for line in report.first:
             print(f"  {line}")
