@@ -172,6 +172,37 @@ class MinAtarVectorEnv(_MinAtarFace):
             max_episode_steps=limit,
         )
         self._seeded = False
+        self.sticky_action_prob = float(sticky_action_prob)
+        self.difficulty_ramping = bool(difficulty_ramping)
+
+    def shadow_check(self, steps: int) -> dict[str, Any]:
+        """`operant bench env_only --validate`: a kernel like this one (same game, sticky
+        actions, ramping and number of envs), checked at every one of `steps` steps against
+        the minatar package (operant.envs.minatar_parity.check_game). Needs the extra."""
+        minatar_environment_class()
+        from operant.envs.minatar_parity import check_game
+
+        report = check_game(
+            self.game,
+            self.num_envs,
+            steps,
+            sticky_action_prob=self.sticky_action_prob,
+            difficulty_ramping=self.difficulty_ramping,
+        )
+        ok = report.mismatches == 0
+        verdict = "matches MinAtar" if ok else f"MISMATCH: {report.first[0]}"
+        return {
+            "impl": "minatar",
+            "ok": ok,
+            "compared": report.states,
+            "drew": report.drawing,
+            "episodes_ended": report.terminal,
+            "mismatches": report.mismatches,
+            "first": report.first,
+            "summary": f"{report.states:,} env-steps against the minatar package "
+            f"({report.drawing:,} drew, {report.terminal:,} episodes ended): {verdict}",
+            "disagreement": f"the {self.game} kernel disagrees with the minatar package",
+        }
 
     def reset(
         self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None

@@ -242,3 +242,37 @@ def test_no_allocation_per_step(env_id):
     tracemalloc.stop()
     assert after - before < 256
     assert peak - before < 1024
+
+
+@needs_minatar
+def test_bench_validate_checks_against_minatar_and_exits_2_on_a_mismatch(
+    monkeypatch, tmp_path, capsys
+):
+    import json
+
+    import minatar.environments.breakout as breakout
+
+    from operant.trainer import bench as bench_module
+
+    out = tmp_path / "minatar.json"
+    argv = ["env_only", "--env", "MinAtar-Breakout-v1", "--num-envs", "8", "--rounds", "2"]
+    argv += ["--round-seconds", "0.02", "--max-cv", "10", "--output", str(out)]
+    argv += ["--validate", "--validate-steps", "30"]
+    assert bench_module.main(argv) == 0
+    (report,) = json.loads(out.read_text())["validation"]
+    assert report["ok"] and report["compared"] == 240 and report["mismatches"] == 0
+    capsys.readouterr()
+
+    class Misnumbered(breakout.Env):
+        def reset(self):
+            super().reset()
+            self.pos = 5  # the paddle starts one cell off
+
+    monkeypatch.setattr(breakout, "Env", Misnumbered)
+    assert bench_module.main(argv) == bench_module.EXIT_PARITY == 2
+    record = json.loads(out.read_text())
+    assert record["validation"][0]["mismatches"] > 0 and "results" not in record
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "operant bench: --validate: the breakout kernel disagrees with the minatar package; "
+        "nothing was measured"
+    ]
