@@ -387,7 +387,8 @@ static double space_invaders_step(op_batch *b, int64_t i, int *terminated) {
     uint8_t *e_bullets = MA_MAP(m, SI_MAP_E_BULLET, i);
     uint8_t rolled[MA_CELLS];
     int a = ma_effective_action(m, i), row, col, kills;
-    int32_t pos = MA_S(m, SI_POS, i), dir = MA_S(m, SI_ALIEN_DIR, i);
+    /* the rules keep pos in 0..9; a loaded state that does not is clamped, never indexed */
+    int32_t pos = ma_min(9, ma_max(0, MA_S(m, SI_POS, i))), dir = MA_S(m, SI_ALIEN_DIR, i);
 
     if (a == MA_FIRE && MA_S(m, SI_SHOT_TIMER, i) == 0) {
         f_bullets[90 + pos] = 1;
@@ -799,9 +800,14 @@ static void seaquest_enemies(ma_batch *m, int64_t i, sq_list l, int subs, int32_
 
 static double seaquest_step(op_batch *b, int64_t i, int *terminated) {
     ma_batch *m = (ma_batch *)b;
-    int a = ma_effective_action(m, i), idx;
+    int a = ma_effective_action(m, i), idx, k;
     double r = 0.0;
     int32_t sx, sy;
+
+    /* a loaded state's list lengths are clamped to the slots, so no walk leaves them */
+    for (k = SQ_N_F_BULLETS; k <= SQ_N_DIVERS; k++) {
+        MA_S(m, k, i) = ma_min(SQ_CAPACITY, ma_max(0, MA_S(m, k, i)));
+    }
 
     if (MA_S(m, SQ_E_SPAWN_TIMER, i) == 0) {
         seaquest_spawn_enemy(m, i);
@@ -932,7 +938,7 @@ static double seaquest_step(op_batch *b, int64_t i, int *terminated) {
 /* An entity and, where it is on the grid, its trail one cell behind it. */
 static inline void sq_draw_list(ma_batch *m, int64_t i, uint8_t *o, sq_list l, int ch,
                                 int trail) {
-    int j, n = SQ_LEN(m, i, l);
+    int j, n = ma_min(SQ_CAPACITY, SQ_LEN(m, i, l));
     for (j = 0; j < n; j++) {
         int32_t x = SQ_AT(m, i, l, j, SQ_X), y = SQ_AT(m, i, l, j, SQ_Y);
         ma_set(o, ch, y, x);

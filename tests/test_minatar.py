@@ -276,3 +276,19 @@ def test_bench_validate_checks_against_minatar_and_exits_2_on_a_mismatch(
         "operant bench: --validate: the breakout kernel disagrees with the minatar package; "
         "nothing was measured"
     ]
+
+
+def test_a_loaded_state_out_of_range_is_clamped_not_indexed():
+    """Positions and list lengths index memory: a corrupt state must not reach outside it."""
+    invaders = make_env("MinAtar-SpaceInvaders-v1", 2, sticky_action_prob=0)
+    invaders.reset(seed=0)
+    invaders.kernel.scalars[GAMES["space_invaders"]["scalars"].index("pos")] = [77, -3]
+    invaders.step(np.zeros(2, np.int64))
+    assert invaders.kernel.scalars[1].tolist() == [9, 0]
+    seaquest = make_env("MinAtar-Seaquest-v1", 2, sticky_action_prob=0)
+    seaquest.reset(seed=0)
+    lengths = slice(GAMES["seaquest"]["scalars"].index("n_f_bullets"), None)
+    seaquest.kernel.scalars[lengths] = [[1000], [-5], [1000], [-5], [1000]]
+    seaquest.step(np.zeros(2, np.int64))
+    assert seaquest.kernel.scalars[lengths].min() >= 0
+    assert seaquest.kernel.scalars[lengths].max() <= GAMES["seaquest"]["slots"]
