@@ -1,7 +1,8 @@
 """MinAtar's games (Young & Tian 2019) as an env family: `operant/MinAtar-<Game>-v1`.
 
 Two implementations of operant.envs.contract.BatchEnv, each a Gymnasium `VectorEnv` in SAME_STEP
-autoreset mode:
+autoreset mode (or NEXT_STEP: `autoreset_mode=AutoresetMode.NEXT_STEP`, operant.envs.autoreset's
+face over the kernel, the reference env's own loop):
 
 - `native`: `MinAtarVectorEnv`, the C kernel operant.cext.minatar (MinAtar's rules statement by
   statement, checked against the `minatar` package by operant.envs.minatar_parity);
@@ -30,6 +31,14 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from operant.envs.autoreset import (
+    HELD_LENGTH,
+    Held,
+    NextStepFace,
+    step_next_step_face,
+    with_autoreset_mode,
+)
+from operant.envs.autoreset import autoreset_mode as parse_autoreset_mode
 from operant.envs.contract import ActSpec, ObsSpec, RowLayout, check_state, clear_stats
 from operant.envs.episodes import EpisodeAccounting
 from operant.envs.native import allocate_buffers, recent_from_ring, step_outputs
@@ -88,7 +97,17 @@ class _MinAtarFace(VectorEnv):
 
     metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
 
-    def _declare(self, game: str, num_envs: int, copy: bool, full_action_set: bool) -> None:
+    def _declare(
+        self,
+        game: str,
+        num_envs: int,
+        copy: bool,
+        full_action_set: bool,
+        autoreset_mode: AutoresetMode | str,
+    ) -> None:
+        self.autoreset_mode = parse_autoreset_mode(autoreset_mode)
+        self.metadata = with_autoreset_mode(type(self).metadata, self.autoreset_mode)
+        self.render_mode = None
         layout = _layout(game)
         self.game = game
         self.channels: tuple[str, ...] = layout["channels"]
@@ -152,11 +171,12 @@ class MinAtarVectorEnv(_MinAtarFace):
         difficulty_ramping: bool = True,
         max_episode_steps: int | None = None,
         full_action_set: bool = False,
+        autoreset_mode: AutoresetMode | str = AutoresetMode.SAME_STEP,
     ):
         from operant.cext.minatar import MinAtarKernel
 
         limit = _check_options(num_envs, sticky_action_prob, max_episode_steps)
-        self._declare(game, num_envs, copy, full_action_set)
+        self._declare(game, num_envs, copy, full_action_set, autoreset_mode)
         self.kernel = MinAtarKernel(
             game,
             num_envs,
@@ -174,6 +194,22 @@ class MinAtarVectorEnv(_MinAtarFace):
         self._seeded = False
         self.sticky_action_prob = float(sticky_action_prob)
         self.difficulty_ramping = bool(difficulty_ramping)
+        kernel, n = self.kernel, num_envs
+        self._next_step = (
+            NextStepFace(
+                self,
+                [
+                    Held(kernel.scalars, 1, 0, n),
+                    Held(kernel.maps, 1, 0, n),
+                    Held(kernel.slots, 1, 0, n),
+                    Held(kernel.rng_state, 0, 0, n),
+                    Held(kernel.episode_return, 0, 0, n),
+                    Held(kernel.episode_length, 0, 0, n, HELD_LENGTH),
+                ],
+            )
+            if self.autoreset_mode == AutoresetMode.NEXT_STEP
+            else None
+        )
 
     def shadow_check(self, steps: int) -> dict[str, Any]:
         """`operant bench env_only --validate`: a kernel like this one (same game, sticky
@@ -221,7 +257,14 @@ class MinAtarVectorEnv(_MinAtarFace):
             seed = secrets.randbits(64)
         self.kernel.reset(seed)
         self._seeded = True
-        return (self.obs.copy() if self.copy else self.obs), {}
+        obs = self.obs if self._next_step is None else self._next_step.reset()
+        return (obs.copy() if self.copy else obs), {}
+
+    def step(self, actions: Any) -> tuple[Any, ...]:
+        if self._next_step is None:
+            return super().step(actions)
+        self._load_actions(actions)
+        return step_next_step_face(self)
 
     def step_bound(self) -> None:
         """Step with the actions already in `self.actions`; outputs land in the buffers."""
@@ -290,10 +333,11 @@ class ReferenceMinAtarEnv(_MinAtarFace):
         difficulty_ramping: bool = True,
         max_episode_steps: int | None = None,
         full_action_set: bool = False,
+        autoreset_mode: AutoresetMode | str = AutoresetMode.SAME_STEP,
     ):
         environment = minatar_environment_class()
         self.max_episode_steps = _check_options(num_envs, sticky_action_prob, max_episode_steps)
-        self._declare(game, num_envs, copy, full_action_set)
+        self._declare(game, num_envs, copy, full_action_set, autoreset_mode)
         self.envs = [
             environment(
                 game,
@@ -304,6 +348,8 @@ class ReferenceMinAtarEnv(_MinAtarFace):
         ]
         self.episodes = EpisodeAccounting(self.layout, RECENT_CAPACITY)
         self._lengths = np.zeros(num_envs, np.int64)
+        self._resetting = np.zeros(num_envs, np.bool_)
+        """NEXT_STEP: the envs whose next step is a reset (their action ignored)."""
 
     def _observe(self, i: int, out: np.ndarray) -> None:
         out[i] = self.envs[i].state().transpose(2, 0, 1)
@@ -320,8 +366,16 @@ class ReferenceMinAtarEnv(_MinAtarFace):
             env.reset()
             self._observe(i, self.obs)
         self._lengths[:] = 0
+        self._resetting[:] = False
         self.episodes.reset_episodes()
         return (self.obs.copy() if self.copy else self.obs), {}
+
+    def step(self, actions: Any) -> tuple[Any, ...]:
+        if self.autoreset_mode == AutoresetMode.SAME_STEP:
+            return super().step(actions)
+        self._load_actions(actions)
+        self.step_bound()
+        return step_outputs(self, {})
 
     def step_bound(self) -> None:
         actions = self.actions
@@ -330,8 +384,17 @@ class ReferenceMinAtarEnv(_MinAtarFace):
             raise InvalidActionError(
                 invalid_action_message(self.single_action_space, int(bad[0]), int(actions[bad[0]]))
             )
+        next_step = self.autoreset_mode == AutoresetMode.NEXT_STEP
+        resetting = self._resetting.copy()
         self._lengths += 1
         for i, env in enumerate(self.envs):
+            if resetting[i]:  # NEXT_STEP: this step resets env i, its action ignored
+                env.reset()
+                self._observe(i, self.obs)
+                self.rewards[i] = 0.0
+                self.terminated[i] = self.truncated[i] = self._resetting[i] = False
+                self._lengths[i] = 0
+                continue
             reward, terminal = env.act(self.action_set[actions[i]])
             self.rewards[i] = reward
             self.terminated[i] = terminal
@@ -339,10 +402,13 @@ class ReferenceMinAtarEnv(_MinAtarFace):
             self._observe(i, self.obs)
             if terminal or self.truncated[i]:
                 self.final_obs[i] = self.obs[i]
+                if next_step:
+                    self._resetting[i] = True
+                    continue
                 env.reset()
                 self._observe(i, self.obs)
                 self._lengths[i] = 0
-        self.episodes.record(self.rewards, self.terminated, self.truncated)
+        self.episodes.record(self.rewards, self.terminated, self.truncated, counted=~resetting)
 
     def drain_episode_stats(self) -> EpisodeStats:
         return self.episodes.drain()

@@ -292,3 +292,37 @@ def test_a_loaded_state_out_of_range_is_clamped_not_indexed():
     seaquest.step(np.zeros(2, np.int64))
     assert seaquest.kernel.scalars[lengths].min() >= 0
     assert seaquest.kernel.scalars[lengths].max() <= GAMES["seaquest"]["slots"]
+
+
+@pytest.mark.parametrize("impl", ["native", pytest.param("reference", marks=needs_minatar)])
+def test_next_step_autoreset_plays_the_same_episodes_one_step_later(impl):
+    """NEXT_STEP: the ending step returns the terminal observation, the next one (its action
+    ignored) the next episode's first with reward 0 and no flags; the native kernel plays the
+    same episodes as in SAME_STEP mode, seed for seed."""
+    from gymnasium.vector import AutoresetMode
+
+    kwargs = dict(impl=impl, sticky_action_prob=0.0)
+    same = make_env("MinAtar-Breakout-v1", 1, **kwargs)
+    nxt = make_env("MinAtar-Breakout-v1", 1, autoreset_mode=AutoresetMode.NEXT_STEP, **kwargs)
+    assert nxt.metadata["autoreset_mode"] == AutoresetMode.NEXT_STEP
+    same.reset(seed=3)
+    nxt.reset(seed=3)
+    rng = np.random.default_rng(0)
+    ends = 0
+    for _ in range(300):
+        action = rng.integers(0, 3, 1)
+        obs, reward, terminated, truncated, info = same.step(action)
+        n_obs, n_reward, n_terminated, n_truncated, _ = nxt.step(action)
+        assert n_reward[0] == reward[0] and n_terminated[0] == terminated[0]
+        if not terminated[0]:
+            if impl == "native":
+                assert np.array_equal(n_obs, obs)
+            continue
+        ends += 1
+        assert np.array_equal(n_obs[0], info["final_obs"][0])
+        n_obs, n_reward, n_terminated, n_truncated, _ = nxt.step(np.array([2]))  # ignored
+        assert n_reward[0] == 0 and not n_terminated[0] and not n_truncated[0]
+        if impl == "native":
+            assert np.array_equal(n_obs, obs)
+    assert ends > 5
+    assert nxt.drain_episode_stats().episodes == same.drain_episode_stats().episodes == ends
