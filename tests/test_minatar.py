@@ -326,3 +326,32 @@ def test_next_step_autoreset_plays_the_same_episodes_one_step_later(impl):
             assert np.array_equal(n_obs, obs)
     assert ends > 5
     assert nxt.drain_episode_stats().episodes == same.drain_episode_stats().episodes == ends
+
+
+def test_trains_through_the_unchanged_loop_with_a_frame_policy():
+    """The family plugs into the loop as it is: a few PPO updates on Breakout's uint8 frames
+    with the test suite's registered frame policy (the CNN policy itself is issue 16's later
+    work), the frames stored as the kernel wrote them."""
+    import torch
+
+    import tests.families.frame  # noqa: F401  (registers the "tiny-cnn" frame policy)
+    from operant.trainer.config import load_config
+    from operant.trainer.train import Trainer
+
+    config = load_config(
+        None,
+        [
+            "env.id=MinAtar-Breakout-v1",
+            "env.num_envs=4",
+            "ppo.num_steps=8",
+            "ppo.num_minibatches=2",
+            "train.total_steps=64",
+        ],
+    )
+    trainer = Trainer(config)
+    assert type(trainer.policy).__name__ == "TinyCNN"
+    record = trainer.run()
+    assert record.global_step == 64 and record.updates == 2
+    storage = trainer.storage.obs
+    assert storage.dtype == torch.uint8 and storage.shape == (8, 4, 4, 10, 10)
+    assert torch.all(storage[:, :, 0].sum(dim=(-1, -2)) == 1)  # one paddle per frame
