@@ -13,6 +13,8 @@ import functools
 import gymnasium
 
 from operant.envs.grid import make_grid
+from operant.envs.minatar import GAME_IDS as _MINATAR_IDS
+from operant.envs.minatar import maker as _minatar_maker
 from operant.envs.registry import (
     ENVS,
     EnvEntry,
@@ -39,6 +41,9 @@ __all__ = [
 ]
 
 register_family("Grid-v0", make_grid)
+for _env_id in _MINATAR_IDS:
+    register_family(_env_id, _minatar_maker(_env_id, "native"))
+    register_family(_env_id, _minatar_maker(_env_id, "reference"), impl="reference")
 
 for _env_id, _entry in ENVS.items():
     _full_id = f"operant/{_env_id}"
@@ -58,3 +63,12 @@ if "operant/Grid-v0" not in gymnasium.registry:
     # (`gymnasium.make_vec("operant/Grid-v0", num_envs=N, vectorization_mode="vector_entry_point",
     # agents=K, ...)`: N worlds, N x K rows).
     gymnasium.register(id="operant/Grid-v0", vector_entry_point=make_grid)
+
+for _env_id in _MINATAR_IDS:
+    if f"operant/{_env_id}" not in gymnasium.registry:
+        # MinAtar's games: vector entry point only, `impl="native"` (default) or "reference"
+        # (the minatar package). Not `MinAtar/...`: that namespace is the minatar package's.
+        gymnasium.register(
+            id=f"operant/{_env_id}",
+            vector_entry_point=functools.partial(gymnasium_vector_entry_point, env_id=_env_id),
+        )

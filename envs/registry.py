@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium
@@ -117,12 +117,22 @@ ENVS: dict[str, EnvEntry] = {
 
 @dataclass(frozen=True)
 class Family:
-    """An env family registered at run time (`register_family`): its factory and the one
-    implementation it provides."""
+    """An env family registered at run time (`register_family`): its factory and the
+    implementation it provides (what `auto` picks), and the factories of further
+    implementations registered under the same id (`others`, by impl)."""
 
     id: str
     make: Callable[..., Any]
     impl: str
+    others: dict[str, Callable[..., Any]] = field(default_factory=dict)
+
+    @property
+    def impls(self) -> tuple[str, ...]:
+        return (self.impl, *self.others)
+
+    def maker(self, impl: str) -> Callable[..., Any]:
+        """The factory of implementation `impl` ("auto": the first registered)."""
+        return self.make if impl in ("auto", self.impl) else self.others[impl]
 
 
 FAMILIES: dict[str, Family] = {}
@@ -135,6 +145,11 @@ def register_family(env_id: str, make: Callable[..., Any], *, impl: str = "nativ
     does): the module is imported first, and its import registers the family."""
     if impl not in IMPLS or impl == "auto":
         raise ValueError(f"a family's impl must be one of native, torch, reference; got {impl!r}")
+    existing = FAMILIES.get(env_id)
+    if existing is not None and impl != existing.impl:
+        # a second implementation of the same family (MinAtar's games: native and reference)
+        existing.others[impl] = make
+        return
     FAMILIES[env_id] = Family(env_id, make, impl)
 
 
@@ -187,12 +202,17 @@ def resolve_impl(env_id: str, impl: str) -> str:
     key = _key(env_id)
     family = FAMILIES.get(key)
     if family is not None:
-        if impl not in ("auto", family.impl):
+        if impl != "auto" and impl not in family.impls:
+            if not family.others:
+                raise EnvError(
+                    f"{key} has only the {family.impl} implementation; use env.impl = "
+                    f'"{family.impl}" or "auto"'
+                )
             raise EnvError(
-                f"{key} has only the {family.impl} implementation; use env.impl = "
-                f'"{family.impl}" or "auto"'
+                f"{key} has no {impl} implementation; use env.impl = one of "
+                f"{', '.join(family.impls)} or auto"
             )
-        return family.impl
+        return family.impl if impl == "auto" else impl
     entry = ENVS.get(key)
     if impl in ("reference", "auto") and entry is None:
         refusal = _gymnasium_refusal(key)
@@ -250,7 +270,7 @@ def make_env(
             )
         if device is not None:
             kwargs["device"] = device
-        return _make_family(FAMILIES[key], num_envs, copy, options or {}, kwargs)
+        return _make_family(FAMILIES[key], chosen, num_envs, copy, options or {}, kwargs)
     if options:
         raise EnvError(
             f"env.options: {key} takes no options (got {', '.join(sorted(options))}); they "
@@ -283,14 +303,20 @@ def make_env(
 
 
 def _make_family(
-    family: Family, num_envs: int, copy: bool, options: dict[str, Any], kwargs: dict[str, Any]
+    family: Family,
+    impl: str,
+    num_envs: int,
+    copy: bool,
+    options: dict[str, Any],
+    kwargs: dict[str, Any],
 ) -> Any:
-    """A registered family's env; its refusal of one of `options` (TypeError, ValueError)
-    becomes an EnvError that names env.options."""
+    """A registered family's env (implementation `impl`); its refusal of one of `options`
+    (TypeError, ValueError) becomes an EnvError that names env.options."""
+    make = family.maker(impl)
     if not options:
-        return family.make(num_envs, copy=copy, **kwargs)
+        return make(num_envs, copy=copy, **kwargs)
     try:
-        return family.make(num_envs, copy=copy, **kwargs, **options)
+        return make(num_envs, copy=copy, **kwargs, **options)
     except (TypeError, ValueError) as error:
         if isinstance(error, EnvError):
             raise

@@ -292,7 +292,8 @@ def main(argv: list[str] | None = None) -> int:
         atomic.write_text(args.output, text + "\n")
     if not validated:
         print(
-            f"operant bench: --validate: {env_checks.disagreement(args.env)}; nothing was measured",
+            f"operant bench: --validate: "
+            f"{env_checks.disagreement(args.env, record['validation'])}; nothing was measured",
             file=sys.stderr,
         )
         return EXIT_PARITY

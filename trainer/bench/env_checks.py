@@ -1,6 +1,7 @@
 """What `operant bench env_only` does beside timing: the --validate shadow run (Gymnasium's
-env beside each implementation for classic control; an env's own two observation encoders for
-a family that has them, such as Grid-v0) and the --profile per-phase step timings of an env
+env beside each implementation for classic control; for a family, its own `shadow_check(steps)`
+where its face has one, such as the MinAtar games against the minatar package, else its two
+observation encoders, such as Grid-v0's) and the --profile per-phase step timings of an env
 that offers `step_timing`.
 
 Each check returns plain dicts for the JSON record; a report's "ok" decides exit code 2.
@@ -26,7 +27,7 @@ def validate(env_id: str, impls: list[str], num_envs: int, steps: int) -> list[d
     """One report per implementation, printed as it finishes: Gymnasium's shadow check, or
     for a family env its two observation encoders compared byte for byte every step."""
     if has_own_family(env_id):
-        report = _encoder_check(env_id, min(num_envs, ENCODER_SHADOW_ENVS), steps)
+        report = _family_check(env_id, min(num_envs, ENCODER_SHADOW_ENVS), steps)
         print(f"validate {env_id} {report['impl']}: {report['summary']}", flush=True)
         return [report]
     from operant.envs.parity import shadow_check
@@ -42,11 +43,29 @@ def validate(env_id: str, impls: list[str], num_envs: int, steps: int) -> list[d
     return [parity.as_dict() for parity in reports]
 
 
-def disagreement(env_id: str) -> str:
-    """What a failed --validate means for `env_id`, for the one-line refusal."""
+def disagreement(env_id: str, reports: list[dict[str, Any]] | None = None) -> str:
+    """What a failed --validate means for `env_id`, for the one-line refusal (a family's own
+    shadow check says it in its report's "disagreement")."""
+    for report in reports or ():
+        if not report.get("ok", True) and report.get("disagreement"):
+            return str(report["disagreement"])
     if has_own_family(env_id):
         return f"{env_id}'s two observation encoders disagree"
     return "the implementation disagrees with Gymnasium"
+
+
+def _family_check(env_id: str, num_envs: int, steps: int) -> dict[str, Any]:
+    """A family's own shadow check where its face offers one, else its encoders compared."""
+    from operant.envs import make_env
+
+    env = make_env(env_id, num_envs, copy=False)
+    shadow_check = getattr(env, "shadow_check", None)
+    try:
+        if shadow_check is not None:
+            return dict(shadow_check(steps))
+    finally:
+        env.close()
+    return _encoder_check(env_id, num_envs, steps)
 
 
 def _encoder_check(env_id: str, num_envs: int, steps: int) -> dict[str, Any]:

@@ -1,0 +1,1015 @@
+/* MinAtar's games (Young & Tian 2019; the `minatar` package, v1.0.15) as plain C over a batch
+ * of envs: each game's reset, step and observation, and the batch entry points that run them
+ * through kernel_common.h's loop (action check, SAME_STEP autoreset, episode reduction). No
+ * allocation, no globals, no Python: every array is owned by minatar.pyx's kernel object and
+ * pointed at once.
+ *
+ * The rules are MinAtar's, statement by statement (minatar/environments/<game>.py): the same
+ * order of updates inside a step, the same clamps, wrap-arounds and timers, so that a state
+ * injected into MinAtar's game object and into this kernel steps to the same next state. Only
+ * the random draws differ in their source: MinAtar draws from a numpy RandomState, these envs
+ * from their own SplitMix64 stream (kernel_common.h), with the same distributions (a draw of
+ * `randint(n)` is `op_rng_next % n`, a bias below 2^-60; `rand() < p` is a uniform double
+ * below p).
+ *
+ * State, structure of arrays over N envs (all int32 but the maps):
+ *   scalars  (S, N)                field k of env i at k * N + i (the game's <GAME>_* names;
+ *                                  field 0 is every game's last effective action)
+ *   maps     (maps, N, 100)        byte maps, map m of env i at (m * N + i) * 100, row-major;
+ *                                  every byte 0 or 1 (they are copied into observations)
+ *   slots    (fields, N, slots)    entity slots, field f, env i, slot k at (f * N + i) * K + k
+ * Observations: uint8 (C, 10, 10) per env, channels first, 0 or 1; channel c of env i at
+ * obs + i * C * 100 + c * 100 + row * 10 + col: MinAtar's (10, 10, C) bool state transposed.
+ *
+ * Actions arrive as an index into the env's action set (`action_map`: MinAtar's minimal action
+ * set for the game by default) and are turned into MinAtar's full action codes below. Sticky
+ * actions are MinAtar's Environment.act: with probability `sticky_prob` the previous effective
+ * action is repeated instead; the previous action survives episode ends, as in MinAtar, where
+ * Environment.reset does not clear it.
+ *
+ * Every game draws in MinAtar's order (the sticky action first, as Environment.act does before
+ * the game's step; then the game's own draws, in its code's order), so a replay of an env's
+ * stream in place of MinAtar's RandomState makes MinAtar draw exactly what this kernel drew:
+ * the parity check (operant.envs.minatar_parity) compares spawns that way. */
+#ifndef OPERANT_MINATAR_H
+#define OPERANT_MINATAR_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "kernel_common.h"
+
+/* MinAtar's full action set: Environment.env.action_map = ['n','l','u','r','d','f']. */
+enum { MA_NOOP = 0, MA_LEFT = 1, MA_UP = 2, MA_RIGHT = 3, MA_DOWN = 4, MA_FIRE = 5 };
+enum { MA_BREAKOUT = 0, MA_FREEWAY = 1, MA_SPACE_INVADERS = 2, MA_ASTERIX = 3, MA_SEAQUEST = 4,
+       MA_GAMES = 5 };
+#define MA_CELLS 100
+#define MA_MAX_ACTIONS 6
+#define MA_LAST_ACTION 0
+
+/* Breakout: channels paddle, ball, trail, brick; one map (bricks). */
+enum { BO_LAST_ACTION = 0, BO_BALL_X, BO_BALL_Y, BO_BALL_DIR, BO_POS, BO_LAST_X, BO_LAST_Y,
+       BO_STRIKE, BO_SCALARS };
+enum { BO_CH_PADDLE = 0, BO_CH_BALL, BO_CH_TRAIL, BO_CH_BRICK, BO_CHANNELS };
+
+/* Freeway: channels chicken, car, speed1..speed5; 8 car slots (car k drives on row k + 1). */
+enum { FW_LAST_ACTION = 0, FW_POS, FW_MOVE_TIMER, FW_TERMINATE_TIMER, FW_SCALARS };
+enum { FW_X = 0, FW_TIMER, FW_SPEED, FW_FIELDS };
+enum { FW_CH_CHICKEN = 0, FW_CH_CAR, FW_CH_SPEED1, FW_CHANNELS = 7 };
+#define FW_CARS 8
+#define FW_PLAYER_SPEED 3
+#define FW_TIME_LIMIT 2500
+
+/* SpaceInvaders: channels cannon, alien, alien_left, alien_right, friendly_bullet,
+ * enemy_bullet; three maps. No randomness at all. */
+enum { SI_LAST_ACTION = 0, SI_POS, SI_ALIEN_DIR, SI_ENEMY_MOVE_INTERVAL, SI_ALIEN_MOVE_TIMER,
+       SI_ALIEN_SHOT_TIMER, SI_RAMP_INDEX, SI_SHOT_TIMER, SI_SCALARS };
+enum { SI_MAP_ALIEN = 0, SI_MAP_F_BULLET, SI_MAP_E_BULLET, SI_MAPS };
+enum { SI_CH_CANNON = 0, SI_CH_ALIEN, SI_CH_ALIEN_LEFT, SI_CH_ALIEN_RIGHT, SI_CH_F_BULLET,
+       SI_CH_E_BULLET, SI_CHANNELS };
+#define SI_SHOT_COOL_DOWN 5
+#define SI_INIT_MOVE_INTERVAL 12
+#define SI_ENEMY_SHOT_INTERVAL 10
+
+/* Asterix: channels player, enemy, trail, gold; 8 entity slots (slot k on row k + 1). */
+enum { AX_LAST_ACTION = 0, AX_PLAYER_X, AX_PLAYER_Y, AX_SPAWN_SPEED, AX_SPAWN_TIMER,
+       AX_MOVE_SPEED, AX_MOVE_TIMER, AX_RAMP_TIMER, AX_RAMP_INDEX, AX_SCALARS };
+enum { AX_ACTIVE = 0, AX_X, AX_LR, AX_GOLD, AX_FIELDS };
+enum { AX_CH_PLAYER = 0, AX_CH_ENEMY, AX_CH_TRAIL, AX_CH_GOLD, AX_CHANNELS };
+#define AX_SLOTS 8
+#define AX_RAMP_INTERVAL 100
+#define AX_INIT_SPAWN_SPEED 10
+#define AX_INIT_MOVE_INTERVAL 5
+
+/* Seaquest: channels sub_front, sub_back, friendly_bullet, trail, enemy_bullet, enemy_fish,
+ * enemy_sub, oxygen_guage, diver_guage, diver. MinAtar keeps five Python lists whose order
+ * matters (they are walked backwards while elements are removed by value); each is a list
+ * here too, SQ_CAPACITY entries of its fields in the slots, its length in a scalar. */
+enum { SQ_LAST_ACTION = 0, SQ_OXYGEN, SQ_DIVER_COUNT, SQ_SUB_X, SQ_SUB_Y, SQ_SUB_OR,
+       SQ_E_SPAWN_SPEED, SQ_E_SPAWN_TIMER, SQ_D_SPAWN_TIMER, SQ_MOVE_SPEED, SQ_RAMP_INDEX,
+       SQ_SHOT_TIMER, SQ_SURFACE, SQ_N_F_BULLETS, SQ_N_E_BULLETS, SQ_N_FISH, SQ_N_SUBS,
+       SQ_N_DIVERS, SQ_SCALARS };
+/* The lists' fields in the slots: friendly bullets (x, y, dir), enemy bullets (x, y, dir),
+ * fish (x, y, lr, move timer), subs (x, y, lr, move timer, shot timer), divers (x, y, lr,
+ * move timer). */
+enum { SQ_F_BULLETS = 0, SQ_E_BULLETS = 3, SQ_FISH = 6, SQ_SUBS = 10, SQ_DIVERS = 15,
+       SQ_FIELDS = 19 };
+enum { SQ_X = 0, SQ_Y, SQ_DIR, SQ_TIMER, SQ_SHOT };
+enum { SQ_CH_SUB_FRONT = 0, SQ_CH_SUB_BACK, SQ_CH_F_BULLET, SQ_CH_TRAIL, SQ_CH_E_BULLET,
+       SQ_CH_FISH, SQ_CH_SUB, SQ_CH_OXYGEN, SQ_CH_DIVERS, SQ_CH_DIVER, SQ_CHANNELS };
+/* Entries per list. At most one enemy spawns per step and lives at most 33 steps (10 cells,
+ * one every 3 steps at the fastest), a sub fires once in 11 steps and its bullets live 11
+ * steps, a diver spawns once in 31 steps: no list of a reachable state holds more than about
+ * 45. A list that is full drops what would be appended (the parity check reports the longest
+ * lists it saw). */
+#define SQ_CAPACITY 64
+#define SQ_RAMP_INTERVAL 100
+#define SQ_MAX_OXYGEN 200
+#define SQ_INIT_SPAWN_SPEED 20
+#define SQ_DIVER_SPAWN_SPEED 30
+#define SQ_INIT_MOVE_INTERVAL 5
+#define SQ_SHOT_COOL_DOWN 5
+#define SQ_ENEMY_SHOT_INTERVAL 10
+#define SQ_DIVER_MOVE_INTERVAL 5
+
+typedef struct {
+    op_batch base;             /* first, so an op_batch * from the batch loop is an ma_batch * */
+    int64_t game;              /* MA_BREAKOUT ... */
+    int64_t channels, maps_per_env, slots_per_env;
+    int64_t action_map[MA_MAX_ACTIONS];  /* action index -> MinAtar's full action code */
+    double sticky_prob;        /* 0: no draw at all */
+    int64_t ramping;           /* MinAtar's difficulty_ramping */
+    int32_t *scalars;          /* (S, N) */
+    uint8_t *maps;             /* (maps, N, 100) */
+    int32_t *slots;            /* (fields, N, slots) */
+} ma_batch;
+
+#define MA_S(m, k, i) ((m)->scalars[(int64_t)(k) * (m)->base.num_envs + (i)])
+#define MA_MAP(m, k, i) ((m)->maps + ((int64_t)(k) * (m)->base.num_envs + (i)) * MA_CELLS)
+#define MA_SLOT(m, f, i, k) \
+    ((m)->slots[((int64_t)(f) * (m)->base.num_envs + (i)) * (m)->slots_per_env + (k)])
+
+static inline uint8_t *ma_obs_row(ma_batch *m, int64_t i) {
+    return m->base.obs + i * m->base.obs_row_bytes;
+}
+
+static inline int32_t ma_min(int32_t a, int32_t b) { return a < b ? a : b; }
+static inline int32_t ma_max(int32_t a, int32_t b) { return a > b ? a : b; }
+
+/* numpy's `randint(n)` and `rand() < p`, from env i's stream. */
+static inline int32_t ma_randint(ma_batch *m, int64_t i, int32_t n) {
+    return (int32_t)(op_rng_next(&m->base.rng[i]) % (uint64_t)n);
+}
+static inline int ma_chance(ma_batch *m, int64_t i, double p) {
+    return op_rng_uniform(&m->base.rng[i], 0.0, 1.0) < p;
+}
+
+/* The effective action of env i (MinAtar's Environment.act): the mapped action, or with
+ * probability sticky_prob the previous one; remembered for the next step. */
+static inline int ma_effective_action(ma_batch *m, int64_t i) {
+    int a = (int)m->action_map[m->base.discrete_actions[i]];
+    if (m->sticky_prob > 0.0 && ma_chance(m, i, m->sticky_prob)) a = MA_S(m, MA_LAST_ACTION, i);
+    MA_S(m, MA_LAST_ACTION, i) = a;
+    return a;
+}
+
+static inline int ma_count(const uint8_t *map) {
+    int c, count = 0;
+    for (c = 0; c < MA_CELLS; c++) count += map[c] != 0;
+    return count;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Breakout (breakout.py). Ball directions 0..3: up-left, up-right, down-right, down-left. */
+
+static const int32_t BO_DX[4] = {-1, 1, 1, -1};
+static const int32_t BO_DY[4] = {-1, -1, 1, 1};
+static const int32_t BO_FLIP_X[4] = {1, 0, 3, 2};
+static const int32_t BO_FLIP_Y[4] = {3, 2, 1, 0};
+static const int32_t BO_FLIP_XY[4] = {2, 3, 0, 1};
+
+static void breakout_reset(op_batch *b, int64_t i) {
+    ma_batch *m = (ma_batch *)b;
+    uint8_t *bricks = MA_MAP(m, 0, i);
+    int start = ma_randint(m, i, 2);
+    MA_S(m, BO_BALL_Y, i) = 3;
+    MA_S(m, BO_BALL_X, i) = start ? 9 : 0;
+    MA_S(m, BO_BALL_DIR, i) = start ? 3 : 2;
+    MA_S(m, BO_POS, i) = 4;
+    memset(bricks, 0, MA_CELLS);
+    memset(bricks + 10, 1, 30);
+    MA_S(m, BO_STRIKE, i) = 0;
+    MA_S(m, BO_LAST_X, i) = MA_S(m, BO_BALL_X, i);
+    MA_S(m, BO_LAST_Y, i) = MA_S(m, BO_BALL_Y, i);
+}
+
+static double breakout_step(op_batch *b, int64_t i, int *terminated) {
+    ma_batch *m = (ma_batch *)b;
+    uint8_t *bricks = MA_MAP(m, 0, i);
+    int a = ma_effective_action(m, i);
+    double r = 0.0;
+    int32_t pos = MA_S(m, BO_POS, i), dir = MA_S(m, BO_BALL_DIR, i);
+    int32_t ball_x = MA_S(m, BO_BALL_X, i), ball_y = MA_S(m, BO_BALL_Y, i);
+    int32_t new_x, new_y, last_y = ball_y;
+    int strike_toggle = 0;
+
+    if (a == MA_LEFT) pos = ma_max(0, pos - 1);
+    else if (a == MA_RIGHT) pos = ma_min(9, pos + 1);
+
+    new_x = ball_x + BO_DX[dir & 3];
+    new_y = ball_y + BO_DY[dir & 3];
+    if (new_x < 0 || new_x > 9) {
+        new_x = new_x < 0 ? 0 : 9;
+        dir = BO_FLIP_X[dir & 3];
+    }
+    if (new_y < 0) {
+        new_y = 0;
+        dir = BO_FLIP_Y[dir & 3];
+    } else if (new_y <= 9 && bricks[new_y * 10 + new_x]) {
+        strike_toggle = 1;
+        if (!MA_S(m, BO_STRIKE, i)) {
+            r += 1.0;
+            MA_S(m, BO_STRIKE, i) = 1;
+            bricks[new_y * 10 + new_x] = 0;
+            new_y = last_y;
+            dir = BO_FLIP_Y[dir & 3];
+        }
+    } else if (new_y == 9) {
+        if (ma_count(bricks) == 0) memset(bricks + 10, 1, 30);
+        if (ball_x == pos) {
+            dir = BO_FLIP_Y[dir & 3];
+            new_y = last_y;
+        } else if (new_x == pos) {
+            dir = BO_FLIP_XY[dir & 3];
+            new_y = last_y;
+        } else {
+            *terminated = 1;
+        }
+    }
+    if (!strike_toggle) MA_S(m, BO_STRIKE, i) = 0;
+
+    MA_S(m, BO_POS, i) = pos;
+    MA_S(m, BO_BALL_DIR, i) = dir;
+    MA_S(m, BO_LAST_X, i) = ball_x;
+    MA_S(m, BO_LAST_Y, i) = ball_y;
+    MA_S(m, BO_BALL_X, i) = new_x;
+    MA_S(m, BO_BALL_Y, i) = new_y;
+    return r;
+}
+
+/* Set cell (y, x) of channel ch in an observation row; a position off the grid (only a state
+ * loaded from outside can hold one) is skipped rather than written out of bounds. */
+static inline void ma_set(uint8_t *o, int ch, int32_t y, int32_t x) {
+    if ((uint32_t)y < 10u && (uint32_t)x < 10u) o[ch * MA_CELLS + y * 10 + x] = 1;
+}
+
+static void breakout_obs(op_batch *b, int64_t i) {
+    ma_batch *m = (ma_batch *)b;
+    uint8_t *o = ma_obs_row(m, i);
+    const uint8_t *bricks = MA_MAP(m, 0, i);
+    memset(o, 0, BO_CH_BRICK * MA_CELLS);
+    ma_set(o, BO_CH_BALL, MA_S(m, BO_BALL_Y, i), MA_S(m, BO_BALL_X, i));
+    ma_set(o, BO_CH_PADDLE, 9, MA_S(m, BO_POS, i));
+    ma_set(o, BO_CH_TRAIL, MA_S(m, BO_LAST_Y, i), MA_S(m, BO_LAST_X, i));
+    memcpy(o + BO_CH_BRICK * MA_CELLS, bricks, MA_CELLS);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Freeway (freeway.py). A car's speed is signed (its direction); it moves one cell every
+ * |speed| + 1 frames (its timer counts down from |speed|), wrapping at the edges. */
+
+/* _randomize_cars: 8 speeds in 1..5 (randint(1, 6, 8)), then 8 directions (sign(rand(8) -
+ * 0.5): -1 below one half), in MinAtar's order of draws. A new episode also puts every car at
+ * x = 0; a crossing keeps the positions. */
+static void freeway_randomize(ma_batch *m, int64_t i, int initialize) {
+    int k;
+    for (k = 0; k < FW_CARS; k++) MA_SLOT(m, FW_SPEED, i, k) = 1 + ma_randint(m, i, 5);
+    for (k = 0; k < FW_CARS; k++) {
+        int32_t speed = MA_SLOT(m, FW_SPEED, i, k);
+        if (ma_chance(m, i, 0.5)) MA_SLOT(m, FW_SPEED, i, k) = -speed;
+        if (initialize) MA_SLOT(m, FW_X, i, k) = 0;
+        MA_SLOT(m, FW_TIMER, i, k) = speed;
+    }
+}
+
+static void freeway_reset(op_batch *b, int64_t i) {
+    ma_batch *m = (ma_batch *)b;
+    freeway_randomize(m, i, 1);
+    MA_S(m, FW_POS, i) = 9;
+    MA_S(m, FW_MOVE_TIMER, i) = FW_PLAYER_SPEED;
+    MA_S(m, FW_TERMINATE_TIMER, i) = FW_TIME_LIMIT;
+}
+
+static double freeway_step(op_batch *b, int64_t i, int *terminated) {
+    ma_batch *m = (ma_batch *)b;
+    int a = ma_effective_action(m, i), k;
+    double r = 0.0;
+    int32_t pos = MA_S(m, FW_POS, i), move_timer = MA_S(m, FW_MOVE_TIMER, i);
+
+    if (a == MA_UP && move_timer == 0) {
+        move_timer = FW_PLAYER_SPEED;
+        pos = ma_max(0, pos - 1);
+    } else if (a == MA_DOWN && move_timer == 0) {
+        move_timer = FW_PLAYER_SPEED;
+        pos = ma_min(9, pos + 1);
+    }
+    if (pos == 0) {
+        r += 1.0;
+        freeway_randomize(m, i, 0);
+        pos = 9;
+    }
+    for (k = 0; k < FW_CARS; k++) {
+        int32_t *x = &MA_SLOT(m, FW_X, i, k), *timer = &MA_SLOT(m, FW_TIMER, i, k);
+        int32_t speed = MA_SLOT(m, FW_SPEED, i, k);
+        if (*x == 4 && k + 1 == pos) pos = 9;
+        if (*timer == 0) {
+            *timer = speed < 0 ? -speed : speed;
+            *x += speed > 0 ? 1 : -1;
+            if (*x < 0) *x = 9;
+            else if (*x > 9) *x = 0;
+            if (*x == 4 && k + 1 == pos) pos = 9;
+        } else {
+            *timer -= 1;
+        }
+    }
+    move_timer -= move_timer > 0;
+    MA_S(m, FW_TERMINATE_TIMER, i) -= 1;
+    if (MA_S(m, FW_TERMINATE_TIMER, i) < 0) *terminated = 1;
+    MA_S(m, FW_POS, i) = pos;
+    MA_S(m, FW_MOVE_TIMER, i) = move_timer;
+    return r;
+}
+
+static void freeway_obs(op_batch *b, int64_t i) {
+    ma_batch *m = (ma_batch *)b;
+    uint8_t *o = ma_obs_row(m, i);
+    int k;
+    memset(o, 0, FW_CHANNELS * MA_CELLS);
+    ma_set(o, FW_CH_CHICKEN, MA_S(m, FW_POS, i), 4);
+    for (k = 0; k < FW_CARS; k++) {
+        int32_t x = MA_SLOT(m, FW_X, i, k), speed = MA_SLOT(m, FW_SPEED, i, k);
+        int32_t back_x = speed > 0 ? x - 1 : x + 1, size = speed < 0 ? -speed : speed;
+        if (back_x < 0) back_x = 9;
+        else if (back_x > 9) back_x = 0;
+        ma_set(o, FW_CH_CAR, k + 1, x);
+        /* |speed| outside 1..5 is a state MinAtar cannot draw (its state() would fail) */
+        if (size >= 1 && size <= 5) ma_set(o, FW_CH_SPEED1 + size - 1, k + 1, back_x);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* SpaceInvaders (space_invaders.py). np.roll wraps: the alien block's step down moves row 9
+ * to row 0 (only on a step that also ends the game), a step sideways is never taken at an
+ * edge. */
+
+static void space_invaders_reset(op_batch *b, int64_t i) {
+    ma_batch *m = (ma_batch *)b;
+    uint8_t *aliens = MA_MAP(m, SI_MAP_ALIEN, i);
+    int row;
+    MA_S(m, SI_POS, i) = 5;
+    memset(MA_MAP(m, SI_MAP_F_BULLET, i), 0, MA_CELLS);
+    memset(MA_MAP(m, SI_MAP_E_BULLET, i), 0, MA_CELLS);
+    memset(aliens, 0, MA_CELLS);
+    for (row = 0; row < 4; row++) memset(aliens + row * 10 + 2, 1, 6);
+    MA_S(m, SI_ALIEN_DIR, i) = -1;
+    MA_S(m, SI_ENEMY_MOVE_INTERVAL, i) = SI_INIT_MOVE_INTERVAL;
+    MA_S(m, SI_ALIEN_MOVE_TIMER, i) = SI_INIT_MOVE_INTERVAL;
+    MA_S(m, SI_ALIEN_SHOT_TIMER, i) = SI_ENEMY_SHOT_INTERVAL;
+    MA_S(m, SI_RAMP_INDEX, i) = 0;
+    MA_S(m, SI_SHOT_TIMER, i) = 0;
+}
+
+static inline int si_column_has(const uint8_t *map, int col) {
+    int row;
+    for (row = 0; row < 10; row++) {
+        if (map[row * 10 + col]) return 1;
+    }
+    return 0;
+}
+
+/* Remove every alien a friendly bullet has reached, and that bullet; how many. Branch-free
+ * over bytes that are 0 or 1, so it vectorises. */
+static inline int si_kill(uint8_t *__restrict__ aliens, uint8_t *__restrict__ f_bullets) {
+    int c, kills = 0;
+    for (c = 0; c < MA_CELLS; c++) {
+        uint8_t hit = aliens[c] & f_bullets[c];
+        kills += hit;
+        aliens[c] ^= hit;
+        f_bullets[c] ^= hit;
+    }
+    return kills;
+}
+
+static double space_invaders_step(op_batch *b, int64_t i, int *terminated) {
+    ma_batch *m = (ma_batch *)b;
+    uint8_t *aliens = MA_MAP(m, SI_MAP_ALIEN, i);
+    uint8_t *f_bullets = MA_MAP(m, SI_MAP_F_BULLET, i);
+    uint8_t *e_bullets = MA_MAP(m, SI_MAP_E_BULLET, i);
+    uint8_t rolled[MA_CELLS];
+    int a = ma_effective_action(m, i), row, col, kills;
+    /* the rules keep pos in 0..9; a loaded state that does not is clamped, never indexed */
+    int32_t pos = ma_min(9, ma_max(0, MA_S(m, SI_POS, i))), dir = MA_S(m, SI_ALIEN_DIR, i);
+
+    if (a == MA_FIRE && MA_S(m, SI_SHOT_TIMER, i) == 0) {
+        f_bullets[90 + pos] = 1;
+        MA_S(m, SI_SHOT_TIMER, i) = SI_SHOT_COOL_DOWN;
+    } else if (a == MA_LEFT) {
+        pos = ma_max(0, pos - 1);
+    } else if (a == MA_RIGHT) {
+        pos = ma_min(9, pos + 1);
+    }
+    /* friendly bullets up a row, enemy bullets down a row (roll, then clear the wrapped row) */
+    memmove(f_bullets, f_bullets + 10, 90);
+    memset(f_bullets + 90, 0, 10);
+    memmove(e_bullets + 10, e_bullets, 90);
+    memset(e_bullets, 0, 10);
+    if (e_bullets[90 + pos]) *terminated = 1;
+
+    if (aliens[90 + pos]) *terminated = 1;
+    if (MA_S(m, SI_ALIEN_MOVE_TIMER, i) == 0) {
+        MA_S(m, SI_ALIEN_MOVE_TIMER, i) = ma_min(ma_count(aliens),
+                                                 MA_S(m, SI_ENEMY_MOVE_INTERVAL, i));
+        if ((si_column_has(aliens, 0) && dir < 0) || (si_column_has(aliens, 9) && dir > 0)) {
+            dir = -dir;
+            for (col = 0; col < 10; col++) {
+                if (aliens[90 + col]) *terminated = 1;
+            }
+            memcpy(rolled, aliens + 90, 10);
+            memmove(aliens + 10, aliens, 90);
+            memcpy(aliens, rolled, 10);
+        } else {
+            int shift = ((dir % 10) + 10) % 10;
+            memcpy(rolled, aliens, MA_CELLS);
+            for (row = 0; row < 10; row++) {
+                for (col = 0; col < 10; col++) {
+                    aliens[row * 10 + (col + shift) % 10] = rolled[row * 10 + col];
+                }
+            }
+        }
+        if (aliens[90 + pos]) *terminated = 1;
+    }
+    if (MA_S(m, SI_ALIEN_SHOT_TIMER, i) == 0) {
+        int d;
+        MA_S(m, SI_ALIEN_SHOT_TIMER, i) = SI_ENEMY_SHOT_INTERVAL;
+        /* _nearest_alien: columns by distance from the cannon, the left one first on a tie;
+         * the lowest alien of the first column that has one shoots */
+        for (d = 0; d < 10; d++) {
+            int candidates[2] = {pos - d, d > 0 ? pos + d : -1}, k, found = 0;
+            for (k = 0; k < 2 && !found; k++) {
+                col = candidates[k];
+                if (col < 0 || col > 9 || !si_column_has(aliens, col)) continue;
+                for (row = 9; row >= 0; row--) {
+                    if (aliens[row * 10 + col]) break;
+                }
+                e_bullets[row * 10 + col] = 1;
+                found = 1;
+            }
+            if (found) break;
+        }
+    }
+    kills = si_kill(aliens, f_bullets);
+    MA_S(m, SI_SHOT_TIMER, i) -= MA_S(m, SI_SHOT_TIMER, i) > 0;
+    MA_S(m, SI_ALIEN_MOVE_TIMER, i) -= 1;
+    MA_S(m, SI_ALIEN_SHOT_TIMER, i) -= 1;
+    if (ma_count(aliens) == 0) {
+        if (MA_S(m, SI_ENEMY_MOVE_INTERVAL, i) > 6 && m->ramping) {
+            MA_S(m, SI_ENEMY_MOVE_INTERVAL, i) -= 1;
+            MA_S(m, SI_RAMP_INDEX, i) += 1;
+        }
+        for (row = 0; row < 4; row++) memset(aliens + row * 10 + 2, 1, 6);
+    }
+    MA_S(m, SI_POS, i) = pos;
+    MA_S(m, SI_ALIEN_DIR, i) = dir;
+    return (double)kills;
+}
+
+/* The maps are the observation's channels as they are: whole-channel copies of constant size,
+ * which the compiler turns into a few vector moves. */
+static void space_invaders_obs(op_batch *b, int64_t i) {
+    ma_batch *m = (ma_batch *)b;
+    uint8_t *o = ma_obs_row(m, i);
+    const uint8_t *aliens = MA_MAP(m, SI_MAP_ALIEN, i);
+    int left = MA_S(m, SI_ALIEN_DIR, i) < 0;
+    memset(o + SI_CH_CANNON * MA_CELLS, 0, MA_CELLS);
+    ma_set(o, SI_CH_CANNON, 9, MA_S(m, SI_POS, i));
+    memcpy(o + SI_CH_ALIEN * MA_CELLS, aliens, MA_CELLS);
+    memcpy(o + (left ? SI_CH_ALIEN_LEFT : SI_CH_ALIEN_RIGHT) * MA_CELLS, aliens, MA_CELLS);
+    memset(o + (left ? SI_CH_ALIEN_RIGHT : SI_CH_ALIEN_LEFT) * MA_CELLS, 0, MA_CELLS);
+    memcpy(o + SI_CH_F_BULLET * MA_CELLS, MA_MAP(m, SI_MAP_F_BULLET, i), MA_CELLS);
+    memcpy(o + SI_CH_E_BULLET * MA_CELLS, MA_MAP(m, SI_MAP_E_BULLET, i), MA_CELLS);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Asterix (asterix.py). Slot k, when active, is an enemy or a treasure on row k + 1 moving
+ * right (lr) or left. */
+
+static void asterix_reset(op_batch *b, int64_t i) {
+    ma_batch *m = (ma_batch *)b;
+    int k;
+    MA_S(m, AX_PLAYER_X, i) = 5;
+    MA_S(m, AX_PLAYER_Y, i) = 5;
+    for (k = 0; k < AX_SLOTS; k++) MA_SLOT(m, AX_ACTIVE, i, k) = 0;
+    MA_S(m, AX_SPAWN_SPEED, i) = AX_INIT_SPAWN_SPEED;
+    MA_S(m, AX_SPAWN_TIMER, i) = AX_INIT_SPAWN_SPEED;
+    MA_S(m, AX_MOVE_SPEED, i) = AX_INIT_MOVE_INTERVAL;
+    MA_S(m, AX_MOVE_TIMER, i) = AX_INIT_MOVE_INTERVAL;
+    MA_S(m, AX_RAMP_TIMER, i) = AX_RAMP_INTERVAL;
+    MA_S(m, AX_RAMP_INDEX, i) = 0;
+}
+
+/* _spawn_entity: the direction and kind are drawn first (even when no slot is free, and then
+ * nothing spawns), then one of the free slots, uniformly. */
+static void asterix_spawn(ma_batch *m, int64_t i) {
+    int lr = ma_chance(m, i, 0.5), gold = ma_chance(m, i, 1.0 / 3.0), k, free = 0, pick;
+    for (k = 0; k < AX_SLOTS; k++) free += !MA_SLOT(m, AX_ACTIVE, i, k);
+    if (free == 0) return;
+    pick = ma_randint(m, i, free);
+    for (k = 0; k < AX_SLOTS; k++) {
+        if (MA_SLOT(m, AX_ACTIVE, i, k)) continue;
+        if (pick-- == 0) break;
+    }
+    MA_SLOT(m, AX_ACTIVE, i, k) = 1;
+    MA_SLOT(m, AX_X, i, k) = lr ? 0 : 9;
+    MA_SLOT(m, AX_LR, i, k) = lr;
+    MA_SLOT(m, AX_GOLD, i, k) = gold;
+}
+
+static double asterix_step(op_batch *b, int64_t i, int *terminated) {
+    ma_batch *m = (ma_batch *)b;
+    int a = ma_effective_action(m, i), k;
+    double r = 0.0;
+    int32_t px, py;
+
+    if (MA_S(m, AX_SPAWN_TIMER, i) == 0) {
+        asterix_spawn(m, i);
+        MA_S(m, AX_SPAWN_TIMER, i) = MA_S(m, AX_SPAWN_SPEED, i);
+    }
+    px = MA_S(m, AX_PLAYER_X, i);
+    py = MA_S(m, AX_PLAYER_Y, i);
+    if (a == MA_LEFT) px = ma_max(0, px - 1);
+    else if (a == MA_RIGHT) px = ma_min(9, px + 1);
+    else if (a == MA_UP) py = ma_max(1, py - 1);
+    else if (a == MA_DOWN) py = ma_min(8, py + 1);
+
+    for (k = 0; k < AX_SLOTS; k++) {
+        if (!MA_SLOT(m, AX_ACTIVE, i, k)) continue;
+        if (MA_SLOT(m, AX_X, i, k) == px && k + 1 == py) {
+            if (MA_SLOT(m, AX_GOLD, i, k)) {
+                MA_SLOT(m, AX_ACTIVE, i, k) = 0;
+                r += 1.0;
+            } else {
+                *terminated = 1;
+            }
+        }
+    }
+    if (MA_S(m, AX_MOVE_TIMER, i) == 0) {
+        MA_S(m, AX_MOVE_TIMER, i) = MA_S(m, AX_MOVE_SPEED, i);
+        for (k = 0; k < AX_SLOTS; k++) {
+            int32_t x;
+            if (!MA_SLOT(m, AX_ACTIVE, i, k)) continue;
+            x = MA_SLOT(m, AX_X, i, k) + (MA_SLOT(m, AX_LR, i, k) ? 1 : -1);
+            MA_SLOT(m, AX_X, i, k) = x;
+            if (x < 0 || x > 9) {
+                MA_SLOT(m, AX_ACTIVE, i, k) = 0;
+            } else if (x == px && k + 1 == py) {
+                if (MA_SLOT(m, AX_GOLD, i, k)) {
+                    MA_SLOT(m, AX_ACTIVE, i, k) = 0;
+                    r += 1.0;
+                } else {
+                    *terminated = 1;
+                }
+            }
+        }
+    }
+    MA_S(m, AX_SPAWN_TIMER, i) -= 1;
+    MA_S(m, AX_MOVE_TIMER, i) -= 1;
+    if (m->ramping && (MA_S(m, AX_SPAWN_SPEED, i) > 1 || MA_S(m, AX_MOVE_SPEED, i) > 1)) {
+        if (MA_S(m, AX_RAMP_TIMER, i) >= 0) {
+            MA_S(m, AX_RAMP_TIMER, i) -= 1;
+        } else {
+            if (MA_S(m, AX_MOVE_SPEED, i) > 1 && MA_S(m, AX_RAMP_INDEX, i) % 2) {
+                MA_S(m, AX_MOVE_SPEED, i) -= 1;
+            }
+            if (MA_S(m, AX_SPAWN_SPEED, i) > 1) MA_S(m, AX_SPAWN_SPEED, i) -= 1;
+            MA_S(m, AX_RAMP_INDEX, i) += 1;
+            MA_S(m, AX_RAMP_TIMER, i) = AX_RAMP_INTERVAL;
+        }
+    }
+    MA_S(m, AX_PLAYER_X, i) = px;
+    MA_S(m, AX_PLAYER_Y, i) = py;
+    return r;
+}
+
+static void asterix_obs(op_batch *b, int64_t i) {
+    ma_batch *m = (ma_batch *)b;
+    uint8_t *o = ma_obs_row(m, i);
+    int k;
+    memset(o, 0, AX_CHANNELS * MA_CELLS);
+    ma_set(o, AX_CH_PLAYER, MA_S(m, AX_PLAYER_Y, i), MA_S(m, AX_PLAYER_X, i));
+    for (k = 0; k < AX_SLOTS; k++) {
+        int32_t x = MA_SLOT(m, AX_X, i, k), lr = MA_SLOT(m, AX_LR, i, k), back_x;
+        if (!MA_SLOT(m, AX_ACTIVE, i, k)) continue;
+        ma_set(o, MA_SLOT(m, AX_GOLD, i, k) ? AX_CH_GOLD : AX_CH_ENEMY, k + 1, x);
+        back_x = lr ? x - 1 : x + 1;
+        ma_set(o, AX_CH_TRAIL, k + 1, back_x);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Seaquest (seaquest.py). MinAtar's lists are Python lists of small int lists, and its loops
+ * rely on how Python treats them: `for x in reversed(lst)` walks an index down from the end
+ * (so after an earlier element is removed the same element can come round again),
+ * `lst.remove(x)` removes the first element *equal* to x (not x itself), and a sub removed
+ * during its own turn still counts down and may fire. The functions below do exactly that on
+ * the lists kept in the slots. */
+
+typedef struct {
+    int base, fields, count;  /* first slot field, fields per entry, scalar holding the length */
+} sq_list;
+
+static const sq_list SQ_LIST_F_BULLETS = {SQ_F_BULLETS, 3, SQ_N_F_BULLETS};
+static const sq_list SQ_LIST_E_BULLETS = {SQ_E_BULLETS, 3, SQ_N_E_BULLETS};
+static const sq_list SQ_LIST_FISH = {SQ_FISH, 4, SQ_N_FISH};
+static const sq_list SQ_LIST_SUBS = {SQ_SUBS, 5, SQ_N_SUBS};
+static const sq_list SQ_LIST_DIVERS = {SQ_DIVERS, 4, SQ_N_DIVERS};
+
+#define SQ_LEN(m, i, l) MA_S(m, (l).count, i)
+#define SQ_AT(m, i, l, j, f) MA_SLOT(m, (l).base + (f), i, j)
+
+static inline void sq_get(ma_batch *m, int64_t i, sq_list l, int j, int32_t *values) {
+    int f;
+    for (f = 0; f < l.fields; f++) values[f] = SQ_AT(m, i, l, j, f);
+}
+
+static inline void sq_put(ma_batch *m, int64_t i, sq_list l, int j, const int32_t *values) {
+    int f;
+    for (f = 0; f < l.fields; f++) SQ_AT(m, i, l, j, f) = values[f];
+}
+
+static inline void sq_append(ma_batch *m, int64_t i, sq_list l, const int32_t *values) {
+    int n = SQ_LEN(m, i, l);
+    if (n >= SQ_CAPACITY) return;
+    sq_put(m, i, l, n, values);
+    SQ_LEN(m, i, l) = n + 1;
+}
+
+static inline void sq_delete(ma_batch *m, int64_t i, sq_list l, int j) {
+    int n = SQ_LEN(m, i, l), f, k;
+    for (f = 0; f < l.fields; f++) {
+        for (k = j; k < n - 1; k++) SQ_AT(m, i, l, k, f) = SQ_AT(m, i, l, k + 1, f);
+    }
+    SQ_LEN(m, i, l) = n - 1;
+}
+
+/* list.remove(values): delete the first entry equal to `values`; its index, or -1 (where
+ * Python would raise, which MinAtar's code never makes it do). */
+static inline int sq_remove(ma_batch *m, int64_t i, sq_list l, const int32_t *values) {
+    int n = SQ_LEN(m, i, l), j, f;
+    for (j = 0; j < n; j++) {
+        for (f = 0; f < l.fields; f++) {
+            if (SQ_AT(m, i, l, j, f) != values[f]) break;
+        }
+        if (f == l.fields) {
+            sq_delete(m, i, l, j);
+            return j;
+        }
+    }
+    return -1;
+}
+
+/* The entry at *pos after removing entry `removed`: it moved down one, or is gone (-1). */
+static inline int sq_follow(int pos, int removed) {
+    if (removed < 0 || pos < 0 || removed > pos) return pos;
+    return removed == pos ? -1 : pos - 1;
+}
+
+/* The first friendly bullet at (x, y): `for x in self.f_bullets: if ...: ... break`. */
+static inline int sq_bullet_at(ma_batch *m, int64_t i, int32_t x, int32_t y) {
+    int j, n = SQ_LEN(m, i, SQ_LIST_F_BULLETS);
+    for (j = 0; j < n; j++) {
+        if (SQ_AT(m, i, SQ_LIST_F_BULLETS, j, SQ_X) == x &&
+            SQ_AT(m, i, SQ_LIST_F_BULLETS, j, SQ_Y) == y) return j;
+    }
+    return -1;
+}
+
+static void seaquest_reset(op_batch *b, int64_t i) {
+    ma_batch *m = (ma_batch *)b;
+    MA_S(m, SQ_OXYGEN, i) = SQ_MAX_OXYGEN;
+    MA_S(m, SQ_DIVER_COUNT, i) = 0;
+    MA_S(m, SQ_SUB_X, i) = 5;
+    MA_S(m, SQ_SUB_Y, i) = 0;
+    MA_S(m, SQ_SUB_OR, i) = 0;
+    MA_S(m, SQ_N_F_BULLETS, i) = 0;
+    MA_S(m, SQ_N_E_BULLETS, i) = 0;
+    MA_S(m, SQ_N_FISH, i) = 0;
+    MA_S(m, SQ_N_SUBS, i) = 0;
+    MA_S(m, SQ_N_DIVERS, i) = 0;
+    MA_S(m, SQ_E_SPAWN_SPEED, i) = SQ_INIT_SPAWN_SPEED;
+    MA_S(m, SQ_E_SPAWN_TIMER, i) = SQ_INIT_SPAWN_SPEED;
+    MA_S(m, SQ_D_SPAWN_TIMER, i) = SQ_DIVER_SPAWN_SPEED;
+    MA_S(m, SQ_MOVE_SPEED, i) = SQ_INIT_MOVE_INTERVAL;
+    MA_S(m, SQ_RAMP_INDEX, i) = 0;
+    MA_S(m, SQ_SHOT_TIMER, i) = 0;
+    MA_S(m, SQ_SURFACE, i) = 1;
+}
+
+/* _spawn_enemy: direction, kind, row drawn (in that order); nothing spawns in a row that holds
+ * an enemy going the other way. */
+static void seaquest_spawn_enemy(ma_batch *m, int64_t i) {
+    int lr = ma_chance(m, i, 0.5), is_sub = ma_chance(m, i, 1.0 / 3.0), j;
+    int32_t y = 1 + ma_randint(m, i, 8), entry[5];
+    for (j = 0; j < SQ_LEN(m, i, SQ_LIST_SUBS); j++) {
+        if (SQ_AT(m, i, SQ_LIST_SUBS, j, SQ_Y) == y && SQ_AT(m, i, SQ_LIST_SUBS, j, SQ_DIR) != lr)
+            return;
+    }
+    for (j = 0; j < SQ_LEN(m, i, SQ_LIST_FISH); j++) {
+        if (SQ_AT(m, i, SQ_LIST_FISH, j, SQ_Y) == y && SQ_AT(m, i, SQ_LIST_FISH, j, SQ_DIR) != lr)
+            return;
+    }
+    entry[SQ_X] = lr ? 0 : 9;
+    entry[SQ_Y] = y;
+    entry[SQ_DIR] = lr;
+    entry[SQ_TIMER] = MA_S(m, SQ_MOVE_SPEED, i);
+    entry[SQ_SHOT] = SQ_ENEMY_SHOT_INTERVAL;
+    sq_append(m, i, is_sub ? SQ_LIST_SUBS : SQ_LIST_FISH, entry);
+}
+
+static void seaquest_spawn_diver(ma_batch *m, int64_t i) {
+    int lr = ma_chance(m, i, 0.5);
+    int32_t entry[4];
+    entry[SQ_Y] = 1 + ma_randint(m, i, 8);
+    entry[SQ_X] = lr ? 0 : 9;
+    entry[SQ_DIR] = lr;
+    entry[SQ_TIMER] = SQ_DIVER_MOVE_INTERVAL;
+    sq_append(m, i, SQ_LIST_DIVERS, entry);
+}
+
+/* Python floor division (oxygen bonus and gauge): C's division truncates toward
+ * zero, Python's floors; they differ only for a negative oxygen, which MinAtar can reach. */
+static inline int32_t sq_floordiv(int32_t a, int32_t b) {
+    int32_t q = a / b;
+    return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+
+/* _surface: refill oxygen, drop a diver (all six, with a bonus, when full; MinAtar then also
+ * subtracts one, leaving -1, and so does this), ramp the difficulty. */
+static int32_t seaquest_surface(ma_batch *m, int64_t i) {
+    int32_t r = 0;
+    MA_S(m, SQ_SURFACE, i) = 1;
+    if (MA_S(m, SQ_DIVER_COUNT, i) == 6) {
+        MA_S(m, SQ_DIVER_COUNT, i) = 0;
+        r = sq_floordiv(MA_S(m, SQ_OXYGEN, i) * 10, SQ_MAX_OXYGEN);
+    }
+    MA_S(m, SQ_OXYGEN, i) = SQ_MAX_OXYGEN;
+    MA_S(m, SQ_DIVER_COUNT, i) -= 1;
+    if (m->ramping && (MA_S(m, SQ_E_SPAWN_SPEED, i) > 1 || MA_S(m, SQ_MOVE_SPEED, i) > 2)) {
+        if (MA_S(m, SQ_MOVE_SPEED, i) > 2 && MA_S(m, SQ_RAMP_INDEX, i) % 2) {
+            MA_S(m, SQ_MOVE_SPEED, i) -= 1;
+        }
+        if (MA_S(m, SQ_E_SPAWN_SPEED, i) > 1) MA_S(m, SQ_E_SPAWN_SPEED, i) -= 1;
+        MA_S(m, SQ_RAMP_INDEX, i) += 1;
+    }
+    return r;
+}
+
+/* The walk of an enemy list (fish, or subs with their shots) backwards, MinAtar's loop body. */
+static void seaquest_enemies(ma_batch *m, int64_t i, sq_list l, int subs, int32_t sx,
+                             int32_t sy, double *r, int *terminated) {
+    int idx = SQ_LEN(m, i, l) - 1;
+    while (idx >= 0 && idx < SQ_LEN(m, i, l)) {
+        int pos = idx, bullet;
+        int32_t e[5];
+        idx -= 1;
+        sq_get(m, i, l, pos, e);
+        if (e[SQ_X] == sx && e[SQ_Y] == sy) *terminated = 1;
+        if (e[SQ_TIMER] == 0) {
+            e[SQ_TIMER] = MA_S(m, SQ_MOVE_SPEED, i);
+            e[SQ_X] += e[SQ_DIR] ? 1 : -1;
+            sq_put(m, i, l, pos, e);
+            if (e[SQ_X] < 0 || e[SQ_X] > 9) {
+                pos = sq_follow(pos, sq_remove(m, i, l, e));
+            } else if (e[SQ_X] == sx && e[SQ_Y] == sy) {
+                *terminated = 1;
+            } else if ((bullet = sq_bullet_at(m, i, e[SQ_X], e[SQ_Y])) >= 0) {
+                int32_t hit[3];
+                pos = sq_follow(pos, sq_remove(m, i, l, e));
+                sq_get(m, i, SQ_LIST_F_BULLETS, bullet, hit);
+                sq_remove(m, i, SQ_LIST_F_BULLETS, hit);
+                *r += 1.0;
+            }
+        } else {
+            e[SQ_TIMER] -= 1;
+            sq_put(m, i, l, pos, e);
+        }
+        if (!subs) continue;
+        /* a sub fires, or counts down to firing, even when it was just removed */
+        if (e[SQ_SHOT] == 0) {
+            int32_t shot[3];
+            e[SQ_SHOT] = SQ_ENEMY_SHOT_INTERVAL;
+            shot[SQ_X] = e[SQ_X];
+            shot[SQ_Y] = e[SQ_Y];
+            shot[SQ_DIR] = e[SQ_DIR];
+            sq_append(m, i, SQ_LIST_E_BULLETS, shot);
+        } else {
+            e[SQ_SHOT] -= 1;
+        }
+        if (pos >= 0) SQ_AT(m, i, l, pos, SQ_SHOT) = e[SQ_SHOT];
+    }
+}
+
+static double seaquest_step(op_batch *b, int64_t i, int *terminated) {
+    ma_batch *m = (ma_batch *)b;
+    int a = ma_effective_action(m, i), idx, k;
+    double r = 0.0;
+    int32_t sx, sy;
+
+    /* a loaded state's list lengths are clamped to the slots, so no walk leaves them */
+    for (k = SQ_N_F_BULLETS; k <= SQ_N_DIVERS; k++) {
+        MA_S(m, k, i) = ma_min(SQ_CAPACITY, ma_max(0, MA_S(m, k, i)));
+    }
+
+    if (MA_S(m, SQ_E_SPAWN_TIMER, i) == 0) {
+        seaquest_spawn_enemy(m, i);
+        MA_S(m, SQ_E_SPAWN_TIMER, i) = MA_S(m, SQ_E_SPAWN_SPEED, i);
+    }
+    if (MA_S(m, SQ_D_SPAWN_TIMER, i) == 0) {
+        seaquest_spawn_diver(m, i);
+        MA_S(m, SQ_D_SPAWN_TIMER, i) = SQ_DIVER_SPAWN_SPEED;
+    }
+    sx = MA_S(m, SQ_SUB_X, i);
+    sy = MA_S(m, SQ_SUB_Y, i);
+    if (a == MA_FIRE && MA_S(m, SQ_SHOT_TIMER, i) == 0) {
+        int32_t shot[3];
+        shot[SQ_X] = sx;
+        shot[SQ_Y] = sy;
+        shot[SQ_DIR] = MA_S(m, SQ_SUB_OR, i);
+        sq_append(m, i, SQ_LIST_F_BULLETS, shot);
+        MA_S(m, SQ_SHOT_TIMER, i) = SQ_SHOT_COOL_DOWN;
+    } else if (a == MA_LEFT) {
+        sx = ma_max(0, sx - 1);
+        MA_S(m, SQ_SUB_OR, i) = 0;
+    } else if (a == MA_RIGHT) {
+        sx = ma_min(9, sx + 1);
+        MA_S(m, SQ_SUB_OR, i) = 1;
+    } else if (a == MA_UP) {
+        sy = ma_max(0, sy - 1);
+    } else if (a == MA_DOWN) {
+        sy = ma_min(8, sy + 1);
+    }
+    MA_S(m, SQ_SUB_X, i) = sx;
+    MA_S(m, SQ_SUB_Y, i) = sy;
+
+    /* friendly bullets */
+    idx = SQ_LEN(m, i, SQ_LIST_F_BULLETS) - 1;
+    while (idx >= 0 && idx < SQ_LEN(m, i, SQ_LIST_F_BULLETS)) {
+        int pos = idx, j, hit = 0;
+        int32_t bullet[3], enemy[5];
+        idx -= 1;
+        sq_get(m, i, SQ_LIST_F_BULLETS, pos, bullet);
+        bullet[SQ_X] += bullet[SQ_DIR] ? 1 : -1;
+        sq_put(m, i, SQ_LIST_F_BULLETS, pos, bullet);
+        if (bullet[SQ_X] < 0 || bullet[SQ_X] > 9) {
+            sq_remove(m, i, SQ_LIST_F_BULLETS, bullet);
+            continue;
+        }
+        for (j = 0; j < SQ_LEN(m, i, SQ_LIST_FISH) && !hit; j++) {
+            if (SQ_AT(m, i, SQ_LIST_FISH, j, SQ_X) == bullet[SQ_X] &&
+                SQ_AT(m, i, SQ_LIST_FISH, j, SQ_Y) == bullet[SQ_Y]) {
+                sq_get(m, i, SQ_LIST_FISH, j, enemy);
+                sq_remove(m, i, SQ_LIST_FISH, enemy);
+                sq_remove(m, i, SQ_LIST_F_BULLETS, bullet);
+                r += 1.0;
+                hit = 1;
+            }
+        }
+        for (j = 0; j < SQ_LEN(m, i, SQ_LIST_SUBS) && !hit; j++) {
+            if (SQ_AT(m, i, SQ_LIST_SUBS, j, SQ_X) == bullet[SQ_X] &&
+                SQ_AT(m, i, SQ_LIST_SUBS, j, SQ_Y) == bullet[SQ_Y]) {
+                sq_get(m, i, SQ_LIST_SUBS, j, enemy);
+                sq_remove(m, i, SQ_LIST_SUBS, enemy);
+                sq_remove(m, i, SQ_LIST_F_BULLETS, bullet);
+                r += 1.0;
+                hit = 1;
+            }
+        }
+    }
+
+    /* divers */
+    idx = SQ_LEN(m, i, SQ_LIST_DIVERS) - 1;
+    while (idx >= 0 && idx < SQ_LEN(m, i, SQ_LIST_DIVERS)) {
+        int pos = idx;
+        int32_t diver[4];
+        idx -= 1;
+        sq_get(m, i, SQ_LIST_DIVERS, pos, diver);
+        if (diver[SQ_X] == sx && diver[SQ_Y] == sy && MA_S(m, SQ_DIVER_COUNT, i) < 6) {
+            sq_remove(m, i, SQ_LIST_DIVERS, diver);
+            MA_S(m, SQ_DIVER_COUNT, i) += 1;
+        } else if (diver[SQ_TIMER] == 0) {
+            diver[SQ_TIMER] = SQ_DIVER_MOVE_INTERVAL;
+            diver[SQ_X] += diver[SQ_DIR] ? 1 : -1;
+            sq_put(m, i, SQ_LIST_DIVERS, pos, diver);
+            if (diver[SQ_X] < 0 || diver[SQ_X] > 9) {
+                sq_remove(m, i, SQ_LIST_DIVERS, diver);
+            } else if (diver[SQ_X] == sx && diver[SQ_Y] == sy && MA_S(m, SQ_DIVER_COUNT, i) < 6) {
+                sq_remove(m, i, SQ_LIST_DIVERS, diver);
+                MA_S(m, SQ_DIVER_COUNT, i) += 1;
+            }
+        } else {
+            SQ_AT(m, i, SQ_LIST_DIVERS, pos, SQ_TIMER) = diver[SQ_TIMER] - 1;
+        }
+    }
+
+    seaquest_enemies(m, i, SQ_LIST_SUBS, 1, sx, sy, &r, terminated);
+
+    /* enemy bullets */
+    idx = SQ_LEN(m, i, SQ_LIST_E_BULLETS) - 1;
+    while (idx >= 0 && idx < SQ_LEN(m, i, SQ_LIST_E_BULLETS)) {
+        int pos = idx;
+        int32_t bullet[3];
+        idx -= 1;
+        sq_get(m, i, SQ_LIST_E_BULLETS, pos, bullet);
+        if (bullet[SQ_X] == sx && bullet[SQ_Y] == sy) *terminated = 1;
+        bullet[SQ_X] += bullet[SQ_DIR] ? 1 : -1;
+        sq_put(m, i, SQ_LIST_E_BULLETS, pos, bullet);
+        if (bullet[SQ_X] < 0 || bullet[SQ_X] > 9) {
+            sq_remove(m, i, SQ_LIST_E_BULLETS, bullet);
+        } else if (bullet[SQ_X] == sx && bullet[SQ_Y] == sy) {
+            *terminated = 1;
+        }
+    }
+
+    seaquest_enemies(m, i, SQ_LIST_FISH, 0, sx, sy, &r, terminated);
+
+    MA_S(m, SQ_E_SPAWN_TIMER, i) -= MA_S(m, SQ_E_SPAWN_TIMER, i) > 0;
+    MA_S(m, SQ_D_SPAWN_TIMER, i) -= MA_S(m, SQ_D_SPAWN_TIMER, i) > 0;
+    MA_S(m, SQ_SHOT_TIMER, i) -= MA_S(m, SQ_SHOT_TIMER, i) > 0;
+    if (MA_S(m, SQ_OXYGEN, i) <= 0) *terminated = 1;
+    if (sy > 0) {
+        MA_S(m, SQ_OXYGEN, i) -= 1;
+        MA_S(m, SQ_SURFACE, i) = 0;
+    } else if (!MA_S(m, SQ_SURFACE, i)) {
+        if (MA_S(m, SQ_DIVER_COUNT, i) == 0) *terminated = 1;
+        else r += (double)seaquest_surface(m, i);
+    }
+    return r;
+}
+
+/* An entity and, where it is on the grid, its trail one cell behind it. */
+static inline void sq_draw_list(ma_batch *m, int64_t i, uint8_t *o, sq_list l, int ch,
+                                int trail) {
+    int j, n = ma_min(SQ_CAPACITY, SQ_LEN(m, i, l));
+    for (j = 0; j < n; j++) {
+        int32_t x = SQ_AT(m, i, l, j, SQ_X), y = SQ_AT(m, i, l, j, SQ_Y);
+        ma_set(o, ch, y, x);
+        if (trail) ma_set(o, SQ_CH_TRAIL, y, SQ_AT(m, i, l, j, SQ_DIR) ? x - 1 : x + 1);
+    }
+}
+
+static void seaquest_obs(op_batch *b, int64_t i) {
+    ma_batch *m = (ma_batch *)b;
+    uint8_t *o = ma_obs_row(m, i);
+    int32_t sx = MA_S(m, SQ_SUB_X, i), sy = MA_S(m, SQ_SUB_Y, i), back_x, c, cells;
+    int32_t divers = MA_S(m, SQ_DIVER_COUNT, i), oxygen = MA_S(m, SQ_OXYGEN, i);
+    memset(o, 0, SQ_CHANNELS * MA_CELLS);
+    ma_set(o, SQ_CH_SUB_FRONT, sy, sx);
+    back_x = MA_S(m, SQ_SUB_OR, i) ? sx - 1 : sx + 1;
+    /* MinAtar indexes without a bounds check: -1 is numpy's last column */
+    ma_set(o, SQ_CH_SUB_BACK, sy, back_x == -1 ? 9 : back_x);
+    cells = sq_floordiv((oxygen > 0 ? oxygen : 0) * 10, SQ_MAX_OXYGEN);
+    for (c = 0; c < cells && c < 10; c++) o[SQ_CH_OXYGEN * MA_CELLS + 90 + c] = 1;
+    /* state[9, 9 - diver_count:9]: cells 9 - diver_count .. 8, none for a count <= 0 */
+    for (c = 9 - divers; c < 9; c++) {
+        if (c >= 0) o[SQ_CH_DIVERS * MA_CELLS + 90 + c] = 1;
+    }
+    sq_draw_list(m, i, o, SQ_LIST_F_BULLETS, SQ_CH_F_BULLET, 0);
+    sq_draw_list(m, i, o, SQ_LIST_E_BULLETS, SQ_CH_E_BULLET, 0);
+    sq_draw_list(m, i, o, SQ_LIST_FISH, SQ_CH_FISH, 1);
+    sq_draw_list(m, i, o, SQ_LIST_SUBS, SQ_CH_SUB, 1);
+    sq_draw_list(m, i, o, SQ_LIST_DIVERS, SQ_CH_DIVER, 1);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* The batch entry points: one instance of kernel_common.h's loop per game, so each game's
+ * functions are inlined into its own loop and the game is chosen once per step, not per env. */
+
+static int64_t ma_step(ma_batch *m) {
+    op_batch *b = &m->base;
+    switch (m->game) {
+    case MA_BREAKOUT: return op_batch_step(b, breakout_step, breakout_obs, breakout_reset);
+    case MA_FREEWAY: return op_batch_step(b, freeway_step, freeway_obs, freeway_reset);
+    case MA_SPACE_INVADERS:
+        return op_batch_step(b, space_invaders_step, space_invaders_obs, space_invaders_reset);
+    case MA_SEAQUEST: return op_batch_step(b, seaquest_step, seaquest_obs, seaquest_reset);
+    default: return op_batch_step(b, asterix_step, asterix_obs, asterix_reset);
+    }
+}
+
+static void ma_reset(ma_batch *m, int reseed, uint64_t seed) {
+    op_batch *b = &m->base;
+    switch (m->game) {
+    case MA_BREAKOUT: op_batch_reset(b, reseed, seed, breakout_reset, breakout_obs); break;
+    case MA_FREEWAY: op_batch_reset(b, reseed, seed, freeway_reset, freeway_obs); break;
+    case MA_SPACE_INVADERS:
+        op_batch_reset(b, reseed, seed, space_invaders_reset, space_invaders_obs);
+        break;
+    case MA_SEAQUEST: op_batch_reset(b, reseed, seed, seaquest_reset, seaquest_obs); break;
+    default: op_batch_reset(b, reseed, seed, asterix_reset, asterix_obs); break;
+    }
+}
+
+static void ma_write_obs(ma_batch *m) {
+    op_batch *b = &m->base;
+    switch (m->game) {
+    case MA_BREAKOUT: op_batch_write_obs(b, breakout_obs); break;
+    case MA_FREEWAY: op_batch_write_obs(b, freeway_obs); break;
+    case MA_SPACE_INVADERS: op_batch_write_obs(b, space_invaders_obs); break;
+    case MA_SEAQUEST: op_batch_write_obs(b, seaquest_obs); break;
+    default: op_batch_write_obs(b, asterix_obs); break;
+    }
+}
+
+/* For a native thread (operant.cext.overlap): the kernel's step as an op_kernel_step_fn. */
+static int64_t ma_step_batch(op_batch *b) { return ma_step((ma_batch *)b); }
+
+#endif

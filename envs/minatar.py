@@ -1,0 +1,436 @@
+"""MinAtar's games (Young & Tian 2019) as an env family: `operant/MinAtar-<Game>-v1`.
+
+Two implementations of operant.envs.contract.BatchEnv, each a Gymnasium `VectorEnv` in SAME_STEP
+autoreset mode (or NEXT_STEP: `autoreset_mode=AutoresetMode.NEXT_STEP`, operant.envs.autoreset's
+face over the kernel, the reference env's own loop):
+
+- `native`: `MinAtarVectorEnv`, the C kernel operant.cext.minatar (MinAtar's rules statement by
+  statement, checked against the `minatar` package by operant.envs.minatar_parity);
+- `reference`: `ReferenceMinAtarEnv`, the `minatar` package itself (one `minatar.Environment`
+  per env, stepped in a Python loop), the oracle; it needs the optional extra
+  (`pip install "operant-rl[minatar]"`).
+
+Observations are uint8 (C, 10, 10), channels first, 0 or 1: MinAtar's (10, 10, C) bool state
+transposed, so a torch conv reads the buffer as it is (`torch.from_numpy(env.obs)` is NCHW,
+no permute copy), and uint8 rather than bool because torch converts uint8 to float in one
+kernel while a bool tensor needs a cast through another dtype on some paths; the bytes are the
+same. Actions index the game's minimal action set (MinAtar's `-v1` Gymnasium ids do the same;
+`full_action_set=True` gives all six). Options (`env.options` in a config, keywords here):
+`sticky_action_prob` (MinAtar's default 0.1), `difficulty_ramping` (default True),
+`max_episode_steps` (default none: MinAtar's games have no time limit; Freeway ends itself
+after 2,500 frames), `full_action_set`. docs/envs.md ("MinAtar") has the games and channels.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from operant.envs.autoreset import (
+    HELD_LENGTH,
+    Held,
+    NextStepFace,
+    step_next_step_face,
+    with_autoreset_mode,
+)
+from operant.envs.autoreset import autoreset_mode as parse_autoreset_mode
+from operant.envs.contract import ActSpec, ObsSpec, RowLayout, check_state, clear_stats
+from operant.envs.episodes import EpisodeAccounting
+from operant.envs.native import allocate_buffers, recent_from_ring, step_outputs
+from operant.envs.registry import (
+    EnvError,
+    EpisodeStats,
+    InvalidActionError,
+    check_action_batch,
+    invalid_action_message,
+)
+from operant.envs.seeding import check_seed, per_env_streams
+
+GAME_IDS = {
+    "MinAtar-Asterix-v1": "asterix",
+    "MinAtar-Breakout-v1": "breakout",
+    "MinAtar-Freeway-v1": "freeway",
+    "MinAtar-Seaquest-v1": "seaquest",
+    "MinAtar-SpaceInvaders-v1": "space_invaders",
+}
+"""Operant's ids (registered as `operant/<id>`) -> the game's name in operant.cext.minatar and
+in the minatar package (`minatar.environments.<name>`). The `minatar` package registers its
+own as `MinAtar/<Game>-v0` (full action set) and `MinAtar/<Game>-v1` (minimal): another
+namespace, so the two never collide."""
+
+NO_TIME_LIMIT = 2**31 - 1
+RECENT_CAPACITY = 1024
+
+
+def _layout(game: str) -> dict[str, Any]:
+    from operant.cext.minatar import GAMES
+
+    return GAMES[game]
+
+
+def _check_options(num_envs: int, sticky_action_prob: float, max_episode_steps: int | None) -> int:
+    """The checked time limit (NO_TIME_LIMIT for None); ValueError naming a bad option."""
+    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs <= 0:
+        raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
+    if not 0.0 <= float(sticky_action_prob) <= 1.0:
+        raise ValueError(f"sticky_action_prob must be in [0, 1], got {sticky_action_prob!r}")
+    if max_episode_steps is None:
+        return NO_TIME_LIMIT
+    if (
+        isinstance(max_episode_steps, bool)
+        or not isinstance(max_episode_steps, int)
+        or not 0 < max_episode_steps <= NO_TIME_LIMIT
+    ):
+        raise ValueError(
+            f"max_episode_steps must be a positive integer or None, got {max_episode_steps!r}"
+        )
+    return max_episode_steps
+
+
+class _MinAtarFace(VectorEnv):
+    """What both implementations declare: spaces, specs, buffers."""
+
+    metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
+
+    def _declare(
+        self,
+        game: str,
+        num_envs: int,
+        copy: bool,
+        full_action_set: bool,
+        autoreset_mode: AutoresetMode | str,
+    ) -> None:
+        self.autoreset_mode = parse_autoreset_mode(autoreset_mode)
+        self.metadata = with_autoreset_mode(type(self).metadata, self.autoreset_mode)
+        self.render_mode = None
+        layout = _layout(game)
+        self.game = game
+        self.channels: tuple[str, ...] = layout["channels"]
+        self.action_set: tuple[int, ...] = (
+            tuple(range(6)) if full_action_set else layout["minimal_actions"]
+        )
+        shape = (len(self.channels), 10, 10)
+        self.num_envs = num_envs
+        self.copy = copy
+        self.spec = None
+        self.single_observation_space = spaces.Box(0, 1, shape, np.uint8)
+        self.single_action_space = spaces.Discrete(len(self.action_set))
+        self.observation_space = batch_space(self.single_observation_space, num_envs)
+        self.action_space = batch_space(self.single_action_space, num_envs)
+        self.obs_spec = ObsSpec(shape, np.dtype(np.uint8))
+        self.act_spec = ActSpec((), np.dtype(np.int64), len(self.action_set))
+        self.layout = RowLayout(num_envs)
+        allocate_buffers(self, num_envs, self.obs_spec)
+
+    def _load_actions(self, actions: Any) -> None:
+        if actions is self.actions:
+            return
+        array = np.asarray(actions)
+        check_action_batch(
+            array.shape,
+            array.dtype.kind in "iu",
+            array.dtype.kind == "f",
+            self.actions.shape,
+            self.single_action_space,
+            str(array.dtype),
+        )
+        np.copyto(self.actions, array, casting="unsafe")
+
+    def step(self, actions: Any) -> tuple[Any, ...]:
+        self._load_actions(actions)
+        self.step_bound()
+        info: dict[str, Any] = {}
+        done = self.terminated | self.truncated
+        if done.any():
+            info["final_obs"] = self.final_obs.copy() if self.copy else self.final_obs
+            info["_final_obs"] = done
+        return step_outputs(self, info)
+
+    def step_bound(self) -> None:
+        raise NotImplementedError
+
+
+class MinAtarVectorEnv(_MinAtarFace):
+    """`num_envs` envs of one MinAtar game stepped by operant.cext.minatar's kernel."""
+
+    impl = "native"
+    resumable = True
+
+    def __init__(
+        self,
+        game: str,
+        num_envs: int,
+        copy: bool = True,
+        *,
+        sticky_action_prob: float = 0.1,
+        difficulty_ramping: bool = True,
+        max_episode_steps: int | None = None,
+        full_action_set: bool = False,
+        autoreset_mode: AutoresetMode | str = AutoresetMode.SAME_STEP,
+    ):
+        from operant.cext.minatar import MinAtarKernel
+
+        limit = _check_options(num_envs, sticky_action_prob, max_episode_steps)
+        self._declare(game, num_envs, copy, full_action_set, autoreset_mode)
+        self.kernel = MinAtarKernel(
+            game,
+            num_envs,
+            self.actions,
+            self.obs,
+            self.rewards,
+            self.terminated,
+            self.truncated,
+            self.final_obs,
+            sticky_action_prob=float(sticky_action_prob),
+            difficulty_ramping=bool(difficulty_ramping),
+            action_set=self.action_set,
+            max_episode_steps=limit,
+        )
+        self._seeded = False
+        self.sticky_action_prob = float(sticky_action_prob)
+        self.difficulty_ramping = bool(difficulty_ramping)
+        kernel, n = self.kernel, num_envs
+        self._next_step = (
+            NextStepFace(
+                self,
+                [
+                    Held(kernel.scalars, 1, 0, n),
+                    Held(kernel.maps, 1, 0, n),
+                    Held(kernel.slots, 1, 0, n),
+                    Held(kernel.rng_state, 0, 0, n),
+                    Held(kernel.episode_return, 0, 0, n),
+                    Held(kernel.episode_length, 0, 0, n, HELD_LENGTH),
+                ],
+            )
+            if self.autoreset_mode == AutoresetMode.NEXT_STEP
+            else None
+        )
+
+    def shadow_check(self, steps: int) -> dict[str, Any]:
+        """`operant bench env_only --validate`: a kernel like this one (same game, sticky
+        actions, ramping and number of envs), checked at every one of `steps` steps against
+        the minatar package (operant.envs.minatar_parity.check_game). Needs the extra."""
+        minatar_environment_class()
+        from operant.envs.minatar_parity import check_game
+
+        report = check_game(
+            self.game,
+            self.num_envs,
+            steps,
+            sticky_action_prob=self.sticky_action_prob,
+            difficulty_ramping=self.difficulty_ramping,
+        )
+        ok = report.mismatches == 0
+        verdict = "matches MinAtar" if ok else f"MISMATCH: {report.first[0]}"
+        return {
+            "impl": "minatar",
+            "ok": ok,
+            "compared": report.states,
+            "drew": report.drawing,
+            "episodes_ended": report.terminal,
+            "mismatches": report.mismatches,
+            "first": report.first,
+            "summary": f"{report.states:,} env-steps against the minatar package "
+            f"({report.drawing:,} drew, {report.terminal:,} episodes ended): {verdict}",
+            "disagreement": f"the {self.game} kernel disagrees with the minatar package",
+        }
+
+    def reset(
+        self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
+    ):
+        """Reset every env: an int seed re-seeds env i's stream from (seed, i), a list env i's
+        from (seed[i], 0) (operant.envs.seeding); no seed on the first reset draws one from the
+        OS, later resets without one continue the streams."""
+        seed = check_seed(seed, self.num_envs)
+        if isinstance(seed, list):
+            streams = per_env_streams(seed, None if self._seeded else secrets.randbits(64))
+            for row, stream in enumerate(streams):
+                if stream is not None:
+                    self.kernel.rng_state[row] = stream
+            seed = None
+        elif seed is None and not self._seeded:
+            seed = secrets.randbits(64)
+        self.kernel.reset(seed)
+        self._seeded = True
+        obs = self.obs if self._next_step is None else self._next_step.reset()
+        return (obs.copy() if self.copy else obs), {}
+
+    def step(self, actions: Any) -> tuple[Any, ...]:
+        if self._next_step is None:
+            return super().step(actions)
+        self._load_actions(actions)
+        return step_next_step_face(self)
+
+    def step_bound(self) -> None:
+        """Step with the actions already in `self.actions`; outputs land in the buffers."""
+        bad = self.kernel.step()
+        if bad >= 0:
+            raise InvalidActionError(
+                invalid_action_message(self.single_action_space, bad, int(self.actions[bad]))
+            )
+
+    def drain_episode_stats(self) -> EpisodeStats:
+        stats = self.kernel.stats
+        result = EpisodeStats.from_record(stats)
+        clear_stats(stats)
+        return result
+
+    def recent_returns(self, count: int) -> np.ndarray:
+        return recent_from_ring(self.kernel.recent_returns, int(self.kernel.recent_head[0]), count)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The kernel's state arrays (`kernel.<name>`, `stats` as its 8 float64 words) and the
+        observation buffer."""
+        from operant.cext.minatar import STATE
+
+        state = {f"kernel.{name}": getattr(self.kernel, name) for name in STATE}
+        state["kernel.stats"] = state["kernel.stats"].view(np.float64)
+        state["obs"] = self.obs
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        targets = self.state_dict()
+        check_state(state, targets)
+        for name, target in targets.items():
+            np.copyto(target, state[name])
+        self._seeded = True
+
+    def close_extras(self, **kwargs: Any) -> None:
+        pass
+
+
+def minatar_environment_class() -> Any:
+    """`minatar.Environment`, or EnvError saying which extra installs it."""
+    try:
+        from minatar import Environment
+    except ImportError:
+        raise EnvError(
+            'env.impl = "reference" for MinAtar games runs the minatar package, which is not '
+            'installed: pip install "operant-rl[minatar]"'
+        ) from None
+    return Environment
+
+
+class ReferenceMinAtarEnv(_MinAtarFace):
+    """The `minatar` package behind the same buffers: one `minatar.Environment` per env,
+    stepped in a Python loop (its real usage), SAME_STEP autoreset, statistics in numpy."""
+
+    impl = "reference"
+    resumable = False  # MinAtar's games keep Python state: a resume re-seeds them
+
+    def __init__(
+        self,
+        game: str,
+        num_envs: int,
+        copy: bool = True,
+        *,
+        sticky_action_prob: float = 0.1,
+        difficulty_ramping: bool = True,
+        max_episode_steps: int | None = None,
+        full_action_set: bool = False,
+        autoreset_mode: AutoresetMode | str = AutoresetMode.SAME_STEP,
+    ):
+        environment = minatar_environment_class()
+        self.max_episode_steps = _check_options(num_envs, sticky_action_prob, max_episode_steps)
+        self._declare(game, num_envs, copy, full_action_set, autoreset_mode)
+        self.envs = [
+            environment(
+                game,
+                sticky_action_prob=float(sticky_action_prob),
+                difficulty_ramping=bool(difficulty_ramping),
+            )
+            for _ in range(num_envs)
+        ]
+        self.episodes = EpisodeAccounting(self.layout, RECENT_CAPACITY)
+        self._lengths = np.zeros(num_envs, np.int64)
+        self._resetting = np.zeros(num_envs, np.bool_)
+        """NEXT_STEP: the envs whose next step is a reset (their action ignored)."""
+
+    def _observe(self, i: int, out: np.ndarray) -> None:
+        out[i] = self.envs[i].state().transpose(2, 0, 1)
+
+    def reset(
+        self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
+    ):
+        """Gymnasium's rule: env i is seeded with seed + i (an int) or seed[i] (a list)."""
+        seed = check_seed(seed, self.num_envs)
+        for i, env in enumerate(self.envs):
+            env_seed = seed + i if isinstance(seed, int) else seed[i] if seed else None
+            if env_seed is not None:
+                env.seed(env_seed % 2**32)
+            env.reset()
+            self._observe(i, self.obs)
+        self._lengths[:] = 0
+        self._resetting[:] = False
+        self.episodes.reset_episodes()
+        return (self.obs.copy() if self.copy else self.obs), {}
+
+    def step(self, actions: Any) -> tuple[Any, ...]:
+        if self.autoreset_mode == AutoresetMode.SAME_STEP:
+            return super().step(actions)
+        self._load_actions(actions)
+        self.step_bound()
+        return step_outputs(self, {})
+
+    def step_bound(self) -> None:
+        actions = self.actions
+        bad = np.flatnonzero((actions < 0) | (actions >= len(self.action_set)))
+        if len(bad):
+            raise InvalidActionError(
+                invalid_action_message(self.single_action_space, int(bad[0]), int(actions[bad[0]]))
+            )
+        next_step = self.autoreset_mode == AutoresetMode.NEXT_STEP
+        resetting = self._resetting.copy()
+        self._lengths += 1
+        for i, env in enumerate(self.envs):
+            if resetting[i]:  # NEXT_STEP: this step resets env i, its action ignored
+                env.reset()
+                self._observe(i, self.obs)
+                self.rewards[i] = 0.0
+                self.terminated[i] = self.truncated[i] = self._resetting[i] = False
+                self._lengths[i] = 0
+                continue
+            reward, terminal = env.act(self.action_set[actions[i]])
+            self.rewards[i] = reward
+            self.terminated[i] = terminal
+            self.truncated[i] = self._lengths[i] >= self.max_episode_steps
+            self._observe(i, self.obs)
+            if terminal or self.truncated[i]:
+                self.final_obs[i] = self.obs[i]
+                if next_step:
+                    self._resetting[i] = True
+                    continue
+                env.reset()
+                self._observe(i, self.obs)
+                self._lengths[i] = 0
+        self.episodes.record(self.rewards, self.terminated, self.truncated, counted=~resetting)
+
+    def drain_episode_stats(self) -> EpisodeStats:
+        return self.episodes.drain()
+
+    def recent_returns(self, count: int) -> np.ndarray:
+        return self.episodes.recent_returns(count)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state:
+            raise ValueError(f"a reference env has no state to load, got {sorted(state)}")
+
+
+def maker(env_id: str, impl: str) -> Any:
+    """The factory `register_family` gets for `env_id`'s implementation `impl`."""
+    game = GAME_IDS[env_id]
+    cls = MinAtarVectorEnv if impl == "native" else ReferenceMinAtarEnv
+
+    def make(num_envs: int, copy: bool = True, **kwargs: Any) -> Any:
+        return cls(game, num_envs, copy=copy, **kwargs)
+
+    make.__doc__ = f"`make_env({env_id!r}, N, impl={impl!r})`: {cls.__name__}({game!r}, N)."
+    return make
