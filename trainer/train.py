@@ -176,6 +176,7 @@ class Trainer:
             impl=self.impl,
             copy=False,
             overlap=config.env.overlap,
+            workers=config.env.workers,
             **env_kwargs,
         )
 
