@@ -11,12 +11,12 @@ writes its sub-envs' outputs straight into them. The block has no name, so nothi
 when a process is killed; it is freed when the last mapping goes.
 
 Synchronisation: each worker has a command pipe and a result pipe, and a step is one byte
-each way (`b"S"` down, `b"."` back). A wait first spins for a few tens of microseconds on
-non-blocking reads (a step of a few sub-envs often finishes in that time, and a syscall is a
-memory barrier on every CPU, so no flag in shared memory is read early), then sleeps in
-poll(). PufferLib's multiprocessing backend spins on a byte per worker in shared memory
-instead; spinning without end costs a core per waiting process, which a 2-core machine
-running the trainer's policy between steps cannot spare.
+each way (`b"S"` down, `b"."` back), read with a blocking read: a waiting process sleeps, and
+the pipe's system calls order the shared-memory writes on every CPU. PufferLib's
+multiprocessing backend instead spins on a flag byte per worker in shared memory, which pays
+when every process has a core of its own; on a 2-core machine shared with the trainer's
+policy, spinning (on non-blocking reads, for 10 to 200 us before sleeping) made a step 1.4x to
+14x slower than sleeping at once (docs/performance.md), so nothing here spins.
 
 Failures: a worker that raises sends `b"E"` and its exception as text (pickled once, on the
 error path only) and exits; the env raises `EnvWorkerError` naming the worker, its envs and
@@ -44,13 +44,13 @@ import json
 import mmap
 import os
 import pickle
-import select
 import signal
 import struct
 import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,8 +73,6 @@ from operant.envs.registry import (
 from operant.envs.seeding import check_seed
 
 RECENT_CAPACITY = 1024
-SPIN_SECONDS = 50e-6
-"""How long a wait spins on non-blocking reads before it sleeps in poll()."""
 CLOSE_TIMEOUT_S = 2.0
 """How long `close()` lets workers exit on their own before it kills them."""
 
@@ -205,6 +203,8 @@ class WorkerVectorEnv(VectorEnv):
         self._processes: list[subprocess.Popen[bytes]] = []
         self._commands: list[int] = []
         self._results: list[int] = []
+        self._owed: list[int] = []
+        """Workers whose answer to a command has not been read yet, in order."""
         kwargs: dict[str, Any] = {}
         if max_episode_steps is not None:
             kwargs["max_episode_steps"] = max_episode_steps
@@ -291,38 +291,32 @@ class WorkerVectorEnv(VectorEnv):
         self._processes.append(process)
         self._commands.append(command_write)
         self._results.append(result_read)
-        os.set_blocking(result_read, False)
+        self._owed.append(index)  # its "ready", once its envs are built
 
     # -- synchronisation -------------------------------------------------------------------
     def _send(self, command: bytes, payloads: list[bytes] | None = None) -> None:
+        """Send `command` (with each worker's payload, if any) to every worker, once every
+        answer still owed has been read (a wait cut short by an exception leaves some)."""
+        self._wait_all()
         for index, fd in enumerate(self._commands):
             message = command
             if payloads is not None:
                 message += _LENGTH.pack(len(payloads[index])) + payloads[index]
             try:
-                os.write(fd, message)
+                _write_all(fd, message)
             except BrokenPipeError:
                 self._fail(index, b"")
+            self._owed.append(index)
 
     def _wait_all(self) -> None:
-        """Until every worker has answered the last command: spin on non-blocking reads for
-        SPIN_SECONDS, then sleep in poll() (a dead worker's pipe reads end-of-file)."""
-        pending = list(range(self.workers))
-        deadline = time.perf_counter() + SPIN_SECONDS
-        while pending:
-            for index in tuple(pending):
-                try:
-                    answer = os.read(self._results[index], 1)
-                except BlockingIOError:
-                    continue
-                if answer != _DONE:
-                    self._fail(index, answer)
-                pending.remove(index)
-            if pending and time.perf_counter() > deadline:
-                poller = select.poll()
-                for index in pending:
-                    poller.register(self._results[index], select.POLLIN)
-                poller.poll()
+        """Until every worker has answered its last command: a blocking one-byte read from
+        each in turn (all of them must answer; a dead worker's pipe reads end-of-file)."""
+        while self._owed:
+            index = self._owed[0]
+            answer = os.read(self._results[index], 1)
+            if answer != _DONE:
+                self._fail(index, answer)
+            self._owed.pop(0)
 
     def _fail(self, index: int, answer: bytes) -> None:
         """Close the env and raise the error of worker `index`, which answered `answer`
@@ -440,7 +434,7 @@ class WorkerVectorEnv(VectorEnv):
                 process.wait()
         for fd in self._commands + self._results:
             os.close(fd)
-        self._commands, self._results = [], []
+        self._commands, self._results, self._owed = [], [], []
 
     def close(self, **kwargs) -> None:
         if not self.closed:
@@ -450,7 +444,6 @@ class WorkerVectorEnv(VectorEnv):
 
 def _read_message(fd: int) -> bytes | None:
     """A length-prefixed message from `fd` (blocking until it is whole); None at end-of-file."""
-    os.set_blocking(fd, True)
     data = b""
     for size in (_LENGTH.size, None):
         want = _LENGTH.unpack(data)[0] if size is None else size
@@ -481,22 +474,6 @@ def _write_all(fd: int, data: bytes) -> None:
         data = data[os.write(fd, data) :]
 
 
-def _wait_command(fd: int) -> bytes:
-    """The next command byte: spin on non-blocking reads, then block. End-of-file (the
-    parent is gone) reads as close."""
-    deadline = time.perf_counter() + SPIN_SECONDS
-    while time.perf_counter() < deadline:
-        try:
-            return os.read(fd, 1) or _CLOSE
-        except BlockingIOError:
-            continue
-    os.set_blocking(fd, True)
-    try:
-        return os.read(fd, 1) or _CLOSE
-    finally:
-        os.set_blocking(fd, False)
-
-
 def worker_main(spec: dict[str, Any]) -> None:
     """A worker's life: build its sub-envs, then answer commands until close. SIGINT and
     SIGTERM are ignored: a Ctrl-C or a service manager's stop reaches the whole process
@@ -523,15 +500,12 @@ def worker_main(spec: dict[str, Any]) -> None:
             raise TypeError(f"make_vec gave a {type(vector).__name__}, not a SyncVectorEnv")
         loop = _StepLoop(vector.envs, views)
         _write_all(result_fd, _DONE)
-        os.set_blocking(command_fd, False)
         while True:
-            command = _wait_command(command_fd)
+            command = os.read(command_fd, 1)  # end-of-file: the parent is gone
             if command == _STEP:
                 loop.step()
             elif command == _RESET:
-                os.set_blocking(command_fd, True)
                 payload = _read_message(command_fd)
-                os.set_blocking(command_fd, False)
                 if payload is None:
                     return
                 loop.reset(*pickle.loads(payload))
@@ -539,6 +513,10 @@ def worker_main(spec: dict[str, Any]) -> None:
                 return
             _write_all(result_fd, _DONE)
     except Exception as error:
+        # The traceback goes to the trainer's stderr (inherited), for whoever debugs the env;
+        # the trainer's error names the worker and the exception in one line.
+        print(f"env worker {spec['index']} (pid {os.getpid()}):", file=sys.stderr)
+        traceback.print_exc()
         text = pickle.dumps(f"{type(error).__name__}: {error}")
         try:
             _write_all(result_fd, _ERROR + _LENGTH.pack(len(text)) + text)
