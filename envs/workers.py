@@ -267,30 +267,37 @@ class WorkerVectorEnv(VectorEnv):
     ) -> None:
         command_read, command_write = os.pipe()
         result_read, result_write = os.pipe()
-        spec = {
-            "index": index,
-            "parent": os.getpid(),
-            "module": module,
-            "env_id": key,
-            "lo": lo,
-            "hi": hi,
-            "kwargs": kwargs,
-            "layout": buffers.to_json(),
-            "fds": [fd, command_read, result_write],
-            "sys_path": sys.path,
-        }
+        # The command line says who the worker is (as `ps` shows it) and where its pipes
+        # and the block are; the rest goes down its command pipe, the first message.
+        fds = (fd, command_read, result_write)
         try:
             process = subprocess.Popen(
-                [sys.executable, "-m", "operant.envs.workers", json.dumps(spec)],
-                pass_fds=(fd, command_read, result_write),
+                [sys.executable, "-m", "operant.envs.workers", str(index), str(os.getpid())]
+                + [str(number) for number in fds],
+                pass_fds=fds,
                 stdin=subprocess.DEVNULL,
             )
+        except BaseException:
+            for number in (command_write, result_read):
+                os.close(number)
+            raise
         finally:
             os.close(command_read)
             os.close(result_write)
         self._processes.append(process)
         self._commands.append(command_write)
         self._results.append(result_read)
+        spec = {
+            "module": module,
+            "env_id": key,
+            "lo": lo,
+            "hi": hi,
+            "kwargs": kwargs,
+            "layout": buffers.to_json(),
+            "sys_path": sys.path,
+        }
+        data = json.dumps(spec).encode()
+        _write_all(command_write, _LENGTH.pack(len(data)) + data)
         self._owed.append(index)  # its "ready", once its envs are built
 
     # -- synchronisation -------------------------------------------------------------------
@@ -474,16 +481,19 @@ def _write_all(fd: int, data: bytes) -> None:
         data = data[os.write(fd, data) :]
 
 
-def worker_main(spec: dict[str, Any]) -> None:
-    """A worker's life: build its sub-envs, then answer commands until close. SIGINT and
-    SIGTERM are ignored: a Ctrl-C or a service manager's stop reaches the whole process
-    group, and the trainer, which decides when to stop, closes its workers itself."""
-    _die_with_parent(spec["parent"])
+def worker_main(index: int, parent: int, block_fd: int, command_fd: int, result_fd: int) -> None:
+    """A worker's life: read its spec, build its sub-envs, then answer commands until close.
+    SIGINT and SIGTERM are ignored: a Ctrl-C or a service manager's stop reaches the whole
+    process group, and the trainer, which decides when to stop, closes its workers itself."""
+    _die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    block_fd, command_fd, result_fd = spec["fds"]
-    lo, hi = spec["lo"], spec["hi"]
     try:
+        message = _read_message(command_fd)
+        if message is None:
+            return  # the parent is gone
+        spec = json.loads(message)
+        lo, hi = spec["lo"], spec["hi"]
         sys.path[:] = spec["sys_path"]
         layout = BufferLayout.from_json(spec["layout"])
         block = mmap.mmap(block_fd, layout.size)
@@ -515,7 +525,7 @@ def worker_main(spec: dict[str, Any]) -> None:
     except Exception as error:
         # The traceback goes to the trainer's stderr (inherited), for whoever debugs the env;
         # the trainer's error names the worker and the exception in one line.
-        print(f"env worker {spec['index']} (pid {os.getpid()}):", file=sys.stderr)
+        print(f"env worker {index} (pid {os.getpid()}):", file=sys.stderr)
         traceback.print_exc()
         text = pickle.dumps(f"{type(error).__name__}: {error}")
         try:
@@ -562,4 +572,4 @@ class _StepLoop:
 
 
 if __name__ == "__main__":
-    worker_main(json.loads(sys.argv[1]))
+    worker_main(*(int(argument) for argument in sys.argv[1:6]))
