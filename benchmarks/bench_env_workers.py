@@ -3,7 +3,7 @@
 by round:
 
     flock /tmp/operant-bench.lock python benchmarks/bench_env_workers.py \
-        [--step-us 20] [--num-envs 16] [--rounds 7] [--seconds 0.5]
+        [--step-us 20] [--num-envs 16] [--rounds 25] [--seconds 0.1]
 
 The env is CartPole-v1 with a busy loop after each step, calibrated here (a fixed count of
 loop iterations, not a clock, so a process that is descheduled does not get its work done
@@ -96,6 +96,20 @@ def calibrate(target_us: float) -> int:
     return max(0, round((target_us - base) / (best / count * 1e6)))
 
 
+def cores_free(loops: int = 5_000_000) -> float:
+    """How many cores two CPU-bound processes got, side by side (2.0 on an idle 2-core
+    machine): twice one process's time alone over the pair's wall time."""
+    command = [sys.executable, "-c", f"for _ in range({loops}): pass"]
+
+    def timed(count: int) -> float:
+        started = time.perf_counter()
+        for process in [subprocess.Popen(command) for _ in range(count)]:
+            process.wait()
+        return time.perf_counter() - started
+
+    return round(2 * timed(1) / timed(2), 2)
+
+
 def cpu_model() -> str:
     try:
         out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
@@ -112,8 +126,8 @@ def main() -> None:
     parser.add_argument("--env", default=BUSY_ID, help=f"{BUSY_ID} (default) or a Gymnasium id")
     parser.add_argument("--step-us", type=float, default=20.0)
     parser.add_argument("--num-envs", type=int, default=16)
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--seconds", type=float, default=0.5, help="per path per round")
+    parser.add_argument("--rounds", type=int, default=25)
+    parser.add_argument("--seconds", type=float, default=0.1, help="per path per round")
     args = parser.parse_args()
 
     from operant.envs.reference import ReferenceVectorEnv
@@ -157,7 +171,7 @@ def main() -> None:
 
         steps[name] = step
 
-    load_before = os.getloadavg()[0]
+    load_before, free_before = os.getloadavg()[0], cores_free()
     rates: dict[str, list[float]] = {name: [] for name in envs}
     for _ in range(args.rounds):
         for name, step in steps.items():
@@ -196,9 +210,10 @@ def main() -> None:
                     for w in (2, 4)
                 },
                 "rounds": args.rounds,
-                # Other processes' load (1-minute average) before and after the rounds: with
-                # 2 cores, a worker's speedup needs the second core free.
+                # Other processes' load (1-minute average), and the cores two busy processes
+                # got, before and after the rounds: workers need free cores to be faster.
                 "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+                "cores_free": [free_before, cores_free()],
             }
         )
     )
