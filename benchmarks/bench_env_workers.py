@@ -17,8 +17,11 @@ round and stepped with the same random actions:
 - `async W`: gymnasium.vector.AsyncVectorEnv(shared_memory=True, copy=False), W processes of
   one env each (its only layout), W = 2, 4.
 
-Prints one JSON line: the env's cost per step, each path's median env steps per second, and
-ratios (workers over in-process at the same N; workers over async at the same W and N).
+Prints one JSON line: the env's cost per step; each path's median env steps per second, and
+the CPU time a batch step costs this process (the trainer's core, in training); ratios
+(workers over in-process at the same N, workers over async at the same W and N); and the
+machine's load and free cores before and after, since other processes decide what W
+processes can get out of 2 cores.
 """
 
 from __future__ import annotations
@@ -173,16 +176,20 @@ def main() -> None:
 
     load_before, free_before = os.getloadavg()[0], cores_free()
     rates: dict[str, list[float]] = {name: [] for name in envs}
+    # CPU time of this process (the trainer's, in training) per step of the batch: what
+    # stepping costs the trainer's core, whatever the other processes do.
+    trainer_cpu: dict[str, list[float]] = {name: [] for name in envs}
     for _ in range(args.rounds):
         for name, step in steps.items():
             done = 0
-            started = time.perf_counter()
+            cpu_started, started = time.process_time(), time.perf_counter()
             deadline = started + args.seconds
             while time.perf_counter() < deadline:
                 for i in range(done, done + 10):
                     step(i)
                 done += 10
             rates[name].append(done * envs[name].num_envs / (time.perf_counter() - started))
+            trainer_cpu[name].append((time.process_time() - cpu_started) / done * 1e6)
     for env in envs.values():
         env.close()
 
@@ -201,6 +208,10 @@ def main() -> None:
                 "env": env_id,
                 "us_per_env_step": round(cost, 1),
                 "env_steps_per_s": {name: round(value) for name, value in median.items()},
+                "trainer_cpu_us_per_step": {
+                    name: round(statistics.median(values), 1)
+                    for name, values in trainer_cpu.items()
+                },
                 "workers_over_in_process": {
                     f"W={w}, N={n}": ratio(f"workers {w}, N={n}", f"in-process, N={n}")
                     for w in (1, 2, 4)
