@@ -18,7 +18,8 @@ round and stepped with the same random actions:
   one env each (its only layout), W = 2, 4.
 
 Prints one JSON line: the env's cost per step; each path's median env steps per second, and
-the CPU time a batch step costs this process (the trainer's core, in training); ratios
+the CPU time a batch step costs this process (the trainer's core, in training) and the
+worker processes (all of them); ratios
 (workers over in-process at the same N, workers over async at the same W and N); and the
 machine's load and free cores before and after, since other processes decide what W
 processes can get out of 2 cores.
@@ -97,6 +98,24 @@ def calibrate(target_us: float) -> int:
             pass
         best = min(best, time.perf_counter() - started)
     return max(0, round((target_us - base) / (best / count * 1e6)))
+
+
+def process_cpu_s(pids: list[int]) -> float:
+    """CPU seconds (user + system) the processes `pids` have used (Linux's /proc)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / ticks
+
+
+def child_pids(env: Any) -> list[int]:
+    """The processes that step `env` besides this one: Operant's workers, async's."""
+    if hasattr(env, "_processes"):
+        return [process.pid for process in env._processes]
+    return [process.pid for process in getattr(env, "processes", [])]
 
 
 def cores_free(loops: int = 5_000_000) -> float:
@@ -179,6 +198,9 @@ def main() -> None:
     # CPU time of this process (the trainer's, in training) per step of the batch: what
     # stepping costs the trainer's core, whatever the other processes do.
     trainer_cpu: dict[str, list[float]] = {name: [] for name in envs}
+    # The worker processes' CPU over all rounds (the clock ticks are too coarse for one).
+    children_cpu_s = {name: -process_cpu_s(child_pids(env)) for name, env in envs.items()}
+    total_steps = dict.fromkeys(envs, 0)
     for _ in range(args.rounds):
         for name, step in steps.items():
             done = 0
@@ -190,6 +212,9 @@ def main() -> None:
                 done += 10
             rates[name].append(done * envs[name].num_envs / (time.perf_counter() - started))
             trainer_cpu[name].append((time.process_time() - cpu_started) / done * 1e6)
+            total_steps[name] += done
+    for name, env in envs.items():
+        children_cpu_s[name] += process_cpu_s(child_pids(env))
     for env in envs.values():
         env.close()
 
@@ -211,6 +236,11 @@ def main() -> None:
                 "trainer_cpu_us_per_step": {
                     name: round(statistics.median(values), 1)
                     for name, values in trainer_cpu.items()
+                },
+                "workers_cpu_us_per_step": {
+                    name: round(children_cpu_s[name] / total_steps[name] * 1e6, 1)
+                    for name in envs
+                    if child_pids(envs[name])
                 },
                 "workers_over_in_process": {
                     f"W={w}, N={n}": ratio(f"workers {w}, N={n}", f"in-process, N={n}")
