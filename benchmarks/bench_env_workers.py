@@ -3,7 +3,7 @@
 by round:
 
     flock /tmp/operant-bench.lock python benchmarks/bench_env_workers.py \
-        [--step-us 20] [--num-envs 16] [--rounds 25] [--seconds 0.1]
+        [--step-us 20] [--num-envs 128] [--rounds 25] [--seconds 0.1]
 
 The env is CartPole-v1 with a busy loop after each step, calibrated here (a fixed count of
 loop iterations, not a clock, so a process that is descheduled does not get its work done
@@ -147,7 +147,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", default=BUSY_ID, help=f"{BUSY_ID} (default) or a Gymnasium id")
     parser.add_argument("--step-us", type=float, default=20.0)
-    parser.add_argument("--num-envs", type=int, default=16)
+    parser.add_argument("--num-envs", type=int, default=128, help="env.num_envs' default")
     parser.add_argument("--rounds", type=int, default=25)
     parser.add_argument("--seconds", type=float, default=0.1, help="per path per round")
     args = parser.parse_args()
@@ -232,6 +232,7 @@ def main() -> None:
                 "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
                 "env": env_id,
                 "us_per_env_step": round(cost, 1),
+                "num_envs": n,
                 "env_steps_per_s": {name: round(value) for name, value in median.items()},
                 "trainer_cpu_us_per_step": {
                     name: round(statistics.median(values), 1)
