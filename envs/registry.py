@@ -253,16 +253,23 @@ def make_env(
     device: Any = None,
     overlap: bool = False,
     options: dict[str, Any] | None = None,
+    workers: int = 1,
     **kwargs,
 ):
     """A vector env for `env_id` with the chosen implementation (its `impl` attribute says
     which). `device` is for impl "torch" (default CPU); native and reference envs live on the
     CPU and refuse any other device. `overlap` makes a native env stepped in two halves,
-    either on a native thread (operant.envs.overlap: the overlapped rollout's). `options` are
-    the env's own keywords (config env.options): only families take them; any other env
-    refuses them, and a family's refusal of one (TypeError, ValueError) becomes an EnvError."""
+    either on a native thread (operant.envs.overlap: the overlapped rollout's). `workers` > 1
+    steps a reference env in that many processes (operant.envs.workers); any other
+    implementation refuses it. `options` are the env's own keywords (config env.options):
+    only families take them; any other env refuses them, and a family's refusal of one
+    (TypeError, ValueError) becomes an EnvError."""
     chosen = resolve_impl(env_id, impl)
     key = _key(env_id)
+    if workers != 1:
+        refusal = workers_refusal(env_id, impl, chosen, workers)
+        if refusal is not None:
+            raise EnvError(refusal)
     if key in FAMILIES:
         if overlap:
             raise EnvError(
@@ -297,9 +304,29 @@ def make_env(
         from operant.envs.native import NativeVectorEnv
 
         return NativeVectorEnv(lookup(key), num_envs, copy=copy, **kwargs)
+    if workers != 1:
+        from operant.envs.workers import WorkerVectorEnv
+
+        return WorkerVectorEnv(env_id, num_envs, workers, copy=copy, **kwargs)
     from operant.envs.reference import ReferenceVectorEnv
 
     return ReferenceVectorEnv(key, num_envs, copy=copy, **kwargs)
+
+
+def workers_refusal(env_id: str, impl: str, chosen: str, workers: int) -> str | None:
+    """Why `workers` processes cannot step `env_id` as `impl` (resolved to `chosen`), in one
+    line; None when they can. Workers step Gymnasium's Python envs (the reference impl)."""
+    key = _key(env_id)
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        return f"env.workers must be a positive integer, got {workers!r}"
+    if workers == 1 or (chosen == "reference" and key not in FAMILIES):
+        return None
+    what = f'env.impl = "{impl}"' + (f" (resolved to {chosen})" if impl != chosen else "")
+    return (
+        f'env.workers = {workers} is for Python envs (env.impl = "reference"); {key} '
+        f"with {what} steps in the trainer's process: "
+        f'set env.impl = "reference" or env.workers = 1'
+    )
 
 
 def _make_family(

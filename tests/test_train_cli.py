@@ -35,6 +35,7 @@ def run_train(*args, runs_dir, timeout=240):
         (["--set", "nonsense"], "expected section.key=value"),
         (["--config", "/nonexistent/x.toml"], "config file /nonexistent/x.toml does not exist"),
         (["--total-steps", "ten"], "argument --total-steps: invalid int value"),
+        (["--env", "Acrobot-v1", "--set", "env.workers=2"], "env.workers = 2 is for Python envs"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):

@@ -43,6 +43,12 @@ class EnvConfig(Struct, forbid_unknown_fields=True, kw_only=True):
     """Overlapped rollout (native impl, even num_envs): step half the envs on a second native
     thread while the policy works on the other half. Off by default: on a 2-core machine it
     wins only where stepping costs about as much as the policy (docs/performance.md)."""
+    workers: Positive = 1
+    """Processes that step a Python (reference) env: each of `workers` processes steps
+    env.num_envs / workers of the envs, writing into shared memory the trainer reads without
+    a copy (operant.envs.workers); 1 steps them in the trainer's process. For env.impl =
+    "reference" (Gymnasium's envs), where a step costs tens of microseconds of Python; the
+    native and torch envs refuse it. At most env.num_envs (docs/envs.md)."""
     max_episode_steps: Positive | None = None
     """Truncation horizon; None keeps the env's registered limit (500 for CartPole-v1)."""
     options: dict[str, bool | int | float | str] = msgspec.field(default_factory=dict)
@@ -274,6 +280,11 @@ def derive(config: Config, agents_per_env: int = 1, world_size: int | None = Non
         raise ConfigError(
             f"env.overlap = true splits the envs into two halves: env.num_envs "
             f"must be even, got {config.env.num_envs}"
+        )
+    if config.env.workers > config.env.num_envs:
+        raise ConfigError(
+            f"env.workers = {config.env.workers} is more than env.num_envs = "
+            f"{config.env.num_envs}: each worker steps at least one env"
         )
     if config.train.target_return is not None and not math.isfinite(config.train.target_return):
         raise ConfigError("train.target_return must be a finite number or left out")

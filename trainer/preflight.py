@@ -107,10 +107,23 @@ def probe_env(
         env.close()
 
 
+def check_workers(config: Any, impl: str) -> None:
+    """Refuse env.workers > 1 for an env that does not step in Python (native, torch, a
+    family): a ConfigError, before any env or worker is made."""
+    if config.env.workers == 1:
+        return
+    from operant.envs.registry import workers_refusal
+
+    refusal = workers_refusal(config.env.id, config.env.impl, impl, config.env.workers)
+    if refusal is not None:
+        raise ConfigError(refusal)
+
+
 def check(config: Any, impl: str) -> None:
-    """Everything above for a training config: device, env, memory."""
+    """Everything above for a training config: env workers, device, env, memory."""
     from operant.trainer import memory
 
+    check_workers(config, impl)
     check_device(config.train.device)
     shape = probe_env(
         config.env.id,

@@ -177,6 +177,7 @@ class Trainer:
             impl=self.impl,
             copy=False,
             overlap=config.env.overlap,
+            workers=config.env.workers,
             **env_kwargs,
         )
 

@@ -1,0 +1,575 @@
+"""Gymnasium's Python envs stepped in worker processes (`env.workers = W`), behind the same
+buffer interface as the in-process reference implementation (operant.envs.reference).
+
+Layout: one block of shared memory (an anonymous memfd, or an unlinked temporary file where
+there is no memfd) holds every buffer the trainer reads and writes, laid out as
+`allocate_buffers` lays them out: `actions`, `obs`, `final_obs`, `rewards`, `terminated`,
+`truncated`, plus the float64 rewards the episode accounting reads (the reference impl
+accounts in float64 too). The env's own `obs`, `rewards`, ... ARE views of that block, so
+nothing is copied or pickled per step: worker w owns rows `lo_w:hi_w` (an even split) and
+writes its sub-envs' outputs straight into them. The block has no name, so nothing can leak
+when a process is killed; it is freed when the last mapping goes.
+
+Synchronisation: each worker has a command pipe and a result pipe, and a step is one byte
+each way (`b"S"` down, `b"."` back), read with a blocking read: a waiting process sleeps, and
+the pipe's system calls order the shared-memory writes on every CPU. PufferLib's
+multiprocessing backend instead spins on a flag byte per worker in shared memory, which pays
+when every process has a core of its own; on a 2-core machine shared with the trainer's
+policy, spinning (on non-blocking reads, for 10 to 200 us before sleeping) made a step 1.4x to
+14x slower than sleeping at once (docs/performance.md), so nothing here spins.
+
+Failures: a worker that raises sends `b"E"` and its exception as text (pickled once, on the
+error path only) and exits; the env raises `EnvWorkerError` naming the worker, its envs and
+the exception. A worker that dies without a word (SIGKILL, a segfault in an extension) closes
+its end of the result pipe: the wait sees end-of-file at once and raises the same error with
+the signal or exit status. Workers never outlive the trainer: each asks Linux to SIGKILL it
+when its parent dies (prctl PR_SET_PDEATHSIG), checks at start that its parent is still the
+one that started it, and exits when its command pipe reaches end-of-file (the parent's end
+closes when the parent dies, on every platform).
+
+Workers are started as fresh interpreters (`python -m operant.envs.workers`), never forked:
+the trainer has torch loaded and threads running. They import numpy and Gymnasium, and the
+module of a `"package.module:Id"` env id; the parent's `sys.path` is passed on.
+
+Semantics are the reference impl's, exactly: SAME_STEP autoreset, env i seeded with seed + i
+(a list of seeds: env i gets seed[i]), the same sub-envs built by `gymnasium.make_vec`, and
+the episode statistics reduced by the same numpy accounting in the trainer's process, so a
+W-worker run's trajectories and statistics equal the in-process run's for the same seed and
+actions.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import pickle
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
+
+from operant.envs.autoreset import autoreset_mode as parse_autoreset_mode
+from operant.envs.contract import ActSpec, ObsSpec, RowLayout
+from operant.envs.episodes import EpisodeAccounting
+from operant.envs.native import step_outputs
+from operant.envs.registry import (
+    EnvError,
+    EpisodeStats,
+    InvalidActionError,
+    check_action_batch,
+    invalid_action_message,
+)
+from operant.envs.seeding import check_seed
+
+RECENT_CAPACITY = 1024
+CLOSE_TIMEOUT_S = 2.0
+"""How long `close()` lets workers exit on their own before it kills them."""
+
+_STEP, _RESET, _CLOSE = b"S", b"R", b"C"
+_DONE, _ERROR = b".", b"E"
+_LENGTH = struct.Struct("<I")
+_ALIGN = 64
+
+
+class EnvWorkerError(RuntimeError):
+    """An env worker process raised or died; the message names it, its envs and why."""
+
+
+# -- the shared block ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BufferLayout:
+    """Where each buffer lies in the shared block: (name, dtype, shape, offset), 64-byte
+    aligned. Parent and workers compute it from the same four numbers."""
+
+    num_envs: int
+    obs_size: int
+    action_shape: tuple[int, ...]
+    discrete: bool
+
+    def fields(self) -> list[tuple[str, np.dtype, tuple[int, ...], int]]:
+        n = self.num_envs
+        specs: list[tuple[str, Any, tuple[int, ...]]] = [
+            ("actions", np.int64 if self.discrete else np.float32, (n, *self.action_shape)),
+            ("obs", np.float32, (n, self.obs_size)),
+            ("final_obs", np.float32, (n, self.obs_size)),
+            ("rewards", np.float32, (n,)),
+            ("rewards64", np.float64, (n,)),
+            ("terminated", np.bool_, (n,)),
+            ("truncated", np.bool_, (n,)),
+        ]
+        offset, placed = 0, []
+        for name, dtype, shape in specs:
+            dtype = np.dtype(dtype)
+            placed.append((name, dtype, shape, offset))
+            size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            offset += -(-size // _ALIGN) * _ALIGN
+        return placed
+
+    @property
+    def size(self) -> int:
+        name, dtype, shape, offset = self.fields()[-1]
+        return max(_ALIGN, offset + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
+
+    def views(self, block: mmap.mmap) -> dict[str, np.ndarray]:
+        return {
+            name: np.ndarray(shape, dtype=dtype, buffer=block, offset=offset)
+            for name, dtype, shape, offset in self.fields()
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> BufferLayout:
+        return cls(
+            data["num_envs"], data["obs_size"], tuple(data["action_shape"]), data["discrete"]
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "num_envs": self.num_envs,
+            "obs_size": self.obs_size,
+            "action_shape": list(self.action_shape),
+            "discrete": self.discrete,
+        }
+
+
+def _shared_fd(size: int) -> int:
+    """A file descriptor of `size` zeroed bytes of shared memory that has no name."""
+    if hasattr(os, "memfd_create"):
+        fd = os.memfd_create("operant-env-workers", os.MFD_CLOEXEC)
+    else:
+        fd, path = tempfile.mkstemp(prefix="operant-env-workers-")
+        os.unlink(path)
+    os.ftruncate(fd, size)
+    return fd
+
+
+def split_rows(num_envs: int, workers: int) -> list[tuple[int, int]]:
+    """Rows (lo, hi) of each worker: an even split, the first ones one env larger."""
+    base, extra = divmod(num_envs, workers)
+    bounds, lo = [], 0
+    for index in range(workers):
+        hi = lo + base + (index < extra)
+        bounds.append((lo, hi))
+        lo = hi
+    return bounds
+
+
+def _spaces(env_id: str, kwargs: dict[str, Any]) -> tuple[spaces.Space, spaces.Space]:
+    """One env's observation and action spaces, read in this process (which also refuses an
+    unknown id or a missing package before any worker starts)."""
+    env = gymnasium.make(env_id, **kwargs)
+    try:
+        return env.observation_space, env.action_space
+    finally:
+        env.close()
+
+
+# -- the trainer's side --------------------------------------------------------------------------
+class WorkerVectorEnv(VectorEnv):
+    """`num_envs` copies of a Gymnasium env in `workers` processes, with the reference impl's
+    semantics and buffers (operant.envs.contract.BatchEnv), the buffers in shared memory."""
+
+    metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
+    impl = "reference"
+    resumable = False  # Gymnasium's envs keep arbitrary Python state: a resume re-seeds them
+
+    def __init__(
+        self,
+        env_id: str,
+        num_envs: int,
+        workers: int,
+        copy: bool = True,
+        max_episode_steps: int | None = None,
+        autoreset_mode: AutoresetMode | str = AutoresetMode.SAME_STEP,
+    ):
+        if parse_autoreset_mode(autoreset_mode) != AutoresetMode.SAME_STEP:
+            raise EnvError("env workers autoreset SAME_STEP only; use workers = 1 for NEXT_STEP")
+        if not 1 <= workers <= num_envs:
+            raise EnvError(
+                f"env.workers = {workers} must be between 1 and env.num_envs = {num_envs} "
+                "(each worker steps at least one env)"
+            )
+        self.closed = True  # until the workers run: close() then has nothing to do
+        self._processes: list[subprocess.Popen[bytes]] = []
+        self._commands: list[int] = []
+        self._results: list[int] = []
+        self._owed: list[int] = []
+        """Workers whose answer to a command has not been read yet, in order."""
+        kwargs: dict[str, Any] = {}
+        if max_episode_steps is not None:
+            kwargs["max_episode_steps"] = max_episode_steps
+        module, _, key = env_id.rpartition(":")
+        key = key.removeprefix("operant/")
+        try:
+            obs_space, act_space = _spaces(key, kwargs)
+        except gymnasium.error.Error as error:
+            raise EnvError(f'unknown env id {env_id!r} for env.impl "reference": {error}') from None
+        if not isinstance(obs_space, spaces.Box):
+            raise EnvError(
+                f"{env_id} has {obs_space} observations; operant trains on flat Box observations"
+            )
+        self.num_envs = num_envs
+        self.workers = workers
+        self.copy = copy
+        self.single_observation_space = obs_space
+        self.single_action_space = act_space
+        self.observation_space = gymnasium.vector.utils.batch_space(obs_space, num_envs)
+        self.action_space = gymnasium.vector.utils.batch_space(act_space, num_envs)
+        self.obs_spec = ObsSpec((int(np.prod(obs_space.shape)),), np.dtype(np.float32))
+        self.act_spec = ActSpec.from_space(act_space)
+        self.discrete = isinstance(act_space, spaces.Discrete)
+        self.layout = RowLayout(num_envs)
+        self.episodes = EpisodeAccounting(self.layout, RECENT_CAPACITY)
+        self.rows = split_rows(num_envs, workers)
+
+        buffers = BufferLayout(num_envs, self.obs_spec.shape[0], self.act_spec.shape, self.discrete)
+        fd = _shared_fd(buffers.size)
+        try:
+            self._block = mmap.mmap(fd, buffers.size)
+            views = buffers.views(self._block)
+            self.actions = views["actions"]
+            self.obs = views["obs"]
+            self.final_obs = views["final_obs"]
+            self.rewards = views["rewards"]
+            self.terminated = views["terminated"]
+            self.truncated = views["truncated"]
+            self._rewards64 = views["rewards64"]
+            self.closed = False
+            for index, (lo, hi) in enumerate(self.rows):
+                self._start(index, fd, buffers, module, key, lo, hi, kwargs)
+            self._wait_all()  # each worker has built its envs (or its error is raised here)
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            os.close(fd)
+
+    def _start(
+        self,
+        index: int,
+        fd: int,
+        buffers: BufferLayout,
+        module: str,
+        key: str,
+        lo: int,
+        hi: int,
+        kwargs: dict[str, Any],
+    ) -> None:
+        command_read, command_write = os.pipe()
+        result_read, result_write = os.pipe()
+        # The command line says who the worker is (as `ps` shows it) and where its pipes
+        # and the block are; the rest goes down its command pipe, the first message.
+        fds = (fd, command_read, result_write)
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "operant.envs.workers", str(index), str(os.getpid())]
+                + [str(number) for number in fds],
+                pass_fds=fds,
+                stdin=subprocess.DEVNULL,
+            )
+        except BaseException:
+            for number in (command_write, result_read):
+                os.close(number)
+            raise
+        finally:
+            os.close(command_read)
+            os.close(result_write)
+        self._processes.append(process)
+        self._commands.append(command_write)
+        self._results.append(result_read)
+        spec = {
+            "module": module,
+            "env_id": key,
+            "lo": lo,
+            "hi": hi,
+            "kwargs": kwargs,
+            "layout": buffers.to_json(),
+            "sys_path": sys.path,
+        }
+        data = json.dumps(spec).encode()
+        _write_all(command_write, _LENGTH.pack(len(data)) + data)
+        self._owed.append(index)  # its "ready", once its envs are built
+
+    # -- synchronisation -------------------------------------------------------------------
+    def _send(self, command: bytes, payloads: list[bytes] | None = None) -> None:
+        """Send `command` (with each worker's payload, if any) to every worker, once every
+        answer still owed has been read (a wait cut short by an exception leaves some)."""
+        self._wait_all()
+        for index, fd in enumerate(self._commands):
+            message = command
+            if payloads is not None:
+                message += _LENGTH.pack(len(payloads[index])) + payloads[index]
+            try:
+                _write_all(fd, message)
+            except BrokenPipeError:
+                self._fail(index, b"")
+            self._owed.append(index)
+
+    def _wait_all(self) -> None:
+        """Until every worker has answered its last command: a blocking one-byte read from
+        each in turn (all of them must answer; a dead worker's pipe reads end-of-file)."""
+        while self._owed:
+            index = self._owed[0]
+            answer = os.read(self._results[index], 1)
+            if answer != _DONE:
+                self._fail(index, answer)
+            self._owed.pop(0)
+
+    def _fail(self, index: int, answer: bytes) -> None:
+        """Close the env and raise the error of worker `index`, which answered `answer`
+        (an error, or end-of-file when it died) instead of done."""
+        text = _read_message(self._results[index]) if answer == _ERROR else None
+        name = self._worker_name(index)
+        if text is not None:
+            message = f"{name} failed: {pickle.loads(text)}"
+        else:
+            message = f"{name} died: {self._death(index)}"
+        self.close()
+        raise EnvWorkerError(message)
+
+    def _death(self, index: int) -> str:
+        """How worker `index`, whose pipe closed, ended."""
+        try:
+            status = self._processes[index].wait(CLOSE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return "it closed its pipe"
+        if status < 0:
+            return f"killed by signal {-status} ({signal.Signals(-status).name})"
+        return f"exited with status {status}"
+
+    def _worker_name(self, index: int) -> str:
+        lo, hi = self.rows[index]
+        envs = f"env {lo}" if hi - lo == 1 else f"envs {lo}-{hi - 1}"
+        return f"env worker {index} (pid {self._processes[index].pid}, {envs})"
+
+    # -- the env ----------------------------------------------------------------------------
+    def reset(
+        self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
+    ):
+        """Reset every env: env i gets seed + i for an int seed, seed[i] for a list (the
+        reference impl's rule, Gymnasium's); no seed draws each env's from the OS."""
+        seed = check_seed(seed, self.num_envs)
+        seeds = (
+            [None] * self.num_envs
+            if seed is None
+            else [seed + i for i in range(self.num_envs)]
+            if isinstance(seed, int)
+            else seed
+        )
+        self._send(_RESET, [pickle.dumps((seeds[lo:hi], options)) for lo, hi in self.rows])
+        self._wait_all()
+        self.episodes.reset_episodes()
+        return (self.obs.copy() if self.copy else self.obs), {}
+
+    def step(self, actions: Any) -> tuple[Any, ...]:
+        if actions is not self.actions:
+            array = np.asarray(actions)
+            check_action_batch(
+                array.shape,
+                array.dtype.kind in "iu",
+                array.dtype.kind == "f",
+                self.actions.shape,
+                self.single_action_space,
+                str(array.dtype),
+            )
+            np.copyto(self.actions, array, casting="unsafe")
+        self.step_bound()
+        info: dict[str, Any] = {}
+        done = self.terminated | self.truncated
+        if done.any():
+            info["final_obs"] = self.final_obs.copy() if self.copy else self.final_obs
+            info["_final_obs"] = done
+        return step_outputs(self, info)
+
+    def step_bound(self) -> None:
+        """Step every env with the actions in `self.actions`; outputs land in the buffers.
+        An action outside the space raises InvalidActionError before any env moves."""
+        self._check_actions()
+        self._send(_STEP)
+        self._wait_all()
+        self.episodes.record(self._rewards64, self.terminated, self.truncated)
+
+    def _check_actions(self) -> None:
+        actions, space = self.actions, self.single_action_space
+        if isinstance(space, spaces.Discrete):
+            bad = (actions < space.start) | (actions >= space.start + space.n)
+        else:
+            bad = ~np.isfinite(actions.reshape(self.num_envs, -1)).all(axis=1)
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            raise InvalidActionError(
+                invalid_action_message(self.single_action_space, row, actions[row].tolist())
+            )
+
+    def drain_episode_stats(self) -> EpisodeStats:
+        return self.episodes.drain()
+
+    def recent_returns(self, count: int) -> np.ndarray:
+        return self.episodes.recent_returns(count)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state:
+            raise ValueError(f"a reference env has no state to load, got {sorted(state)}")
+
+    def close_extras(self, **kwargs) -> None:
+        """Ask every worker to exit, kill those that have not within CLOSE_TIMEOUT_S, and
+        close the pipes. The shared block goes with its last mapping (the buffers' views)."""
+        for fd in self._commands:
+            try:
+                os.write(fd, _CLOSE)
+            except OSError:
+                pass  # already gone
+        deadline = time.monotonic() + CLOSE_TIMEOUT_S
+        for process in self._processes:
+            try:
+                process.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        for fd in self._commands + self._results:
+            os.close(fd)
+        self._commands, self._results, self._owed = [], [], []
+
+    def close(self, **kwargs) -> None:
+        if not self.closed:
+            self.close_extras(**kwargs)
+        self.closed = True
+
+
+def _read_message(fd: int) -> bytes | None:
+    """A length-prefixed message from `fd` (blocking until it is whole); None at end-of-file."""
+    data = b""
+    for size in (_LENGTH.size, None):
+        want = _LENGTH.unpack(data)[0] if size is None else size
+        data = b""
+        while len(data) < want:
+            chunk = os.read(fd, want - len(data))
+            if not chunk:
+                return None
+            data += chunk
+    return data
+
+
+# -- the worker's side ----------------------------------------------------------------------
+def _die_with_parent(parent: int) -> None:
+    """SIGKILL this process when its parent dies (Linux); exit now if it already has."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(0)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    while data:
+        data = data[os.write(fd, data) :]
+
+
+def worker_main(index: int, parent: int, block_fd: int, command_fd: int, result_fd: int) -> None:
+    """A worker's life: read its spec, build its sub-envs, then answer commands until close.
+    SIGINT and SIGTERM are ignored: a Ctrl-C or a service manager's stop reaches the whole
+    process group, and the trainer, which decides when to stop, closes its workers itself."""
+    _die_with_parent(parent)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        message = _read_message(command_fd)
+        if message is None:
+            return  # the parent is gone
+        spec = json.loads(message)
+        lo, hi = spec["lo"], spec["hi"]
+        sys.path[:] = spec["sys_path"]
+        layout = BufferLayout.from_json(spec["layout"])
+        block = mmap.mmap(block_fd, layout.size)
+        os.close(block_fd)
+        views = {name: array[lo:hi] for name, array in layout.views(block).items()}
+        if spec["module"]:
+            import importlib
+
+            importlib.import_module(spec["module"])
+        vector = gymnasium.make_vec(
+            spec["env_id"], num_envs=hi - lo, vectorization_mode="sync", **spec["kwargs"]
+        )
+        if not isinstance(vector, SyncVectorEnv):
+            raise TypeError(f"make_vec gave a {type(vector).__name__}, not a SyncVectorEnv")
+        loop = _StepLoop(vector.envs, views)
+        _write_all(result_fd, _DONE)
+        while True:
+            command = os.read(command_fd, 1)  # end-of-file: the parent is gone
+            if command == _STEP:
+                loop.step()
+            elif command == _RESET:
+                payload = _read_message(command_fd)
+                if payload is None:
+                    return
+                loop.reset(*pickle.loads(payload))
+            else:
+                return
+            _write_all(result_fd, _DONE)
+    except Exception as error:
+        # The traceback goes to the trainer's stderr (inherited), for whoever debugs the env;
+        # the trainer's error names the worker and the exception in one line.
+        print(f"env worker {index} (pid {os.getpid()}):", file=sys.stderr)
+        traceback.print_exc()
+        text = pickle.dumps(f"{type(error).__name__}: {error}")
+        try:
+            _write_all(result_fd, _ERROR + _LENGTH.pack(len(text)) + text)
+        except OSError:
+            pass  # the parent is gone: nobody to tell
+        sys.exit(1)
+
+
+class _StepLoop:
+    """A worker's sub-envs over its rows of the shared buffers: SyncVectorEnv's SAME_STEP
+    loop, writing each env's outputs in place."""
+
+    def __init__(self, envs: list[gymnasium.Env], views: dict[str, np.ndarray]):
+        self.envs = envs
+        self.actions = views["actions"]
+        self.obs = views["obs"]
+        self.final_obs = views["final_obs"]
+        self.rewards = views["rewards"]
+        self.rewards64 = views["rewards64"]
+        self.terminated = views["terminated"]
+        self.truncated = views["truncated"]
+
+    def reset(self, seeds: list[int | None], options: dict[str, Any] | None) -> None:
+        for row, (env, seed) in enumerate(zip(self.envs, seeds, strict=True)):
+            obs, _ = env.reset(seed=seed, options=options)
+            self.obs[row] = np.asarray(obs).reshape(-1)
+
+    def step(self) -> None:
+        rewards, terminated, truncated = [], [], []
+        for row, env in enumerate(self.envs):
+            obs, reward, term, trunc, _ = env.step(self.actions[row])
+            if term or trunc:
+                self.final_obs[row] = np.asarray(obs).reshape(-1)
+                obs, _ = env.reset()
+            self.obs[row] = np.asarray(obs).reshape(-1)
+            rewards.append(reward)
+            terminated.append(term)
+            truncated.append(trunc)
+        self.rewards64[:] = rewards
+        self.rewards[:] = self.rewards64
+        self.terminated[:] = terminated
+        self.truncated[:] = truncated
+
+
+if __name__ == "__main__":
+    worker_main(*(int(argument) for argument in sys.argv[1:6]))
