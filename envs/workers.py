@@ -85,6 +85,10 @@ _ALIGN = 64
 class EnvWorkerError(RuntimeError):
     """An env worker process raised or died; the message names it, its envs and why."""
 
+    fails_the_run = True
+    """A trainer ends the run as failed with this one line (operant.trainer.service_protocol:
+    the metrics file says why, the last checkpoint is kept), not with a traceback."""
+
 
 # -- the shared block ------------------------------------------------------------------------
 @dataclass(frozen=True)

@@ -281,10 +281,11 @@ def derive(config: Config, agents_per_env: int = 1, world_size: int | None = Non
             f"env.overlap = true splits the envs into two halves: env.num_envs "
             f"must be even, got {config.env.num_envs}"
         )
-    if config.env.workers > config.env.num_envs:
+    if config.env.workers > config.env.num_envs // world:
+        each = f" / {world} ranks" if world > 1 else ""
         raise ConfigError(
             f"env.workers = {config.env.workers} is more than env.num_envs = "
-            f"{config.env.num_envs}: each worker steps at least one env"
+            f"{config.env.num_envs}{each}: each worker steps at least one env"
         )
     if config.train.target_return is not None and not math.isfinite(config.train.target_return):
         raise ConfigError("train.target_return must be a finite number or left out")

@@ -68,7 +68,8 @@ class Outcome:
     """The stop signal's name (SIGTERM, SIGINT) when one ended the loop."""
     error: BaseException | None = None
     """What ended the run abnormally: FloatingPointError (the NaN guard), GroupError (the
-    ranks of a distributed run lost each other), KeyboardInterrupt (a
+    ranks of a distributed run lost each other), an error whose class sets `fails_the_run`
+    (an env worker that died: operant.envs.workers), KeyboardInterrupt (a
     second SIGINT), an OSError of a full disk, or any other exception."""
     checkpoint: Path | None = None
     """The run's final checkpoint (on_stopping writes it)."""
@@ -83,7 +84,9 @@ class Outcome:
         self,
     ) -> Literal["finished", "stopped", "failed", "interrupted", "no_space", "crashed"]:
         """no_space: the disk refused what the run cannot do without (operant.trainer.disk)."""
-        if isinstance(self.error, (FloatingPointError, GroupError)):
+        if isinstance(self.error, (FloatingPointError, GroupError)) or getattr(
+            self.error, "fails_the_run", False
+        ):
             return "failed"
         if isinstance(self.error, OSError) and self.error.errno in STORAGE_ERRNOS:
             return "no_space"
