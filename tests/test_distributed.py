@@ -108,6 +108,11 @@ def test_two_ranks_train_one_run_with_identical_parameters(two_ranks):
     run_json = json.loads((run_dir / "run.json").read_text())
     assert run_json["config"]["env"]["num_envs"] == 16
     # Each rank published its own metrics file; the monitor shows them as one run.
+    assert sorted(p.name for p in (run_dir / "metrics").iterdir()) == [
+        "rank-00000.bin",
+        "rank-00001.bin",
+    ]
+    assert not (run_dir / "metrics.bin").exists()
     shown = subprocess.run(
         command(["operant", "monitor", "--json", "whole", "--runs-dir", str(run_dir.parent)]),
         capture_output=True,
