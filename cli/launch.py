@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from operant.shared.runs import LOG_FILE, METRICS_FILE, command_hint
+from operant.shared.runs import LOG_FILE, command_hint, metrics_files
 
 MONITOR_FLAG = "--monitor"
 DETACH_FLAG = "--detach"
@@ -73,7 +73,7 @@ def launch(
     except OSError as error:
         print(f"operant train: cannot write a log under {root}: {error.strerror}", file=sys.stderr)
         return 2
-    old_metrics = _identity(run_dir / METRICS_FILE)
+    old_metrics = _identity(metrics_files(run_dir)[0])
     with log:
         trainer = subprocess.Popen(
             trainer_command(argv, run_id),
@@ -125,7 +125,8 @@ def _wait_for_metrics(
         if log_path.parent != run_dir and run_dir.is_dir():
             log_path = run_dir / LOG_FILE
             os.replace(early_log, log_path)
-        metrics = _identity(run_dir / METRICS_FILE)
+        # metrics.bin, or rank 0's file of a run of several ranks (--nproc-per-node).
+        metrics = _identity(metrics_files(run_dir)[0])
         if metrics is not None and metrics != old_metrics:
             return log_path
         if trainer.poll() is not None or time.monotonic() > deadline:

@@ -140,13 +140,14 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from operant.trainer import handoff
 
+    launching = args.detach or args.monitor
     if handoff.wanted(args):
         problem = handoff.refusal(args, _flag_values(args))
         if problem is not None:
             print(f"operant-train: {problem}", file=sys.stderr)
             return EXIT_USAGE
-        return handoff.hand_off(args, sys.argv[1:] if argv is None else argv)
-    launching = args.detach or args.monitor
+        if not launching:  # else the background operant-train hands off (same arguments)
+            return handoff.hand_off(args, sys.argv[1:] if argv is None else argv)
     # The trainer's handlers go in first (not for a launcher, whose Ctrl-C must just work):
     # a SIGTERM during the slow imports below still ends in a clean stop.
     from operant.trainer.signals import StopSignals
