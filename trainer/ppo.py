@@ -148,17 +148,32 @@ def ppo_update(
 
     Under torchrun (`group`, operant.trainer.distributed) the batch is this rank's share,
     `minibatch_size` its share of each minibatch: every minibatch's gradient is averaged over
-    the ranks before it is clipped and applied, advantages are normalised with the global
-    minibatch's statistics, and the reported statistics (and target_kl's early stop) are the
-    ranks' means, so every rank takes the same steps.
+    the ranks before it is clipped and applied, and advantages are normalised with the global
+    minibatch's statistics. The statistics returned are this rank's (the record averages
+    them over the ranks), except with target_kl, whose early stop must be every rank's: then
+    they are averaged here, every epoch.
     """
     batch = b_obs.shape[0]
     sums = torch.zeros(5, device=b_obs.device)
     count = epochs_run = 0
     need_entropy_grad = config.ent_coef > 0
+    # Several ranks and every epoch run (no target_kl): the epochs' orders are drawn up
+    # front (the same draws, in the same order), so that one all-reduce gives every epoch's
+    # advantage moments: one collective per update instead of one per epoch.
+    orders = (
+        [torch.randperm(batch, generator=generator) for _ in range(config.update_epochs)]
+        if group is not None and config.target_kl is None
+        else None
+    )
+    planned_moments = (
+        _global_moments(b_advantages, orders, minibatch_size, group)
+        if orders is not None and config.norm_adv
+        else None
+    )
     for epoch in range(config.update_epochs):
         keep_stats = config.target_kl is not None or epoch == config.update_epochs - 1
-        permutation = torch.randperm(batch, generator=generator).to(b_obs.device)
+        order = orders[epoch] if orders is not None else torch.randperm(batch, generator=generator)
+        permutation = order.to(b_obs.device)
         e_obs, e_actions, e_logprobs, e_advantages, e_returns, e_values = (
             tensor[permutation]
             for tensor in (b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values)
@@ -166,7 +181,9 @@ def ppo_update(
         sums.zero_()
         count = 0
         moments = (
-            _global_moments(e_advantages, minibatch_size, group)
+            planned_moments[epoch]
+            if planned_moments is not None
+            else _global_moments(b_advantages, [order], minibatch_size, group)[0]
             if group is not None and config.norm_adv
             else None
         )
@@ -204,7 +221,9 @@ def ppo_update(
                     )
             count += 1
         epochs_run += 1
-        if group is not None and keep_stats:
+        if group is not None and keep_stats and config.target_kl is not None:
+            # target_kl's stop must be every rank's; otherwise the ranks' statistics are
+            # averaged with the update's record (operant.trainer.update_record).
             group.average_(sums, "the update statistics' all-reduce")
         if config.target_kl is not None and float(sums[3]) / count > config.target_kl:
             break
@@ -240,17 +259,21 @@ def _losses(
     return policy_loss, value_loss
 
 
-def _global_moments(advantages: torch.Tensor, minibatch_size: int, group: Any) -> torch.Tensor:
-    """(minibatches, 2): each global minibatch's advantage mean and standard deviation (with
-    Bessel's correction, as torch.std), the global minibatch being every rank's local one at
-    the same position: one all-reduce of their sums and sums of squares, in float64."""
-    local = advantages.detach().to(torch.float64).reshape(-1, minibatch_size)
-    sums = torch.stack([local.sum(1), (local * local).sum(1)], dim=1)
+def _global_moments(
+    advantages: torch.Tensor, orders: list[torch.Tensor], minibatch_size: int, group: Any
+) -> torch.Tensor:
+    """(epochs, minibatches, 2): for each epoch's order, each global minibatch's advantage
+    mean and standard deviation (with Bessel's correction, as torch.std), the global
+    minibatch being every rank's local one at the same position: one all-reduce of their
+    sums and sums of squares, in float64."""
+    local = torch.stack([advantages.detach()[order] for order in orders]).to(torch.float64)
+    local = local.reshape(len(orders), -1, minibatch_size)
+    sums = torch.stack([local.sum(2), (local * local).sum(2)], dim=2)
     group.sum_(sums, "the advantage statistics' all-reduce")
     count = minibatch_size * group.world_size
-    mean = sums[:, 0] / count
-    variance = (sums[:, 1] - count * mean * mean) / (count - 1)
-    moments = torch.stack([mean, variance.clamp(min=0).sqrt()], dim=1)
+    mean = sums[..., 0] / count
+    variance = (sums[..., 1] - count * mean * mean) / (count - 1)
+    moments = torch.stack([mean, variance.clamp(min=0).sqrt()], dim=2)
     return moments.to(advantages.dtype)
 
 

@@ -7,7 +7,8 @@ update; the mean episode length is weighted by each rank's episodes; the return 
 an env is the mean of the newest ceil(100 / K) episodes of each of the K ranks (100 episodes
 in all, as a lone trainer's "mean of the last 100"), and every rank reads the same pooled
 values, so every rank stops at the same update when train.target_return is reached. The
-losses, KL and clip fraction are the ranks' means (operant.trainer.ppo); the explained
+losses, entropy, KL and clip fraction are the ranks' means (averaged here, in the same
+all-gather, unless ppo.target_kl made the update average them already); the explained
 variance is rank 0's batch's.
 """
 
@@ -27,6 +28,8 @@ SOLVE_WINDOW = RETURN_WINDOW  # episodes in the "mean of the last 100" that solv
 
 # The pooled row's fixed fields, then the rank's newest returns (NaN-padded).
 _FIELDS = ("steps", "episodes", "episodes_now", "sps", "sps_mean", "low", "high", "length_sum")
+# The update's statistics, each rank's: the run's are their means (NaN where not finite).
+_MEANS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
 _CHECKS = ("crc",)  # then the votes (Trainer.votes), then the newest returns
 
 
@@ -123,9 +126,11 @@ def _pool(
     nan = float("nan")
     low, high = record.episode_return_min, record.episode_return_max
     length = record.episode_length_mean
-    head = len(_FIELDS) + len(_CHECKS) + len(votes)
+    checks = len(_FIELDS) + len(_CHECKS) + len(votes)
+    head = checks + len(_MEANS)
     row = np.full(head + window, nan)
-    row[len(_FIELDS) : head] = (parameter_crc(trainer.flat.param), *votes)
+    row[len(_FIELDS) : checks] = (parameter_crc(trainer.flat.param), *votes)
+    row[checks:head] = [_or_nan(getattr(record, name)) for name in _MEANS]
     row[: len(_FIELDS)] = (
         record.global_step,
         record.episodes,
@@ -139,7 +144,8 @@ def _pool(
     row[head : head + len(recent)] = recent
     rows = group.all_gather(torch.from_numpy(row), "the update record's all-gather").numpy()
     _check_replicas(rows[:, len(_FIELDS)], trainer.update)
-    trainer.decision = tuple(bool(v) for v in rows[:, len(_FIELDS) + 1 : head].max(axis=0))
+    trainer.decision = tuple(bool(v) for v in rows[:, len(_FIELDS) + 1 : checks].max(axis=0))
+    means = rows[:, checks:head].mean(axis=0)
     column = {name: rows[:, index] for index, name in enumerate(_FIELDS)}
     pooled = rows[:, head:].reshape(-1)
     pooled = pooled[~np.isnan(pooled)]
@@ -155,6 +161,7 @@ def _pool(
         "episode_length_mean": (
             float(column["length_sum"].sum() / episodes_now) if episodes_now else None
         ),
+        **{name: _finite_or_none(float(mean)) for name, mean in zip(_MEANS, means, strict=True)},
     }
     pooled_record = UpdateRecord(**{**_as_fields(record), **fields})
     return pooled_record, pooled
@@ -170,6 +177,10 @@ def _check_replicas(crcs: np.ndarray, update: int) -> None:
                 f"rank {rank}'s parameters differ from rank 0's after update {update} "
                 f"(CRC32 {int(crc):08x} vs {int(crcs[0]):08x}): the replicas diverged"
             )
+
+
+def _or_nan(value: float | None) -> float:
+    return float("nan") if value is None else value
 
 
 def _nan_extreme(reduce: Any, values: np.ndarray) -> float | None:
