@@ -136,7 +136,7 @@ class PublishMetrics(Service):
         config = self.plan.config
         rank, world_size = self.rank.rank, self.rank.world_size
         path = runs.metrics_path(self.run_dir, rank, world_size)
-        path.parent.mkdir(exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)  # another node: no run dir yet
         self.publisher = Publisher(
             path,
             self.plan.run_id,
