@@ -44,7 +44,6 @@ def default_run_id(env_id: str, launch: Launch) -> str:
 def run_rank(args: Any, launch: Launch, signals: StopSignals, flags: dict[str, Any]) -> int:
     """operant-train as rank `launch.rank` of a torchrun group; its exit status."""
     from operant.envs import EnvError
-    from operant.shared import runs
     from operant.trainer.config import ConfigError, load_config
 
     try:
@@ -63,7 +62,7 @@ def run_rank(args: Any, launch: Launch, signals: StopSignals, flags: dict[str, A
         _say(launch, str(error), every_rank=True)
         return EXIT_FAILED
     try:
-        return _run_in_group(args, launch, group, signals, flags, given, runs)
+        return _run_in_group(args, launch, group, signals, flags, given)
     except GroupError as error:
         _say(launch, str(error), every_rank=True)
         return EXIT_FAILED
@@ -72,7 +71,7 @@ def run_rank(args: Any, launch: Launch, signals: StopSignals, flags: dict[str, A
 
 
 def _run_in_group(
-    args: Any, launch: Launch, group: Group, signals: StopSignals, flags: Any, given: Any, runs: Any
+    args: Any, launch: Launch, group: Group, signals: StopSignals, flags: Any, given: Any
 ) -> int:
     plan, problem = None, None
     if launch.rank == 0:
@@ -116,8 +115,14 @@ def _plan_on_zero(
     try:
         plan = plan_run(resume, args.config, args.overrides, flags)
         preflight.check(plan.config, plan.impl)
+        if plan.config.train.tensorboard:
+            from operant.trainer import tensorboard
+
+            tensorboard.require()
     except (ConfigError, EnvError, ResumeError, runs.RunNotFoundError) as error:
         return None, str(error)
+    for note in plan.notes:
+        _say(launch, note)
     return plan, None
 
 
