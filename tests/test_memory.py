@@ -117,11 +117,11 @@ def test_a_cgroup_limit_is_the_memory_available(tmp_path):
 @pytest.mark.parametrize(
     "words",
     [
-        ["env.num_envs=32768"],
+        ["env.num_envs=65536"],
         ["env.num_envs=32768", "ppo.num_minibatches=1"],
         ["env.num_envs=8192", "env.id=Pendulum-v1", "policy.hidden_sizes=[256, 256]"],
     ],
-    ids=["default-32768", "one-minibatch", "pendulum-wide"],
+    ids=["default-65536", "one-minibatch", "pendulum-wide"],
 )
 def test_the_estimate_is_within_a_factor_of_two_of_a_real_trainers_growth(words):
     result = subprocess.run(
