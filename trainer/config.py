@@ -58,8 +58,9 @@ class PolicyConfig(Struct, forbid_unknown_fields=True, kw_only=True):
 
     kind: str = "auto"
     """Which registered policy trains (operant.trainer.policies): "auto" chooses from the
-    env's observation spec (flat float32 observations: the MLP these fields describe); a
-    name picks one, e.g. "mlp"."""
+    env's observation spec (flat float32 observations: the MLP these fields describe; image
+    observations (C, H, W): "cnn"; uint8 (T, 3) tokens: "token"); a name picks one, e.g.
+    "mlp" or "cnn"."""
     hidden_sizes: list[Positive] = msgspec.field(default_factory=lambda: [64, 64])
     """Width of each hidden layer."""
     shared: bool = False
@@ -71,6 +72,13 @@ class PolicyConfig(Struct, forbid_unknown_fields=True, kw_only=True):
     log_std_init: float = 0.0
     """Continuous actions: initial log standard deviation of the Gaussian (state-independent,
     learned). Larger explores more."""
+    conv_channels: list[Positive] = msgspec.field(default_factory=lambda: [16])
+    """For "cnn": output channels of each 3x3, stride-1, unpadded convolution (ReLU after
+    each). [16] is MinAtar's network; [32, 64] a deeper option (each layer trims one cell off
+    each edge of the frame, so a 10x10 frame takes at most 4 layers)."""
+    conv_dense: Positive = 128
+    """For "cnn": width of the ReLU layer between the flattened feature maps and the actor
+    and critic heads (MinAtar's 128)."""
 
 
 class NormalizeConfig(Struct, forbid_unknown_fields=True, kw_only=True):
