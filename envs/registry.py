@@ -253,14 +253,39 @@ def make_env(
     device: Any = None,
     overlap: bool = False,
     options: dict[str, Any] | None = None,
+    frame_stack: int = 1,
     **kwargs,
 ):
     """A vector env for `env_id` with the chosen implementation (its `impl` attribute says
-    which). `device` is for impl "torch" (default CPU); native and reference envs live on the
-    CPU and refuse any other device. `overlap` makes a native env stepped in two halves,
-    either on a native thread (operant.envs.overlap: the overlapped rollout's). `options` are
+    which), its observations the last `frame_stack` stacked (operant.envs.frame_stack; 1, the
+    default, is the env itself). `device` is for impl "torch" (default CPU); native and
+    reference envs live on the CPU and refuse any other device. `overlap` makes a native env
+    stepped in two halves, either on a native thread (operant.envs.overlap: the overlapped
+    rollout's). `options` are
     the env's own keywords (config env.options): only families take them; any other env
     refuses them, and a family's refusal of one (TypeError, ValueError) becomes an EnvError."""
+    from operant.envs.frame_stack import check_frame_stack, stack_env
+
+    if check_frame_stack(frame_stack) > 1 and overlap:
+        raise EnvError(
+            f"env.frame_stack = {frame_stack} and env.overlap = true do not combine (the "
+            "overlapped rollout steps the kernel's halves itself): drop one"
+        )
+    return stack_env(
+        _make_env(env_id, num_envs, impl, copy, device, overlap, options, kwargs), frame_stack
+    )
+
+
+def _make_env(
+    env_id: str,
+    num_envs: int,
+    impl: str,
+    copy: bool,
+    device: Any,
+    overlap: bool,
+    options: dict[str, Any] | None,
+    kwargs: dict[str, Any],
+):
     chosen = resolve_impl(env_id, impl)
     key = _key(env_id)
     if key in FAMILIES:

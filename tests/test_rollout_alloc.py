@@ -47,6 +47,8 @@ def storage_allocations(run) -> list[tuple[str, int]]:
         ),
         # uint8 (4, 10, 10) frames read in place by the CNN policy (im2col into workspaces).
         ("MinAtar-Breakout-v1", []),
+        # The generic frame stack (operant.envs.frame_stack) sliding its stacks in C.
+        ("CartPole-v1", ["env.frame_stack=4"]),
     ],
     ids=lambda value: value if isinstance(value, str) else ",".join(value) or "plain",
 )

@@ -45,6 +45,11 @@ class EnvConfig(Struct, forbid_unknown_fields=True, kw_only=True):
     wins only where stepping costs about as much as the policy (docs/performance.md)."""
     max_episode_steps: Positive | None = None
     """Truncation horizon; None keeps the env's registered limit (500 for CartPole-v1)."""
+    frame_stack: Positive = 1
+    """Observations the policy sees at once: the env's last k, stacked along the first axis
+    (uint8 (C, H, W) frames become (k * C, H, W); float32 (D,) vectors (k * D,)); any host env
+    (docs/envs.md, "Frame stacking"). 1 stacks nothing: the kernel writes straight into the
+    buffer the policy reads."""
     options: dict[str, bool | int | float | str] = msgspec.field(default_factory=dict)
     """The env's own options (keywords of its constructor), for envs that take them: the grid
     world's agents, width, height, window, ... (docs/envs.md). In a config file, a table
@@ -344,6 +349,8 @@ def env_kwargs(config: Config) -> dict[str, Any]:
     """The keywords every builder of this config's env passes to make_env (the trainer, its
     preflight probe, eval): its options and its truncation horizon."""
     kwargs: dict[str, Any] = {"options": dict(config.env.options)}
+    if config.env.frame_stack != 1:
+        kwargs["frame_stack"] = config.env.frame_stack
     if config.env.max_episode_steps is not None:
         kwargs["max_episode_steps"] = config.env.max_episode_steps
     return kwargs
