@@ -50,6 +50,11 @@ class EnvConfig(Struct, forbid_unknown_fields=True, kw_only=True):
     (uint8 (C, H, W) frames become (k * C, H, W); float32 (D,) vectors (k * D,)); any host env
     (docs/envs.md, "Frame stacking"). 1 stacks nothing: the kernel writes straight into the
     buffer the policy reads."""
+    info_mode: Literal["full", "stats", "none"] = "stats"
+    """What Gymnasium's step() returns in info (operant.envs.info_mode): "stats" only what
+    autoreset needs, episode statistics reduced in the kernel; "full" adds Gymnasium's
+    per-env episode dicts; "none" nothing (the fastest step). The trainer steps with
+    step_bound(), which builds no info, and reads the kernel's statistics in every mode."""
     options: dict[str, bool | int | float | str] = msgspec.field(default_factory=dict)
     """The env's own options (keywords of its constructor), for envs that take them: the grid
     world's agents, width, height, window, ... (docs/envs.md). In a config file, a table
@@ -351,6 +356,8 @@ def env_kwargs(config: Config) -> dict[str, Any]:
     kwargs: dict[str, Any] = {"options": dict(config.env.options)}
     if config.env.frame_stack != 1:
         kwargs["frame_stack"] = config.env.frame_stack
+    if config.env.info_mode != "stats":
+        kwargs["info_mode"] = config.env.info_mode
     if config.env.max_episode_steps is not None:
         kwargs["max_episode_steps"] = config.env.max_episode_steps
     return kwargs
