@@ -254,16 +254,44 @@ def make_env(
     overlap: bool = False,
     options: dict[str, Any] | None = None,
     workers: int = 1,
+    frame_stack: int = 1,
+    info_mode: str = "stats",
     **kwargs,
 ):
     """A vector env for `env_id` with the chosen implementation (its `impl` attribute says
-    which). `device` is for impl "torch" (default CPU); native and reference envs live on the
-    CPU and refuse any other device. `overlap` makes a native env stepped in two halves,
-    either on a native thread (operant.envs.overlap: the overlapped rollout's). `workers` > 1
-    steps a reference env in that many processes (operant.envs.workers); any other
-    implementation refuses it. `options` are the env's own keywords (config env.options):
-    only families take them; any other env refuses them, and a family's refusal of one
-    (TypeError, ValueError) becomes an EnvError."""
+    which), its observations the last `frame_stack` stacked (operant.envs.frame_stack; 1, the
+    default, is the env itself) and `step()`'s info as `info_mode` says
+    (operant.envs.info_mode: "stats", the default, is the env itself; "full"; "none").
+    `device` is for impl "torch" (default CPU); native and reference envs live on the CPU and
+    refuse any other device. `overlap` makes a native env stepped in two halves, either on a
+    native thread (operant.envs.overlap: the overlapped rollout's). `workers` > 1 steps a
+    reference env in that many processes (operant.envs.workers); any other implementation
+    refuses it. `options` are the env's own keywords (config env.options): only families take
+    them; any other env refuses them, and a family's refusal of one (TypeError, ValueError)
+    becomes an EnvError."""
+    from operant.envs.frame_stack import check_frame_stack, stack_env
+    from operant.envs.info_mode import with_info_mode
+
+    if check_frame_stack(frame_stack) > 1 and overlap:
+        raise EnvError(
+            f"env.frame_stack = {frame_stack} and env.overlap = true do not combine (the "
+            "overlapped rollout steps the kernel's halves itself): drop one"
+        )
+    env = _make_env(env_id, num_envs, impl, copy, device, overlap, options, workers, kwargs)
+    return with_info_mode(stack_env(env, frame_stack), info_mode)
+
+
+def _make_env(
+    env_id: str,
+    num_envs: int,
+    impl: str,
+    copy: bool,
+    device: Any,
+    overlap: bool,
+    options: dict[str, Any] | None,
+    workers: int,
+    kwargs: dict[str, Any],
+):
     chosen = resolve_impl(env_id, impl)
     key = _key(env_id)
     if workers != 1:

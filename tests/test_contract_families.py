@@ -161,10 +161,11 @@ def test_frames_stay_uint8_from_env_to_storage_and_the_registered_cnn_reads_them
             "ppo.num_steps=8",
             "ppo.num_minibatches=2",
             "train.total_steps=64",
+            "policy.kind=tiny-cnn",
         ],
     )
     trainer = Trainer(config)
-    assert type(trainer.policy).__name__ == "TinyCNN"  # "auto" chose it from the obs spec
+    assert type(trainer.policy).__name__ == "TinyCNN"  # the family's own, chosen by name
     trainer.collect()
     storage = trainer.storage
     assert storage.obs.dtype == torch.uint8 and storage.obs.shape == (8, 4, 2, 8, 8)

@@ -346,6 +346,7 @@ def test_trains_through_the_unchanged_loop_with_a_frame_policy():
             "ppo.num_steps=8",
             "ppo.num_minibatches=2",
             "train.total_steps=64",
+            "policy.kind=tiny-cnn",
         ],
     )
     trainer = Trainer(config)

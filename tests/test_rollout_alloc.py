@@ -2,8 +2,8 @@
 every allocation its CPU allocator makes) and no array data (numpy reports its buffers to
 tracemalloc). Covered: the policy's forward and sampling, storage writes, the env step, the
 truncation bootstrap (a short time limit makes it run every few steps) and the observation
-and reward normalisers, in the plain and the overlapped rollout; and the grid world's agents
-as rows with the token encoder policy."""
+and reward normalisers, in the plain and the overlapped rollout; the grid world's agents
+as rows with the token encoder policy; and MinAtar's uint8 frames with the CNN policy."""
 
 from __future__ import annotations
 
@@ -45,6 +45,10 @@ def storage_allocations(run) -> list[tuple[str, int]]:
             "Grid-v0",
             ["env.num_envs=512", "env.options.tokens=40", "env.options.window=5"],
         ),
+        # uint8 (4, 10, 10) frames read in place by the CNN policy (im2col into workspaces).
+        ("MinAtar-Breakout-v1", []),
+        # The generic frame stack (operant.envs.frame_stack) sliding its stacks in C.
+        ("CartPole-v1", ["env.frame_stack=4"]),
     ],
     ids=lambda value: value if isinstance(value, str) else ",".join(value) or "plain",
 )

@@ -51,6 +51,16 @@ class EnvConfig(Struct, forbid_unknown_fields=True, kw_only=True):
     native and torch envs refuse it. At most env.num_envs (docs/envs.md)."""
     max_episode_steps: Positive | None = None
     """Truncation horizon; None keeps the env's registered limit (500 for CartPole-v1)."""
+    frame_stack: Positive = 1
+    """Observations the policy sees at once: the env's last k, stacked along the first axis
+    (uint8 (C, H, W) frames become (k * C, H, W); float32 (D,) vectors (k * D,)); any host env
+    (docs/envs.md, "Frame stacking"). 1 stacks nothing: the kernel writes straight into the
+    buffer the policy reads."""
+    info_mode: Literal["full", "stats", "none"] = "stats"
+    """What Gymnasium's step() returns in info (operant.envs.info_mode): "stats" only what
+    autoreset needs, episode statistics reduced in the kernel; "full" adds Gymnasium's
+    per-env episode dicts; "none" nothing (the fastest step). The trainer steps with
+    step_bound(), which builds no info, and reads the kernel's statistics in every mode."""
     options: dict[str, bool | int | float | str] = msgspec.field(default_factory=dict)
     """The env's own options (keywords of its constructor), for envs that take them: the grid
     world's agents, width, height, window, ... (docs/envs.md). In a config file, a table
@@ -64,8 +74,9 @@ class PolicyConfig(Struct, forbid_unknown_fields=True, kw_only=True):
 
     kind: str = "auto"
     """Which registered policy trains (operant.trainer.policies): "auto" chooses from the
-    env's observation spec (flat float32 observations: the MLP these fields describe); a
-    name picks one, e.g. "mlp"."""
+    env's observation spec (flat float32 observations: the MLP these fields describe; image
+    observations (C, H, W): "cnn"; uint8 (T, 3) tokens: "token"); a name picks one, e.g.
+    "mlp" or "cnn"."""
     hidden_sizes: list[Positive] = msgspec.field(default_factory=lambda: [64, 64])
     """Width of each hidden layer."""
     shared: bool = False
@@ -77,6 +88,13 @@ class PolicyConfig(Struct, forbid_unknown_fields=True, kw_only=True):
     log_std_init: float = 0.0
     """Continuous actions: initial log standard deviation of the Gaussian (state-independent,
     learned). Larger explores more."""
+    conv_channels: list[Positive] = msgspec.field(default_factory=lambda: [16])
+    """For "cnn": output channels of each 3x3, stride-1, unpadded convolution (ReLU after
+    each). [16] is MinAtar's network; [32, 64] a deeper option (each layer trims one cell off
+    each edge of the frame, so a 10x10 frame takes at most 4 layers)."""
+    conv_dense: Positive = 128
+    """For "cnn": width of the ReLU layer between the flattened feature maps and the actor
+    and critic heads (MinAtar's 128)."""
 
 
 class NormalizeConfig(Struct, forbid_unknown_fields=True, kw_only=True):
@@ -348,6 +366,10 @@ def env_kwargs(config: Config) -> dict[str, Any]:
     """The keywords every builder of this config's env passes to make_env (the trainer, its
     preflight probe, eval): its options and its truncation horizon."""
     kwargs: dict[str, Any] = {"options": dict(config.env.options)}
+    if config.env.frame_stack != 1:
+        kwargs["frame_stack"] = config.env.frame_stack
+    if config.env.info_mode != "stats":
+        kwargs["info_mode"] = config.env.info_mode
     if config.env.max_episode_steps is not None:
         kwargs["max_episode_steps"] = config.env.max_episode_steps
     return kwargs

@@ -166,4 +166,7 @@ class HeadsPolicy(nn.Module):
 
 
 # Encoders for other observation specs register themselves when imported; these are built in.
-from operant.trainer import token_policy  # noqa: E402, F401  (registers "token")
+from operant.trainer import (  # noqa: E402, F401  (they register "cnn" and "token")
+    cnn_policy,
+    token_policy,
+)

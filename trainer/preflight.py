@@ -83,6 +83,7 @@ def probe_env(
     max_episode_steps: int | None = None,
     device: str = "cpu",
     options: dict[str, Any] | None = None,
+    frame_stack: int = 1,
 ) -> EnvShape:
     """Build the env once with one copy, to read its specs and to find a package it needs
     that is missing (Gymnasium's DependencyNotInstalled: box2d, mujoco, ...)."""
@@ -90,7 +91,7 @@ def probe_env(
 
     from operant.envs import make_env
 
-    kwargs: dict[str, Any] = {"options": options or {}}
+    kwargs: dict[str, Any] = {"options": options or {}, "frame_stack": frame_stack}
     if max_episode_steps is not None:
         kwargs["max_episode_steps"] = max_episode_steps
     if impl == "torch":
@@ -131,6 +132,7 @@ def check(config: Any, impl: str) -> None:
         config.env.max_episode_steps,
         config.train.device,
         options=dict(config.env.options),
+        frame_stack=config.env.frame_stack,
     )
     refusal = memory.check(config, impl, shape.obs_spec, shape.act_spec, shape.agents_per_env)
     if refusal is not None:

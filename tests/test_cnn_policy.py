@@ -1,0 +1,69 @@
+"""The "cnn" policy (operant.trainer.cnn_policy): chosen for image observations, its rollout
+path (im2col into workspaces, uint8 read in place) computing what its training path computes,
+and refused in one line where it cannot read the observations."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from operant.envs.contract import ActSpec, ObsSpec
+from operant.trainer.cnn_policy import CNNPolicy
+from operant.trainer.config import ConfigError, load_config
+from operant.trainer.policies import build_policy, choose_policy
+
+DISCRETE = ActSpec((), np.dtype(np.int64), 3)
+
+
+def test_auto_chooses_the_cnn_for_frames_and_the_mlp_for_flat_observations():
+    frames = ObsSpec((4, 10, 10), np.dtype(np.uint8))
+    flat = ObsSpec((4,), np.dtype(np.float32))
+    assert choose_policy("auto", frames, DISCRETE).name == "cnn"
+    assert choose_policy("auto", flat, DISCRETE).name == "mlp"
+    policy = build_policy(load_config(None, []), frames, DISCRETE)
+    # MinAtar's network: 16 3x3 filters over 4 channels, 8x8x16 features into 128 units.
+    assert isinstance(policy, CNNPolicy)
+    assert policy.convs[0].weight.shape == (16, 4, 3, 3)
+    assert policy.dense.weight.shape == (128, 8 * 8 * 16)
+    assert policy.actor.out_features == 3 and policy.critic.out_features == 1
+
+
+def test_a_cnn_on_flat_observations_is_refused_naming_policy_kind():
+    flat = ObsSpec((4,), np.dtype(np.float32))
+    with pytest.raises(ConfigError, match=r"policy.kind = 'cnn' cannot read float32 \(4,\)"):
+        build_policy(load_config(None, ["policy.kind=cnn"]), flat, DISCRETE)
+
+
+def test_too_many_layers_for_the_frame_are_refused_naming_the_field():
+    frames = ObsSpec((4, 10, 10), np.dtype(np.uint8))
+    config = load_config(None, ["policy.conv_channels=[8, 8, 8, 8, 8]"])
+    with pytest.raises(ConfigError, match=r"policy.conv_channels = \[8, 8, 8, 8, 8\].*at most 4"):
+        build_policy(config, frames, DISCRETE)
+
+
+@pytest.mark.parametrize("conv_channels", [(16,), (8, 12)], ids=["minatar", "deeper"])
+def test_the_rollout_path_computes_the_training_path(conv_channels):
+    torch.manual_seed(0)
+    policy = CNNPolicy((4, 10, 10), 5, conv_channels, dense=32)
+    obs = (torch.rand(64, 4, 10, 10) < 0.2).to(torch.uint8)
+    logits, values = policy.heads(obs)
+    out = (torch.empty(64, dtype=torch.long), torch.empty(64), torch.empty(64))
+    actions, logprob, rollout_values = policy.act(obs, torch.Generator().manual_seed(1), out)
+    torch.testing.assert_close(rollout_values, values.detach())
+    expected = torch.log_softmax(logits.detach(), -1).gather(-1, actions[:, None])[:, 0]
+    torch.testing.assert_close(logprob, expected)
+    torch.testing.assert_close(policy.value(obs), values.detach())
+    # The rollout path reads any strides (a non-contiguous batch) as the training path does.
+    strided = obs.repeat_interleave(2, dim=0)[::2]
+    torch.testing.assert_close(policy.value(strided), values.detach())
+
+
+def test_operant_train_refuses_a_cnn_on_a_flat_env_in_one_line(tmp_path, capsys):
+    from operant.trainer.main import main
+
+    status = main(["--env", "CartPole-v1", "--set", "policy.kind=cnn", "--runs-dir", str(tmp_path)])
+    err = capsys.readouterr().err.strip()
+    assert status == 2
+    assert len(err.splitlines()) == 1
+    assert "policy.kind = 'cnn' cannot read float32 (4,) observations" in err

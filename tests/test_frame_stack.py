@@ -1,0 +1,137 @@
+"""env.frame_stack (operant.envs.frame_stack): k = 1 is the env's own buffer, read by the
+policy in place; k > 1 stacks the last k observations of any host family, equal to a stack
+rebuilt from the unstacked env's observations step by step, through episode ends."""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+import pytest
+
+from operant.envs import make_env
+from operant.envs.frame_stack import FrameStackEnv
+from operant.envs.registry import EnvError
+from operant.trainer.config import ConfigError, load_config
+
+
+def test_frame_stack_1_is_the_kernel_buffer_the_policy_reads():
+    from operant.trainer.train import Trainer
+
+    config = load_config(
+        None,
+        [
+            "env.id=MinAtar-Breakout-v1",
+            "env.num_envs=8",
+            "ppo.num_steps=4",
+            "ppo.num_minibatches=2",
+            "env.frame_stack=1",
+        ],
+    )
+    trainer = Trainer(config)
+    assert not isinstance(trainer.env, FrameStackEnv)
+    kernel_obs = trainer.env.obs  # the buffer operant.cext.minatar's kernel writes
+    seen = []
+    act = trainer.policy.act
+
+    def spy(obs, *args, **kwargs):
+        seen.append(obs.data_ptr())
+        return act(obs, *args, **kwargs)
+
+    trainer.policy.act = spy
+    trainer.collect()
+    assert seen == [kernel_obs.ctypes.data] * 4
+
+
+@pytest.mark.parametrize(
+    "env_id, depth", [("MinAtar-Breakout-v1", 4), ("MinAtar-Freeway-v1", 2), ("CartPole-v1", 3)]
+)
+def test_stacks_equal_the_last_k_observations_through_episode_ends(env_id, depth):
+    num_envs = 6
+    kwargs = {"max_episode_steps": 7} if env_id.startswith("MinAtar") else {}
+    stacked = make_env(env_id, num_envs, copy=False, frame_stack=depth, **kwargs)
+    plain = make_env(env_id, num_envs, copy=False, **kwargs)
+    assert isinstance(stacked, FrameStackEnv) and stacked.actions is stacked.env.actions
+    inner_shape = plain.obs_spec.shape
+    assert stacked.obs_spec.shape == (depth * inner_shape[0], *inner_shape[1:])
+    assert stacked.single_observation_space.shape == stacked.obs_spec.shape
+    stacked.reset(seed=3)
+    plain.reset(seed=3)
+    history = [deque([plain.obs[row].copy()] * depth, maxlen=depth) for row in range(num_envs)]
+    rng = np.random.default_rng(0)
+    ends = 0
+    for _ in range(40):
+        actions = rng.integers(0, plain.act_spec.num_actions, num_envs)
+        stacked.actions[:] = plain.actions[:] = actions
+        stacked.step_bound()
+        plain.step_bound()
+        for row in range(num_envs):
+            if plain.terminated[row] or plain.truncated[row]:
+                ends += 1
+                history[row].append(plain.final_obs[row].copy())
+                np.testing.assert_array_equal(stacked.final_obs[row], np.concatenate(history[row]))
+                history[row] = deque([plain.obs[row].copy()] * depth, maxlen=depth)
+            else:
+                history[row].append(plain.obs[row].copy())
+            np.testing.assert_array_equal(stacked.obs[row], np.concatenate(history[row]))
+    assert ends >= num_envs
+    assert stacked.drain_episode_stats().episodes == ends
+
+
+def test_a_stacked_env_resumes_from_its_state_dict():
+    first = make_env("MinAtar-SpaceInvaders-v1", 4, copy=False, frame_stack=4)
+    first.reset(seed=1)
+    rng = np.random.default_rng(1)
+    for _ in range(5):
+        first.actions[:] = rng.integers(0, 4, 4)
+        first.step_bound()
+    second = make_env("MinAtar-SpaceInvaders-v1", 4, copy=False, frame_stack=4)
+    second.reset(seed=2)
+    second.load_state_dict({name: value.copy() for name, value in first.state_dict().items()})
+    for _ in range(10):
+        first.actions[:] = second.actions[:] = rng.integers(0, 4, 4)
+        first.step_bound()
+        second.step_bound()
+        np.testing.assert_array_equal(first.obs, second.obs)
+
+
+def test_frame_stack_0_is_refused_in_one_line():
+    with pytest.raises(ConfigError, match=r"env\.frame_stack: Expected `int` >= 1"):
+        load_config(None, ["env.frame_stack=0"])
+    with pytest.raises(EnvError, match=r"env\.frame_stack = 0: it must be .* at least 1"):
+        make_env("CartPole-v1", 2, frame_stack=0)
+
+
+def test_operant_train_refuses_frame_stack_0_with_exit_2(tmp_path, capsys):
+    from operant.trainer.main import main
+
+    status = main(
+        ["--env", "MinAtar-Breakout-v1", "--set", "env.frame_stack=0", "--runs-dir", str(tmp_path)]
+    )
+    err = capsys.readouterr().err.strip()
+    assert status == 2 and len(err.splitlines()) == 1
+    assert "env.frame_stack" in err and ">= 1" in err
+
+
+def test_the_trainer_stores_stacked_uint8_frames():
+    from operant.trainer.train import Trainer
+
+    config = load_config(
+        None,
+        [
+            "env.id=MinAtar-Breakout-v1",
+            "env.num_envs=4",
+            "env.frame_stack=4",
+            "ppo.num_steps=8",
+            "ppo.num_minibatches=2",
+            "train.total_steps=64",
+        ],
+    )
+    trainer = Trainer(config)
+    assert trainer.policy.convs[0].in_channels == 16
+    record = trainer.run()
+    assert record.global_step == 64
+    storage = trainer.storage.obs
+    assert storage.dtype.itemsize == 1 and storage.shape == (8, 4, 16, 10, 10)
+    # Channel 0 of each stacked frame is the paddle: one per frame, four frames per stack.
+    assert int(storage[:, :, ::4].sum(dim=(-1, -2)).min()) == 1

@@ -1,0 +1,191 @@
+"""The CNN policy: what "auto" chooses for image observations, (C, H, W) of any dtype with
+discrete actions (MinAtar's uint8 (C, 10, 10) frames), registered as "cnn".
+
+The default network is MinAtar's (Young & Tian 2019, its examples' AC/DQN network): one 3x3
+convolution of 16 channels, stride 1, no padding, ReLU, flatten, a 128-unit layer, ReLU, then an
+actor head and a critic head on the shared trunk. `policy.conv_channels` lists one width per
+3x3 layer (`[16]` is MinAtar's; `[32, 64]` a deeper option) and `policy.conv_dense` the
+width of the layer after the flatten. Initialisation is CleanRL's Atari PPO (orthogonal,
+sqrt(2) gain for the trunk, 0.01 for the actor head, 1 for the critic's).
+
+Observations enter as their values (MinAtar's cells are 0 or 1), converted to float inside the
+forward pass: the rollout storage keeps the env's uint8 frames, and no float copy of a frame
+batch is made on the host beside the network's own input.
+
+Two paths compute the same function:
+- `heads` (the PPO update, evaluation): `conv2d` with autograd;
+- `act` / `value` (the rollout): each convolution as im2col + one matmul into a workspace kept
+  per batch shape. The first layer's im2col is a strided view of the uint8 frame batch copied
+  into a float32 buffer (the dtype conversion happens in that one copy), so nothing is
+  allocated per step once a batch shape was seen (tests/test_rollout_alloc.py).
+Feature maps in the rollout path are laid out (B, H, W, channels); `heads` flattens its conv
+output in the same order, so both paths feed the dense layer the same vector.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import torch
+from torch import nn
+from torch.nn import functional
+
+from operant.envs.contract import ActSpec, ObsSpec
+from operant.trainer.config import Config, ConfigError
+from operant.trainer.policies import HeadsPolicy, register_policy
+from operant.trainer.sampling import categorical_workspace, sample_categorical
+
+KERNEL = 3
+
+
+class CNNPolicy(HeadsPolicy):
+    """3x3 stride-1 convolutions (no padding) with ReLU, a dense layer with ReLU, and actor
+    and critic heads on that shared trunk."""
+
+    def __init__(
+        self,
+        obs_shape: tuple[int, int, int],
+        num_actions: int,
+        conv_channels: tuple[int, ...] = (16,),
+        dense: int = 128,
+    ):
+        super().__init__()
+        channels, height, width = obs_shape
+        layers = len(conv_channels)
+        if min(height, width) - layers * (KERNEL - 1) < 1:
+            raise ValueError(
+                f"{layers} 3x3 convolutions without padding do not fit a {height}x{width} frame"
+            )
+        self.num_actions = num_actions
+        self.obs_shape = obs_shape
+        gain = math.sqrt(2)
+        self.convs = nn.ModuleList()
+        for out_channels in conv_channels:
+            conv = nn.Conv2d(channels, out_channels, KERNEL)
+            nn.init.orthogonal_(conv.weight, gain)
+            nn.init.zeros_(conv.bias)
+            self.convs.append(conv)
+            channels = out_channels
+            height, width = height - KERNEL + 1, width - KERNEL + 1
+        self.feature_shape = (height, width, channels)
+        self.dense = nn.Linear(height * width * channels, dense)
+        nn.init.orthogonal_(self.dense.weight, gain)
+        nn.init.zeros_(self.dense.bias)
+        self.actor = nn.Linear(dense, num_actions)
+        nn.init.orthogonal_(self.actor.weight, 0.01)
+        nn.init.zeros_(self.actor.bias)
+        self.critic = nn.Linear(dense, 1)
+        nn.init.orthogonal_(self.critic.weight, 1.0)
+        nn.init.zeros_(self.critic.bias)
+        self._workspaces: dict[tuple[int, torch.device], dict[str, torch.Tensor]] = {}
+
+    def heads(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = obs.float()
+        for conv in self.convs:
+            x = functional.relu(conv(x))
+        # (B, C, H, W) -> (B, H, W, C) order, as the rollout path lays its feature maps out.
+        x = x.permute(0, 2, 3, 1).reshape(x.shape[0], -1)
+        x = functional.relu(self.dense(x))
+        return self.actor(x), self.critic(x).squeeze(-1)
+
+    # -- the rollout path: no allocation after the first call for a batch size ---------------
+    def act(
+        self,
+        obs: torch.Tensor,
+        generator: torch.Generator | None = None,
+        out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+    ):
+        """Sample actions: (actions, log-probabilities, values), into `out` when given."""
+        with torch.no_grad():
+            workspace = self._workspace(obs)
+            logits, values = self._heads_into(obs, workspace)
+            if out is None:
+                batch = obs.shape[0]
+                out = (
+                    torch.empty(batch, dtype=torch.long, device=obs.device),
+                    torch.empty(batch, device=obs.device),
+                    torch.empty(batch, device=obs.device),
+                )
+            actions, logprob, value_out = out
+            value_out.copy_(values)
+            sample_categorical(logits, workspace, generator, actions, logprob)
+            return out
+
+    def value(self, obs: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        with torch.no_grad():
+            values = self._heads_into(obs, self._workspace(obs))[1]
+            return values.clone() if out is None else out.copy_(values)
+
+    def _workspace(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
+        batch = obs.shape[0]
+        key = (batch, obs.device)
+        workspace = self._workspaces.get(key)
+        if workspace is None:
+            if len(self._workspaces) >= 4:
+                self._workspaces.clear()
+            with torch.inference_mode(False):
+                empty = partial(torch.empty, device=obs.device)
+                workspace = {**categorical_workspace(batch, self.num_actions, obs.device)}
+                height, width = self.obs_shape[1:]
+                for index, conv in enumerate(self.convs):
+                    height, width = height - KERNEL + 1, width - KERNEL + 1
+                    workspace[f"cols{index}"] = empty(
+                        (batch, height, width, conv.in_channels, KERNEL, KERNEL)
+                    )
+                    workspace[f"conv{index}"] = empty((batch * height * width, conv.out_channels))
+                workspace["dense"] = empty((batch, self.dense.out_features))
+                workspace["values"] = empty((batch, 1))
+            self._workspaces[key] = workspace
+        return workspace
+
+    def _heads_into(
+        self, obs: torch.Tensor, workspace: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`heads` as im2col + matmul per convolution, into the workspace."""
+        batch = obs.shape[0]
+        x = obs  # (B, C, H, W) in any dtype and any strides
+        for index, conv in enumerate(self.convs):
+            # (B, C, H', W', 3, 3) view -> (B, H', W', C, 3, 3) copied (and converted to
+            # float) into the workspace: the row of a position is its receptive field in
+            # conv.weight's (C, kh, kw) order.
+            patches = x.unfold(2, KERNEL, 1).unfold(3, KERNEL, 1).permute(0, 2, 3, 1, 4, 5)
+            cols = workspace[f"cols{index}"].copy_(patches)
+            height, width = cols.shape[1], cols.shape[2]
+            features = torch.addmm(
+                conv.bias,
+                cols.view(batch * height * width, -1),
+                conv.weight.view(conv.out_channels, -1).t(),
+                out=workspace[f"conv{index}"],
+            ).relu_()
+            x = features.view(batch, height, width, -1).permute(0, 3, 1, 2)
+        flat = workspace[f"conv{len(self.convs) - 1}"].view(batch, -1)
+        dense = self.dense
+        x = torch.addmm(dense.bias, flat, dense.weight.t(), out=workspace["dense"]).relu_()
+        logits = torch.addmm(self.actor.bias, x, self.actor.weight.t(), out=workspace["logits"])
+        values = torch.addmm(self.critic.bias, x, self.critic.weight.t(), out=workspace["values"])
+        return logits, values.view(-1)
+
+
+def reads_images(obs_spec: ObsSpec, act_spec: ActSpec) -> bool:
+    """(C, H, W) observations of any dtype, and discrete actions."""
+    return len(obs_spec.shape) == 3 and act_spec.discrete
+
+
+def build_cnn_policy(config: Config, obs_spec: ObsSpec, act_spec: ActSpec) -> CNNPolicy:
+    shape = tuple(int(size) for size in obs_spec.shape)
+    channels = tuple(config.policy.conv_channels)
+    if not channels:
+        raise ConfigError("policy.conv_channels must name at least one convolution's width")
+    if min(shape[1:]) - len(channels) * (KERNEL - 1) < 1:
+        raise ConfigError(
+            f"policy.conv_channels = {list(channels)}: {len(channels)} 3x3 convolutions "
+            f"without padding do not fit the env's {shape[1]}x{shape[2]} frames; use at most "
+            f"{(min(shape[1:]) - 1) // (KERNEL - 1)} layers"
+        )
+    return CNNPolicy(
+        (shape[0], shape[1], shape[2]), act_spec.num_actions, channels, config.policy.conv_dense
+    )
+
+
+register_policy("cnn", reads_images, build_cnn_policy)
