@@ -119,7 +119,7 @@ def test_a_cgroup_limit_is_the_memory_available(tmp_path):
     [
         ["env.num_envs=65536"],
         ["env.num_envs=32768", "ppo.num_minibatches=1"],
-        ["env.num_envs=8192", "env.id=Pendulum-v1", "policy.hidden_sizes=[256, 256]"],
+        ["env.num_envs=16384", "env.id=Pendulum-v1", "policy.hidden_sizes=[256, 256]"],
     ],
     ids=["default-65536", "one-minibatch", "pendulum-wide"],
 )
