@@ -40,11 +40,23 @@ def run_hint(hint: str, *extra: str, timeout: float = 240) -> subprocess.Complet
     return run(*shlex.split(hint), *extra, timeout=timeout)
 
 
+def _as_in_a_terminal() -> None:
+    """In the child before exec: SIGINT as a terminal's foreground job has it. A test runner
+    started in the background by a shell without job control (`pytest &` in a script)
+    ignores SIGINT, its children inherit that, and operant-train rightly keeps a SIGINT that
+    it was started with ignored ignored (operant.trainer.signals): Ctrl-C tests would hang."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_trainer(*args: str, log: Path) -> subprocess.Popen:
     """operant-train in the foreground of a (pretend) terminal: its output goes to `log`."""
     with open(log, "w") as out:
         return subprocess.Popen(
-            command(["operant-train", *args]), stdout=out, stderr=subprocess.STDOUT, text=True
+            command(["operant-train", *args]),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+            preexec_fn=_as_in_a_terminal,
         )
 
 
