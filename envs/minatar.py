@@ -1,3 +1,4 @@
+# Over 400 lines: the family's two faces (kernel, minatar oracle) behind one contract.
 """MinAtar's games (Young & Tian 2019) as an env family: `operant/MinAtar-<Game>-v1`.
 
 Two implementations of operant.envs.contract.BatchEnv, each a Gymnasium `VectorEnv` in SAME_STEP

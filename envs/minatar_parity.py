@@ -1,3 +1,4 @@
+# Over 400 lines: the state mapping between the kernels and MinAtar's objects, per game.
 """Parity of the MinAtar kernels (operant.cext.minatar) with the `minatar` package, step by step.
 
 For every env of a kernel and every step: our state is injected into a MinAtar game object

@@ -1,3 +1,4 @@
+# Over 400 lines: the one map from env ids to implementations, with make_env's refusals.
 """The one place that maps env ids to implementations: Operant's own envs, families registered
 at run time, and Gymnasium's envs.
 

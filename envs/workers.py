@@ -1,3 +1,4 @@
+# Over 400 lines: the parent's face and the worker's loop share one block layout and protocol.
 """Gymnasium's Python envs stepped in worker processes (`env.workers = W`), behind the same
 buffer interface as the in-process reference implementation (operant.envs.reference).
 

@@ -1,3 +1,4 @@
+# Over 400 lines: one table of how each metric combines over ranks, and the view built on it.
 """A run's metrics files read as one run: the one file of a single-process run, or one file
 per rank of a run trained by several processes (operant.shared.runs.metrics_files).
 

@@ -1,3 +1,4 @@
+# Over 400 lines: every config field with its docstring (the users' reference) and derive().
 """The trainer's configuration: typed msgspec Structs, loaded from TOML plus `--set` overrides.
 
 Input is decoded with `msgspec.convert` at the boundary, so an unknown key, a wrong type or an

@@ -1,3 +1,4 @@
+# Over 400 lines: the session's services side by side; one file shows their order and roles.
 """The services a training session runs around the loop (the hooks and roles they implement:
 operant.trainer.service_protocol; the order they run in: operant.trainer.session.compose).
 What a person reads is operant.trainer.console's; the verdict and best.pt, operant.trainer.best's.
