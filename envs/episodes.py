@@ -148,3 +148,26 @@ class EpisodeAccounting:
                 )
         for name, target in live.items():
             np.copyto(target, state[name])
+
+
+class AccountedPythonEnv:
+    """What an env whose episodes an `EpisodeAccounting` (`self.episodes`) counts, and whose
+    envs keep Python state a checkpoint cannot hold (`resumable = False`: a resume re-seeds
+    them), answers of the BatchEnv contract: the reference impl, its worker processes and
+    the minatar package's games."""
+
+    episodes: EpisodeAccounting
+    resumable = False
+
+    def drain_episode_stats(self) -> EpisodeStats:
+        return self.episodes.drain()
+
+    def recent_returns(self, count: int) -> np.ndarray:
+        return self.episodes.recent_returns(count)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state:
+            raise ValueError(f"a reference env has no state to load, got {sorted(state)}")

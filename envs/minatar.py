@@ -41,7 +41,7 @@ from operant.envs.autoreset import (
 )
 from operant.envs.autoreset import autoreset_mode as parse_autoreset_mode
 from operant.envs.contract import ActSpec, ObsSpec, RowLayout, check_state, clear_stats
-from operant.envs.episodes import EpisodeAccounting
+from operant.envs.episodes import AccountedPythonEnv, EpisodeAccounting
 from operant.envs.native import allocate_buffers, recent_from_ring, step_outputs
 from operant.envs.registry import (
     EnvError,
@@ -317,7 +317,7 @@ def minatar_environment_class() -> Any:
     return Environment
 
 
-class ReferenceMinAtarEnv(_MinAtarFace):
+class ReferenceMinAtarEnv(AccountedPythonEnv, _MinAtarFace):
     """The `minatar` package behind the same buffers: one `minatar.Environment` per env,
     stepped in a Python loop (its real usage), SAME_STEP autoreset, statistics in numpy."""
 
@@ -410,19 +410,6 @@ class ReferenceMinAtarEnv(_MinAtarFace):
                 self._observe(i, self.obs)
                 self._lengths[i] = 0
         self.episodes.record(self.rewards, self.terminated, self.truncated, counted=~resetting)
-
-    def drain_episode_stats(self) -> EpisodeStats:
-        return self.episodes.drain()
-
-    def recent_returns(self, count: int) -> np.ndarray:
-        return self.episodes.recent_returns(count)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state:
-            raise ValueError(f"a reference env has no state to load, got {sorted(state)}")
 
 
 def maker(env_id: str, impl: str) -> Any:

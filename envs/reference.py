@@ -25,16 +25,16 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from operant.envs.autoreset import autoreset_mode as parse_autoreset_mode
 from operant.envs.autoreset import with_autoreset_mode
 from operant.envs.contract import ActSpec, ObsSpec, RowLayout
-from operant.envs.episodes import EpisodeAccounting
+from operant.envs.episodes import AccountedPythonEnv, EpisodeAccounting
 from operant.envs.native import allocate_buffers, step_outputs
-from operant.envs.registry import EnvError, EpisodeStats, check_action_batch
+from operant.envs.registry import EnvError, check_action_batch
 from operant.envs.render import check_render_mode, init_headless_display
 from operant.envs.seeding import check_seed
 
 RECENT_CAPACITY = 1024
 
 
-class ReferenceVectorEnv(VectorEnv):
+class ReferenceVectorEnv(AccountedPythonEnv, VectorEnv):
     """Gymnasium's SyncVectorEnv, in SAME_STEP autoreset mode unless told otherwise (Gymnasium's
     own vectorised classes, such as CartPoleVectorEnv, only autoreset NEXT_STEP), exposing
     `actions`/`obs`/... buffers and `step_bound()`."""
@@ -151,19 +151,6 @@ class ReferenceVectorEnv(VectorEnv):
             for i in np.flatnonzero(mask):
                 self.final_obs[i] = np.asarray(final[i], dtype=np.float32).reshape(-1)
         return info
-
-    def drain_episode_stats(self) -> EpisodeStats:
-        return self.episodes.drain()
-
-    def recent_returns(self, count: int) -> np.ndarray:
-        return self.episodes.recent_returns(count)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state:
-            raise ValueError(f"a reference env has no state to load, got {sorted(state)}")
 
     def render(self) -> list[Any] | None:
         """Gymnasium's frames, one per env ("rgb_array"); None in "human" mode."""

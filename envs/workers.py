@@ -62,11 +62,10 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 
 from operant.envs.autoreset import autoreset_mode as parse_autoreset_mode
 from operant.envs.contract import ActSpec, ObsSpec, RowLayout
-from operant.envs.episodes import EpisodeAccounting
+from operant.envs.episodes import AccountedPythonEnv, EpisodeAccounting
 from operant.envs.native import step_outputs
 from operant.envs.registry import (
     EnvError,
-    EpisodeStats,
     InvalidActionError,
     check_action_batch,
     invalid_action_message,
@@ -180,7 +179,7 @@ def _spaces(env_id: str, kwargs: dict[str, Any]) -> tuple[spaces.Space, spaces.S
 
 
 # -- the trainer's side --------------------------------------------------------------------------
-class WorkerVectorEnv(VectorEnv):
+class WorkerVectorEnv(AccountedPythonEnv, VectorEnv):
     """`num_envs` copies of a Gymnasium env in `workers` processes, with the reference impl's
     semantics and buffers (operant.envs.contract.BatchEnv), the buffers in shared memory."""
 
@@ -415,19 +414,6 @@ class WorkerVectorEnv(VectorEnv):
             raise InvalidActionError(
                 invalid_action_message(self.single_action_space, row, actions[row].tolist())
             )
-
-    def drain_episode_stats(self) -> EpisodeStats:
-        return self.episodes.drain()
-
-    def recent_returns(self, count: int) -> np.ndarray:
-        return self.episodes.recent_returns(count)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state:
-            raise ValueError(f"a reference env has no state to load, got {sorted(state)}")
 
     def close_extras(self, **kwargs) -> None:
         """Ask every worker to exit, kill those that have not within CLOSE_TIMEOUT_S, and
