@@ -33,13 +33,13 @@ from torch.nn import functional
 
 from operant.envs.contract import ActSpec, ObsSpec
 from operant.trainer.config import Config, ConfigError
-from operant.trainer.policies import HeadsPolicy, register_policy
-from operant.trainer.sampling import categorical_workspace, sample_categorical
+from operant.trainer.policies import WorkspaceHeadsPolicy, register_policy
+from operant.trainer.sampling import categorical_workspace
 
 KERNEL = 3
 
 
-class CNNPolicy(HeadsPolicy):
+class CNNPolicy(WorkspaceHeadsPolicy):
     """3x3 stride-1 convolutions (no padding) with ReLU, a dense layer with ReLU, and actor
     and critic heads on that shared trunk."""
 
@@ -89,34 +89,8 @@ class CNNPolicy(HeadsPolicy):
         x = functional.relu(self.dense(x))
         return self.actor(x), self.critic(x).squeeze(-1)
 
-    # -- the rollout path: no allocation after the first call for a batch size ---------------
-    def act(
-        self,
-        obs: torch.Tensor,
-        generator: torch.Generator | None = None,
-        out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
-    ):
-        """Sample actions: (actions, log-probabilities, values), into `out` when given."""
-        with torch.no_grad():
-            workspace = self._workspace(obs)
-            logits, values = self._heads_into(obs, workspace)
-            if out is None:
-                batch = obs.shape[0]
-                out = (
-                    torch.empty(batch, dtype=torch.long, device=obs.device),
-                    torch.empty(batch, device=obs.device),
-                    torch.empty(batch, device=obs.device),
-                )
-            actions, logprob, value_out = out
-            value_out.copy_(values)
-            sample_categorical(logits, workspace, generator, actions, logprob)
-            return out
-
-    def value(self, obs: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        with torch.no_grad():
-            values = self._heads_into(obs, self._workspace(obs))[1]
-            return values.clone() if out is None else out.copy_(values)
-
+    # -- the rollout path (act, value: WorkspaceHeadsPolicy): no allocation after the first
+    # call for a batch size ----------------------------------------------------------------
     def _workspace(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
         batch = obs.shape[0]
         key = (batch, obs.device)

@@ -30,6 +30,7 @@ from torch import nn
 from operant.envs.contract import ActSpec, ObsSpec
 from operant.trainer.config import Config, ConfigError
 from operant.trainer.policy import ActorCritic
+from operant.trainer.sampling import sample_categorical
 
 AUTO = "auto"
 
@@ -163,6 +164,51 @@ class HeadsPolicy(nn.Module):
 
     def greedy(self, obs: torch.Tensor) -> torch.Tensor:
         return self.heads(obs)[0].argmax(-1)
+
+
+class WorkspaceHeadsPolicy(HeadsPolicy):
+    """A HeadsPolicy whose rollout path allocates nothing once a batch shape was seen: the
+    subclass writes `_workspace(obs)` (its buffers for this shape, kept) and
+    `_heads_into(obs, workspace) -> (logits, values)`, and sampling runs in the workspace
+    (operant.trainer.sampling). The CNN and the token encoder are written this way."""
+
+    def _workspace(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def _heads_into(
+        self, obs: torch.Tensor, workspace: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
+
+    # (no_grad as a `with`, not a decorator: the decorator's wrapper kept a few small objects
+    # per call alive in the allocation test's traced window.)
+    def act(
+        self,
+        obs: torch.Tensor,
+        generator: torch.Generator | None = None,
+        out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+    ):
+        """Sample actions: (actions, log-probabilities, values), into `out` when given; every
+        intermediate lives in a workspace, so nothing is allocated once this shape was seen."""
+        with torch.no_grad():
+            workspace = self._workspace(obs)
+            logits, values = self._heads_into(obs, workspace)
+            if out is None:
+                batch = obs.shape[0]
+                out = (
+                    torch.empty(batch, dtype=torch.long, device=obs.device),
+                    torch.empty(batch, device=obs.device),
+                    torch.empty(batch, device=obs.device),
+                )
+            actions, logprob, value_out = out
+            value_out.copy_(values)
+            sample_categorical(logits, workspace, generator, actions, logprob)
+            return out
+
+    def value(self, obs: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        with torch.no_grad():
+            values = self._heads_into(obs, self._workspace(obs))[1]
+            return values.clone() if out is None else out.copy_(values)
 
 
 # Encoders for other observation specs register themselves when imported; these are built in.

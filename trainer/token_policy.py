@@ -30,15 +30,15 @@ from torch import nn
 
 from operant.envs.contract import ActSpec, ObsSpec
 from operant.trainer.config import Config
-from operant.trainer.policies import HeadsPolicy, register_policy
-from operant.trainer.sampling import categorical_workspace, sample_categorical
+from operant.trainer.policies import WorkspaceHeadsPolicy, register_policy
+from operant.trainer.sampling import categorical_workspace
 
 FEATURES = 8
 """Feature ids the value table covers (Grid-v0 uses 0..2); larger ids share the last row set."""
 PAD = 0xFF
 
 
-class TokenPolicy(HeadsPolicy):
+class TokenPolicy(WorkspaceHeadsPolicy):
     """Per-token embedding, masked max-pool, MLP trunk, actor and critic heads."""
 
     def __init__(self, num_actions: int, embed: int = 32, hidden: int = 64):
@@ -69,37 +69,8 @@ class TokenPolicy(HeadsPolicy):
         x = self.trunk(self.encode(obs))
         return self.actor(x), self.critic(x).squeeze(-1)
 
-    # -- the rollout path: no allocation after the first call for a batch shape --------------
-    # (no_grad as a `with`, not a decorator: the decorator's wrapper kept a few small objects
-    # per call alive in the allocation test's traced window.)
-    def act(
-        self,
-        obs: torch.Tensor,
-        generator: torch.Generator | None = None,
-        out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
-    ):
-        """Sample actions: (actions, log-probabilities, values), into `out` when given; every
-        intermediate lives in a workspace, so nothing is allocated once this shape was seen."""
-        with torch.no_grad():
-            workspace = self._workspace(obs)
-            logits, values = self._heads_into(obs, workspace)
-            if out is None:
-                batch = obs.shape[0]
-                out = (
-                    torch.empty(batch, dtype=torch.long, device=obs.device),
-                    torch.empty(batch, device=obs.device),
-                    torch.empty(batch, device=obs.device),
-                )
-            actions, logprob, value_out = out
-            value_out.copy_(values)
-            sample_categorical(logits, workspace, generator, actions, logprob)
-            return out
-
-    def value(self, obs: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        with torch.no_grad():
-            values = self._heads_into(obs, self._workspace(obs))[1]
-            return values.clone() if out is None else out.copy_(values)
-
+    # -- the rollout path (act, value: WorkspaceHeadsPolicy): no allocation after the first
+    # call for a batch shape ---------------------------------------------------------------
     def _workspace(self, obs: torch.Tensor) -> dict[str, torch.Tensor]:
         batch, tokens = obs.shape[0], obs.shape[1]
         key = (batch, tokens, obs.device)
