@@ -132,7 +132,7 @@ class PublishMetrics(Service):
         self.publisher: Any = None
 
     def on_start(self) -> None:
-        from operant.trainer.telemetry import Publisher
+        from operant.trainer.telemetry import Publisher, frame_source
 
         config = self.plan.config
         rank, world_size = self.rank.rank, self.rank.world_size
@@ -150,6 +150,7 @@ class PublishMetrics(Service):
             world_size=world_size,
             local_rank=self.rank.local_rank,
             node=socket.gethostname() if world_size > 1 else "",
+            frame=frame_source(self.trainer.env),
         )
         self.publisher.set_elapsed_before(self.trainer.elapsed_offset_s)
         if self.history.records:
