@@ -397,6 +397,7 @@ class FrameView(Widget):
     the border; hidden (no space taken) while the run has no frame."""
 
     LEGEND_WIDTH = 16
+    """At most this many columns for the legend: `■ ` and a channel's name, cut to fit."""
 
     frame: reactive[Frame | None] = reactive(None, layout=True)
 
@@ -410,7 +411,8 @@ class FrameView(Widget):
         frame = self.frame
         if frame is None:
             return 0
-        return max(frame.shape[2], self.LEGEND_WIDTH)
+        names = [len(name or f"channel {index}") for index, name in enumerate(frame.channels)]
+        return max(frame.shape[2], min(self.LEGEND_WIDTH, 2 + max(names, default=0)))
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         frame = self.frame
