@@ -48,6 +48,9 @@ STALL_INTERVALS = 4.0
 SEQLOCK_FAST_ATTEMPTS = 256
 SEQLOCK_DEADLINE_S = 0.05
 
+# The frame region's update count and step, after its seq word.
+_FRAME_COUNTS = struct.Struct("<QQ")
+
 STATUS_RUNNING = "running"
 STATUS_FINISHED = "finished"
 STATUS_FAILED = "failed"
@@ -68,6 +71,33 @@ def shown_status(status: str, interrupted: bool) -> str:
 class MetricsFileError(Exception):
     """Any problem with a metrics file. The message is one line: the file, what is wrong with
     it, and what to do."""
+
+
+class Frame(msgspec.Struct, frozen=True, kw_only=True):
+    """A pixel run's latest frame (format 1.2's frame region): one env's observation as the
+    trainer published it at an update, whole (never a mix of two publications)."""
+
+    shape: tuple[int, int, int]
+    """(channels, height, width)."""
+    dtype: str
+    """`uint8` or `bool`: one byte per value either way."""
+    channels: tuple[str, ...]
+    """A name per channel (empty names where the writer gave none)."""
+    colors: tuple[str, ...]
+    """A `#rrggbb` per channel, as the writer chose them, else operant.shared.frame's
+    palette."""
+    env: int
+    """Which env's observation (0: the first env of the rank's batch)."""
+    updates: int
+    """The update count when it was published (its history record is `updates - 1`)."""
+    global_step: int
+    """The writer's global_step when it was published."""
+    data: bytes
+    """C*H*W bytes in C order (channel, row, column)."""
+
+    def value(self, channel: int, row: int, column: int) -> int:
+        _, height, width = self.shape
+        return self.data[(channel * height + row) * width + column]
 
 
 class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
@@ -115,33 +145,6 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
         if self.snapshot:
             merged.update(self.snapshot)
         return merged
-
-
-class Frame(msgspec.Struct, frozen=True, kw_only=True):
-    """A pixel run's latest frame (format 1.2's frame region): one env's observation as the
-    trainer published it at an update, whole (never a mix of two publications)."""
-
-    shape: tuple[int, int, int]
-    """(channels, height, width)."""
-    dtype: str
-    """`uint8` or `bool`: one byte per value either way."""
-    channels: tuple[str, ...]
-    """A name per channel (empty names where the writer gave none)."""
-    colors: tuple[str, ...]
-    """A `#rrggbb` per channel, as the writer chose them, else operant.shared.frame's
-    palette."""
-    env: int
-    """Which env's observation (0: the first env of the rank's batch)."""
-    updates: int
-    """The update count when it was published (its history record is `updates - 1`)."""
-    global_step: int
-    """The writer's global_step when it was published."""
-    data: bytes
-    """C*H*W bytes in C order (channel, row, column)."""
-
-    def value(self, channel: int, row: int, column: int) -> int:
-        _, height, width = self.shape
-        return self.data[(channel * height + row) * width + column]
 
 
 class HistoryRecord(msgspec.Struct, frozen=True, array_like=True):
@@ -351,7 +354,6 @@ class MetricsReader:
             if not layout.frame_size or layout.frame_size < fmt.frame_region_size(schema.frame):
                 raise self._fail("has a corrupted schema blob (frame vs. header)")
             self._frame_seq_word = layout.frame_offset // 8
-            self._frame_header = struct.Struct("<QQ")
             spec = schema.frame
             channels = spec.shape[0]
             self._frame_channels = spec.channels or ("",) * channels
@@ -474,7 +476,7 @@ class MetricsReader:
         )
         if copy is None:
             return None
-        updates, global_step = self._frame_header.unpack_from(copy)
+        updates, global_step = _FRAME_COUNTS.unpack_from(copy)
         return Frame(
             shape=spec.shape,
             dtype=spec.dtype,
