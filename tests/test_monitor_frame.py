@@ -492,3 +492,34 @@ def test_frame_text_and_no_frame_hides_the_view():
             return app.main.query_one("#frame", FrameView).display
 
     assert asyncio.run(drive()) is False
+
+
+def test_a_torch_env_publishes_its_frame_from_the_tensor():
+    """A device-resident family's buffer is a torch tensor: on the CPU the frame is a view of
+    its memory; elsewhere (a GPU) row 0 is copied to the host at each publish."""
+    import types
+
+    import torch
+
+    from operant.envs.contract import ObsSpec
+    from operant.trainer.telemetry import frame_source
+
+    obs = torch.zeros((3, 2, 4, 5), dtype=torch.bool)
+    env = types.SimpleNamespace(obs_spec=ObsSpec((2, 4, 5), np.dtype(np.bool_)), obs=obs)
+    source = frame_source(env)
+    assert source.spec.dtype == "bool" and source.spec.channels == ()
+    obs[0, 1, 3, 4] = True
+    assert source.frame()[1 * 20 + 3 * 5 + 4] == 1 and source.frame().sum() == 1
+
+    class DeviceTensor:
+        """A stand-in for a tensor on another device: only `.to("cpu")` reads it."""
+
+        device = types.SimpleNamespace(type="cuda")
+
+        def __getitem__(self, index):
+            return types.SimpleNamespace(detach=lambda: obs[index])
+
+    env.obs = DeviceTensor()
+    source = frame_source(env)
+    obs[0, 0, 0, 0] = True
+    assert source.frame()[0] == 1 and source.frame().sum() == 2
