@@ -392,6 +392,10 @@ def frame_text(frame: Frame, legend_width: int = 0) -> Text:
     return text
 
 
+def _frame_subtitle(frame: Frame) -> str:
+    return f"update {fmt.count(frame.updates)}"
+
+
 class FrameView(Widget):
     """A pixel run's latest frame (env 0), drawn by `frame_text`, the update it shows in
     the border; hidden (no space taken) while the run has no frame."""
@@ -405,14 +409,16 @@ class FrameView(Widget):
         self.display = frame is not None
         if frame is not None:
             self.border_title = f"env {frame.env}"
-            self.border_subtitle = f"update {fmt.count(frame.updates)}"
+            self.border_subtitle = _frame_subtitle(frame)
 
     def get_content_width(self, container: Size, viewport: Size) -> int:
         frame = self.frame
         if frame is None:
             return 0
         names = [len(name or f"channel {index}") for index, name in enumerate(frame.channels)]
-        return max(frame.shape[2], min(self.LEGEND_WIDTH, 2 + max(names, default=0)))
+        legend = min(self.LEGEND_WIDTH, 2 + max(names, default=0))
+        # The border's subtitle (`update N`) fits too: it says how old the frame is.
+        return max(frame.shape[2], legend, len(_frame_subtitle(frame)) + 2)
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         frame = self.frame
