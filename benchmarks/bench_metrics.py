@@ -1,6 +1,7 @@
 """Cost of publishing into the metrics file: ns per counter store, gauge store, snapshot publish,
-history append and heartbeat, from Python (what the trainer's loop pays per call) and from C
-(a nogil loop over the same stores), plus the reader's cost for comparison.
+history append, heartbeat and frame publish (a Seaquest-sized 10 x 10 x 10 frame, format 1.2),
+from Python (what the trainer's loop pays per call) and from C (a nogil loop over the same
+stores), plus the reader's cost for comparison.
 
     python benchmarks/bench_metrics.py [--rounds 5] [--calls 200000] [--json]
 
@@ -25,17 +26,32 @@ from operant.shared.reader import MetricsReader
 
 SNAPSHOT_WORDS = 16
 HISTORY_FIELDS = 32
+FRAME = fmt.FrameSpec(shape=(10, 10, 10))
 
 
-def make_writer(directory: Path) -> MetricsWriter:
+def make_writer(directory: Path, frame: fmt.FrameSpec | None = None) -> MetricsWriter:
     schema = fmt.make_schema(
         "bench",
         counters=["global_step"],
         gauges=["sps"],
         snapshot=[f"s{i}" for i in range(SNAPSHOT_WORDS)],
         history=[f"h{i}" for i in range(HISTORY_FIELDS)],
+        frame=frame,
     )
-    return MetricsWriter.create(directory / "metrics.bin", schema, history_capacity=1024)
+    name = "frame.bin" if frame is not None else "metrics.bin"
+    return MetricsWriter.create(directory / name, schema, history_capacity=1024)
+
+
+def frame_cases(writer: MetricsWriter) -> dict[str, object]:
+    """The frame publish as the trainer calls it: a view of env memory, two counts."""
+    frame = np.zeros(FRAME.nbytes, dtype=np.uint8)
+    publish_frame = writer.publish_frame
+
+    def frame_publish(calls):
+        for i in range(calls):
+            publish_frame(frame, i, i)
+
+    return {"frame": frame_publish}
 
 
 def python_cases(writer: MetricsWriter) -> dict[str, object]:
@@ -114,8 +130,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as directory:
         writer = make_writer(Path(directory))
+        frame_writer = make_writer(Path(directory), FRAME)
         results: dict[str, dict[str, float]] = {"python_ns": {}, "c_ns": {}, "reader_ns": {}}
-        for name, function in python_cases(writer).items():
+        cases = {**python_cases(writer), **frame_cases(frame_writer)}
+        for name, function in cases.items():
             results["python_ns"][name] = median_ns(function, args.calls, args.rounds)
         c_calls = args.calls * 50
         slots = {
@@ -129,6 +147,18 @@ def main(argv: list[str] | None = None) -> int:
                 for _ in range(args.rounds)
             ]
             results["c_ns"][name] = statistics.median(rounds)
+        rounds = [frame_writer._benchmark("frame", c_calls) / c_calls for _ in range(args.rounds)]
+        results["c_ns"]["frame"] = statistics.median(rounds)
+        frame_writer.publish_frame(np.ones(FRAME.nbytes, dtype=np.uint8), 1, 1)
+        with MetricsReader(frame_writer.path) as reader:
+            read_frame = reader.frame
+
+            def frame_read(calls):
+                for _ in range(calls):
+                    read_frame()
+
+            results["reader_ns"]["frame"] = median_ns(frame_read, args.calls // 20, args.rounds)
+        frame_writer.close()
         with MetricsReader(writer.path) as reader:
             for name, function in reader_cases(reader).items():
                 calls = args.calls if name == "snapshot_block" else args.calls // 20
@@ -139,13 +169,14 @@ def main(argv: list[str] | None = None) -> int:
         "calls": args.calls,
         "snapshot_words": SNAPSHOT_WORDS,
         "history_fields": HISTORY_FIELDS,
+        "frame_bytes": FRAME.nbytes,
     }
     if args.json:
         print(json.dumps(results))
         return 0
     print(
         f"median of {args.rounds} rounds; snapshot = {SNAPSHOT_WORDS} words, "
-        f"history record = {HISTORY_FIELDS} fields"
+        f"history record = {HISTORY_FIELDS} fields, frame = {FRAME.nbytes} bytes"
     )
     print(f"{'operation':<14} {'python ns/call':>15} {'C ns/op':>10}")
     for name, python_ns in results["python_ns"].items():

@@ -8,7 +8,7 @@ operant.shared.metrics_layout, which readers import too.
 
 One writer process, one writer object per file. After `create()` returns, every method only
 stores into mapped memory: no syscall, no lock, no allocation on the hot path (set_counter,
-add_counter, set_gauge, publish_snapshot, append_history, heartbeat). Text and state changes
+add_counter, set_gauge, publish_snapshot, append_history, publish_frame, heartbeat). Text and state changes
 encode a str, so they allocate, but they are not per-step work.
 
 Order of a run (the trainer's side):
@@ -16,7 +16,8 @@ Order of a run (the trainer's side):
     operant.shared.runs.update_latest(root, run_id)                  # then `latest` points at it
     writer.start_heartbeat()                                         # native thread, no GIL
     writer.set_state(STATE_RUNNING)
-    ... per update: set_counter/add_counter/set_gauge, publish_snapshot, append_history ...
+    ... per update: set_counter/add_counter/set_gauge, publish_snapshot, append_history,
+        publish_frame (a schema with a frame: a pixel env's latest observation) ...
     writer.set_state(STATE_FINISHED) | set_state(STATE_FAILED, reason) ; writer.close()
 
 A writer must not be used from a forked child: the mapping is shared, so two processes would
@@ -76,6 +77,7 @@ cdef enum:
 
 # Read once from the layout module, which owns the number.
 cdef Py_ssize_t TEXT_HEADER_SIZE = layout_mod.TEXT_HEADER_SIZE
+cdef Py_ssize_t FRAME_HEADER_WORDS = layout_mod.FRAME_HEADER_SIZE // 8
 
 # The heartbeat thread sleeps in slices at most this long, so stop_heartbeat() returns quickly.
 cdef int64_t HEARTBEAT_SLICE_NS = 50_000_000
@@ -161,6 +163,8 @@ cdef class MetricsWriter:
     cdef Py_ssize_t history_fields
     cdef Py_ssize_t history_stride
     cdef uint64_t next_history_index
+    cdef uint64_t *frame_seq
+    cdef Py_ssize_t frame_bytes
     cdef HeartbeatTicker *ticker
     cdef pthread_t heartbeat_thread
     cdef bint heartbeat_running
@@ -170,6 +174,7 @@ cdef class MetricsWriter:
 
     def __cinit__(self):
         self.base = NULL
+        self.frame_seq = NULL
         self.ticker = NULL
         self.value_kinds = NULL
         self.heartbeat_running = False
@@ -257,6 +262,10 @@ cdef class MetricsWriter:
         self.history_fields = layout.history_fields
         self.history_stride = layout.history_stride
         self.next_history_index = 0
+        if layout.frame_size:
+            # Region: u64 seq, u64 updates, u64 global_step, u64 reserved, the frame's words.
+            self.frame_seq = <uint64_t *>(self.base + <Py_ssize_t>layout.frame_offset)
+            self.frame_bytes = schema.frame.nbytes
         self.value_kinds = <unsigned char *>calloc(max(self.value_count, 1), 1)
         self.ticker = <HeartbeatTicker *>calloc(1, sizeof(HeartbeatTicker))
         if self.value_kinds == NULL or self.ticker == NULL:
@@ -299,6 +308,29 @@ cdef class MetricsWriter:
         op_store_release_u64(record, 2 * index + 2)
         op_store_release_u64(self.head_word, index + 1)
         self.next_history_index = index + 1
+
+    cdef void c_publish_frame(self, const unsigned char *frame, uint64_t updates,
+                              uint64_t global_step) noexcept nogil:
+        # Under the region's seqlock, like the snapshot block: a reader copies a whole frame
+        # with the update that took it, or retries. Copied word by word through a local, so
+        # the source's alignment does not matter; the last word is zero-padded.
+        cdef uint64_t *seq = self.frame_seq
+        cdef uint64_t *words = seq + FRAME_HEADER_WORDS
+        cdef Py_ssize_t full = self.frame_bytes // 8
+        cdef Py_ssize_t tail = self.frame_bytes % 8
+        cdef Py_ssize_t i
+        cdef uint64_t word
+        op_seqlock_write_begin(seq)
+        op_store_relaxed_u64(seq + 1, updates)
+        op_store_relaxed_u64(seq + 2, global_step)
+        for i in range(full):
+            memcpy(&word, frame + 8 * i, 8)
+            op_store_relaxed_u64(words + i, word)
+        if tail:
+            word = 0
+            memcpy(&word, frame + 8 * full, tail)
+            op_store_relaxed_u64(words + full, word)
+        op_seqlock_write_end(seq)
 
     cdef void c_heartbeat(self) noexcept nogil:
         heartbeat_tick(self.ticker)
@@ -345,6 +377,24 @@ cdef class MetricsWriter:
             self.c_append_history(&values[0])
         else:
             self.c_append_history(NULL)
+
+    def publish_frame(self, const unsigned char[::1] frame, uint64_t updates=0,
+                      uint64_t global_step=0):
+        """Store the schema's frame (its C*H*W bytes in C order, schema.frame) with the update
+        count and step it was taken at, whole under the region's seqlock: a reader sees one
+        publication's frame or none, never a mix."""
+        self._check_open()
+        if self.frame_seq == NULL:
+            raise ValueError("this metrics file has no frame region (schema.frame is None)")
+        if frame.shape[0] != self.frame_bytes:
+            raise ValueError(f"publish_frame takes {self.frame_bytes} bytes (schema.frame), "
+                             f"got {frame.shape[0]}")
+        self.c_publish_frame(&frame[0], updates, global_step)
+
+    @property
+    def has_frame(self):
+        """Whether the file has a frame region (its schema declares a frame)."""
+        return self.frame_seq != NULL
 
     def skip_history(self, uint64_t count):
         """Number the history from record `count` instead of 0: a resumed run (a new file for
@@ -441,6 +491,7 @@ cdef class MetricsWriter:
         if self.base != NULL:
             munmap(self.base, self.size)
             self.base = NULL
+            self.frame_seq = NULL
         free(self.ticker)
         self.ticker = NULL
         free(self.value_kinds)
@@ -468,7 +519,7 @@ cdef class MetricsWriter:
 
     def _benchmark(self, what, Py_ssize_t count, Py_ssize_t slot=0):
         """Nanoseconds for `count` C-level operations in a nogil loop: what is one of
-        counter_set, counter_add, gauge, snapshot, history, heartbeat (like numpy's
+        counter_set, counter_add, gauge, snapshot, history, heartbeat, frame (like numpy's
         BitGenerator._benchmark, a measurement hook for benchmarks/bench_metrics.py)."""
         import numpy as np
 
@@ -476,13 +527,16 @@ cdef class MetricsWriter:
         kinds = {"counter_set": KIND_COUNTER, "counter_add": KIND_COUNTER, "gauge": KIND_GAUGE}
         if what in kinds:
             self._check_value_slot(slot, kinds[what])
-        elif what not in ("snapshot", "history", "heartbeat"):
+        elif what == "frame" and self.frame_seq == NULL:
+            raise ValueError("this metrics file has no frame region")
+        elif what not in ("snapshot", "history", "heartbeat", "frame"):
             raise ValueError(f"unknown benchmark {what!r}")
         cdef double[::1] buffer = np.zeros(max(self.snapshot_words, self.history_fields, 1))
         cdef const double *values = &buffer[0]
+        cdef unsigned char[::1] frame = np.zeros(max(self.frame_bytes, 1), dtype=np.uint8)
         cdef Py_ssize_t i
         cdef int op = ("counter_set", "counter_add", "gauge", "snapshot", "history",
-                       "heartbeat").index(what)
+                       "heartbeat", "frame").index(what)
         cdef uint64_t start, stop
         with nogil:
             start = _now_ns(CLOCK_MONOTONIC)
@@ -501,8 +555,11 @@ cdef class MetricsWriter:
             elif op == 4:
                 for i in range(count):
                     self.c_append_history(values)
-            else:
+            elif op == 5:
                 for i in range(count):
                     self.c_heartbeat()
+            else:
+                for i in range(count):
+                    self.c_publish_frame(&frame[0], <uint64_t>i, <uint64_t>i)
             stop = _now_ns(CLOCK_MONOTONIC)
         return int(stop - start)

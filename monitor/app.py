@@ -33,6 +33,7 @@ from operant.monitor.source import (
 from operant.monitor.widgets import (
     BigNumber,
     Curve,
+    FrameView,
     MetricsTable,
     PhaseBar,
     describe_status,
@@ -183,7 +184,8 @@ class RunCommands(Provider):
 
 
 class RunScreen(Screen):
-    """The run: title, process line, banner, big numbers, curves, metrics table, phases.
+    """The run: title, process line, banner, big numbers, curves, metrics table, a pixel
+    run's frame, phases.
     It starts the source once its widgets exist, so no view arrives before them."""
 
     def compose(self) -> ComposeResult:
@@ -201,6 +203,8 @@ class RunScreen(Screen):
                 for name, title, color in CURVES:
                     yield Curve(title, color=color, id=f"curve-{name}")
             yield MetricsTable(id="table")
+            # A pixel run's latest frame (hidden for other runs).
+            yield FrameView(id="frame")
         # A run of several processes: a row per rank (hidden for one process).
         yield Static(id="ranks")
         yield PhaseBar(id="phases")
@@ -318,6 +322,7 @@ class MonitorApp(App[str | None]):
         )
         self._show_curves(view)
         self.main.query_one("#table", MetricsTable).show(view)
+        self.main.query_one("#frame", FrameView).frame = view.frame
         ranks = self.main.query_one("#ranks", Static)
         ranks.set_class(view.world_size > 1, "distributed")
         if view.world_size > 1:

@@ -10,6 +10,7 @@ torch, no numpy, no Textual) so the headless paths start fast.
 from __future__ import annotations
 
 import argparse
+import base64
 import math
 import os
 import sys
@@ -18,9 +19,10 @@ from pathlib import Path
 
 import msgspec
 
+from operant.shared import frame as frames
 from operant.shared import metrics_layout as fmt
 from operant.shared.ranks import RankRow, RunReader, RunSnapshot, status_text
-from operant.shared.reader import MetricsFileError, Snapshot, shown_status
+from operant.shared.reader import Frame, MetricsFileError, Snapshot, shown_status
 from operant.shared.runs import RunNotFoundError, resolve_run, runs_root
 
 PROG = "operant monitor"
@@ -128,7 +130,8 @@ def json_document(
     """The `--json` document: the contract keys first (null when the run does not publish
     them), then the run's state, then every metric by name, then `world_size`,
     `status_ranks` (the ranks that make the status crashed, failed or stalled) and `ranks`
-    (one object per rank: a single process is rank 0 of 1). A run of several ranks is one
+    (one object per rank: a single process is rank 0 of 1), then `frame`: a pixel run's
+    latest frame (`frame_document`), null for other runs. A run of several ranks is one
     run here: its keys hold the ranks' values combined (operant.shared.ranks.RULES). NaN and
     infinities become null."""
     metrics = snapshot.metrics()
@@ -160,7 +163,51 @@ def json_document(
             status_ranks=list(run.status_ranks),
             ranks=[msgspec.to_builtins(row) for row in run.ranks],
         )
+    document["frame"] = None if snapshot.frame is None else frame_document(snapshot.frame)
     return document
+
+
+def frame_document(frame: Frame) -> dict[str, object]:
+    """`--json`'s `frame`: the frame whole (`data`: its C*H*W bytes, C order, base64) and as
+    the monitor draws it (`cells`: H rows of W channel numbers, the highest set channel of
+    each square, -1 for none), with what it needs to be read: shape, dtype, channel names
+    and colours, and the update and step it was published at."""
+    return {
+        "env": frame.env,
+        "updates": frame.updates,
+        "global_step": frame.global_step,
+        "shape": list(frame.shape),
+        "dtype": frame.dtype,
+        "channels": list(frame.channels),
+        "colors": list(frame.colors),
+        "data": base64.b64encode(frame.data).decode("ascii"),
+        "cells": frames.cells(frame.data, frame.shape),
+    }
+
+
+def frame_lines(frame: Frame) -> list[str]:
+    """`--once`'s frame: a title, one character per square (the channel's key, `.` for
+    none), and a legend of the keys."""
+    channels, height, width = frame.shape
+    lines = [
+        f"frame   env {frame.env} at update {frame.updates:,} (step {frame.global_step:,}): "
+        f"{height} x {width}, {channels} channels"
+    ]
+    lines += [f"  {row}" for row in frames.text_rows(frames.cells(frame.data, frame.shape))]
+    legend = [
+        f"{frames.key(channel)} {name or f'channel {channel}'}"
+        for channel, name in enumerate(frame.channels)
+    ]
+    line = " "
+    for item in [f"{frames.EMPTY_KEY} none", *legend]:
+        if len(line) + 2 + len(item) > LEGEND_WIDTH and line.strip():
+            lines.append(line)
+            line = " "
+        line += " " + item if line == " " else "  " + item
+    return lines + [line]
+
+
+LEGEND_WIDTH = 78
 
 
 def units(schema: fmt.Schema) -> dict[str, str]:
@@ -195,8 +242,8 @@ def format_age(seconds: float) -> str:
 def human_report(
     snapshot: Snapshot, schema: fmt.Schema, run_dir: Path, run: RunSnapshot | None = None
 ) -> str:
-    """`--once`: the run's status, reason and every metric; a run of several ranks adds a
-    table of its ranks below."""
+    """`--once`: the run's status, reason and every metric; a pixel run's latest frame; a
+    run of several ranks adds a table of its ranks below."""
     distributed = run is not None and run.world_size > 1
     status = status_text(snapshot.status, run.status_ranks) if run else snapshot.status
     if snapshot.interrupted:
@@ -225,6 +272,8 @@ def human_report(
             lines.append(f"  {name:<{width}}  {format_value(value):>14} {unit}".rstrip())
     if snapshot.snapshot is None and schema.snapshot:
         lines.append("  (the snapshot block could not be read whole: writer died mid-publish?)")
+    if snapshot.frame is not None:
+        lines += ["", *frame_lines(snapshot.frame)]
     if run is not None and distributed:
         lines += ["", *rank_table(run.ranks)]
     return "\n".join(lines)

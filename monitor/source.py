@@ -32,7 +32,7 @@ from operant.monitor.listing import RunRow, list_runs
 from operant.shared import metrics_layout as fmt
 from operant.shared import record
 from operant.shared.ranks import RankRow, RunReader, RunSnapshot
-from operant.shared.reader import MetricsFileError
+from operant.shared.reader import Frame, MetricsFileError
 from operant.shared.runs import (
     LATEST_NAME,
     RunNotFoundError,
@@ -101,6 +101,8 @@ class RunView(msgspec.Struct, frozen=True, kw_only=True):
     ranks: tuple[RankRow, ...] = ()
     status_ranks: tuple[int, ...] = ()
     """The ranks that make a distributed run failed, crashed or stalled."""
+    frame: Frame | None = None
+    """A pixel run's latest frame (env 0 of rank 0); None for other runs."""
     problem: str = ""
     """Why the values on screen may be old (file unreadable, removed); empty when fresh."""
     notice: str = ""
@@ -327,6 +329,7 @@ class ReaderSource:
             world_size=run.world_size,
             ranks=run.ranks,
             status_ranks=run.status_ranks,
+            frame=snapshot.frame,
             following=self._follow,
         )
 

@@ -26,7 +26,9 @@ MAGIC = b"OPERANTM"
 VERSION_MAJOR = 1
 # 1.1 added the schema's rank fields (rank, world_size, local_rank, node): a run trained by
 # several processes writes one file per rank (operant.shared.runs.metrics_path).
-VERSION_MINOR = 1
+# 1.2 added the optional frame region (header `frame_offset`/`frame_size` in 1.1's reserved
+# bytes 168-183, the schema's `frame`): a pixel env's latest observation of env 0.
+VERSION_MINOR = 2
 # Written as a little-endian u32: a reader that sees it differently is reading a file from a
 # big-endian writer (the format is little-endian only).
 ENDIAN_TAG = 0x0A0B0C0D
@@ -69,6 +71,9 @@ HEADER_FIELDS: tuple[tuple[str, str], ...] = (
     ("history_fields", "I"),
     ("history_stride", "I"),
     ("reserved_2", "I"),
+    ("frame_offset", "Q"),
+    ("frame_size", "I"),
+    ("reserved_3", "I"),
 )
 HEADER_STRUCT = struct.Struct("<" + "".join(code for _, code in HEADER_FIELDS))
 HEADER_OFFSETS: dict[str, int] = {}
@@ -77,7 +82,8 @@ for _name, _code in HEADER_FIELDS:
     HEADER_OFFSETS[_name] = _offset
     _offset += struct.calcsize("<" + _code)
 del _offset, _name, _code
-# Bytes a reader must have before it can judge a file at all (magic .. history_stride).
+# Bytes a reader must have before it can judge a file at all (magic .. reserved_3). A file of
+# 1.0 or 1.1 holds zeros in the bytes 1.2 added (168-183): no frame region.
 IDENTITY_SIZE = HEADER_STRUCT.size
 
 # Words the writer changes while running, each on its own cache line so the heartbeat thread,
@@ -99,6 +105,15 @@ REASON_SIZE = 1024
 SNAPSHOT_HEADER_SIZE = 8
 # A history record: u64 seq, then the float64 fields.
 HISTORY_RECORD_HEADER_SIZE = 8
+# The frame region (1.2): u64 seq, u64 updates, u64 global_step, u64 reserved, then the
+# frame's C*H*W bytes (one byte per value, C order) padded to whole words; all under the seq.
+FRAME_HEADER_SIZE = 32
+# What the frame region carries: (C, H, W) of one byte per value, not larger than this. The
+# writer publishes a frame only for observations that fit (operant.trainer.telemetry).
+FRAME_DTYPES = ("uint8", "bool")
+FRAME_MAX_CHANNELS = 64
+FRAME_MAX_SIDE = 256
+FRAME_MAX_BYTES = 1 << 16
 
 # The state word: low byte is the state, higher bits are flags.
 STATE_INITIALIZING = 0
@@ -156,6 +171,52 @@ class Field(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     description: str = ""
 
 
+class FrameSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """What the frame region holds (since 1.2): the latest observation of one env, an image of
+    `shape` (C, H, W), channels first, one byte per value. Absent from the schema (and the
+    region from the file) when the run publishes no frame."""
+
+    shape: tuple[int, int, int]
+    """(channels, height, width)."""
+    dtype: str = "uint8"
+    """`uint8` or `bool` (one byte each, 0 or 1 for bool)."""
+    channels: tuple[str, ...] = ()
+    """A name per channel, in channel order (MinAtar's object kinds); empty: unnamed."""
+    colors: tuple[str, ...] = ()
+    """A `#rrggbb` colour per channel to draw it in; empty: the reader's default palette."""
+    env: int = 0
+    """Which env's (row's) observation it is."""
+
+    @property
+    def nbytes(self) -> int:
+        channels, height, width = self.shape
+        return channels * height * width
+
+
+def frame_problem(spec: FrameSpec) -> str:
+    """What is wrong with a frame spec, or '' when nothing is."""
+    if len(spec.shape) != 3 or min(spec.shape) < 1:
+        return f"frame shape {spec.shape} is not (channels, height, width) of positive sizes"
+    channels, height, width = spec.shape
+    if channels > FRAME_MAX_CHANNELS or max(height, width) > FRAME_MAX_SIDE:
+        return f"frame shape {spec.shape} is larger than a frame may be"
+    if spec.nbytes > FRAME_MAX_BYTES:
+        return f"frame of {spec.nbytes} bytes is larger than {FRAME_MAX_BYTES}"
+    if spec.dtype not in FRAME_DTYPES:
+        return f"frame dtype {spec.dtype!r} is not one of {', '.join(FRAME_DTYPES)}"
+    if spec.channels and len(spec.channels) != channels:
+        return f"frame has {channels} channels but {len(spec.channels)} channel names"
+    if spec.colors and len(spec.colors) != channels:
+        return f"frame has {channels} channels but {len(spec.colors)} colours"
+    for color in spec.colors:
+        if len(color) != 7 or color[0] != "#" or not all(c in _HEX for c in color[1:]):
+            return f"frame colour {color!r} is not #rrggbb"
+    return ""
+
+
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
 class Schema(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """What the file holds, encoded as JSON into the schema region. New fields get defaults."""
 
@@ -183,6 +244,8 @@ class Schema(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     node: str = ""
     """The node the rank runs on, as the launcher's hosts are named (since 1.1; empty in a
     single-process run, where `hostname` says it)."""
+    frame: FrameSpec | None = None
+    """The frame region's content (since 1.2); None (absent) when the file has none."""
 
     def metric(self, name: str) -> Metric:
         for metric in self.metrics:
@@ -243,6 +306,7 @@ def make_schema(
     world_size: int = 1,
     local_rank: int = 0,
     node: str = "",
+    frame: FrameSpec | None = None,
 ) -> Schema:
     """A schema with slots assigned in order (counters, then gauges; texts separately).
 
@@ -250,7 +314,8 @@ def make_schema(
     (name, unit, description). Metric and snapshot names must be unique together, since a
     reader shows them in one namespace; history fields may repeat metric names. `rank`,
     `world_size`, `local_rank` and `node` say which process of a training group writes the
-    file (defaults: the only one).
+    file (defaults: the only one). `frame` declares a frame region (a pixel env's latest
+    observation).
     """
     metrics: list[Metric] = []
     for kind, items in ((KIND_COUNTER, counters), (KIND_GAUGE, gauges)):
@@ -277,6 +342,7 @@ def make_schema(
         world_size=world_size,
         local_rank=local_rank,
         node=node,
+        frame=frame,
     )
     check_schema(schema)
     return schema
@@ -285,7 +351,7 @@ def make_schema(
 def check_schema(schema: Schema) -> None:
     """Raise ValueError naming the first problem: duplicate names or slots, bad kinds, a rank
     outside its world."""
-    problem = rank_problem(schema)
+    problem = rank_problem(schema) or (frame_problem(schema.frame) if schema.frame else "")
     if problem:
         raise ValueError(problem)
     seen: set[str] = set()
@@ -367,6 +433,9 @@ class Layout(msgspec.Struct, frozen=True, kw_only=True):
     history_capacity: int
     history_fields: int
     history_stride: int
+    frame_offset: int = 0
+    """The frame region (1.2); 0 with `frame_size` 0 when the file has none."""
+    frame_size: int = 0
 
     def value_word(self, slot: int) -> int:
         """Byte offset of counter/gauge `slot`."""
@@ -380,8 +449,9 @@ class Layout(msgspec.Struct, frozen=True, kw_only=True):
         return self.history_offset + (index % self.history_capacity) * self.history_stride
 
     def regions(self) -> list[tuple[str, int, int]]:
-        """(name, offset, size) of each region in file order, the header first."""
-        return [
+        """(name, offset, size) of each region in file order, the header first (the frame
+        region only where the file has one)."""
+        regions = [
             ("header", 0, HEADER_SIZE),
             ("schema", self.schema_offset, self.schema_length),
             ("values", self.values_offset, self.value_count * self.value_stride),
@@ -390,11 +460,15 @@ class Layout(msgspec.Struct, frozen=True, kw_only=True):
             ("reason", self.reason_offset, self.reason_size),
             ("history", self.history_offset, self.history_capacity * self.history_stride),
         ]
+        if self.frame_size:
+            regions.append(("frame", self.frame_offset, self.frame_size))
+        return regions
 
 
 def compute_layout(schema: Schema, schema_length: int, history_capacity: int) -> Layout:
     """Regions in file order, each starting on its own cache line, the file a whole number of
-    pages: header | schema | values | snapshot | texts | reason | history."""
+    pages: header | schema | values | snapshot | texts | reason | history | frame (where the
+    schema declares one)."""
     if not 1 <= history_capacity < 2**32:
         raise ValueError("history_capacity must be between 1 and 2**32 - 1")
     schema_offset = HEADER_SIZE
@@ -406,7 +480,13 @@ def compute_layout(schema: Schema, schema_length: int, history_capacity: int) ->
     reason_offset = _align(text_offset + schema.text_count * TEXT_STRIDE, CACHE_LINE)
     history_offset = _align(reason_offset + REASON_SIZE, CACHE_LINE)
     history_stride = HISTORY_RECORD_HEADER_SIZE + 8 * len(schema.history)
-    file_size = _align(history_offset + history_capacity * history_stride, PAGE)
+    end = history_offset + history_capacity * history_stride
+    frame_offset = frame_size = 0
+    if schema.frame is not None:
+        frame_offset = _align(end, CACHE_LINE)
+        frame_size = frame_region_size(schema.frame)
+        end = frame_offset + frame_size
+    file_size = _align(end, PAGE)
     return Layout(
         file_size=file_size,
         schema_offset=schema_offset,
@@ -425,7 +505,14 @@ def compute_layout(schema: Schema, schema_length: int, history_capacity: int) ->
         history_capacity=history_capacity,
         history_fields=len(schema.history),
         history_stride=history_stride,
+        frame_offset=frame_offset,
+        frame_size=frame_size,
     )
+
+
+def frame_region_size(spec: FrameSpec) -> int:
+    """Bytes of the frame region for `spec`: its header and the frame in whole words."""
+    return FRAME_HEADER_SIZE + _align(spec.nbytes, 8)
 
 
 def pack_header(

@@ -36,6 +36,7 @@ import msgspec
 import psutil
 
 from operant.shared import metrics_layout as fmt
+from operant.shared.frame import frame_palette
 
 # Two start times within this many seconds name the same process: psutil derives start times
 # from the boot time, which moves a little when the wall clock is stepped.
@@ -46,6 +47,9 @@ STALL_INTERVALS = 4.0
 # odd forever); the deadline bounds the time spent when the writer is merely very busy.
 SEQLOCK_FAST_ATTEMPTS = 256
 SEQLOCK_DEADLINE_S = 0.05
+
+# The frame region's update count and step, after its seq word.
+_FRAME_COUNTS = struct.Struct("<QQ")
 
 STATUS_RUNNING = "running"
 STATUS_FINISHED = "finished"
@@ -67,6 +71,33 @@ def shown_status(status: str, interrupted: bool) -> str:
 class MetricsFileError(Exception):
     """Any problem with a metrics file. The message is one line: the file, what is wrong with
     it, and what to do."""
+
+
+class Frame(msgspec.Struct, frozen=True, kw_only=True):
+    """A pixel run's latest frame (format 1.2's frame region): one env's observation as the
+    trainer published it at an update, whole (never a mix of two publications)."""
+
+    shape: tuple[int, int, int]
+    """(channels, height, width)."""
+    dtype: str
+    """`uint8` or `bool`: one byte per value either way."""
+    channels: tuple[str, ...]
+    """A name per channel (empty names where the writer gave none)."""
+    colors: tuple[str, ...]
+    """A `#rrggbb` per channel, as the writer chose them, else operant.shared.frame's
+    palette."""
+    env: int
+    """Which env's observation (0: the first env of the rank's batch)."""
+    updates: int
+    """The update count when it was published (its history record is `updates - 1`)."""
+    global_step: int
+    """The writer's global_step when it was published."""
+    data: bytes
+    """C*H*W bytes in C order (channel, row, column)."""
+
+    def value(self, channel: int, row: int, column: int) -> int:
+        _, height, width = self.shape
+        return self.data[(channel * height + row) * width + column]
 
 
 class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
@@ -101,6 +132,9 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
     died mid-publish)."""
     schema: fmt.Schema
     """What the file holds: names, kinds, units and descriptions of every value."""
+    frame: Frame | None = None
+    """The latest frame of a pixel run (format 1.2); None when the file has no frame region,
+    nothing was published yet, or no whole copy could be taken."""
 
     def metrics(self) -> dict[str, int | float | str]:
         """Every named value in one mapping: counters, gauges, texts and snapshot fields."""
@@ -268,6 +302,10 @@ class MetricsReader:
             or layout.history_stride < fmt.HISTORY_RECORD_HEADER_SIZE + 8 * layout.history_fields
         ):
             raise self._fail("has a corrupt header (history ring shape)")
+        if bool(layout.frame_offset) != bool(layout.frame_size) or (
+            layout.frame_size and layout.frame_size < fmt.FRAME_HEADER_SIZE + 8
+        ):
+            raise self._fail("has a corrupt header (frame region)")
         previous_end, previous_name = header_size, "header"
         for name, offset, size in layout.regions()[1:]:
             if name != "schema" and offset % 8:
@@ -306,6 +344,20 @@ class MetricsReader:
             raise self._fail("has a corrupted schema blob (snapshot fields vs. header)")
         if len(schema.history) != layout.history_fields:
             raise self._fail("has a corrupted schema blob (history fields vs. header)")
+        self._frame_seq_word = 0
+        if schema.frame is not None:
+            # A frame the schema declares must have its region; a region the schema does not
+            # declare is left alone (a later minor version may give it other content).
+            problem = fmt.frame_problem(schema.frame)
+            if problem:
+                raise self._fail(f"has a corrupted schema blob ({problem})")
+            if not layout.frame_size or layout.frame_size < fmt.frame_region_size(schema.frame):
+                raise self._fail("has a corrupted schema blob (frame vs. header)")
+            self._frame_seq_word = layout.frame_offset // 8
+            spec = schema.frame
+            channels = spec.shape[0]
+            self._frame_channels = spec.channels or ("",) * channels
+            self._frame_colors = spec.colors or frame_palette(channels)
         self.schema = schema
         self._counters, self._gauges, self._texts = counters, gauges, texts
         view = memoryview(mm)
@@ -408,6 +460,34 @@ class MetricsReader:
             self._snapshot_start,
         )
 
+    def frame(self) -> Frame | None:
+        """The latest published frame, whole; None when the file has none, none was published
+        yet, or no whole copy could be taken (a writer that died mid-publish)."""
+        if not self._frame_seq_word:
+            return None
+        spec = self.schema.frame
+        assert spec is not None
+        if not self._q[self._frame_seq_word]:
+            return None  # seq 0: never published
+        start = self._frame_seq_word * 8 + 8
+        end = start + fmt.FRAME_HEADER_SIZE - 8 + spec.nbytes
+        copy = self._read_seqlocked(
+            self._frame_seq_word, self._mapping().__getitem__, slice(start, end)
+        )
+        if copy is None:
+            return None
+        updates, global_step = _FRAME_COUNTS.unpack_from(copy)
+        return Frame(
+            shape=spec.shape,
+            dtype=spec.dtype,
+            channels=self._frame_channels,
+            colors=self._frame_colors,
+            env=spec.env,
+            updates=updates,
+            global_step=global_step,
+            data=copy[fmt.FRAME_HEADER_SIZE - 8 :],
+        )
+
     def _read_text(self, offset: int, size: int, what: str) -> str:
         data = self._read_seqlocked(
             offset // 8, self._mapping().__getitem__, slice(offset + 8, offset + size)
@@ -475,6 +555,7 @@ class MetricsReader:
             texts=texts,
             snapshot=None if block is None else dict(zip(self._snapshot_names, block)),
             schema=self.schema,
+            frame=self.frame(),
         )
 
     def _heartbeat_age(self, wall_ns: int, mono_ns: int) -> float:

@@ -2,6 +2,7 @@
 
     python metrics_writer_proc.py snapshot PATH WORDS         hammer the seqlock block + a counter
     python metrics_writer_proc.py history PATH CAPACITY FIELDS  hammer the history ring
+    python metrics_writer_proc.py frame PATH C H W            hammer the frame region
     python metrics_writer_proc.py live PATH INTERVAL [--no-heartbeat] [--rank R/W]
         a run (with --rank: rank R of a run of W processes, on node `node-R`) that heartbeats
         and then obeys stdin lines: finish | interrupt | fail REASON
@@ -59,6 +60,25 @@ def hammer_history(path: str, capacity: int, fields: int) -> None:
             break
 
 
+def hammer_frame(path: str, channels: int, height: int, width: int) -> None:
+    spec = fmt.FrameSpec(shape=(channels, height, width))
+    schema = fmt.make_schema("stress-frame", counters=["updates"], frame=spec)
+    writer = MetricsWriter.create(path, schema, history_capacity=1)
+    writer.set_state(fmt.STATE_RUNNING)
+    frame = np.zeros(spec.nbytes, dtype=np.uint8)
+    print("ready", flush=True)
+    deadline = time.monotonic() + MAX_SECONDS
+    i = 0
+    while True:
+        i += 1
+        # Every byte of publication i holds i mod 256: a torn frame shows two values, or
+        # bytes that do not match its update count.
+        frame.fill(i & 0xFF)
+        writer.publish_frame(frame, i, 2 * i)
+        if not i & 0xFFFF and time.monotonic() > deadline:
+            break
+
+
 def live(path: str, interval: float, heartbeat: bool, rank: int = 0, world_size: int = 1) -> None:
     schema = fmt.make_schema(
         "live-run",
@@ -96,6 +116,8 @@ if __name__ == "__main__":
         hammer_snapshot(target, int(rest[0]))
     elif mode == "history":
         hammer_history(target, int(rest[0]), int(rest[1]))
+    elif mode == "frame":
+        hammer_frame(target, *map(int, rest[:3]))
     else:
         ranks = rest[rest.index("--rank") + 1] if "--rank" in rest else "0/1"
         rank, world_size = map(int, ranks.split("/"))

@@ -28,6 +28,8 @@ from operant.cext.metrics import MetricsWriter
 from operant.monitor.runs_cmd import RunRow
 from operant.monitor.source import MetricInfo, ProcessInfo, RunUpdate, RunView
 from operant.shared import metrics_layout as fmt
+from operant.shared.frame import frame_palette
+from operant.shared.reader import Frame
 from operant.shared.runs import METRICS_FILE, create_run_dir, update_latest
 
 ENV_ID = "CartPole-v1"
@@ -230,6 +232,33 @@ def make_view(
     )
     fields.update(changes)
     return RunView(**fields)
+
+
+def breakout_frame() -> Frame:
+    """A MinAtar Breakout frame as a run publishes it: three rows of bricks with two gaps, the
+    ball with its trail, the paddle on the bottom row."""
+    data = bytearray(4 * 10 * 10)
+
+    def set_square(channel: int, row: int, column: int) -> None:
+        data[(channel * 10 + row) * 10 + column] = 1
+
+    for row in (1, 2, 3):
+        for column in range(10):
+            if (row, column) not in ((3, 2), (3, 6)):
+                set_square(3, row, column)
+    set_square(1, 6, 5)
+    set_square(2, 5, 4)
+    set_square(0, 9, 4)
+    return Frame(
+        shape=(4, 10, 10),
+        dtype="uint8",
+        channels=("paddle", "ball", "trail", "brick"),
+        colors=frame_palette(4),
+        env=0,
+        updates=120,
+        global_step=122_880,
+        data=bytes(data),
+    )
 
 
 def run_rows() -> list[RunRow]:

@@ -59,7 +59,7 @@ def test_new_file_reads_as_initializing_with_unset_values(made, tmp_path):
     assert all(math.isnan(v) for v in snap.snapshot.values())
     assert snap.texts == {"phase": ""}
     assert snap.heartbeat_count == 1 and snap.heartbeat_age_s < 5
-    assert snap.history_head == 0 and snap.format_version == "1.1"
+    assert snap.history_head == 0 and snap.format_version == "1.2"
     assert snap.schema == writer.schema
 
 

@@ -4,7 +4,7 @@ the same on every run. Update them with `pytest --snapshot-update` and look at t
 
 from pathlib import Path
 
-from monitor_fixtures import FakeSource, make_view
+from monitor_fixtures import FakeSource, breakout_frame, make_view
 
 from operant.monitor.app import MonitorApp
 from operant.monitor.widgets import Curve
@@ -41,6 +41,12 @@ def test_crashed_80x24(snap_compare):
 def test_failed_160x48(snap_compare):
     view = make_view(status="failed", reason="non-finite loss at update 120", process=None)
     assert snap_compare(MonitorApp(FakeSource(view)), terminal_size=(160, 48), run_before=drawn)
+
+
+def test_pixel_run_120x36(snap_compare):
+    """A MinAtar run: its latest frame beside the metrics table, in half blocks."""
+    view = make_view(env_id="MinAtar-Breakout-v1", frame=breakout_frame())
+    assert snap_compare(MonitorApp(FakeSource(view)), terminal_size=(120, 36), run_before=drawn)
 
 
 def test_run_picker_80x24(snap_compare):

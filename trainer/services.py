@@ -132,12 +132,14 @@ class PublishMetrics(Service):
         self.publisher: Any = None
 
     def on_start(self) -> None:
-        from operant.trainer.telemetry import Publisher
+        from operant.trainer.telemetry import Publisher, frame_source
 
         config = self.plan.config
         rank, world_size = self.rank.rank, self.rank.world_size
         path = runs.metrics_path(self.run_dir, rank, world_size)
         path.parent.mkdir(parents=True, exist_ok=True)  # another node: no run dir yet
+        # A pixel env's latest frame (env 0); none for other envs or a trainer without one.
+        env = getattr(self.trainer, "env", None)
         self.publisher = Publisher(
             path,
             self.plan.run_id,
@@ -150,6 +152,7 @@ class PublishMetrics(Service):
             world_size=world_size,
             local_rank=self.rank.local_rank,
             node=socket.gethostname() if world_size > 1 else "",
+            frame=frame_source(env) if env is not None else None,
         )
         self.publisher.set_elapsed_before(self.trainer.elapsed_offset_s)
         if self.history.records:

@@ -6,6 +6,11 @@ exporter) render whatever it describes. Once per update the trainer stores count
 and gauges (one atomic word each), the per-phase times as one seqlocked snapshot (a coherent
 breakdown), and one history record; a native thread ticks the heartbeat between updates,
 so a long update never looks stalled. Nothing here runs per environment step.
+
+A run whose observations are images, (C, H, W) of uint8 or bool (MinAtar's games), also
+publishes env 0's latest observation once per update into the file's frame region
+(`FrameSource`): the rule is the observation space's, not a family's, so a token env (Grid-v0's
+(T, 3)) or a vector env publishes none.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import psutil
 
 from operant.shared import metrics_layout as layout
 from operant.shared import record as names
+from operant.shared.frame import frame_palette
 from operant.shared.record import PHASES, MetricDeclaration, UpdateRecord
 
 _PUBLISHED = tuple(declared for declared in names.RECORD_METRICS if declared.in_file)
@@ -50,10 +56,11 @@ def build_schema(
     world_size: int = 1,
     local_rank: int = 0,
     node: str = "",
+    frame: layout.FrameSpec | None = None,
 ) -> layout.Schema:
     """The run's schema; `env_phases` (a profiling env's step phases) add one gauge each.
     `rank` of `world_size` (with `local_rank` and `node`) says which process of a training
-    group writes the file; the defaults, the only one."""
+    group writes the file; the defaults, the only one. `frame` adds the frame region."""
     from operant import __version__
 
     return layout.make_schema(
@@ -69,7 +76,85 @@ def build_schema(
         world_size=world_size,
         local_rank=local_rank,
         node=node,
+        frame=frame,
     )
+
+
+class FrameSource:
+    """Where the frame comes from: row 0 of an env's observation buffer, as bytes.
+
+    Made once, at the start (the contract's buffers are never rebound): for a host buffer the
+    bytes are a view of row 0's newest frame, so publishing copies it straight from the env's
+    memory without allocating; a device buffer (a torch env on a GPU) is copied to the host
+    once per update (a few hundred bytes for MinAtar).
+    """
+
+    def __init__(self, spec: layout.FrameSpec, buffer: Any, view: np.ndarray | None):
+        self.spec = spec
+        self._buffer = buffer
+        self._view = view
+
+    def frame(self) -> np.ndarray:
+        """The newest frame of env 0, C*H*W uint8 in C order."""
+        if self._view is not None:
+            return self._view
+        row = _host_row(self._buffer)
+        if row is None:
+            row = self._buffer[0].detach().to("cpu").numpy()
+        return _row_bytes(row, self.spec)
+
+
+def _host_row(buffer: Any) -> np.ndarray | None:
+    """Row 0 of a buffer in host memory (numpy, or a torch tensor on the CPU) as a numpy
+    array sharing its memory; None for a device buffer."""
+    if isinstance(buffer, np.ndarray):
+        return buffer[0]
+    if getattr(getattr(buffer, "device", None), "type", None) == "cpu":
+        return buffer[0].numpy()
+    return None
+
+
+def _row_bytes(row: np.ndarray, spec: layout.FrameSpec) -> np.ndarray:
+    """A row's last `spec.shape[0]` channels (its newest frame) as flat uint8; a view of the
+    row's memory where it is contiguous (the contract's buffers are)."""
+    channels = spec.shape[0]
+    return np.ascontiguousarray(row[row.shape[0] - channels :]).reshape(-1).view(np.uint8)
+
+
+def frame_source(env: Any) -> FrameSource | None:
+    """The frame env 0 shows, for an env whose observation is an image, else None.
+
+    An image is what `obs_spec` says it is, whatever the family: three dimensions, channels
+    first, one byte per value (uint8 or bool), within the frame region's bounds
+    (metrics_layout.frame_problem). Channel names are the env's `channels` where it declares
+    them (MinAtar's object kinds); an observation of k stacked frames (env.frame_stack, k x C
+    channels) then shows its newest frame, the last C channels. Everything else (vectors,
+    Grid-v0's (T, 3) tokens, float images) has no frame.
+    """
+    spec = env.obs_spec
+    if len(spec.shape) != 3 or spec.dtype not in (np.dtype(np.uint8), np.dtype(np.bool_)):
+        return None
+    declared = tuple(str(name) for name in getattr(env, "channels", ()) or ())
+    channels = spec.shape[0]
+    if declared and channels % len(declared) == 0:
+        channels = len(declared)
+    else:
+        declared = ()
+    frame = layout.FrameSpec(
+        shape=(channels, spec.shape[1], spec.shape[2]),
+        dtype="bool" if spec.dtype == np.dtype(np.bool_) else "uint8",
+        channels=declared,
+        colors=frame_palette(channels),
+    )
+    if layout.frame_problem(frame):
+        return None
+    row = _host_row(env.obs)
+    view = None
+    if row is not None:
+        view = _row_bytes(row, frame)
+        if not np.shares_memory(view, row):
+            view = None  # a copy would freeze the first frame: copy at each publish instead
+    return FrameSource(frame, env.obs, view)
 
 
 def _number(value: Any) -> float:
@@ -94,7 +179,9 @@ class Publisher:
         world_size: int = 1,
         local_rank: int = 0,
         node: str = "",
+        frame: FrameSource | None = None,
     ):
+        """`frame` (`frame_source(env)`): publish env 0's latest observation each update."""
         from operant.cext.metrics import MetricsWriter
 
         self.schema = build_schema(
@@ -105,7 +192,9 @@ class Publisher:
             world_size=world_size,
             local_rank=local_rank,
             node=node,
+            frame=frame.spec if frame is not None else None,
         )
+        self.frame = frame
         self.writer = MetricsWriter.create(
             path,
             self.schema,
@@ -164,6 +253,9 @@ class Publisher:
             history[index] = _number(getattr(record, name))
         history[len(self._history_names) :] = self._phases
         writer.append_history(history)
+        if self.frame is not None:
+            # After the record: a reader that sees update n's frame sees its record too.
+            writer.publish_frame(self.frame.frame(), record.updates, record.global_step)
         now = time.monotonic()
         if now - self._last_resources >= RESOURCE_INTERVAL_S:
             # Two /proc reads: throttled so that even tiny updates pay for them rarely.
