@@ -159,6 +159,61 @@ static inline int ma_count(const uint8_t *map) {
     return count;
 }
 
+/* Paint cell (y, x) of channel ch in an observation row with v (1: draw, 0: erase); a position
+ * off the grid (only a state loaded from outside can hold one) is skipped rather than written
+ * out of bounds. */
+static inline void ma_put(uint8_t *__restrict__ o, int ch, int32_t y, int32_t x, uint8_t v) {
+    if ((uint32_t)y < 10u && (uint32_t)x < 10u) o[ch * MA_CELLS + y * 10 + x] = v;
+}
+
+/* The observation by difference. A step writes only the cells that change: it erases what
+ * the env's last observation drew where an object moves or goes (painting it with 0 from the
+ * state before the change) and draws it where it is now (painting it with 1), a few bytes
+ * where a whole row is C x 100. The row always equals what `<game>_obs` (clear the row, draw
+ * everything) would write from the state, as long as it held the observation of the state
+ * before the step. It does: every path that sets a state from outside (a reset, `write_obs`
+ * after state was injected, a checkpoint that loads the state with its observation, NEXT_STEP's
+ * restore of both) writes or restores the whole row. An autoreset erases the terminal state's
+ * objects (after the batch loop has copied the row into final_obs) and draws the new
+ * episode's. The batch loop runs `<game>_step_obs` and `<game>_reset_obs` with a write_obs
+ * that does nothing.
+ *
+ * MA_ALONG: the game's step keeps the row itself, `<game>_step(m, i, row, terminated)`.
+ * MA_REPAINT: the step knows nothing of the row; all of `<game>_paint`'s objects are erased
+ * before it and drawn after (for games whose objects nearly all move every step). */
+#define MA_RESET_OBS(game)                                                                   \
+    static void game##_reset_obs(op_batch *b, int64_t i) {                                   \
+        ma_batch *m = (ma_batch *)b;                                                         \
+        uint8_t *o = ma_obs_row(m, i);                                                       \
+        game##_paint(m, i, o, 0);                                                            \
+        game##_reset(b, i);                                                                  \
+        game##_paint(m, i, o, 1);                                                            \
+    }
+
+#define MA_ALONG(game)                                                                       \
+    static double game##_step_obs(op_batch *b, int64_t i, int *terminated) {                \
+        ma_batch *m = (ma_batch *)b;                                                         \
+        return game##_step(m, i, ma_obs_row(m, i), terminated);                              \
+    }                                                                                        \
+    MA_RESET_OBS(game)
+
+#define MA_REPAINT(game)                                                                     \
+    static double game##_step_obs(op_batch *b, int64_t i, int *terminated) {                \
+        ma_batch *m = (ma_batch *)b;                                                         \
+        uint8_t *o = ma_obs_row(m, i);                                                       \
+        double r;                                                                            \
+        game##_paint(m, i, o, 0);                                                            \
+        r = game##_step(b, i, terminated);                                                   \
+        game##_paint(m, i, o, 1);                                                            \
+        return r;                                                                            \
+    }                                                                                        \
+    MA_RESET_OBS(game)
+
+static inline void ma_obs_unchanged(op_batch *b, int64_t i) {
+    (void)b;
+    (void)i;
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* Breakout (breakout.py). Ball directions 0..3: up-left, up-right, down-right, down-left. */
 
@@ -183,15 +238,21 @@ static void breakout_reset(op_batch *b, int64_t i) {
     MA_S(m, BO_LAST_Y, i) = MA_S(m, BO_BALL_Y, i);
 }
 
-static double breakout_step(op_batch *b, int64_t i, int *terminated) {
-    ma_batch *m = (ma_batch *)b;
-    uint8_t *bricks = MA_MAP(m, 0, i);
+/* The step, keeping observation row `o` that of the state: the ball, its trail and the paddle
+ * moved, a brick struck or the wall rebuilt. */
+static double breakout_step(ma_batch *m, int64_t i, uint8_t *__restrict__ o, int *terminated) {
+    uint8_t *bricks = MA_MAP(m, 0, i), *brick_channel = o + BO_CH_BRICK * MA_CELLS;
     int a = ma_effective_action(m, i);
     double r = 0.0;
     int32_t pos = MA_S(m, BO_POS, i), dir = MA_S(m, BO_BALL_DIR, i);
     int32_t ball_x = MA_S(m, BO_BALL_X, i), ball_y = MA_S(m, BO_BALL_Y, i);
     int32_t new_x, new_y, last_y = ball_y;
+    int32_t trail_x = MA_S(m, BO_LAST_X, i), trail_y = MA_S(m, BO_LAST_Y, i);
     int strike_toggle = 0;
+
+    ma_put(o, BO_CH_BALL, ball_y, ball_x, 0);
+    ma_put(o, BO_CH_PADDLE, 9, pos, 0);
+    ma_put(o, BO_CH_TRAIL, trail_y, trail_x, 0);
 
     if (a == MA_LEFT) pos = ma_max(0, pos - 1);
     else if (a == MA_RIGHT) pos = ma_min(9, pos + 1);
@@ -211,11 +272,15 @@ static double breakout_step(op_batch *b, int64_t i, int *terminated) {
             r += 1.0;
             MA_S(m, BO_STRIKE, i) = 1;
             bricks[new_y * 10 + new_x] = 0;
+            brick_channel[new_y * 10 + new_x] = 0;
             new_y = last_y;
             dir = BO_FLIP_Y[dir & 3];
         }
     } else if (new_y == 9) {
-        if (ma_count(bricks) == 0) memset(bricks + 10, 1, 30);
+        if (ma_count(bricks) == 0) {
+            memset(bricks + 10, 1, 30);
+            memset(brick_channel + 10, 1, 30);
+        }
         if (ball_x == pos) {
             dir = BO_FLIP_Y[dir & 3];
             new_y = last_y;
@@ -234,25 +299,32 @@ static double breakout_step(op_batch *b, int64_t i, int *terminated) {
     MA_S(m, BO_LAST_Y, i) = ball_y;
     MA_S(m, BO_BALL_X, i) = new_x;
     MA_S(m, BO_BALL_Y, i) = new_y;
+    ma_put(o, BO_CH_BALL, new_y, new_x, 1);
+    ma_put(o, BO_CH_PADDLE, 9, pos, 1);
+    ma_put(o, BO_CH_TRAIL, ball_y, ball_x, 1);
     return r;
 }
 
-/* Set cell (y, x) of channel ch in an observation row; a position off the grid (only a state
- * loaded from outside can hold one) is skipped rather than written out of bounds. */
-static inline void ma_set(uint8_t *o, int ch, int32_t y, int32_t x) {
-    if ((uint32_t)y < 10u && (uint32_t)x < 10u) o[ch * MA_CELLS + y * 10 + x] = 1;
+/* Breakout's objects (ball, paddle, trail) painted with v, and the brick channel copied from
+ * the map where they are drawn. */
+static inline void breakout_paint(ma_batch *m, int64_t i, uint8_t *__restrict__ o, uint8_t v) {
+    int32_t ball_y = MA_S(m, BO_BALL_Y, i), ball_x = MA_S(m, BO_BALL_X, i);
+    int32_t pos = MA_S(m, BO_POS, i), last_y = MA_S(m, BO_LAST_Y, i);
+    int32_t last_x = MA_S(m, BO_LAST_X, i);
+    ma_put(o, BO_CH_BALL, ball_y, ball_x, v);
+    ma_put(o, BO_CH_PADDLE, 9, pos, v);
+    ma_put(o, BO_CH_TRAIL, last_y, last_x, v);
+    if (v) memcpy(o + BO_CH_BRICK * MA_CELLS, MA_MAP(m, 0, i), MA_CELLS);
 }
 
 static void breakout_obs(op_batch *b, int64_t i) {
     ma_batch *m = (ma_batch *)b;
     uint8_t *o = ma_obs_row(m, i);
-    const uint8_t *bricks = MA_MAP(m, 0, i);
     memset(o, 0, BO_CH_BRICK * MA_CELLS);
-    ma_set(o, BO_CH_BALL, MA_S(m, BO_BALL_Y, i), MA_S(m, BO_BALL_X, i));
-    ma_set(o, BO_CH_PADDLE, 9, MA_S(m, BO_POS, i));
-    ma_set(o, BO_CH_TRAIL, MA_S(m, BO_LAST_Y, i), MA_S(m, BO_LAST_X, i));
-    memcpy(o + BO_CH_BRICK * MA_CELLS, bricks, MA_CELLS);
+    breakout_paint(m, i, o, 1);
 }
+
+MA_ALONG(breakout)
 
 /* ---------------------------------------------------------------------------------------- */
 /* Freeway (freeway.py). A car's speed is signed (its direction); it moves one cell every
@@ -280,12 +352,36 @@ static void freeway_reset(op_batch *b, int64_t i) {
     MA_S(m, FW_TERMINATE_TIMER, i) = FW_TIME_LIMIT;
 }
 
-static double freeway_step(op_batch *b, int64_t i, int *terminated) {
-    ma_batch *m = (ma_batch *)b;
+/* Car k (row k + 1) and its speed channel's cell one behind it, painted with v. Cars share no
+ * cell: each has its own row. */
+static inline void freeway_paint_car(uint8_t *__restrict__ o, int k, int32_t x, int32_t speed,
+                                     uint8_t v) {
+    int32_t back_x = speed > 0 ? x - 1 : x + 1, size = speed < 0 ? -speed : speed;
+    if (back_x < 0) back_x = 9;
+    else if (back_x > 9) back_x = 0;
+    ma_put(o, FW_CH_CAR, k + 1, x, v);
+    /* |speed| outside 1..5 is a state MinAtar cannot draw (its state() would fail) */
+    if (size >= 1 && size <= 5) ma_put(o, FW_CH_SPEED1 + size - 1, k + 1, back_x, v);
+}
+
+/* Freeway's chicken and cars painted with v. */
+static inline void freeway_paint(ma_batch *m, int64_t i, uint8_t *__restrict__ o, uint8_t v) {
+    const int32_t *xs = &MA_SLOT(m, FW_X, i, 0), *speeds = &MA_SLOT(m, FW_SPEED, i, 0);
+    int k;
+    ma_put(o, FW_CH_CHICKEN, MA_S(m, FW_POS, i), 4, v);
+    for (k = 0; k < FW_CARS; k++) freeway_paint_car(o, k, xs[k], speeds[k], v);
+}
+
+/* The step, keeping observation row `o` that of the state: the chicken, the cars that moved,
+ * every car where a crossing draws new speeds. */
+static double freeway_step(ma_batch *m, int64_t i, uint8_t *__restrict__ o, int *terminated) {
+    int32_t *xs = &MA_SLOT(m, FW_X, i, 0), *timers = &MA_SLOT(m, FW_TIMER, i, 0);
+    const int32_t *speeds = &MA_SLOT(m, FW_SPEED, i, 0);
     int a = ma_effective_action(m, i), k;
     double r = 0.0;
     int32_t pos = MA_S(m, FW_POS, i), move_timer = MA_S(m, FW_MOVE_TIMER, i);
 
+    ma_put(o, FW_CH_CHICKEN, pos, 4, 0);
     if (a == MA_UP && move_timer == 0) {
         move_timer = FW_PLAYER_SPEED;
         pos = ma_max(0, pos - 1);
@@ -295,21 +391,25 @@ static double freeway_step(op_batch *b, int64_t i, int *terminated) {
     }
     if (pos == 0) {
         r += 1.0;
+        for (k = 0; k < FW_CARS; k++) freeway_paint_car(o, k, xs[k], speeds[k], 0);
         freeway_randomize(m, i, 0);
+        for (k = 0; k < FW_CARS; k++) freeway_paint_car(o, k, xs[k], speeds[k], 1);
         pos = 9;
     }
     for (k = 0; k < FW_CARS; k++) {
-        int32_t *x = &MA_SLOT(m, FW_X, i, k), *timer = &MA_SLOT(m, FW_TIMER, i, k);
-        int32_t speed = MA_SLOT(m, FW_SPEED, i, k);
-        if (*x == 4 && k + 1 == pos) pos = 9;
-        if (*timer == 0) {
-            *timer = speed < 0 ? -speed : speed;
-            *x += speed > 0 ? 1 : -1;
-            if (*x < 0) *x = 9;
-            else if (*x > 9) *x = 0;
-            if (*x == 4 && k + 1 == pos) pos = 9;
+        int32_t speed = speeds[k], x = xs[k];
+        if (x == 4 && k + 1 == pos) pos = 9;
+        if (timers[k] == 0) {
+            timers[k] = speed < 0 ? -speed : speed;
+            freeway_paint_car(o, k, x, speed, 0);
+            x += speed > 0 ? 1 : -1;
+            if (x < 0) x = 9;
+            else if (x > 9) x = 0;
+            xs[k] = x;
+            freeway_paint_car(o, k, x, speed, 1);
+            if (x == 4 && k + 1 == pos) pos = 9;
         } else {
-            *timer -= 1;
+            timers[k] -= 1;
         }
     }
     move_timer -= move_timer > 0;
@@ -317,25 +417,18 @@ static double freeway_step(op_batch *b, int64_t i, int *terminated) {
     if (MA_S(m, FW_TERMINATE_TIMER, i) < 0) *terminated = 1;
     MA_S(m, FW_POS, i) = pos;
     MA_S(m, FW_MOVE_TIMER, i) = move_timer;
+    ma_put(o, FW_CH_CHICKEN, pos, 4, 1);
     return r;
 }
 
 static void freeway_obs(op_batch *b, int64_t i) {
     ma_batch *m = (ma_batch *)b;
     uint8_t *o = ma_obs_row(m, i);
-    int k;
     memset(o, 0, FW_CHANNELS * MA_CELLS);
-    ma_set(o, FW_CH_CHICKEN, MA_S(m, FW_POS, i), 4);
-    for (k = 0; k < FW_CARS; k++) {
-        int32_t x = MA_SLOT(m, FW_X, i, k), speed = MA_SLOT(m, FW_SPEED, i, k);
-        int32_t back_x = speed > 0 ? x - 1 : x + 1, size = speed < 0 ? -speed : speed;
-        if (back_x < 0) back_x = 9;
-        else if (back_x > 9) back_x = 0;
-        ma_set(o, FW_CH_CAR, k + 1, x);
-        /* |speed| outside 1..5 is a state MinAtar cannot draw (its state() would fail) */
-        if (size >= 1 && size <= 5) ma_set(o, FW_CH_SPEED1 + size - 1, k + 1, back_x);
-    }
+    freeway_paint(m, i, o, 1);
 }
+
+MA_ALONG(freeway)
 
 /* ---------------------------------------------------------------------------------------- */
 /* SpaceInvaders (space_invaders.py). np.roll wraps: the alien block's step down moves row 9
@@ -471,7 +564,7 @@ static void space_invaders_obs(op_batch *b, int64_t i) {
     const uint8_t *aliens = MA_MAP(m, SI_MAP_ALIEN, i);
     int left = MA_S(m, SI_ALIEN_DIR, i) < 0;
     memset(o + SI_CH_CANNON * MA_CELLS, 0, MA_CELLS);
-    ma_set(o, SI_CH_CANNON, 9, MA_S(m, SI_POS, i));
+    ma_put(o, SI_CH_CANNON, 9, MA_S(m, SI_POS, i), 1);
     memcpy(o + SI_CH_ALIEN * MA_CELLS, aliens, MA_CELLS);
     memcpy(o + (left ? SI_CH_ALIEN_LEFT : SI_CH_ALIEN_RIGHT) * MA_CELLS, aliens, MA_CELLS);
     memset(o + (left ? SI_CH_ALIEN_RIGHT : SI_CH_ALIEN_LEFT) * MA_CELLS, 0, MA_CELLS);
@@ -497,9 +590,17 @@ static void asterix_reset(op_batch *b, int64_t i) {
     MA_S(m, AX_RAMP_INDEX, i) = 0;
 }
 
+/* Slot k's entity (row k + 1) and its trail one cell behind, painted with v. Slots share no
+ * cell: each has its own row. */
+static inline void asterix_paint_slot(uint8_t *__restrict__ o, int k, int32_t x, int32_t lr,
+                                      int32_t gold, uint8_t v) {
+    ma_put(o, gold ? AX_CH_GOLD : AX_CH_ENEMY, k + 1, x, v);
+    ma_put(o, AX_CH_TRAIL, k + 1, lr ? x - 1 : x + 1, v);
+}
+
 /* _spawn_entity: the direction and kind are drawn first (even when no slot is free, and then
  * nothing spawns), then one of the free slots, uniformly. */
-static void asterix_spawn(ma_batch *m, int64_t i) {
+static void asterix_spawn(ma_batch *m, int64_t i, uint8_t *__restrict__ o) {
     int lr = ma_chance(m, i, 0.5), gold = ma_chance(m, i, 1.0 / 3.0), k, free = 0, pick;
     for (k = 0; k < AX_SLOTS; k++) free += !MA_SLOT(m, AX_ACTIVE, i, k);
     if (free == 0) return;
@@ -512,53 +613,62 @@ static void asterix_spawn(ma_batch *m, int64_t i) {
     MA_SLOT(m, AX_X, i, k) = lr ? 0 : 9;
     MA_SLOT(m, AX_LR, i, k) = lr;
     MA_SLOT(m, AX_GOLD, i, k) = gold;
+    asterix_paint_slot(o, k, lr ? 0 : 9, lr, gold, 1);
 }
 
-static double asterix_step(op_batch *b, int64_t i, int *terminated) {
-    ma_batch *m = (ma_batch *)b;
+/* The step, keeping observation row `o` that of the state as it changes (the player's cell,
+ * and a slot's cells where it spawns, moves or goes). */
+static double asterix_step(ma_batch *m, int64_t i, uint8_t *__restrict__ o, int *terminated) {
+    int32_t *active = &MA_SLOT(m, AX_ACTIVE, i, 0), *xs = &MA_SLOT(m, AX_X, i, 0);
+    const int32_t *lrs = &MA_SLOT(m, AX_LR, i, 0), *golds = &MA_SLOT(m, AX_GOLD, i, 0);
     int a = ma_effective_action(m, i), k;
     double r = 0.0;
-    int32_t px, py;
+    int32_t px = MA_S(m, AX_PLAYER_X, i), py = MA_S(m, AX_PLAYER_Y, i);
 
     if (MA_S(m, AX_SPAWN_TIMER, i) == 0) {
-        asterix_spawn(m, i);
+        asterix_spawn(m, i, o);
         MA_S(m, AX_SPAWN_TIMER, i) = MA_S(m, AX_SPAWN_SPEED, i);
     }
-    px = MA_S(m, AX_PLAYER_X, i);
-    py = MA_S(m, AX_PLAYER_Y, i);
+    ma_put(o, AX_CH_PLAYER, py, px, 0);
     if (a == MA_LEFT) px = ma_max(0, px - 1);
     else if (a == MA_RIGHT) px = ma_min(9, px + 1);
     else if (a == MA_UP) py = ma_max(1, py - 1);
     else if (a == MA_DOWN) py = ma_min(8, py + 1);
+    ma_put(o, AX_CH_PLAYER, py, px, 1);
 
-    for (k = 0; k < AX_SLOTS; k++) {
-        if (!MA_SLOT(m, AX_ACTIVE, i, k)) continue;
-        if (MA_SLOT(m, AX_X, i, k) == px && k + 1 == py) {
-            if (MA_SLOT(m, AX_GOLD, i, k)) {
-                MA_SLOT(m, AX_ACTIVE, i, k) = 0;
-                r += 1.0;
-            } else {
-                *terminated = 1;
-            }
+    /* MinAtar checks every entity against the player; only the one on the player's row (slot
+     * py - 1) can be there */
+    k = py - 1;
+    if ((uint32_t)k < AX_SLOTS && active[k] && xs[k] == px) {
+        if (golds[k]) {
+            asterix_paint_slot(o, k, xs[k], lrs[k], golds[k], 0);
+            active[k] = 0;
+            r += 1.0;
+        } else {
+            *terminated = 1;
         }
     }
     if (MA_S(m, AX_MOVE_TIMER, i) == 0) {
         MA_S(m, AX_MOVE_TIMER, i) = MA_S(m, AX_MOVE_SPEED, i);
         for (k = 0; k < AX_SLOTS; k++) {
             int32_t x;
-            if (!MA_SLOT(m, AX_ACTIVE, i, k)) continue;
-            x = MA_SLOT(m, AX_X, i, k) + (MA_SLOT(m, AX_LR, i, k) ? 1 : -1);
-            MA_SLOT(m, AX_X, i, k) = x;
+            if (!active[k]) continue;
+            asterix_paint_slot(o, k, xs[k], lrs[k], golds[k], 0);
+            x = xs[k] + (lrs[k] ? 1 : -1);
+            xs[k] = x;
             if (x < 0 || x > 9) {
-                MA_SLOT(m, AX_ACTIVE, i, k) = 0;
-            } else if (x == px && k + 1 == py) {
-                if (MA_SLOT(m, AX_GOLD, i, k)) {
-                    MA_SLOT(m, AX_ACTIVE, i, k) = 0;
-                    r += 1.0;
-                } else {
-                    *terminated = 1;
-                }
+                active[k] = 0;
+                continue;
             }
+            if (x == px && k + 1 == py) {
+                if (golds[k]) {
+                    active[k] = 0;
+                    r += 1.0;
+                    continue;
+                }
+                *terminated = 1;
+            }
+            asterix_paint_slot(o, k, x, lrs[k], golds[k], 1);
         }
     }
     MA_S(m, AX_SPAWN_TIMER, i) -= 1;
@@ -580,20 +690,26 @@ static double asterix_step(op_batch *b, int64_t i, int *terminated) {
     return r;
 }
 
+/* Asterix's player and active entities (each with its trail) painted with v. */
+static inline void asterix_paint(ma_batch *m, int64_t i, uint8_t *__restrict__ o, uint8_t v) {
+    const int32_t *active = &MA_SLOT(m, AX_ACTIVE, i, 0), *xs = &MA_SLOT(m, AX_X, i, 0);
+    const int32_t *lrs = &MA_SLOT(m, AX_LR, i, 0), *golds = &MA_SLOT(m, AX_GOLD, i, 0);
+    int k;
+    ma_put(o, AX_CH_PLAYER, MA_S(m, AX_PLAYER_Y, i), MA_S(m, AX_PLAYER_X, i), v);
+    for (k = 0; k < AX_SLOTS; k++) {
+        int32_t x = xs[k];
+        if (active[k]) asterix_paint_slot(o, k, x, lrs[k], golds[k], v);
+    }
+}
+
 static void asterix_obs(op_batch *b, int64_t i) {
     ma_batch *m = (ma_batch *)b;
     uint8_t *o = ma_obs_row(m, i);
-    int k;
     memset(o, 0, AX_CHANNELS * MA_CELLS);
-    ma_set(o, AX_CH_PLAYER, MA_S(m, AX_PLAYER_Y, i), MA_S(m, AX_PLAYER_X, i));
-    for (k = 0; k < AX_SLOTS; k++) {
-        int32_t x = MA_SLOT(m, AX_X, i, k), lr = MA_SLOT(m, AX_LR, i, k), back_x;
-        if (!MA_SLOT(m, AX_ACTIVE, i, k)) continue;
-        ma_set(o, MA_SLOT(m, AX_GOLD, i, k) ? AX_CH_GOLD : AX_CH_ENEMY, k + 1, x);
-        back_x = lr ? x - 1 : x + 1;
-        ma_set(o, AX_CH_TRAIL, k + 1, back_x);
-    }
+    asterix_paint(m, i, o, 1);
 }
+
+MA_ALONG(asterix)
 
 /* ---------------------------------------------------------------------------------------- */
 /* Seaquest (seaquest.py). MinAtar's lists are Python lists of small int lists, and its loops
@@ -935,39 +1051,48 @@ static double seaquest_step(op_batch *b, int64_t i, int *terminated) {
     return r;
 }
 
-/* An entity and, where it is on the grid, its trail one cell behind it. */
-static inline void sq_draw_list(ma_batch *m, int64_t i, uint8_t *o, sq_list l, int ch,
-                                int trail) {
+/* A list's entities painted with v, each with its trail one cell behind it where asked. */
+static inline void sq_paint_list(ma_batch *m, int64_t i, uint8_t *__restrict__ o, sq_list l,
+                                 int ch, int trail, uint8_t v) {
     int j, n = ma_min(SQ_CAPACITY, SQ_LEN(m, i, l));
+    const int32_t *xs = &SQ_AT(m, i, l, 0, SQ_X), *ys = &SQ_AT(m, i, l, 0, SQ_Y);
+    const int32_t *dirs = &SQ_AT(m, i, l, 0, SQ_DIR);
     for (j = 0; j < n; j++) {
-        int32_t x = SQ_AT(m, i, l, j, SQ_X), y = SQ_AT(m, i, l, j, SQ_Y);
-        ma_set(o, ch, y, x);
-        if (trail) ma_set(o, SQ_CH_TRAIL, y, SQ_AT(m, i, l, j, SQ_DIR) ? x - 1 : x + 1);
+        int32_t x = xs[j], y = ys[j];
+        ma_put(o, ch, y, x, v);
+        if (trail) ma_put(o, SQ_CH_TRAIL, y, dirs[j] ? x - 1 : x + 1, v);
     }
+}
+
+/* Seaquest's sub, gauges and lists painted with v. */
+static inline void seaquest_paint(ma_batch *m, int64_t i, uint8_t *__restrict__ o, uint8_t v) {
+    int32_t sx = MA_S(m, SQ_SUB_X, i), sy = MA_S(m, SQ_SUB_Y, i), back_x, c, cells;
+    int32_t divers = MA_S(m, SQ_DIVER_COUNT, i), oxygen = MA_S(m, SQ_OXYGEN, i);
+    back_x = MA_S(m, SQ_SUB_OR, i) ? sx - 1 : sx + 1;
+    ma_put(o, SQ_CH_SUB_FRONT, sy, sx, v);
+    /* MinAtar indexes without a bounds check: -1 is numpy's last column */
+    ma_put(o, SQ_CH_SUB_BACK, sy, back_x == -1 ? 9 : back_x, v);
+    cells = sq_floordiv((oxygen > 0 ? oxygen : 0) * 10, SQ_MAX_OXYGEN);
+    for (c = 0; c < cells && c < 10; c++) o[SQ_CH_OXYGEN * MA_CELLS + 90 + c] = v;
+    /* state[9, 9 - diver_count:9]: cells 9 - diver_count .. 8, none for a count <= 0 */
+    for (c = 9 - divers; c < 9; c++) {
+        if (c >= 0) o[SQ_CH_DIVERS * MA_CELLS + 90 + c] = v;
+    }
+    sq_paint_list(m, i, o, SQ_LIST_F_BULLETS, SQ_CH_F_BULLET, 0, v);
+    sq_paint_list(m, i, o, SQ_LIST_E_BULLETS, SQ_CH_E_BULLET, 0, v);
+    sq_paint_list(m, i, o, SQ_LIST_FISH, SQ_CH_FISH, 1, v);
+    sq_paint_list(m, i, o, SQ_LIST_SUBS, SQ_CH_SUB, 1, v);
+    sq_paint_list(m, i, o, SQ_LIST_DIVERS, SQ_CH_DIVER, 1, v);
 }
 
 static void seaquest_obs(op_batch *b, int64_t i) {
     ma_batch *m = (ma_batch *)b;
     uint8_t *o = ma_obs_row(m, i);
-    int32_t sx = MA_S(m, SQ_SUB_X, i), sy = MA_S(m, SQ_SUB_Y, i), back_x, c, cells;
-    int32_t divers = MA_S(m, SQ_DIVER_COUNT, i), oxygen = MA_S(m, SQ_OXYGEN, i);
     memset(o, 0, SQ_CHANNELS * MA_CELLS);
-    ma_set(o, SQ_CH_SUB_FRONT, sy, sx);
-    back_x = MA_S(m, SQ_SUB_OR, i) ? sx - 1 : sx + 1;
-    /* MinAtar indexes without a bounds check: -1 is numpy's last column */
-    ma_set(o, SQ_CH_SUB_BACK, sy, back_x == -1 ? 9 : back_x);
-    cells = sq_floordiv((oxygen > 0 ? oxygen : 0) * 10, SQ_MAX_OXYGEN);
-    for (c = 0; c < cells && c < 10; c++) o[SQ_CH_OXYGEN * MA_CELLS + 90 + c] = 1;
-    /* state[9, 9 - diver_count:9]: cells 9 - diver_count .. 8, none for a count <= 0 */
-    for (c = 9 - divers; c < 9; c++) {
-        if (c >= 0) o[SQ_CH_DIVERS * MA_CELLS + 90 + c] = 1;
-    }
-    sq_draw_list(m, i, o, SQ_LIST_F_BULLETS, SQ_CH_F_BULLET, 0);
-    sq_draw_list(m, i, o, SQ_LIST_E_BULLETS, SQ_CH_E_BULLET, 0);
-    sq_draw_list(m, i, o, SQ_LIST_FISH, SQ_CH_FISH, 1);
-    sq_draw_list(m, i, o, SQ_LIST_SUBS, SQ_CH_SUB, 1);
-    sq_draw_list(m, i, o, SQ_LIST_DIVERS, SQ_CH_DIVER, 1);
+    seaquest_paint(m, i, o, 1);
 }
+
+MA_REPAINT(seaquest)
 
 /* ---------------------------------------------------------------------------------------- */
 /* The batch entry points: one instance of kernel_common.h's loop per game, so each game's
@@ -976,12 +1101,15 @@ static void seaquest_obs(op_batch *b, int64_t i) {
 static int64_t ma_step(ma_batch *m) {
     op_batch *b = &m->base;
     switch (m->game) {
-    case MA_BREAKOUT: return op_batch_step(b, breakout_step, breakout_obs, breakout_reset);
-    case MA_FREEWAY: return op_batch_step(b, freeway_step, freeway_obs, freeway_reset);
+    case MA_BREAKOUT:
+        return op_batch_step(b, breakout_step_obs, ma_obs_unchanged, breakout_reset_obs);
+    case MA_FREEWAY:
+        return op_batch_step(b, freeway_step_obs, ma_obs_unchanged, freeway_reset_obs);
     case MA_SPACE_INVADERS:
         return op_batch_step(b, space_invaders_step, space_invaders_obs, space_invaders_reset);
-    case MA_SEAQUEST: return op_batch_step(b, seaquest_step, seaquest_obs, seaquest_reset);
-    default: return op_batch_step(b, asterix_step, asterix_obs, asterix_reset);
+    case MA_SEAQUEST:
+        return op_batch_step(b, seaquest_step_obs, ma_obs_unchanged, seaquest_reset_obs);
+    default: return op_batch_step(b, asterix_step_obs, ma_obs_unchanged, asterix_reset_obs);
     }
 }
 
