@@ -34,6 +34,7 @@
 #ifndef OPERANT_MINATAR_H
 #define OPERANT_MINATAR_H
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -122,6 +123,7 @@ typedef struct {
     int32_t *scalars;          /* (S, N) */
     uint8_t *maps;             /* (maps, N, 100) */
     int32_t *slots;            /* (fields, N, slots) */
+    uint64_t sticky_below;     /* ma_threshold(sticky_prob), set by ma_step from sticky_prob */
 } ma_batch;
 
 #define MA_S(m, k, i) ((m)->scalars[(int64_t)(k) * (m)->base.num_envs + (i)])
@@ -136,21 +138,43 @@ static inline uint8_t *ma_obs_row(ma_batch *m, int64_t i) {
 static inline int32_t ma_min(int32_t a, int32_t b) { return a < b ? a : b; }
 static inline int32_t ma_max(int32_t a, int32_t b) { return a > b ? a : b; }
 
-/* numpy's `randint(n)` and `rand() < p`, from env i's stream. */
+/* numpy's `randint(n)` and `rand() < p`, from env i's stream. A uniform double is
+ * op_rng_uniform's (x >> 11) * 2^-53, exactly, and p * 2^53 is exact too, so `uniform < p` is
+ * the integer test `(x >> 11) < ceil(p * 2^53)`: the same draws, without the conversion. */
+static inline uint64_t ma_threshold(double p) {
+    return p <= 0.0 ? 0 : (uint64_t)ceil(p * 0x1.0p53);
+}
 static inline int32_t ma_randint(ma_batch *m, int64_t i, int32_t n) {
     return (int32_t)(op_rng_next(&m->base.rng[i]) % (uint64_t)n);
 }
+static inline int ma_below(ma_batch *m, int64_t i, uint64_t threshold) {
+    return (op_rng_next(&m->base.rng[i]) >> 11) < threshold;
+}
+/* For a constant p (the games' 0.5 and 1/3) the compiler folds the threshold. */
 static inline int ma_chance(ma_batch *m, int64_t i, double p) {
-    return op_rng_uniform(&m->base.rng[i], 0.0, 1.0) < p;
+    return ma_below(m, i, ma_threshold(p));
 }
 
 /* The effective action of env i (MinAtar's Environment.act): the mapped action, or with
  * probability sticky_prob the previous one; remembered for the next step. */
 static inline int ma_effective_action(ma_batch *m, int64_t i) {
     int a = (int)m->action_map[m->base.discrete_actions[i]];
-    if (m->sticky_prob > 0.0 && ma_chance(m, i, m->sticky_prob)) a = MA_S(m, MA_LAST_ACTION, i);
+    if (m->sticky_below && ma_below(m, i, m->sticky_below)) a = MA_S(m, MA_LAST_ACTION, i);
     MA_S(m, MA_LAST_ACTION, i) = a;
     return a;
+}
+
+/* Whether a map holds any non-zero byte: its 100 bytes as words, or-ed. */
+static inline int ma_any(const uint8_t *map) {
+    uint64_t word, any = 0;
+    uint32_t tail;
+    int w;
+    for (w = 0; w < 12; w++) {
+        memcpy(&word, map + 8 * w, 8);
+        any |= word;
+    }
+    memcpy(&tail, map + 96, 4);
+    return (any | tail) != 0;
 }
 
 static inline int ma_count(const uint8_t *map) {
@@ -277,7 +301,7 @@ static double breakout_step(ma_batch *m, int64_t i, uint8_t *__restrict__ o, int
             dir = BO_FLIP_Y[dir & 3];
         }
     } else if (new_y == 9) {
-        if (ma_count(bricks) == 0) {
+        if (!ma_any(bricks)) {
             memset(bricks + 10, 1, 30);
             memset(brick_channel + 10, 1, 30);
         }
@@ -364,6 +388,13 @@ static inline void freeway_paint_car(uint8_t *__restrict__ o, int k, int32_t x, 
     if (size >= 1 && size <= 5) ma_put(o, FW_CH_SPEED1 + size - 1, k + 1, back_x, v);
 }
 
+/* Where a car moves to: one cell in its direction, wrapping around. */
+static inline int32_t freeway_next_x(int32_t x, int32_t speed) {
+    x += speed > 0 ? 1 : -1;
+    if (x < 0) return 9;
+    return x > 9 ? 0 : x;
+}
+
 /* Freeway's chicken and cars painted with v. */
 static inline void freeway_paint(ma_batch *m, int64_t i, uint8_t *__restrict__ o, uint8_t v) {
     const int32_t *xs = &MA_SLOT(m, FW_X, i, 0), *speeds = &MA_SLOT(m, FW_SPEED, i, 0);
@@ -396,18 +427,21 @@ static double freeway_step(ma_batch *m, int64_t i, uint8_t *__restrict__ o, int 
         for (k = 0; k < FW_CARS; k++) freeway_paint_car(o, k, xs[k], speeds[k], 1);
         pos = 9;
     }
+    /* MinAtar checks every car against the chicken, before and after the car moves, and sends
+     * the chicken back to row 9 (where no car drives) on a hit: only the car on the chicken's
+     * row (car pos - 1) can hit it, before its move or after */
+    k = pos - 1;
+    if ((uint32_t)k < FW_CARS && (xs[k] == 4 || (timers[k] == 0 && freeway_next_x(xs[k],
+                                                                                  speeds[k]) == 4)))
+        pos = 9;
     for (k = 0; k < FW_CARS; k++) {
         int32_t speed = speeds[k], x = xs[k];
-        if (x == 4 && k + 1 == pos) pos = 9;
         if (timers[k] == 0) {
             timers[k] = speed < 0 ? -speed : speed;
             freeway_paint_car(o, k, x, speed, 0);
-            x += speed > 0 ? 1 : -1;
-            if (x < 0) x = 9;
-            else if (x > 9) x = 0;
+            x = freeway_next_x(x, speed);
             xs[k] = x;
             freeway_paint_car(o, k, x, speed, 1);
-            if (x == 4 && k + 1 == pos) pos = 9;
         } else {
             timers[k] -= 1;
         }
@@ -544,7 +578,7 @@ static double space_invaders_step(op_batch *b, int64_t i, int *terminated) {
     MA_S(m, SI_SHOT_TIMER, i) -= MA_S(m, SI_SHOT_TIMER, i) > 0;
     MA_S(m, SI_ALIEN_MOVE_TIMER, i) -= 1;
     MA_S(m, SI_ALIEN_SHOT_TIMER, i) -= 1;
-    if (ma_count(aliens) == 0) {
+    if (!ma_any(aliens)) {
         if (MA_S(m, SI_ENEMY_MOVE_INTERVAL, i) > 6 && m->ramping) {
             MA_S(m, SI_ENEMY_MOVE_INTERVAL, i) -= 1;
             MA_S(m, SI_RAMP_INDEX, i) += 1;
@@ -1051,12 +1085,12 @@ static double seaquest_step(op_batch *b, int64_t i, int *terminated) {
     return r;
 }
 
-/* A list's entities painted with v, each with its trail one cell behind it where asked. */
-static inline void sq_paint_list(ma_batch *m, int64_t i, uint8_t *__restrict__ o, sq_list l,
-                                 int ch, int trail, uint8_t v) {
-    int j, n = ma_min(SQ_CAPACITY, SQ_LEN(m, i, l));
-    const int32_t *xs = &SQ_AT(m, i, l, 0, SQ_X), *ys = &SQ_AT(m, i, l, 0, SQ_Y);
-    const int32_t *dirs = &SQ_AT(m, i, l, 0, SQ_DIR);
+/* A list's n entities painted with v, each with its trail one cell behind it where asked;
+ * `xs` is the list's x field, the y and direction fields follow `stride` apart. */
+static inline void sq_paint_list(uint8_t *__restrict__ o, const int32_t *xs, int64_t stride,
+                                 int n, int ch, int trail, uint8_t v) {
+    const int32_t *ys = xs + stride, *dirs = xs + 2 * stride;
+    int j;
     for (j = 0; j < n; j++) {
         int32_t x = xs[j], y = ys[j];
         ma_put(o, ch, y, x, v);
@@ -1064,25 +1098,39 @@ static inline void sq_paint_list(ma_batch *m, int64_t i, uint8_t *__restrict__ o
     }
 }
 
-/* Seaquest's sub, gauges and lists painted with v. */
+/* Seaquest's moving objects, the sub and the lists' entities, painted with v. */
 static inline void seaquest_paint(ma_batch *m, int64_t i, uint8_t *__restrict__ o, uint8_t v) {
-    int32_t sx = MA_S(m, SQ_SUB_X, i), sy = MA_S(m, SQ_SUB_Y, i), back_x, c, cells;
-    int32_t divers = MA_S(m, SQ_DIVER_COUNT, i), oxygen = MA_S(m, SQ_OXYGEN, i);
-    back_x = MA_S(m, SQ_SUB_OR, i) ? sx - 1 : sx + 1;
+    const int64_t stride = m->base.num_envs * m->slots_per_env;
+    const int32_t *slot = &MA_SLOT(m, 0, i, 0);
+    int32_t sx = MA_S(m, SQ_SUB_X, i), sy = MA_S(m, SQ_SUB_Y, i);
+    int32_t back_x = MA_S(m, SQ_SUB_OR, i) ? sx - 1 : sx + 1;
+    int n_f = ma_min(SQ_CAPACITY, SQ_LEN(m, i, SQ_LIST_F_BULLETS));
+    int n_e = ma_min(SQ_CAPACITY, SQ_LEN(m, i, SQ_LIST_E_BULLETS));
+    int n_fish = ma_min(SQ_CAPACITY, SQ_LEN(m, i, SQ_LIST_FISH));
+    int n_subs = ma_min(SQ_CAPACITY, SQ_LEN(m, i, SQ_LIST_SUBS));
+    int n_divers = ma_min(SQ_CAPACITY, SQ_LEN(m, i, SQ_LIST_DIVERS));
     ma_put(o, SQ_CH_SUB_FRONT, sy, sx, v);
     /* MinAtar indexes without a bounds check: -1 is numpy's last column */
     ma_put(o, SQ_CH_SUB_BACK, sy, back_x == -1 ? 9 : back_x, v);
-    cells = sq_floordiv((oxygen > 0 ? oxygen : 0) * 10, SQ_MAX_OXYGEN);
-    for (c = 0; c < cells && c < 10; c++) o[SQ_CH_OXYGEN * MA_CELLS + 90 + c] = v;
-    /* state[9, 9 - diver_count:9]: cells 9 - diver_count .. 8, none for a count <= 0 */
-    for (c = 9 - divers; c < 9; c++) {
-        if (c >= 0) o[SQ_CH_DIVERS * MA_CELLS + 90 + c] = v;
-    }
-    sq_paint_list(m, i, o, SQ_LIST_F_BULLETS, SQ_CH_F_BULLET, 0, v);
-    sq_paint_list(m, i, o, SQ_LIST_E_BULLETS, SQ_CH_E_BULLET, 0, v);
-    sq_paint_list(m, i, o, SQ_LIST_FISH, SQ_CH_FISH, 1, v);
-    sq_paint_list(m, i, o, SQ_LIST_SUBS, SQ_CH_SUB, 1, v);
-    sq_paint_list(m, i, o, SQ_LIST_DIVERS, SQ_CH_DIVER, 1, v);
+    sq_paint_list(o, slot + SQ_F_BULLETS * stride, stride, n_f, SQ_CH_F_BULLET, 0, v);
+    sq_paint_list(o, slot + SQ_E_BULLETS * stride, stride, n_e, SQ_CH_E_BULLET, 0, v);
+    sq_paint_list(o, slot + SQ_FISH * stride, stride, n_fish, SQ_CH_FISH, 1, v);
+    sq_paint_list(o, slot + SQ_SUBS * stride, stride, n_subs, SQ_CH_SUB, 1, v);
+    sq_paint_list(o, slot + SQ_DIVERS * stride, stride, n_divers, SQ_CH_DIVER, 1, v);
+}
+
+/* The gauges, row 9 of their own channels, rewritten whole from the state (two short copies
+ * from tables): oxygen cells 0 .. oxygen * 10 // 200 - 1, and state[9, 9 - diver_count:9],
+ * cells 9 - diver_count .. 8 (none for a count <= 0). */
+static inline void seaquest_gauges(ma_batch *m, int64_t i, uint8_t *__restrict__ o) {
+    static const uint8_t ones_then_zeros[20] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+                                                0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    static const uint8_t zeros_then_ones[18] = {0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                                1, 1, 1, 1, 1, 1, 1, 1, 1};
+    int32_t oxygen = MA_S(m, SQ_OXYGEN, i), divers = MA_S(m, SQ_DIVER_COUNT, i);
+    int32_t cells = ma_min(10, sq_floordiv((oxygen > 0 ? oxygen : 0) * 10, SQ_MAX_OXYGEN));
+    memcpy(o + SQ_CH_OXYGEN * MA_CELLS + 90, ones_then_zeros + 10 - cells, 10);
+    memcpy(o + SQ_CH_DIVERS * MA_CELLS + 90, zeros_then_ones + ma_min(9, ma_max(0, divers)), 9);
 }
 
 static void seaquest_obs(op_batch *b, int64_t i) {
@@ -1090,9 +1138,28 @@ static void seaquest_obs(op_batch *b, int64_t i) {
     uint8_t *o = ma_obs_row(m, i);
     memset(o, 0, SQ_CHANNELS * MA_CELLS);
     seaquest_paint(m, i, o, 1);
+    seaquest_gauges(m, i, o);
 }
 
-MA_REPAINT(seaquest)
+static double seaquest_step_obs(op_batch *b, int64_t i, int *terminated) {
+    ma_batch *m = (ma_batch *)b;
+    uint8_t *o = ma_obs_row(m, i);
+    double r;
+    seaquest_paint(m, i, o, 0);
+    r = seaquest_step(b, i, terminated);
+    seaquest_paint(m, i, o, 1);
+    seaquest_gauges(m, i, o);
+    return r;
+}
+
+static void seaquest_reset_obs(op_batch *b, int64_t i) {
+    ma_batch *m = (ma_batch *)b;
+    uint8_t *o = ma_obs_row(m, i);
+    seaquest_paint(m, i, o, 0);
+    seaquest_reset(b, i);
+    seaquest_paint(m, i, o, 1);
+    seaquest_gauges(m, i, o);
+}
 
 /* ---------------------------------------------------------------------------------------- */
 /* The batch entry points: one instance of kernel_common.h's loop per game, so each game's
@@ -1100,6 +1167,7 @@ MA_REPAINT(seaquest)
 
 static int64_t ma_step(ma_batch *m) {
     op_batch *b = &m->base;
+    m->sticky_below = ma_threshold(m->sticky_prob);
     switch (m->game) {
     case MA_BREAKOUT:
         return op_batch_step(b, breakout_step_obs, ma_obs_unchanged, breakout_reset_obs);
