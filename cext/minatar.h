@@ -17,7 +17,11 @@
  *                                  field 0 is every game's last effective action)
  *   maps     (maps, N, 100)        byte maps, map m of env i at (m * N + i) * 100, row-major;
  *                                  every byte 0 or 1 (they are copied into observations)
- *   slots    (fields, N, slots)    entity slots, field f, env i, slot k at (f * N + i) * K + k
+ *   slots    (N, slots, fields)    entity slots, env i's slot k at (i * K + k) * F, its F
+ *                                  fields side by side (numpy sees (fields, N, slots), a
+ *                                  transposed view): an env's entities share a few cache
+ *                                  lines, where a field-major layout spread a Seaquest env
+ *                                  over 19 of them
  * Observations: uint8 (C, 10, 10) per env, channels first, 0 or 1; channel c of env i at
  * obs + i * C * 100 + c * 100 + row * 10 + col: MinAtar's (10, 10, C) bool state transposed.
  *
@@ -58,6 +62,7 @@ enum { FW_LAST_ACTION = 0, FW_POS, FW_MOVE_TIMER, FW_TERMINATE_TIMER, FW_SCALARS
 enum { FW_X = 0, FW_TIMER, FW_SPEED, FW_FIELDS };
 enum { FW_CH_CHICKEN = 0, FW_CH_CAR, FW_CH_SPEED1, FW_CHANNELS = 7 };
 #define FW_CARS 8
+#define FW_CAR(m, i, k) MA_ENTRY(m, i, k, FW_FIELDS, FW_CARS)
 #define FW_PLAYER_SPEED 3
 #define FW_TIME_LIMIT 2500
 
@@ -78,6 +83,7 @@ enum { AX_LAST_ACTION = 0, AX_PLAYER_X, AX_PLAYER_Y, AX_SPAWN_SPEED, AX_SPAWN_TI
 enum { AX_ACTIVE = 0, AX_X, AX_LR, AX_GOLD, AX_FIELDS };
 enum { AX_CH_PLAYER = 0, AX_CH_ENEMY, AX_CH_TRAIL, AX_CH_GOLD, AX_CHANNELS };
 #define AX_SLOTS 8
+#define AX_ENTITY(m, i, k) MA_ENTRY(m, i, k, AX_FIELDS, AX_SLOTS)
 #define AX_RAMP_INTERVAL 100
 #define AX_INIT_SPAWN_SPEED 10
 #define AX_INIT_MOVE_INTERVAL 5
@@ -122,14 +128,16 @@ typedef struct {
     int64_t ramping;           /* MinAtar's difficulty_ramping */
     int32_t *scalars;          /* (S, N) */
     uint8_t *maps;             /* (maps, N, 100) */
-    int32_t *slots;            /* (fields, N, slots) */
+    int32_t *slots;            /* (N, slots, fields) */
     uint64_t sticky_below;     /* ma_threshold(sticky_prob), set by ma_step from sticky_prob */
 } ma_batch;
 
 #define MA_S(m, k, i) ((m)->scalars[(int64_t)(k) * (m)->base.num_envs + (i)])
 #define MA_MAP(m, k, i) ((m)->maps + ((int64_t)(k) * (m)->base.num_envs + (i)) * MA_CELLS)
-#define MA_SLOT(m, f, i, k) \
-    ((m)->slots[((int64_t)(f) * (m)->base.num_envs + (i)) * (m)->slots_per_env + (k)])
+/* Entry k of env i's slots (fields consecutive: entry[f] is field f), for a game whose
+ * entries have `fields` fields and whose envs `per_env` entries. */
+#define MA_ENTRY(m, i, k, fields, per_env) \
+    ((m)->slots + ((int64_t)(i) * (per_env) + (k)) * (fields))
 
 static inline uint8_t *ma_obs_row(ma_batch *m, int64_t i) {
     return m->base.obs + i * m->base.obs_row_bytes;
@@ -359,12 +367,12 @@ MA_ALONG(breakout)
  * x = 0; a crossing keeps the positions. */
 static void freeway_randomize(ma_batch *m, int64_t i, int initialize) {
     int k;
-    for (k = 0; k < FW_CARS; k++) MA_SLOT(m, FW_SPEED, i, k) = 1 + ma_randint(m, i, 5);
+    for (k = 0; k < FW_CARS; k++) FW_CAR(m, i, k)[FW_SPEED] = 1 + ma_randint(m, i, 5);
     for (k = 0; k < FW_CARS; k++) {
-        int32_t speed = MA_SLOT(m, FW_SPEED, i, k);
-        if (ma_chance(m, i, 0.5)) MA_SLOT(m, FW_SPEED, i, k) = -speed;
-        if (initialize) MA_SLOT(m, FW_X, i, k) = 0;
-        MA_SLOT(m, FW_TIMER, i, k) = speed;
+        int32_t *car = FW_CAR(m, i, k), speed = car[FW_SPEED];
+        if (ma_chance(m, i, 0.5)) car[FW_SPEED] = -speed;
+        if (initialize) car[FW_X] = 0;
+        car[FW_TIMER] = speed;
     }
 }
 
@@ -395,19 +403,26 @@ static inline int32_t freeway_next_x(int32_t x, int32_t speed) {
     return x > 9 ? 0 : x;
 }
 
+static inline void freeway_paint_cars(ma_batch *m, int64_t i, uint8_t *__restrict__ o,
+                                      uint8_t v) {
+    const int32_t *cars = FW_CAR(m, i, 0);
+    int k;
+    for (k = 0; k < FW_CARS; k++) {
+        const int32_t *car = cars + k * FW_FIELDS;
+        freeway_paint_car(o, k, car[FW_X], car[FW_SPEED], v);
+    }
+}
+
 /* Freeway's chicken and cars painted with v. */
 static inline void freeway_paint(ma_batch *m, int64_t i, uint8_t *__restrict__ o, uint8_t v) {
-    const int32_t *xs = &MA_SLOT(m, FW_X, i, 0), *speeds = &MA_SLOT(m, FW_SPEED, i, 0);
-    int k;
     ma_put(o, FW_CH_CHICKEN, MA_S(m, FW_POS, i), 4, v);
-    for (k = 0; k < FW_CARS; k++) freeway_paint_car(o, k, xs[k], speeds[k], v);
+    freeway_paint_cars(m, i, o, v);
 }
 
 /* The step, keeping observation row `o` that of the state: the chicken, the cars that moved,
  * every car where a crossing draws new speeds. */
 static double freeway_step(ma_batch *m, int64_t i, uint8_t *__restrict__ o, int *terminated) {
-    int32_t *xs = &MA_SLOT(m, FW_X, i, 0), *timers = &MA_SLOT(m, FW_TIMER, i, 0);
-    const int32_t *speeds = &MA_SLOT(m, FW_SPEED, i, 0);
+    int32_t *cars = FW_CAR(m, i, 0), *car;
     int a = ma_effective_action(m, i), k;
     double r = 0.0;
     int32_t pos = MA_S(m, FW_POS, i), move_timer = MA_S(m, FW_MOVE_TIMER, i);
@@ -422,29 +437,33 @@ static double freeway_step(ma_batch *m, int64_t i, uint8_t *__restrict__ o, int 
     }
     if (pos == 0) {
         r += 1.0;
-        for (k = 0; k < FW_CARS; k++) freeway_paint_car(o, k, xs[k], speeds[k], 0);
+        freeway_paint_cars(m, i, o, 0);
         freeway_randomize(m, i, 0);
-        for (k = 0; k < FW_CARS; k++) freeway_paint_car(o, k, xs[k], speeds[k], 1);
+        freeway_paint_cars(m, i, o, 1);
         pos = 9;
     }
     /* MinAtar checks every car against the chicken, before and after the car moves, and sends
      * the chicken back to row 9 (where no car drives) on a hit: only the car on the chicken's
      * row (car pos - 1) can hit it, before its move or after */
     k = pos - 1;
-    if ((uint32_t)k < FW_CARS && (xs[k] == 4 || (timers[k] == 0 && freeway_next_x(xs[k],
-                                                                                  speeds[k]) == 4)))
+    car = cars + k * FW_FIELDS;
+    if ((uint32_t)k < FW_CARS &&
+        (car[FW_X] == 4 || (car[FW_TIMER] == 0 && freeway_next_x(car[FW_X], car[FW_SPEED]) == 4)))
         pos = 9;
     for (k = 0; k < FW_CARS; k++) {
-        int32_t speed = speeds[k], x = xs[k];
-        if (timers[k] == 0) {
-            timers[k] = speed < 0 ? -speed : speed;
-            freeway_paint_car(o, k, x, speed, 0);
-            x = freeway_next_x(x, speed);
-            xs[k] = x;
-            freeway_paint_car(o, k, x, speed, 1);
-        } else {
-            timers[k] -= 1;
+        int32_t speed, x;
+        car = cars + k * FW_FIELDS;
+        if (car[FW_TIMER] != 0) {
+            car[FW_TIMER] -= 1;
+            continue;
         }
+        speed = car[FW_SPEED];
+        x = car[FW_X];
+        car[FW_TIMER] = speed < 0 ? -speed : speed;
+        freeway_paint_car(o, k, x, speed, 0);
+        x = freeway_next_x(x, speed);
+        car[FW_X] = x;
+        freeway_paint_car(o, k, x, speed, 1);
     }
     move_timer -= move_timer > 0;
     MA_S(m, FW_TERMINATE_TIMER, i) -= 1;
@@ -615,7 +634,7 @@ static void asterix_reset(op_batch *b, int64_t i) {
     int k;
     MA_S(m, AX_PLAYER_X, i) = 5;
     MA_S(m, AX_PLAYER_Y, i) = 5;
-    for (k = 0; k < AX_SLOTS; k++) MA_SLOT(m, AX_ACTIVE, i, k) = 0;
+    for (k = 0; k < AX_SLOTS; k++) AX_ENTITY(m, i, k)[AX_ACTIVE] = 0;
     MA_S(m, AX_SPAWN_SPEED, i) = AX_INIT_SPAWN_SPEED;
     MA_S(m, AX_SPAWN_TIMER, i) = AX_INIT_SPAWN_SPEED;
     MA_S(m, AX_MOVE_SPEED, i) = AX_INIT_MOVE_INTERVAL;
@@ -636,25 +655,26 @@ static inline void asterix_paint_slot(uint8_t *__restrict__ o, int k, int32_t x,
  * nothing spawns), then one of the free slots, uniformly. */
 static void asterix_spawn(ma_batch *m, int64_t i, uint8_t *__restrict__ o) {
     int lr = ma_chance(m, i, 0.5), gold = ma_chance(m, i, 1.0 / 3.0), k, free = 0, pick;
-    for (k = 0; k < AX_SLOTS; k++) free += !MA_SLOT(m, AX_ACTIVE, i, k);
+    int32_t *entity;
+    for (k = 0; k < AX_SLOTS; k++) free += !AX_ENTITY(m, i, k)[AX_ACTIVE];
     if (free == 0) return;
     pick = ma_randint(m, i, free);
     for (k = 0; k < AX_SLOTS; k++) {
-        if (MA_SLOT(m, AX_ACTIVE, i, k)) continue;
+        if (AX_ENTITY(m, i, k)[AX_ACTIVE]) continue;
         if (pick-- == 0) break;
     }
-    MA_SLOT(m, AX_ACTIVE, i, k) = 1;
-    MA_SLOT(m, AX_X, i, k) = lr ? 0 : 9;
-    MA_SLOT(m, AX_LR, i, k) = lr;
-    MA_SLOT(m, AX_GOLD, i, k) = gold;
+    entity = AX_ENTITY(m, i, k);
+    entity[AX_ACTIVE] = 1;
+    entity[AX_X] = lr ? 0 : 9;
+    entity[AX_LR] = lr;
+    entity[AX_GOLD] = gold;
     asterix_paint_slot(o, k, lr ? 0 : 9, lr, gold, 1);
 }
 
 /* The step, keeping observation row `o` that of the state as it changes (the player's cell,
  * and a slot's cells where it spawns, moves or goes). */
 static double asterix_step(ma_batch *m, int64_t i, uint8_t *__restrict__ o, int *terminated) {
-    int32_t *active = &MA_SLOT(m, AX_ACTIVE, i, 0), *xs = &MA_SLOT(m, AX_X, i, 0);
-    const int32_t *lrs = &MA_SLOT(m, AX_LR, i, 0), *golds = &MA_SLOT(m, AX_GOLD, i, 0);
+    int32_t *entities = AX_ENTITY(m, i, 0), *e;
     int a = ma_effective_action(m, i), k;
     double r = 0.0;
     int32_t px = MA_S(m, AX_PLAYER_X, i), py = MA_S(m, AX_PLAYER_Y, i);
@@ -673,10 +693,11 @@ static double asterix_step(ma_batch *m, int64_t i, uint8_t *__restrict__ o, int 
     /* MinAtar checks every entity against the player; only the one on the player's row (slot
      * py - 1) can be there */
     k = py - 1;
-    if ((uint32_t)k < AX_SLOTS && active[k] && xs[k] == px) {
-        if (golds[k]) {
-            asterix_paint_slot(o, k, xs[k], lrs[k], golds[k], 0);
-            active[k] = 0;
+    e = entities + k * AX_FIELDS;
+    if ((uint32_t)k < AX_SLOTS && e[AX_ACTIVE] && e[AX_X] == px) {
+        if (e[AX_GOLD]) {
+            asterix_paint_slot(o, k, e[AX_X], e[AX_LR], e[AX_GOLD], 0);
+            e[AX_ACTIVE] = 0;
             r += 1.0;
         } else {
             *terminated = 1;
@@ -686,23 +707,24 @@ static double asterix_step(ma_batch *m, int64_t i, uint8_t *__restrict__ o, int 
         MA_S(m, AX_MOVE_TIMER, i) = MA_S(m, AX_MOVE_SPEED, i);
         for (k = 0; k < AX_SLOTS; k++) {
             int32_t x;
-            if (!active[k]) continue;
-            asterix_paint_slot(o, k, xs[k], lrs[k], golds[k], 0);
-            x = xs[k] + (lrs[k] ? 1 : -1);
-            xs[k] = x;
+            e = entities + k * AX_FIELDS;
+            if (!e[AX_ACTIVE]) continue;
+            asterix_paint_slot(o, k, e[AX_X], e[AX_LR], e[AX_GOLD], 0);
+            x = e[AX_X] + (e[AX_LR] ? 1 : -1);
+            e[AX_X] = x;
             if (x < 0 || x > 9) {
-                active[k] = 0;
+                e[AX_ACTIVE] = 0;
                 continue;
             }
             if (x == px && k + 1 == py) {
-                if (golds[k]) {
-                    active[k] = 0;
+                if (e[AX_GOLD]) {
+                    e[AX_ACTIVE] = 0;
                     r += 1.0;
                     continue;
                 }
                 *terminated = 1;
             }
-            asterix_paint_slot(o, k, x, lrs[k], golds[k], 1);
+            asterix_paint_slot(o, k, x, e[AX_LR], e[AX_GOLD], 1);
         }
     }
     MA_S(m, AX_SPAWN_TIMER, i) -= 1;
@@ -726,13 +748,12 @@ static double asterix_step(ma_batch *m, int64_t i, uint8_t *__restrict__ o, int 
 
 /* Asterix's player and active entities (each with its trail) painted with v. */
 static inline void asterix_paint(ma_batch *m, int64_t i, uint8_t *__restrict__ o, uint8_t v) {
-    const int32_t *active = &MA_SLOT(m, AX_ACTIVE, i, 0), *xs = &MA_SLOT(m, AX_X, i, 0);
-    const int32_t *lrs = &MA_SLOT(m, AX_LR, i, 0), *golds = &MA_SLOT(m, AX_GOLD, i, 0);
+    const int32_t *entities = AX_ENTITY(m, i, 0);
     int k;
     ma_put(o, AX_CH_PLAYER, MA_S(m, AX_PLAYER_Y, i), MA_S(m, AX_PLAYER_X, i), v);
     for (k = 0; k < AX_SLOTS; k++) {
-        int32_t x = xs[k];
-        if (active[k]) asterix_paint_slot(o, k, x, lrs[k], golds[k], v);
+        const int32_t *e = entities + k * AX_FIELDS;
+        if (e[AX_ACTIVE]) asterix_paint_slot(o, k, e[AX_X], e[AX_LR], e[AX_GOLD], v);
     }
 }
 
@@ -764,7 +785,7 @@ static const sq_list SQ_LIST_SUBS = {SQ_SUBS, 5, SQ_N_SUBS};
 static const sq_list SQ_LIST_DIVERS = {SQ_DIVERS, 4, SQ_N_DIVERS};
 
 #define SQ_LEN(m, i, l) MA_S(m, (l).count, i)
-#define SQ_AT(m, i, l, j, f) MA_SLOT(m, (l).base + (f), i, j)
+#define SQ_AT(m, i, l, j, f) MA_ENTRY(m, i, j, SQ_FIELDS, SQ_CAPACITY)[(l).base + (f)]
 
 static inline void sq_get(ma_batch *m, int64_t i, sq_list l, int j, int32_t *values) {
     int f;
@@ -1086,22 +1107,20 @@ static double seaquest_step(op_batch *b, int64_t i, int *terminated) {
 }
 
 /* A list's n entities painted with v, each with its trail one cell behind it where asked;
- * `xs` is the list's x field, the y and direction fields follow `stride` apart. */
-static inline void sq_paint_list(uint8_t *__restrict__ o, const int32_t *xs, int64_t stride,
-                                 int n, int ch, int trail, uint8_t v) {
-    const int32_t *ys = xs + stride, *dirs = xs + 2 * stride;
+ * `entry` is the list's first entry (its x, y and direction fields at SQ_X, SQ_Y, SQ_DIR). */
+static inline void sq_paint_list(uint8_t *__restrict__ o, const int32_t *entry, int n, int ch,
+                                 int trail, uint8_t v) {
     int j;
-    for (j = 0; j < n; j++) {
-        int32_t x = xs[j], y = ys[j];
+    for (j = 0; j < n; j++, entry += SQ_FIELDS) {
+        int32_t x = entry[SQ_X], y = entry[SQ_Y];
         ma_put(o, ch, y, x, v);
-        if (trail) ma_put(o, SQ_CH_TRAIL, y, dirs[j] ? x - 1 : x + 1, v);
+        if (trail) ma_put(o, SQ_CH_TRAIL, y, entry[SQ_DIR] ? x - 1 : x + 1, v);
     }
 }
 
 /* Seaquest's moving objects, the sub and the lists' entities, painted with v. */
 static inline void seaquest_paint(ma_batch *m, int64_t i, uint8_t *__restrict__ o, uint8_t v) {
-    const int64_t stride = m->base.num_envs * m->slots_per_env;
-    const int32_t *slot = &MA_SLOT(m, 0, i, 0);
+    const int32_t *slot = MA_ENTRY(m, i, 0, SQ_FIELDS, SQ_CAPACITY);
     int32_t sx = MA_S(m, SQ_SUB_X, i), sy = MA_S(m, SQ_SUB_Y, i);
     int32_t back_x = MA_S(m, SQ_SUB_OR, i) ? sx - 1 : sx + 1;
     int n_f = ma_min(SQ_CAPACITY, SQ_LEN(m, i, SQ_LIST_F_BULLETS));
@@ -1112,11 +1131,11 @@ static inline void seaquest_paint(ma_batch *m, int64_t i, uint8_t *__restrict__ 
     ma_put(o, SQ_CH_SUB_FRONT, sy, sx, v);
     /* MinAtar indexes without a bounds check: -1 is numpy's last column */
     ma_put(o, SQ_CH_SUB_BACK, sy, back_x == -1 ? 9 : back_x, v);
-    sq_paint_list(o, slot + SQ_F_BULLETS * stride, stride, n_f, SQ_CH_F_BULLET, 0, v);
-    sq_paint_list(o, slot + SQ_E_BULLETS * stride, stride, n_e, SQ_CH_E_BULLET, 0, v);
-    sq_paint_list(o, slot + SQ_FISH * stride, stride, n_fish, SQ_CH_FISH, 1, v);
-    sq_paint_list(o, slot + SQ_SUBS * stride, stride, n_subs, SQ_CH_SUB, 1, v);
-    sq_paint_list(o, slot + SQ_DIVERS * stride, stride, n_divers, SQ_CH_DIVER, 1, v);
+    sq_paint_list(o, slot + SQ_F_BULLETS, n_f, SQ_CH_F_BULLET, 0, v);
+    sq_paint_list(o, slot + SQ_E_BULLETS, n_e, SQ_CH_E_BULLET, 0, v);
+    sq_paint_list(o, slot + SQ_FISH, n_fish, SQ_CH_FISH, 1, v);
+    sq_paint_list(o, slot + SQ_SUBS, n_subs, SQ_CH_SUB, 1, v);
+    sq_paint_list(o, slot + SQ_DIVERS, n_divers, SQ_CH_DIVER, 1, v);
 }
 
 /* The gauges, row 9 of their own channels, rewritten whole from the state (two short copies
