@@ -989,7 +989,8 @@ static double seaquest_step(op_batch *b, int64_t i, int *terminated) {
 
     /* a loaded state's list lengths are clamped to the slots, so no walk leaves them */
     for (k = SQ_N_F_BULLETS; k <= SQ_N_DIVERS; k++) {
-        MA_S(m, k, i) = ma_min(SQ_CAPACITY, ma_max(0, MA_S(m, k, i)));
+        int32_t n = MA_S(m, k, i);
+        if ((uint32_t)n > SQ_CAPACITY) MA_S(m, k, i) = n < 0 ? 0 : SQ_CAPACITY;
     }
 
     if (MA_S(m, SQ_E_SPAWN_TIMER, i) == 0) {
