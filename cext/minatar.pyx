@@ -202,7 +202,8 @@ cdef class MinAtarKernel:
         ma_reset(&self._m, seed is not None, 0 if seed is None else seed)
 
     def write_obs(self):
-        """Rewrite `obs` from the state arrays (after a test or a checkpoint injected state)."""
+        """Rewrite `obs` from the state arrays. Needed after state is set from outside (a test,
+        a parity check): a step writes only the cells that change, from the row it finds."""
         ma_write_obs(&self._m)
 
     def step(self):
