@@ -210,9 +210,10 @@ static inline void ma_put(uint8_t *__restrict__ o, int ch, int32_t y, int32_t x,
  * episode's. The batch loop runs `<game>_step_obs` and `<game>_reset_obs` with a write_obs
  * that does nothing.
  *
- * MA_ALONG: the game's step keeps the row itself, `<game>_step(m, i, row, terminated)`.
- * MA_REPAINT: the step knows nothing of the row; all of `<game>_paint`'s objects are erased
- * before it and drawn after (for games whose objects nearly all move every step). */
+ * MA_ALONG: the game's step keeps the row itself, `<game>_step(m, i, row, terminated)`;
+ * `<game>_paint(m, i, row, v)` paints every object of the state with v. Seaquest, whose
+ * objects nearly all move every step, erases all of them before its step and draws them
+ * after (seaquest_step_obs). */
 #define MA_RESET_OBS(game)                                                                   \
     static void game##_reset_obs(op_batch *b, int64_t i) {                                   \
         ma_batch *m = (ma_batch *)b;                                                         \
@@ -226,18 +227,6 @@ static inline void ma_put(uint8_t *__restrict__ o, int ch, int32_t y, int32_t x,
     static double game##_step_obs(op_batch *b, int64_t i, int *terminated) {                \
         ma_batch *m = (ma_batch *)b;                                                         \
         return game##_step(m, i, ma_obs_row(m, i), terminated);                              \
-    }                                                                                        \
-    MA_RESET_OBS(game)
-
-#define MA_REPAINT(game)                                                                     \
-    static double game##_step_obs(op_batch *b, int64_t i, int *terminated) {                \
-        ma_batch *m = (ma_batch *)b;                                                         \
-        uint8_t *o = ma_obs_row(m, i);                                                       \
-        double r;                                                                            \
-        game##_paint(m, i, o, 0);                                                            \
-        r = game##_step(b, i, terminated);                                                   \
-        game##_paint(m, i, o, 1);                                                            \
-        return r;                                                                            \
     }                                                                                        \
     MA_RESET_OBS(game)
 
@@ -446,10 +435,12 @@ static double freeway_step(ma_batch *m, int64_t i, uint8_t *__restrict__ o, int 
      * the chicken back to row 9 (where no car drives) on a hit: only the car on the chicken's
      * row (car pos - 1) can hit it, before its move or after */
     k = pos - 1;
-    car = cars + k * FW_FIELDS;
-    if ((uint32_t)k < FW_CARS &&
-        (car[FW_X] == 4 || (car[FW_TIMER] == 0 && freeway_next_x(car[FW_X], car[FW_SPEED]) == 4)))
-        pos = 9;
+    if ((uint32_t)k < FW_CARS) {
+        car = cars + k * FW_FIELDS;
+        if (car[FW_X] == 4 ||
+            (car[FW_TIMER] == 0 && freeway_next_x(car[FW_X], car[FW_SPEED]) == 4))
+            pos = 9;
+    }
     for (k = 0; k < FW_CARS; k++) {
         int32_t speed, x;
         car = cars + k * FW_FIELDS;
@@ -655,7 +646,9 @@ static inline void asterix_paint_slot(uint8_t *__restrict__ o, int k, int32_t x,
 static inline unsigned asterix_active(const int32_t *entities) {
     unsigned active = 0;
     int k;
-    for (k = 0; k < AX_SLOTS; k++) active |= (unsigned)(entities[k * AX_FIELDS + AX_ACTIVE] != 0) << k;
+    for (k = 0; k < AX_SLOTS; k++) {
+        active |= (unsigned)(entities[k * AX_FIELDS + AX_ACTIVE] != 0) << k;
+    }
     return active;
 }
 
@@ -683,7 +676,7 @@ static double asterix_step(ma_batch *m, int64_t i, uint8_t *__restrict__ o, int 
     int32_t *entities = AX_ENTITY(m, i, 0), *e;
     int a = ma_effective_action(m, i), k;
     double r = 0.0;
-    /* the scalars a step reads, as locals: the row's byte stores could alias them otherwise */
+    /* the scalars the step works on, held in locals and stored once */
     int32_t px = MA_S(m, AX_PLAYER_X, i), py = MA_S(m, AX_PLAYER_Y, i);
     int32_t spawn_timer = MA_S(m, AX_SPAWN_TIMER, i), move_timer = MA_S(m, AX_MOVE_TIMER, i);
     int32_t spawn_speed = MA_S(m, AX_SPAWN_SPEED, i), move_speed = MA_S(m, AX_MOVE_SPEED, i);
@@ -1160,7 +1153,9 @@ static inline void seaquest_gauges(ma_batch *m, int64_t i, uint8_t *__restrict__
     static const uint8_t zeros_then_ones[18] = {0, 0, 0, 0, 0, 0, 0, 0, 0,
                                                 1, 1, 1, 1, 1, 1, 1, 1, 1};
     int32_t oxygen = MA_S(m, SQ_OXYGEN, i), divers = MA_S(m, SQ_DIVER_COUNT, i);
-    int32_t cells = ma_min(10, sq_floordiv((oxygen > 0 ? oxygen : 0) * 10, SQ_MAX_OXYGEN));
+    /* in 64 bits, as Python's ints: a loaded oxygen past 2^31 / 10 fills the gauge */
+    int64_t cells = oxygen > 0 ? (int64_t)oxygen * 10 / SQ_MAX_OXYGEN : 0;
+    if (cells > 10) cells = 10;
     memcpy(o + SQ_CH_OXYGEN * MA_CELLS + 90, ones_then_zeros + 10 - cells, 10);
     memcpy(o + SQ_CH_DIVERS * MA_CELLS + 90, zeros_then_ones + ma_min(9, ma_max(0, divers)), 9);
 }

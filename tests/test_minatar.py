@@ -310,6 +310,12 @@ def test_a_loaded_state_out_of_range_is_clamped_not_indexed():
     seaquest.step(np.zeros(2, np.int64))
     assert seaquest.kernel.scalars[lengths].min() >= 0
     assert seaquest.kernel.scalars[lengths].max() <= GAMES["seaquest"]["slots"]
+    # an oxygen whose gauge (oxygen * 10 // 200 cells) overflows 32 bits fills it, as in Python
+    names = GAMES["seaquest"]["scalars"]
+    seaquest.kernel.scalars[names.index("oxygen")] = [2**31 - 1, 39]
+    seaquest.step(np.zeros(2, np.int64))
+    gauge = seaquest.obs[:, GAMES["seaquest"]["channels"].index("oxygen_guage"), 9]
+    assert gauge.tolist() == [[1] * 10, [1] + [0] * 9]
 
 
 @pytest.mark.parametrize("impl", ["native", pytest.param("reference", marks=needs_minatar)])
