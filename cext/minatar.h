@@ -17,7 +17,11 @@
  *                                  field 0 is every game's last effective action)
  *   maps     (maps, N, 100)        byte maps, map m of env i at (m * N + i) * 100, row-major;
  *                                  every byte 0 or 1 (they are copied into observations)
- *   slots    (fields, N, slots)    entity slots, field f, env i, slot k at (f * N + i) * K + k
+ *   slots    (N, slots, fields)    entity slots, env i's slot k at (i * K + k) * F, its F
+ *                                  fields side by side (numpy sees (fields, N, slots), a
+ *                                  transposed view): an env's entities share a few cache
+ *                                  lines, where a field-major layout spread a Seaquest env
+ *                                  over 19 of them
  * Observations: uint8 (C, 10, 10) per env, channels first, 0 or 1; channel c of env i at
  * obs + i * C * 100 + c * 100 + row * 10 + col: MinAtar's (10, 10, C) bool state transposed.
  *
@@ -34,6 +38,7 @@
 #ifndef OPERANT_MINATAR_H
 #define OPERANT_MINATAR_H
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -57,6 +62,7 @@ enum { FW_LAST_ACTION = 0, FW_POS, FW_MOVE_TIMER, FW_TERMINATE_TIMER, FW_SCALARS
 enum { FW_X = 0, FW_TIMER, FW_SPEED, FW_FIELDS };
 enum { FW_CH_CHICKEN = 0, FW_CH_CAR, FW_CH_SPEED1, FW_CHANNELS = 7 };
 #define FW_CARS 8
+#define FW_CAR(m, i, k) MA_ENTRY(m, i, k, FW_FIELDS, FW_CARS)
 #define FW_PLAYER_SPEED 3
 #define FW_TIME_LIMIT 2500
 
@@ -77,6 +83,7 @@ enum { AX_LAST_ACTION = 0, AX_PLAYER_X, AX_PLAYER_Y, AX_SPAWN_SPEED, AX_SPAWN_TI
 enum { AX_ACTIVE = 0, AX_X, AX_LR, AX_GOLD, AX_FIELDS };
 enum { AX_CH_PLAYER = 0, AX_CH_ENEMY, AX_CH_TRAIL, AX_CH_GOLD, AX_CHANNELS };
 #define AX_SLOTS 8
+#define AX_ENTITY(m, i, k) MA_ENTRY(m, i, k, AX_FIELDS, AX_SLOTS)
 #define AX_RAMP_INTERVAL 100
 #define AX_INIT_SPAWN_SPEED 10
 #define AX_INIT_MOVE_INTERVAL 5
@@ -121,13 +128,16 @@ typedef struct {
     int64_t ramping;           /* MinAtar's difficulty_ramping */
     int32_t *scalars;          /* (S, N) */
     uint8_t *maps;             /* (maps, N, 100) */
-    int32_t *slots;            /* (fields, N, slots) */
+    int32_t *slots;            /* (N, slots, fields) */
+    uint64_t sticky_below;     /* ma_threshold(sticky_prob), set by ma_step from sticky_prob */
 } ma_batch;
 
 #define MA_S(m, k, i) ((m)->scalars[(int64_t)(k) * (m)->base.num_envs + (i)])
 #define MA_MAP(m, k, i) ((m)->maps + ((int64_t)(k) * (m)->base.num_envs + (i)) * MA_CELLS)
-#define MA_SLOT(m, f, i, k) \
-    ((m)->slots[((int64_t)(f) * (m)->base.num_envs + (i)) * (m)->slots_per_env + (k)])
+/* Entry k of env i's slots (fields consecutive: entry[f] is field f), for a game whose
+ * entries have `fields` fields and whose envs `per_env` entries. */
+#define MA_ENTRY(m, i, k, fields, per_env) \
+    ((m)->slots + ((int64_t)(i) * (per_env) + (k)) * (fields))
 
 static inline uint8_t *ma_obs_row(ma_batch *m, int64_t i) {
     return m->base.obs + i * m->base.obs_row_bytes;
@@ -136,27 +146,93 @@ static inline uint8_t *ma_obs_row(ma_batch *m, int64_t i) {
 static inline int32_t ma_min(int32_t a, int32_t b) { return a < b ? a : b; }
 static inline int32_t ma_max(int32_t a, int32_t b) { return a > b ? a : b; }
 
-/* numpy's `randint(n)` and `rand() < p`, from env i's stream. */
+/* numpy's `randint(n)` and `rand() < p`, from env i's stream. A uniform double is
+ * op_rng_uniform's (x >> 11) * 2^-53, exactly, and p * 2^53 is exact too, so `uniform < p` is
+ * the integer test `(x >> 11) < ceil(p * 2^53)`: the same draws, without the conversion. */
+static inline uint64_t ma_threshold(double p) {
+    return p <= 0.0 ? 0 : (uint64_t)ceil(p * 0x1.0p53);
+}
 static inline int32_t ma_randint(ma_batch *m, int64_t i, int32_t n) {
     return (int32_t)(op_rng_next(&m->base.rng[i]) % (uint64_t)n);
 }
+static inline int ma_below(ma_batch *m, int64_t i, uint64_t threshold) {
+    return (op_rng_next(&m->base.rng[i]) >> 11) < threshold;
+}
+/* For a constant p (the games' 0.5 and 1/3) the compiler folds the threshold. */
 static inline int ma_chance(ma_batch *m, int64_t i, double p) {
-    return op_rng_uniform(&m->base.rng[i], 0.0, 1.0) < p;
+    return ma_below(m, i, ma_threshold(p));
 }
 
 /* The effective action of env i (MinAtar's Environment.act): the mapped action, or with
  * probability sticky_prob the previous one; remembered for the next step. */
 static inline int ma_effective_action(ma_batch *m, int64_t i) {
     int a = (int)m->action_map[m->base.discrete_actions[i]];
-    if (m->sticky_prob > 0.0 && ma_chance(m, i, m->sticky_prob)) a = MA_S(m, MA_LAST_ACTION, i);
+    if (m->sticky_below && ma_below(m, i, m->sticky_below)) a = MA_S(m, MA_LAST_ACTION, i);
     MA_S(m, MA_LAST_ACTION, i) = a;
     return a;
+}
+
+/* Whether a map holds any non-zero byte: its 100 bytes as words, or-ed. */
+static inline int ma_any(const uint8_t *map) {
+    uint64_t word, any = 0;
+    uint32_t tail;
+    int w;
+    for (w = 0; w < 12; w++) {
+        memcpy(&word, map + 8 * w, 8);
+        any |= word;
+    }
+    memcpy(&tail, map + 96, 4);
+    return (any | tail) != 0;
 }
 
 static inline int ma_count(const uint8_t *map) {
     int c, count = 0;
     for (c = 0; c < MA_CELLS; c++) count += map[c] != 0;
     return count;
+}
+
+/* Paint cell (y, x) of channel ch in an observation row with v (1: draw, 0: erase); a position
+ * off the grid (only a state loaded from outside can hold one) is skipped rather than written
+ * out of bounds. */
+static inline void ma_put(uint8_t *__restrict__ o, int ch, int32_t y, int32_t x, uint8_t v) {
+    if ((uint32_t)y < 10u && (uint32_t)x < 10u) o[ch * MA_CELLS + y * 10 + x] = v;
+}
+
+/* The observation by difference. A step writes only the cells that change: it erases what
+ * the env's last observation drew where an object moves or goes (painting it with 0 from the
+ * state before the change) and draws it where it is now (painting it with 1), a few bytes
+ * where a whole row is C x 100. The row always equals what `<game>_obs` (clear the row, draw
+ * everything) would write from the state, as long as it held the observation of the state
+ * before the step. It does: every path that sets a state from outside (a reset, `write_obs`
+ * after state was injected, a checkpoint that loads the state with its observation, NEXT_STEP's
+ * restore of both) writes or restores the whole row. An autoreset erases the terminal state's
+ * objects (after the batch loop has copied the row into final_obs) and draws the new
+ * episode's. The batch loop runs `<game>_step_obs` and `<game>_reset_obs` with a write_obs
+ * that does nothing.
+ *
+ * MA_ALONG: the game's step keeps the row itself, `<game>_step(m, i, row, terminated)`;
+ * `<game>_paint(m, i, row, v)` paints every object of the state with v. Seaquest, whose
+ * objects nearly all move every step, erases all of them before its step and draws them
+ * after (seaquest_step_obs). */
+#define MA_RESET_OBS(game)                                                                   \
+    static void game##_reset_obs(op_batch *b, int64_t i) {                                   \
+        ma_batch *m = (ma_batch *)b;                                                         \
+        uint8_t *o = ma_obs_row(m, i);                                                       \
+        game##_paint(m, i, o, 0);                                                            \
+        game##_reset(b, i);                                                                  \
+        game##_paint(m, i, o, 1);                                                            \
+    }
+
+#define MA_ALONG(game)                                                                       \
+    static double game##_step_obs(op_batch *b, int64_t i, int *terminated) {                \
+        ma_batch *m = (ma_batch *)b;                                                         \
+        return game##_step(m, i, ma_obs_row(m, i), terminated);                              \
+    }                                                                                        \
+    MA_RESET_OBS(game)
+
+static inline void ma_obs_unchanged(op_batch *b, int64_t i) {
+    (void)b;
+    (void)i;
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -183,15 +259,21 @@ static void breakout_reset(op_batch *b, int64_t i) {
     MA_S(m, BO_LAST_Y, i) = MA_S(m, BO_BALL_Y, i);
 }
 
-static double breakout_step(op_batch *b, int64_t i, int *terminated) {
-    ma_batch *m = (ma_batch *)b;
-    uint8_t *bricks = MA_MAP(m, 0, i);
+/* The step, keeping observation row `o` that of the state: the ball, its trail and the paddle
+ * moved, a brick struck or the wall rebuilt. */
+static double breakout_step(ma_batch *m, int64_t i, uint8_t *__restrict__ o, int *terminated) {
+    uint8_t *bricks = MA_MAP(m, 0, i), *brick_channel = o + BO_CH_BRICK * MA_CELLS;
     int a = ma_effective_action(m, i);
     double r = 0.0;
     int32_t pos = MA_S(m, BO_POS, i), dir = MA_S(m, BO_BALL_DIR, i);
     int32_t ball_x = MA_S(m, BO_BALL_X, i), ball_y = MA_S(m, BO_BALL_Y, i);
     int32_t new_x, new_y, last_y = ball_y;
+    int32_t trail_x = MA_S(m, BO_LAST_X, i), trail_y = MA_S(m, BO_LAST_Y, i);
     int strike_toggle = 0;
+
+    ma_put(o, BO_CH_BALL, ball_y, ball_x, 0);
+    ma_put(o, BO_CH_PADDLE, 9, pos, 0);
+    ma_put(o, BO_CH_TRAIL, trail_y, trail_x, 0);
 
     if (a == MA_LEFT) pos = ma_max(0, pos - 1);
     else if (a == MA_RIGHT) pos = ma_min(9, pos + 1);
@@ -211,11 +293,15 @@ static double breakout_step(op_batch *b, int64_t i, int *terminated) {
             r += 1.0;
             MA_S(m, BO_STRIKE, i) = 1;
             bricks[new_y * 10 + new_x] = 0;
+            brick_channel[new_y * 10 + new_x] = 0;
             new_y = last_y;
             dir = BO_FLIP_Y[dir & 3];
         }
     } else if (new_y == 9) {
-        if (ma_count(bricks) == 0) memset(bricks + 10, 1, 30);
+        if (!ma_any(bricks)) {
+            memset(bricks + 10, 1, 30);
+            memset(brick_channel + 10, 1, 30);
+        }
         if (ball_x == pos) {
             dir = BO_FLIP_Y[dir & 3];
             new_y = last_y;
@@ -234,25 +320,32 @@ static double breakout_step(op_batch *b, int64_t i, int *terminated) {
     MA_S(m, BO_LAST_Y, i) = ball_y;
     MA_S(m, BO_BALL_X, i) = new_x;
     MA_S(m, BO_BALL_Y, i) = new_y;
+    ma_put(o, BO_CH_BALL, new_y, new_x, 1);
+    ma_put(o, BO_CH_PADDLE, 9, pos, 1);
+    ma_put(o, BO_CH_TRAIL, ball_y, ball_x, 1);
     return r;
 }
 
-/* Set cell (y, x) of channel ch in an observation row; a position off the grid (only a state
- * loaded from outside can hold one) is skipped rather than written out of bounds. */
-static inline void ma_set(uint8_t *o, int ch, int32_t y, int32_t x) {
-    if ((uint32_t)y < 10u && (uint32_t)x < 10u) o[ch * MA_CELLS + y * 10 + x] = 1;
+/* Breakout's objects (ball, paddle, trail) painted with v, and the brick channel copied from
+ * the map where they are drawn. */
+static inline void breakout_paint(ma_batch *m, int64_t i, uint8_t *__restrict__ o, uint8_t v) {
+    int32_t ball_y = MA_S(m, BO_BALL_Y, i), ball_x = MA_S(m, BO_BALL_X, i);
+    int32_t pos = MA_S(m, BO_POS, i), last_y = MA_S(m, BO_LAST_Y, i);
+    int32_t last_x = MA_S(m, BO_LAST_X, i);
+    ma_put(o, BO_CH_BALL, ball_y, ball_x, v);
+    ma_put(o, BO_CH_PADDLE, 9, pos, v);
+    ma_put(o, BO_CH_TRAIL, last_y, last_x, v);
+    if (v) memcpy(o + BO_CH_BRICK * MA_CELLS, MA_MAP(m, 0, i), MA_CELLS);
 }
 
 static void breakout_obs(op_batch *b, int64_t i) {
     ma_batch *m = (ma_batch *)b;
     uint8_t *o = ma_obs_row(m, i);
-    const uint8_t *bricks = MA_MAP(m, 0, i);
     memset(o, 0, BO_CH_BRICK * MA_CELLS);
-    ma_set(o, BO_CH_BALL, MA_S(m, BO_BALL_Y, i), MA_S(m, BO_BALL_X, i));
-    ma_set(o, BO_CH_PADDLE, 9, MA_S(m, BO_POS, i));
-    ma_set(o, BO_CH_TRAIL, MA_S(m, BO_LAST_Y, i), MA_S(m, BO_LAST_X, i));
-    memcpy(o + BO_CH_BRICK * MA_CELLS, bricks, MA_CELLS);
+    breakout_paint(m, i, o, 1);
 }
+
+MA_ALONG(breakout)
 
 /* ---------------------------------------------------------------------------------------- */
 /* Freeway (freeway.py). A car's speed is signed (its direction); it moves one cell every
@@ -263,12 +356,12 @@ static void breakout_obs(op_batch *b, int64_t i) {
  * x = 0; a crossing keeps the positions. */
 static void freeway_randomize(ma_batch *m, int64_t i, int initialize) {
     int k;
-    for (k = 0; k < FW_CARS; k++) MA_SLOT(m, FW_SPEED, i, k) = 1 + ma_randint(m, i, 5);
+    for (k = 0; k < FW_CARS; k++) FW_CAR(m, i, k)[FW_SPEED] = 1 + ma_randint(m, i, 5);
     for (k = 0; k < FW_CARS; k++) {
-        int32_t speed = MA_SLOT(m, FW_SPEED, i, k);
-        if (ma_chance(m, i, 0.5)) MA_SLOT(m, FW_SPEED, i, k) = -speed;
-        if (initialize) MA_SLOT(m, FW_X, i, k) = 0;
-        MA_SLOT(m, FW_TIMER, i, k) = speed;
+        int32_t *car = FW_CAR(m, i, k), speed = car[FW_SPEED];
+        if (ma_chance(m, i, 0.5)) car[FW_SPEED] = -speed;
+        if (initialize) car[FW_X] = 0;
+        car[FW_TIMER] = speed;
     }
 }
 
@@ -280,12 +373,50 @@ static void freeway_reset(op_batch *b, int64_t i) {
     MA_S(m, FW_TERMINATE_TIMER, i) = FW_TIME_LIMIT;
 }
 
-static double freeway_step(op_batch *b, int64_t i, int *terminated) {
-    ma_batch *m = (ma_batch *)b;
+/* Car k (row k + 1) and its speed channel's cell one behind it, painted with v. Cars share no
+ * cell: each has its own row. */
+static inline void freeway_paint_car(uint8_t *__restrict__ o, int k, int32_t x, int32_t speed,
+                                     uint8_t v) {
+    int32_t back_x = speed > 0 ? x - 1 : x + 1, size = speed < 0 ? -speed : speed;
+    if (back_x < 0) back_x = 9;
+    else if (back_x > 9) back_x = 0;
+    ma_put(o, FW_CH_CAR, k + 1, x, v);
+    /* |speed| outside 1..5 is a state MinAtar cannot draw (its state() would fail) */
+    if (size >= 1 && size <= 5) ma_put(o, FW_CH_SPEED1 + size - 1, k + 1, back_x, v);
+}
+
+/* Where a car moves to: one cell in its direction, wrapping around. */
+static inline int32_t freeway_next_x(int32_t x, int32_t speed) {
+    x += speed > 0 ? 1 : -1;
+    if (x < 0) return 9;
+    return x > 9 ? 0 : x;
+}
+
+static inline void freeway_paint_cars(ma_batch *m, int64_t i, uint8_t *__restrict__ o,
+                                      uint8_t v) {
+    const int32_t *cars = FW_CAR(m, i, 0);
+    int k;
+    for (k = 0; k < FW_CARS; k++) {
+        const int32_t *car = cars + k * FW_FIELDS;
+        freeway_paint_car(o, k, car[FW_X], car[FW_SPEED], v);
+    }
+}
+
+/* Freeway's chicken and cars painted with v. */
+static inline void freeway_paint(ma_batch *m, int64_t i, uint8_t *__restrict__ o, uint8_t v) {
+    ma_put(o, FW_CH_CHICKEN, MA_S(m, FW_POS, i), 4, v);
+    freeway_paint_cars(m, i, o, v);
+}
+
+/* The step, keeping observation row `o` that of the state: the chicken, the cars that moved,
+ * every car where a crossing draws new speeds. */
+static double freeway_step(ma_batch *m, int64_t i, uint8_t *__restrict__ o, int *terminated) {
+    int32_t *cars = FW_CAR(m, i, 0), *car;
     int a = ma_effective_action(m, i), k;
     double r = 0.0;
     int32_t pos = MA_S(m, FW_POS, i), move_timer = MA_S(m, FW_MOVE_TIMER, i);
 
+    ma_put(o, FW_CH_CHICKEN, pos, 4, 0);
     if (a == MA_UP && move_timer == 0) {
         move_timer = FW_PLAYER_SPEED;
         pos = ma_max(0, pos - 1);
@@ -295,47 +426,53 @@ static double freeway_step(op_batch *b, int64_t i, int *terminated) {
     }
     if (pos == 0) {
         r += 1.0;
+        freeway_paint_cars(m, i, o, 0);
         freeway_randomize(m, i, 0);
+        freeway_paint_cars(m, i, o, 1);
         pos = 9;
     }
+    /* MinAtar checks every car against the chicken, before and after the car moves, and sends
+     * the chicken back to row 9 (where no car drives) on a hit: only the car on the chicken's
+     * row (car pos - 1) can hit it, before its move or after */
+    k = pos - 1;
+    if ((uint32_t)k < FW_CARS) {
+        car = cars + k * FW_FIELDS;
+        if (car[FW_X] == 4 ||
+            (car[FW_TIMER] == 0 && freeway_next_x(car[FW_X], car[FW_SPEED]) == 4))
+            pos = 9;
+    }
     for (k = 0; k < FW_CARS; k++) {
-        int32_t *x = &MA_SLOT(m, FW_X, i, k), *timer = &MA_SLOT(m, FW_TIMER, i, k);
-        int32_t speed = MA_SLOT(m, FW_SPEED, i, k);
-        if (*x == 4 && k + 1 == pos) pos = 9;
-        if (*timer == 0) {
-            *timer = speed < 0 ? -speed : speed;
-            *x += speed > 0 ? 1 : -1;
-            if (*x < 0) *x = 9;
-            else if (*x > 9) *x = 0;
-            if (*x == 4 && k + 1 == pos) pos = 9;
-        } else {
-            *timer -= 1;
+        int32_t speed, x;
+        car = cars + k * FW_FIELDS;
+        if (car[FW_TIMER] != 0) {
+            car[FW_TIMER] -= 1;
+            continue;
         }
+        speed = car[FW_SPEED];
+        x = car[FW_X];
+        car[FW_TIMER] = speed < 0 ? -speed : speed;
+        freeway_paint_car(o, k, x, speed, 0);
+        x = freeway_next_x(x, speed);
+        car[FW_X] = x;
+        freeway_paint_car(o, k, x, speed, 1);
     }
     move_timer -= move_timer > 0;
     MA_S(m, FW_TERMINATE_TIMER, i) -= 1;
     if (MA_S(m, FW_TERMINATE_TIMER, i) < 0) *terminated = 1;
     MA_S(m, FW_POS, i) = pos;
     MA_S(m, FW_MOVE_TIMER, i) = move_timer;
+    ma_put(o, FW_CH_CHICKEN, pos, 4, 1);
     return r;
 }
 
 static void freeway_obs(op_batch *b, int64_t i) {
     ma_batch *m = (ma_batch *)b;
     uint8_t *o = ma_obs_row(m, i);
-    int k;
     memset(o, 0, FW_CHANNELS * MA_CELLS);
-    ma_set(o, FW_CH_CHICKEN, MA_S(m, FW_POS, i), 4);
-    for (k = 0; k < FW_CARS; k++) {
-        int32_t x = MA_SLOT(m, FW_X, i, k), speed = MA_SLOT(m, FW_SPEED, i, k);
-        int32_t back_x = speed > 0 ? x - 1 : x + 1, size = speed < 0 ? -speed : speed;
-        if (back_x < 0) back_x = 9;
-        else if (back_x > 9) back_x = 0;
-        ma_set(o, FW_CH_CAR, k + 1, x);
-        /* |speed| outside 1..5 is a state MinAtar cannot draw (its state() would fail) */
-        if (size >= 1 && size <= 5) ma_set(o, FW_CH_SPEED1 + size - 1, k + 1, back_x);
-    }
+    freeway_paint(m, i, o, 1);
 }
+
+MA_ALONG(freeway)
 
 /* ---------------------------------------------------------------------------------------- */
 /* SpaceInvaders (space_invaders.py). np.roll wraps: the alien block's step down moves row 9
@@ -451,7 +588,7 @@ static double space_invaders_step(op_batch *b, int64_t i, int *terminated) {
     MA_S(m, SI_SHOT_TIMER, i) -= MA_S(m, SI_SHOT_TIMER, i) > 0;
     MA_S(m, SI_ALIEN_MOVE_TIMER, i) -= 1;
     MA_S(m, SI_ALIEN_SHOT_TIMER, i) -= 1;
-    if (ma_count(aliens) == 0) {
+    if (!ma_any(aliens)) {
         if (MA_S(m, SI_ENEMY_MOVE_INTERVAL, i) > 6 && m->ramping) {
             MA_S(m, SI_ENEMY_MOVE_INTERVAL, i) -= 1;
             MA_S(m, SI_RAMP_INDEX, i) += 1;
@@ -471,7 +608,7 @@ static void space_invaders_obs(op_batch *b, int64_t i) {
     const uint8_t *aliens = MA_MAP(m, SI_MAP_ALIEN, i);
     int left = MA_S(m, SI_ALIEN_DIR, i) < 0;
     memset(o + SI_CH_CANNON * MA_CELLS, 0, MA_CELLS);
-    ma_set(o, SI_CH_CANNON, 9, MA_S(m, SI_POS, i));
+    ma_put(o, SI_CH_CANNON, 9, MA_S(m, SI_POS, i), 1);
     memcpy(o + SI_CH_ALIEN * MA_CELLS, aliens, MA_CELLS);
     memcpy(o + (left ? SI_CH_ALIEN_LEFT : SI_CH_ALIEN_RIGHT) * MA_CELLS, aliens, MA_CELLS);
     memset(o + (left ? SI_CH_ALIEN_RIGHT : SI_CH_ALIEN_LEFT) * MA_CELLS, 0, MA_CELLS);
@@ -488,7 +625,7 @@ static void asterix_reset(op_batch *b, int64_t i) {
     int k;
     MA_S(m, AX_PLAYER_X, i) = 5;
     MA_S(m, AX_PLAYER_Y, i) = 5;
-    for (k = 0; k < AX_SLOTS; k++) MA_SLOT(m, AX_ACTIVE, i, k) = 0;
+    for (k = 0; k < AX_SLOTS; k++) AX_ENTITY(m, i, k)[AX_ACTIVE] = 0;
     MA_S(m, AX_SPAWN_SPEED, i) = AX_INIT_SPAWN_SPEED;
     MA_S(m, AX_SPAWN_TIMER, i) = AX_INIT_SPAWN_SPEED;
     MA_S(m, AX_MOVE_SPEED, i) = AX_INIT_MOVE_INTERVAL;
@@ -497,80 +634,114 @@ static void asterix_reset(op_batch *b, int64_t i) {
     MA_S(m, AX_RAMP_INDEX, i) = 0;
 }
 
-/* _spawn_entity: the direction and kind are drawn first (even when no slot is free, and then
- * nothing spawns), then one of the free slots, uniformly. */
-static void asterix_spawn(ma_batch *m, int64_t i) {
-    int lr = ma_chance(m, i, 0.5), gold = ma_chance(m, i, 1.0 / 3.0), k, free = 0, pick;
-    for (k = 0; k < AX_SLOTS; k++) free += !MA_SLOT(m, AX_ACTIVE, i, k);
-    if (free == 0) return;
-    pick = ma_randint(m, i, free);
-    for (k = 0; k < AX_SLOTS; k++) {
-        if (MA_SLOT(m, AX_ACTIVE, i, k)) continue;
-        if (pick-- == 0) break;
-    }
-    MA_SLOT(m, AX_ACTIVE, i, k) = 1;
-    MA_SLOT(m, AX_X, i, k) = lr ? 0 : 9;
-    MA_SLOT(m, AX_LR, i, k) = lr;
-    MA_SLOT(m, AX_GOLD, i, k) = gold;
+/* Slot k's entity (row k + 1) and its trail one cell behind, painted with v. Slots share no
+ * cell: each has its own row. */
+static inline void asterix_paint_slot(uint8_t *__restrict__ o, int k, int32_t x, int32_t lr,
+                                      int32_t gold, uint8_t v) {
+    ma_put(o, gold ? AX_CH_GOLD : AX_CH_ENEMY, k + 1, x, v);
+    ma_put(o, AX_CH_TRAIL, k + 1, lr ? x - 1 : x + 1, v);
 }
 
-static double asterix_step(op_batch *b, int64_t i, int *terminated) {
-    ma_batch *m = (ma_batch *)b;
+/* Bit k set where slot k is active. */
+static inline unsigned asterix_active(const int32_t *entities) {
+    unsigned active = 0;
+    int k;
+    for (k = 0; k < AX_SLOTS; k++) {
+        active |= (unsigned)(entities[k * AX_FIELDS + AX_ACTIVE] != 0) << k;
+    }
+    return active;
+}
+
+/* _spawn_entity: the direction and kind are drawn first (even when no slot is free, and then
+ * nothing spawns), then one of the free slots, uniformly. */
+static void asterix_spawn(ma_batch *m, int64_t i, uint8_t *__restrict__ o, unsigned active) {
+    int lr = ma_chance(m, i, 0.5), gold = ma_chance(m, i, 1.0 / 3.0), k, pick;
+    unsigned free = ~active & ((1u << AX_SLOTS) - 1);
+    int32_t *entity;
+    if (free == 0) return;
+    /* the pick-th free slot, counting from slot 0 */
+    for (pick = ma_randint(m, i, __builtin_popcount(free)); pick > 0; pick--) free &= free - 1;
+    k = __builtin_ctz(free);
+    entity = AX_ENTITY(m, i, k);
+    entity[AX_ACTIVE] = 1;
+    entity[AX_X] = lr ? 0 : 9;
+    entity[AX_LR] = lr;
+    entity[AX_GOLD] = gold;
+    asterix_paint_slot(o, k, lr ? 0 : 9, lr, gold, 1);
+}
+
+/* The step, keeping observation row `o` that of the state as it changes (the player's cell,
+ * and a slot's cells where it spawns, moves or goes). */
+static double asterix_step(ma_batch *m, int64_t i, uint8_t *__restrict__ o, int *terminated) {
+    int32_t *entities = AX_ENTITY(m, i, 0), *e;
     int a = ma_effective_action(m, i), k;
     double r = 0.0;
-    int32_t px, py;
+    /* the scalars the step works on, held in locals and stored once */
+    int32_t px = MA_S(m, AX_PLAYER_X, i), py = MA_S(m, AX_PLAYER_Y, i);
+    int32_t spawn_timer = MA_S(m, AX_SPAWN_TIMER, i), move_timer = MA_S(m, AX_MOVE_TIMER, i);
+    int32_t spawn_speed = MA_S(m, AX_SPAWN_SPEED, i), move_speed = MA_S(m, AX_MOVE_SPEED, i);
 
-    if (MA_S(m, AX_SPAWN_TIMER, i) == 0) {
-        asterix_spawn(m, i);
-        MA_S(m, AX_SPAWN_TIMER, i) = MA_S(m, AX_SPAWN_SPEED, i);
+    if (spawn_timer == 0) {
+        asterix_spawn(m, i, o, asterix_active(entities));
+        spawn_timer = spawn_speed;
     }
-    px = MA_S(m, AX_PLAYER_X, i);
-    py = MA_S(m, AX_PLAYER_Y, i);
+    ma_put(o, AX_CH_PLAYER, py, px, 0);
     if (a == MA_LEFT) px = ma_max(0, px - 1);
     else if (a == MA_RIGHT) px = ma_min(9, px + 1);
     else if (a == MA_UP) py = ma_max(1, py - 1);
     else if (a == MA_DOWN) py = ma_min(8, py + 1);
+    ma_put(o, AX_CH_PLAYER, py, px, 1);
 
-    for (k = 0; k < AX_SLOTS; k++) {
-        if (!MA_SLOT(m, AX_ACTIVE, i, k)) continue;
-        if (MA_SLOT(m, AX_X, i, k) == px && k + 1 == py) {
-            if (MA_SLOT(m, AX_GOLD, i, k)) {
-                MA_SLOT(m, AX_ACTIVE, i, k) = 0;
+    /* MinAtar checks every entity against the player; only the one on the player's row (slot
+     * py - 1) can be there */
+    k = py - 1;
+    if ((uint32_t)k < AX_SLOTS) {
+        e = entities + k * AX_FIELDS;
+        if (e[AX_ACTIVE] && e[AX_X] == px) {
+            if (e[AX_GOLD]) {
+                asterix_paint_slot(o, k, e[AX_X], e[AX_LR], e[AX_GOLD], 0);
+                e[AX_ACTIVE] = 0;
                 r += 1.0;
             } else {
                 *terminated = 1;
             }
         }
     }
-    if (MA_S(m, AX_MOVE_TIMER, i) == 0) {
-        MA_S(m, AX_MOVE_TIMER, i) = MA_S(m, AX_MOVE_SPEED, i);
-        for (k = 0; k < AX_SLOTS; k++) {
+    if (move_timer == 0) {
+        unsigned active = asterix_active(entities);
+        move_timer = move_speed;
+        /* the active slots in order, lowest first (a loop over all eight mispredicts its
+         * `active` test about half the time) */
+        for (; active; active &= active - 1) {
             int32_t x;
-            if (!MA_SLOT(m, AX_ACTIVE, i, k)) continue;
-            x = MA_SLOT(m, AX_X, i, k) + (MA_SLOT(m, AX_LR, i, k) ? 1 : -1);
-            MA_SLOT(m, AX_X, i, k) = x;
+            k = __builtin_ctz(active);
+            e = entities + k * AX_FIELDS;
+            asterix_paint_slot(o, k, e[AX_X], e[AX_LR], e[AX_GOLD], 0);
+            x = e[AX_X] + (e[AX_LR] ? 1 : -1);
+            e[AX_X] = x;
             if (x < 0 || x > 9) {
-                MA_SLOT(m, AX_ACTIVE, i, k) = 0;
-            } else if (x == px && k + 1 == py) {
-                if (MA_SLOT(m, AX_GOLD, i, k)) {
-                    MA_SLOT(m, AX_ACTIVE, i, k) = 0;
-                    r += 1.0;
-                } else {
-                    *terminated = 1;
-                }
+                e[AX_ACTIVE] = 0;
+                continue;
             }
+            if (x == px && k + 1 == py) {
+                if (e[AX_GOLD]) {
+                    e[AX_ACTIVE] = 0;
+                    r += 1.0;
+                    continue;
+                }
+                *terminated = 1;
+            }
+            asterix_paint_slot(o, k, x, e[AX_LR], e[AX_GOLD], 1);
         }
     }
-    MA_S(m, AX_SPAWN_TIMER, i) -= 1;
-    MA_S(m, AX_MOVE_TIMER, i) -= 1;
-    if (m->ramping && (MA_S(m, AX_SPAWN_SPEED, i) > 1 || MA_S(m, AX_MOVE_SPEED, i) > 1)) {
+    MA_S(m, AX_SPAWN_TIMER, i) = spawn_timer - 1;
+    MA_S(m, AX_MOVE_TIMER, i) = move_timer - 1;
+    if (m->ramping && (spawn_speed > 1 || move_speed > 1)) {
         if (MA_S(m, AX_RAMP_TIMER, i) >= 0) {
             MA_S(m, AX_RAMP_TIMER, i) -= 1;
         } else {
-            if (MA_S(m, AX_MOVE_SPEED, i) > 1 && MA_S(m, AX_RAMP_INDEX, i) % 2) {
-                MA_S(m, AX_MOVE_SPEED, i) -= 1;
-            }
-            if (MA_S(m, AX_SPAWN_SPEED, i) > 1) MA_S(m, AX_SPAWN_SPEED, i) -= 1;
+            if (move_speed > 1 && MA_S(m, AX_RAMP_INDEX, i) % 2) MA_S(m, AX_MOVE_SPEED, i) -= 1;
+            if (spawn_speed > 1) MA_S(m, AX_SPAWN_SPEED, i) -= 1;
             MA_S(m, AX_RAMP_INDEX, i) += 1;
             MA_S(m, AX_RAMP_TIMER, i) = AX_RAMP_INTERVAL;
         }
@@ -580,20 +751,25 @@ static double asterix_step(op_batch *b, int64_t i, int *terminated) {
     return r;
 }
 
+/* Asterix's player and active entities (each with its trail) painted with v. */
+static inline void asterix_paint(ma_batch *m, int64_t i, uint8_t *__restrict__ o, uint8_t v) {
+    const int32_t *entities = AX_ENTITY(m, i, 0);
+    int k;
+    ma_put(o, AX_CH_PLAYER, MA_S(m, AX_PLAYER_Y, i), MA_S(m, AX_PLAYER_X, i), v);
+    for (k = 0; k < AX_SLOTS; k++) {
+        const int32_t *e = entities + k * AX_FIELDS;
+        if (e[AX_ACTIVE]) asterix_paint_slot(o, k, e[AX_X], e[AX_LR], e[AX_GOLD], v);
+    }
+}
+
 static void asterix_obs(op_batch *b, int64_t i) {
     ma_batch *m = (ma_batch *)b;
     uint8_t *o = ma_obs_row(m, i);
-    int k;
     memset(o, 0, AX_CHANNELS * MA_CELLS);
-    ma_set(o, AX_CH_PLAYER, MA_S(m, AX_PLAYER_Y, i), MA_S(m, AX_PLAYER_X, i));
-    for (k = 0; k < AX_SLOTS; k++) {
-        int32_t x = MA_SLOT(m, AX_X, i, k), lr = MA_SLOT(m, AX_LR, i, k), back_x;
-        if (!MA_SLOT(m, AX_ACTIVE, i, k)) continue;
-        ma_set(o, MA_SLOT(m, AX_GOLD, i, k) ? AX_CH_GOLD : AX_CH_ENEMY, k + 1, x);
-        back_x = lr ? x - 1 : x + 1;
-        ma_set(o, AX_CH_TRAIL, k + 1, back_x);
-    }
+    asterix_paint(m, i, o, 1);
 }
+
+MA_ALONG(asterix)
 
 /* ---------------------------------------------------------------------------------------- */
 /* Seaquest (seaquest.py). MinAtar's lists are Python lists of small int lists, and its loops
@@ -614,7 +790,7 @@ static const sq_list SQ_LIST_SUBS = {SQ_SUBS, 5, SQ_N_SUBS};
 static const sq_list SQ_LIST_DIVERS = {SQ_DIVERS, 4, SQ_N_DIVERS};
 
 #define SQ_LEN(m, i, l) MA_S(m, (l).count, i)
-#define SQ_AT(m, i, l, j, f) MA_SLOT(m, (l).base + (f), i, j)
+#define SQ_AT(m, i, l, j, f) MA_ENTRY(m, i, j, SQ_FIELDS, SQ_CAPACITY)[(l).base + (f)]
 
 static inline void sq_get(ma_batch *m, int64_t i, sq_list l, int j, int32_t *values) {
     int f;
@@ -806,7 +982,8 @@ static double seaquest_step(op_batch *b, int64_t i, int *terminated) {
 
     /* a loaded state's list lengths are clamped to the slots, so no walk leaves them */
     for (k = SQ_N_F_BULLETS; k <= SQ_N_DIVERS; k++) {
-        MA_S(m, k, i) = ma_min(SQ_CAPACITY, ma_max(0, MA_S(m, k, i)));
+        int32_t n = MA_S(m, k, i);
+        if ((uint32_t)n > SQ_CAPACITY) MA_S(m, k, i) = n < 0 ? 0 : SQ_CAPACITY;
     }
 
     if (MA_S(m, SQ_E_SPAWN_TIMER, i) == 0) {
@@ -935,38 +1112,80 @@ static double seaquest_step(op_batch *b, int64_t i, int *terminated) {
     return r;
 }
 
-/* An entity and, where it is on the grid, its trail one cell behind it. */
-static inline void sq_draw_list(ma_batch *m, int64_t i, uint8_t *o, sq_list l, int ch,
-                                int trail) {
-    int j, n = ma_min(SQ_CAPACITY, SQ_LEN(m, i, l));
-    for (j = 0; j < n; j++) {
-        int32_t x = SQ_AT(m, i, l, j, SQ_X), y = SQ_AT(m, i, l, j, SQ_Y);
-        ma_set(o, ch, y, x);
-        if (trail) ma_set(o, SQ_CH_TRAIL, y, SQ_AT(m, i, l, j, SQ_DIR) ? x - 1 : x + 1);
+/* A list's n entities painted with v, each with its trail one cell behind it where asked;
+ * `entry` is the list's first entry (its x, y and direction fields at SQ_X, SQ_Y, SQ_DIR). */
+static inline void sq_paint_list(uint8_t *__restrict__ o, const int32_t *entry, int n, int ch,
+                                 int trail, uint8_t v) {
+    int j;
+    for (j = 0; j < n; j++, entry += SQ_FIELDS) {
+        int32_t x = entry[SQ_X], y = entry[SQ_Y];
+        ma_put(o, ch, y, x, v);
+        if (trail) ma_put(o, SQ_CH_TRAIL, y, entry[SQ_DIR] ? x - 1 : x + 1, v);
     }
+}
+
+/* Seaquest's moving objects, the sub and the lists' entities, painted with v. */
+static inline void seaquest_paint(ma_batch *m, int64_t i, uint8_t *__restrict__ o, uint8_t v) {
+    const int32_t *slot = MA_ENTRY(m, i, 0, SQ_FIELDS, SQ_CAPACITY);
+    int32_t sx = MA_S(m, SQ_SUB_X, i), sy = MA_S(m, SQ_SUB_Y, i);
+    int32_t back_x = MA_S(m, SQ_SUB_OR, i) ? sx - 1 : sx + 1;
+    int n_f = ma_min(SQ_CAPACITY, SQ_LEN(m, i, SQ_LIST_F_BULLETS));
+    int n_e = ma_min(SQ_CAPACITY, SQ_LEN(m, i, SQ_LIST_E_BULLETS));
+    int n_fish = ma_min(SQ_CAPACITY, SQ_LEN(m, i, SQ_LIST_FISH));
+    int n_subs = ma_min(SQ_CAPACITY, SQ_LEN(m, i, SQ_LIST_SUBS));
+    int n_divers = ma_min(SQ_CAPACITY, SQ_LEN(m, i, SQ_LIST_DIVERS));
+    ma_put(o, SQ_CH_SUB_FRONT, sy, sx, v);
+    /* MinAtar indexes without a bounds check: -1 is numpy's last column */
+    ma_put(o, SQ_CH_SUB_BACK, sy, back_x == -1 ? 9 : back_x, v);
+    sq_paint_list(o, slot + SQ_F_BULLETS, n_f, SQ_CH_F_BULLET, 0, v);
+    sq_paint_list(o, slot + SQ_E_BULLETS, n_e, SQ_CH_E_BULLET, 0, v);
+    sq_paint_list(o, slot + SQ_FISH, n_fish, SQ_CH_FISH, 1, v);
+    sq_paint_list(o, slot + SQ_SUBS, n_subs, SQ_CH_SUB, 1, v);
+    sq_paint_list(o, slot + SQ_DIVERS, n_divers, SQ_CH_DIVER, 1, v);
+}
+
+/* The gauges, row 9 of their own channels, rewritten whole from the state (two short copies
+ * from tables): oxygen cells 0 .. oxygen * 10 // 200 - 1, and state[9, 9 - diver_count:9],
+ * cells 9 - diver_count .. 8 (none for a count <= 0). */
+static inline void seaquest_gauges(ma_batch *m, int64_t i, uint8_t *__restrict__ o) {
+    static const uint8_t ones_then_zeros[20] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+                                                0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    static const uint8_t zeros_then_ones[18] = {0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                                1, 1, 1, 1, 1, 1, 1, 1, 1};
+    int32_t oxygen = MA_S(m, SQ_OXYGEN, i), divers = MA_S(m, SQ_DIVER_COUNT, i);
+    /* in 64 bits, as Python's ints: a loaded oxygen past 2^31 / 10 fills the gauge */
+    int64_t cells = oxygen > 0 ? (int64_t)oxygen * 10 / SQ_MAX_OXYGEN : 0;
+    if (cells > 10) cells = 10;
+    memcpy(o + SQ_CH_OXYGEN * MA_CELLS + 90, ones_then_zeros + 10 - cells, 10);
+    memcpy(o + SQ_CH_DIVERS * MA_CELLS + 90, zeros_then_ones + ma_min(9, ma_max(0, divers)), 9);
 }
 
 static void seaquest_obs(op_batch *b, int64_t i) {
     ma_batch *m = (ma_batch *)b;
     uint8_t *o = ma_obs_row(m, i);
-    int32_t sx = MA_S(m, SQ_SUB_X, i), sy = MA_S(m, SQ_SUB_Y, i), back_x, c, cells;
-    int32_t divers = MA_S(m, SQ_DIVER_COUNT, i), oxygen = MA_S(m, SQ_OXYGEN, i);
     memset(o, 0, SQ_CHANNELS * MA_CELLS);
-    ma_set(o, SQ_CH_SUB_FRONT, sy, sx);
-    back_x = MA_S(m, SQ_SUB_OR, i) ? sx - 1 : sx + 1;
-    /* MinAtar indexes without a bounds check: -1 is numpy's last column */
-    ma_set(o, SQ_CH_SUB_BACK, sy, back_x == -1 ? 9 : back_x);
-    cells = sq_floordiv((oxygen > 0 ? oxygen : 0) * 10, SQ_MAX_OXYGEN);
-    for (c = 0; c < cells && c < 10; c++) o[SQ_CH_OXYGEN * MA_CELLS + 90 + c] = 1;
-    /* state[9, 9 - diver_count:9]: cells 9 - diver_count .. 8, none for a count <= 0 */
-    for (c = 9 - divers; c < 9; c++) {
-        if (c >= 0) o[SQ_CH_DIVERS * MA_CELLS + 90 + c] = 1;
-    }
-    sq_draw_list(m, i, o, SQ_LIST_F_BULLETS, SQ_CH_F_BULLET, 0);
-    sq_draw_list(m, i, o, SQ_LIST_E_BULLETS, SQ_CH_E_BULLET, 0);
-    sq_draw_list(m, i, o, SQ_LIST_FISH, SQ_CH_FISH, 1);
-    sq_draw_list(m, i, o, SQ_LIST_SUBS, SQ_CH_SUB, 1);
-    sq_draw_list(m, i, o, SQ_LIST_DIVERS, SQ_CH_DIVER, 1);
+    seaquest_paint(m, i, o, 1);
+    seaquest_gauges(m, i, o);
+}
+
+static double seaquest_step_obs(op_batch *b, int64_t i, int *terminated) {
+    ma_batch *m = (ma_batch *)b;
+    uint8_t *o = ma_obs_row(m, i);
+    double r;
+    seaquest_paint(m, i, o, 0);
+    r = seaquest_step(b, i, terminated);
+    seaquest_paint(m, i, o, 1);
+    seaquest_gauges(m, i, o);
+    return r;
+}
+
+static void seaquest_reset_obs(op_batch *b, int64_t i) {
+    ma_batch *m = (ma_batch *)b;
+    uint8_t *o = ma_obs_row(m, i);
+    seaquest_paint(m, i, o, 0);
+    seaquest_reset(b, i);
+    seaquest_paint(m, i, o, 1);
+    seaquest_gauges(m, i, o);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -975,13 +1194,17 @@ static void seaquest_obs(op_batch *b, int64_t i) {
 
 static int64_t ma_step(ma_batch *m) {
     op_batch *b = &m->base;
+    m->sticky_below = ma_threshold(m->sticky_prob);
     switch (m->game) {
-    case MA_BREAKOUT: return op_batch_step(b, breakout_step, breakout_obs, breakout_reset);
-    case MA_FREEWAY: return op_batch_step(b, freeway_step, freeway_obs, freeway_reset);
+    case MA_BREAKOUT:
+        return op_batch_step(b, breakout_step_obs, ma_obs_unchanged, breakout_reset_obs);
+    case MA_FREEWAY:
+        return op_batch_step(b, freeway_step_obs, ma_obs_unchanged, freeway_reset_obs);
     case MA_SPACE_INVADERS:
         return op_batch_step(b, space_invaders_step, space_invaders_obs, space_invaders_reset);
-    case MA_SEAQUEST: return op_batch_step(b, seaquest_step, seaquest_obs, seaquest_reset);
-    default: return op_batch_step(b, asterix_step, asterix_obs, asterix_reset);
+    case MA_SEAQUEST:
+        return op_batch_step(b, seaquest_step_obs, ma_obs_unchanged, seaquest_reset_obs);
+    default: return op_batch_step(b, asterix_step_obs, ma_obs_unchanged, asterix_reset_obs);
     }
 }
 

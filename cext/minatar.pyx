@@ -19,7 +19,8 @@ State (the kernel's, numpy arrays that tests, parity checks and checkpoints read
 place; never rebind them), structure of arrays over envs:
   scalars     int32 (S, N)          GAMES[game]["scalars"] names the rows
   maps        uint8 (M, N, 10, 10)  GAMES[game]["maps"] (one placeholder map when M is 0)
-  slots       int32 (F, N, K)       GAMES[game]["slot_fields"] x K = GAMES[game]["slots"]
+  slots       int32 (F, N, K)       GAMES[game]["slot_fields"] x K = GAMES[game]["slots"]; a
+                                    transposed view of (N, K, F) memory (minatar.h)
   rng_state   uint64 (N,)           SplitMix64, env i's stream from (seed, index_offset + i)
 and the episode accounting every kernel has (episode_return, episode_length, stats, the
 recent_returns / recent_lengths ring and its head).
@@ -162,11 +163,14 @@ cdef class MinAtarKernel:
             index_offset)
         self.scalars = np.zeros((len(layout["scalars"]), num_envs), np.int32)
         self.maps = np.zeros((max(len(layout["maps"]), 1), num_envs, 10, 10), np.uint8)
-        self.slots = np.zeros((max(len(layout["slot_fields"]), 1), num_envs,
-                               max(layout["slots"], 1)), np.int32)
+        # minatar.h keeps an env's entries together, fields side by side: (N, slots, fields)
+        # in memory, seen here as (fields, N, slots)
+        slots_memory = np.zeros((num_envs, max(layout["slots"], 1),
+                                 max(len(layout["slot_fields"]), 1)), np.int32)
+        self.slots = slots_memory.transpose(2, 0, 1)
         cdef int32_t[:, ::1] scalars_view = self.scalars
         cdef uint8_t[:, :, :, ::1] maps_view = self.maps
-        cdef int32_t[:, :, ::1] slots_view = self.slots
+        cdef int32_t[:, :, ::1] slots_view = slots_memory
         self._m.game = layout["index"]
         self._m.channels = channels
         self._m.maps_per_env = len(layout["maps"])
@@ -198,7 +202,8 @@ cdef class MinAtarKernel:
         ma_reset(&self._m, seed is not None, 0 if seed is None else seed)
 
     def write_obs(self):
-        """Rewrite `obs` from the state arrays (after a test or a checkpoint injected state)."""
+        """Rewrite `obs` from the state arrays. Needed after state is set from outside (a test,
+        a parity check): a step writes only the cells that change, from the row it finds."""
         ma_write_obs(&self._m)
 
     def step(self):

@@ -278,6 +278,24 @@ def test_bench_validate_checks_against_minatar_and_exits_2_on_a_mismatch(
     ]
 
 
+@pytest.mark.parametrize("env_id", IDS)
+def test_the_observation_kept_by_difference_is_the_one_drawn_whole(env_id):
+    """A step writes only the cells that change (minatar.h); after any number of steps,
+    episode ends and truncations, the rows are what clearing and redrawing them gives."""
+    env = make_env(env_id, 32, max_episode_steps=90)
+    env.reset(seed=5)
+    rng = np.random.default_rng(5)
+    ended = 0
+    for step in range(300):
+        env.step(rng.integers(0, env.single_action_space.n, env.num_envs))
+        ended += int((env.terminated | env.truncated).sum())
+        if step % 15 == 14:
+            kept = env.obs.copy()
+            env.kernel.write_obs()
+            assert np.array_equal(kept, env.obs), f"step {step}"
+    assert ended >= 32
+
+
 def test_a_loaded_state_out_of_range_is_clamped_not_indexed():
     """Positions and list lengths index memory: a corrupt state must not reach outside it."""
     invaders = make_env("MinAtar-SpaceInvaders-v1", 2, sticky_action_prob=0)
@@ -292,6 +310,12 @@ def test_a_loaded_state_out_of_range_is_clamped_not_indexed():
     seaquest.step(np.zeros(2, np.int64))
     assert seaquest.kernel.scalars[lengths].min() >= 0
     assert seaquest.kernel.scalars[lengths].max() <= GAMES["seaquest"]["slots"]
+    # an oxygen whose gauge (oxygen * 10 // 200 cells) overflows 32 bits fills it, as in Python
+    names = GAMES["seaquest"]["scalars"]
+    seaquest.kernel.scalars[names.index("oxygen")] = [2**31 - 1, 39]
+    seaquest.step(np.zeros(2, np.int64))
+    gauge = seaquest.obs[:, GAMES["seaquest"]["channels"].index("oxygen_guage"), 9]
+    assert gauge.tolist() == [[1] * 10, [1] + [0] * 9]
 
 
 @pytest.mark.parametrize("impl", ["native", pytest.param("reference", marks=needs_minatar)])
