@@ -10,10 +10,9 @@
  * critic). Every parameter is read from, and every gradient written to, one flat buffer at
  * the offsets of an `mlp_layer` table, so FlatParameters and FlatAdam see nothing new.
  *
- * Loops are written so that GCC vectorises them under strict IEEE rules (-ffp-contract=off,
- * no reassociation): the inner loop runs over independent outputs, and the few reductions
- * (dot products, the gradient norm) keep MLP_LANES explicit partial sums, so their order is
- * fixed by the code, not by the compiler. Each hot loop is compiled for AVX-512, AVX2 and the
+ * Loops are written so that GCC vectorises them without reassociating: the inner loop runs
+ * over independent outputs, and the few reductions (dot products, the gradient norm) keep
+ * MLP_LANES explicit partial sums, so their order is fixed by the code, not by the compiler. Each hot loop is compiled for AVX-512, AVX2 and the
  * baseline and picked at load time (no -march in a build that ships).
  */
 #ifndef OPERANT_FUSED_MLP_H
@@ -22,6 +21,16 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+
+/* Fused multiply-adds here, unlike the env kernels (whose -ffp-contract=off keeps Gymnasium's
+ * float64 arithmetic exact): this module matches torch to float32 rounding, not bit for bit,
+ * and a multiply-add is one AVX-512 instruction instead of two. Runs on one CPU stay
+ * bit-identical (the code picked at load time is the same every time). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("fp-contract=fast")
+/* mlp_v16 in the baseline clone is passed in memory: GCC says so once per function */
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
 
 #ifdef MLP_CLONES
 /* the includer chose (a test of one target) */
@@ -178,12 +187,28 @@ static inline float mlp_dot(int64_t n, const float *__restrict__ a, const float 
     int64_t k = 0, l;
     for (; k + MLP_LANES <= n; k += MLP_LANES)
         for (l = 0; l < MLP_LANES; l++) lanes[l] += a[k + l] * b[k + l];
-    for (l = 0; l < MLP_LANES; l++) sum += lanes[l];
+    for (l = 0; l < MLP_LANES / 2; l++) lanes[l] += lanes[l + MLP_LANES / 2];
+    for (l = 0; l < MLP_LANES / 4; l++) lanes[l] += lanes[l + MLP_LANES / 4];
+    for (l = 0; l < MLP_LANES / 8; l++) lanes[l] += lanes[l + MLP_LANES / 8];
+    sum = lanes[0] + lanes[1];
     for (; k < n; k++) sum += a[k] * b[k];
     return sum;
 }
 
 /* -- matrix kernels ------------------------------------------------------------------------ */
+
+/* 16 floats as one value (GCC's vector extension: a ZMM register under AVX-512, two YMM under
+ * AVX2, four XMM otherwise), so that a tile's sums stay in registers; unaligned, and allowed
+ * to alias the floats it is loaded from. */
+typedef float mlp_v16 __attribute__((vector_size(64), aligned(4), may_alias));
+
+static inline mlp_v16 mlp_load(const float *p) {
+    mlp_v16 v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline void mlp_store(float *p, mlp_v16 v) { memcpy(p, &v, sizeof v); }
 
 /* dst (cols, rows) = src (rows, cols with row stride ld) transposed. */
 static void mlp_transpose(int64_t rows, int64_t cols, int64_t ld, const float *src, float *dst) {
@@ -192,21 +217,86 @@ static void mlp_transpose(int64_t rows, int64_t cols, int64_t ld, const float *s
         for (j = 0; j < cols; j++) dst[j * rows + i] = src[i * ld + j];
 }
 
-/* y (rows, n_out) = x (rows, n_in) @ W + b, vectorised along the outputs. */
-MLP_CLONES static void mlp_affine_wide(int64_t rows, int64_t n_in, int64_t n_out, int64_t ldw,
-                                       const float *__restrict__ x, const float *__restrict__ w,
-                                       const float *__restrict__ b, float *__restrict__ y) {
-    int64_t i, k, j;
-    for (i = 0; i < rows; i++) {
-        float *yi = y + i * n_out;
+/* y (rows, n_out) = x (rows, n_in) @ W (n_in rows of stride ldw) [+ b], for n_out >= 16:
+ * tiles of MLP_TILE_ROWS rows x 16 outputs whose sums stay in registers while k runs (each
+ * output's sum still adds the products in order k = 0, 1, ...); leftover rows and columns
+ * take the plain loop, in the same order. */
+#define MLP_TILE_ROWS 8
+MLP_CLONES static void mlp_matmul(int64_t rows, int64_t n_in, int64_t n_out, int64_t ldw,
+                                  const float *__restrict__ x, const float *__restrict__ w,
+                                  const float *__restrict__ b, float *__restrict__ y) {
+    const int64_t full_j = n_out - n_out % 16, full_i = rows - rows % MLP_TILE_ROWS;
+    int64_t i, j, k;
+    for (i = 0; i < full_i; i += MLP_TILE_ROWS) {
         const float *xi = x + i * n_in;
-        for (j = 0; j < n_out; j++) yi[j] = b[j];
-        for (k = 0; k < n_in; k++) {
-            const float xik = xi[k];
-            const float *wk = w + k * ldw;
-            for (j = 0; j < n_out; j++) yi[j] += xik * wk[j];
+        for (j = 0; j < full_j; j += 16) {
+            mlp_v16 sums[MLP_TILE_ROWS], start = {0};
+            int r;
+            if (b) start = mlp_load(b + j);
+            for (r = 0; r < MLP_TILE_ROWS; r++) sums[r] = start;
+            for (k = 0; k < n_in; k++) {
+                const mlp_v16 wk = mlp_load(w + k * ldw + j);
+                for (r = 0; r < MLP_TILE_ROWS; r++) sums[r] += xi[r * n_in + k] * wk;
+            }
+            for (r = 0; r < MLP_TILE_ROWS; r++) mlp_store(y + (i + r) * n_out + j, sums[r]);
         }
     }
+    for (i = 0; i < rows; i++)
+        for (j = i < full_i ? full_j : 0; j < n_out; j++) {
+            float sum = b ? b[j] : 0.0f;
+            for (k = 0; k < n_in; k++) sum += x[i * n_in + k] * w[k * ldw + j];
+            y[i * n_out + j] = sum;
+        }
+}
+
+/* Four inputs' rows of g (stride ldg) at columns j.. j + 16 * chunks += x^T dy over the rows,
+ * the sums in registers, in row order. */
+static inline __attribute__((always_inline)) void mlp_tn_tile(int64_t rows, int64_t n_in, int64_t n_out, int64_t ldg,
+                               const float *__restrict__ x, const float *__restrict__ dy,
+                               float *__restrict__ g, int64_t k, int64_t j, int chunks) {
+    mlp_v16 sums[4][2] = {{{0}}};
+    int64_t i;
+    int r, c;
+    for (i = 0; i < rows; i++) {
+        const float *xi = x + i * n_in + k;
+        for (c = 0; c < chunks; c++) {
+            const mlp_v16 d = mlp_load(dy + i * n_out + j + 16 * c);
+            for (r = 0; r < 4; r++) sums[r][c] += xi[r] * d;
+        }
+    }
+    for (r = 0; r < 4; r++)
+        for (c = 0; c < chunks; c++) {
+            float *at = g + (k + r) * ldg + j + 16 * c;
+            mlp_store(at, mlp_load(at) + sums[r][c]);
+        }
+}
+
+/* g (n_in rows of stride ldg) += x^T dy, x (rows, n_in), dy (rows, n_out), n_out >= 16:
+ * tiles of 4 inputs x 32 (or 16) outputs; what is left over, one sum at a time (each in row
+ * order, as the tiles). */
+MLP_CLONES static void mlp_matmul_tn(int64_t rows, int64_t n_in, int64_t n_out, int64_t ldg,
+                                     const float *__restrict__ x, const float *__restrict__ dy,
+                                     float *__restrict__ g) {
+    const int64_t full_j = n_out - n_out % 16, full_k = n_in - n_in % 4;
+    int64_t i, j, k;
+    for (k = 0; k < full_k; k += 4) {
+        for (j = 0; j + 32 <= full_j; j += 32) mlp_tn_tile(rows, n_in, n_out, ldg, x, dy, g, k, j, 2);
+        if (j < full_j) mlp_tn_tile(rows, n_in, n_out, ldg, x, dy, g, k, j, 1);
+    }
+    for (k = 0; k < n_in; k++)
+        for (j = k < full_k ? full_j : 0; j < n_out; j++) {
+            float sum = 0.0f;
+            for (i = 0; i < rows; i++) sum += x[i * n_in + k] * dy[i * n_out + j];
+            g[k * ldg + j] += sum;
+        }
+}
+
+/* gb (n,) += the column sums of dy (rows, n), in row order. */
+MLP_CLONES static void mlp_column_sums(int64_t rows, int64_t n, const float *__restrict__ dy,
+                                       float *__restrict__ gb) {
+    int64_t i, j;
+    for (i = 0; i < rows; i++)
+        for (j = 0; j < n; j++) gb[j] += dy[i * n + j];
 }
 
 /* The same for a few outputs: each a dot product with a row of wt = W transposed. */
@@ -217,23 +307,6 @@ MLP_CLONES static void mlp_affine_narrow(int64_t rows, int64_t n_in, int64_t n_o
     int64_t i, j;
     for (i = 0; i < rows; i++)
         for (j = 0; j < n_out; j++) y[i * n_out + j] = b[j] + mlp_dot(n_in, x + i * n_in, wt + j * n_in);
-}
-
-/* gw (n_in, ldw) += x^T dy and gb += column sums of dy, vectorised along the outputs. */
-MLP_CLONES static void mlp_grad_wide(int64_t rows, int64_t n_in, int64_t n_out, int64_t ldw,
-                                     const float *__restrict__ x, const float *__restrict__ dy,
-                                     float *__restrict__ gw, float *__restrict__ gb) {
-    int64_t i, k, j;
-    for (i = 0; i < rows; i++) {
-        const float *dyi = dy + i * n_out;
-        const float *xi = x + i * n_in;
-        for (j = 0; j < n_out; j++) gb[j] += dyi[j];
-        for (k = 0; k < n_in; k++) {
-            const float xik = xi[k];
-            float *gk = gw + k * ldw;
-            for (j = 0; j < n_out; j++) gk[j] += xik * dyi[j];
-        }
-    }
 }
 
 /* gt (n_out, n_in) = dy^T x (zeroed first), vectorised along the inputs: a narrow layer's
@@ -278,7 +351,7 @@ static void mlp_layer_forward(const mlp_spec *s, const mlp_scratch *w, const mlp
         mlp_transpose(L->n_in, L->n_out, L->ldw, param + L->w, w->wt);
         mlp_affine_narrow(w->rows, L->n_in, L->n_out, x, w->wt, param + L->b, y);
     } else {
-        mlp_affine_wide(w->rows, L->n_in, L->n_out, L->ldw, x, param + L->w, param + L->b, y);
+        mlp_matmul(w->rows, L->n_in, L->n_out, L->ldw, x, param + L->w, param + L->b, y);
     }
     if (last) return;
     if (s->relu)
@@ -311,11 +384,15 @@ static void mlp_layer_backward(const mlp_scratch *w, const mlp_layer *L, const f
         for (k = 0; k < L->n_in; k++)
             for (j = 0; j < L->n_out; j++) grad[L->w + k * L->ldw + j] += w->gt[j * L->n_in + k];
     } else {
-        mlp_grad_wide(w->rows, L->n_in, L->n_out, L->ldw, x, w->dy, grad + L->w, grad + L->b);
+        mlp_matmul_tn(w->rows, L->n_in, L->n_out, L->ldw, x, w->dy, grad + L->w);
+        mlp_column_sums(w->rows, L->n_out, w->dy, grad + L->b);
     }
     if (!need_dx) return;
     mlp_transpose(L->n_in, L->n_out, L->ldw, param + L->w, w->wt);
-    mlp_input_grad(w->rows, L->n_in, L->n_out, w->dy, w->wt, w->dx);
+    if (L->n_in >= 16)
+        mlp_matmul(w->rows, L->n_out, L->n_in, L->n_in, w->dy, w->wt, NULL, w->dx);
+    else
+        mlp_input_grad(w->rows, L->n_in, L->n_out, w->dy, w->wt, w->dx);
 }
 
 /* Backward through one tower, w->dy holding the gradient of its last layer's output. */
