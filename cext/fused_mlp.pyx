@@ -104,8 +104,10 @@ cdef class FusedMLP:
         cdef mlp_adam adam
         cdef float stats[5]
         cdef bint entropy_after = self.spec.ent_coef == 0
-        self._check(batch, minibatch, scratch, param, grad, exp_avg, exp_avg_sq, obs)
-        self._check_indices(order, batch, actions)
+        if batch != obs.shape[0]:
+            raise ValueError("the order must name every row of the rollout once")
+        self._check(batch, minibatch, scratch, n, grad, exp_avg, exp_avg_sq, obs)
+        self._check_indices(order, batch, actions, batch)
         adam.lr, adam.beta1, adam.beta2, adam.eps = lr, beta1, beta2, eps
         adam.max_grad_norm = max_grad_norm
         w = mlp_carve(&self.spec, &scratch[0], minibatch)
@@ -126,6 +128,49 @@ cdef class FusedMLP:
                         sums[k] += stats[k]
                 start += minibatch
         return steps
+
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    def gradient(self, const float[:, ::1] obs, const int64_t[::1] actions,
+                 const float[::1] logprobs, const float[::1] advantages,
+                 const float[::1] returns, const float[::1] values, const int64_t[::1] order,
+                 moments, float[::1] scratch, const float[::1] param, float[::1] grad,
+                 float[::1] stats):
+        """The loss's gradient for one minibatch, the rows `order` of the rollout, into
+        `grad` (OUT, overwritten), its five mean statistics added to `stats` (OUT).
+        `moments`: None (the minibatch's own advantage moments) or (mean, std)."""
+        cdef int64_t rows = order.shape[0]
+        cdef mlp_batch b = self._batch(obs, actions, logprobs, advantages, returns, values)
+        cdef mlp_scratch w
+        cdef float given[2]
+        cdef float *moments_at = NULL
+        if stats.shape[0] != 5 or grad.shape[0] != param.shape[0]:
+            raise ValueError("stats must hold 5 floats and grad one per parameter")
+        self._check(rows, rows, scratch, param.shape[0], grad, grad, grad, obs)
+        self._check_indices(order, obs.shape[0], actions, rows)
+        if moments is not None:
+            given[0], given[1] = moments
+            moments_at = given
+        w = mlp_carve(&self.spec, &scratch[0], rows)
+        with nogil:
+            mlp_gradient(&self.spec, &w, &b, &order[0], moments_at, &param[0], &grad[0],
+                         param.shape[0], &stats[0])
+
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    def clip_adam(self, float[::1] param, float[::1] grad, float[::1] exp_avg,
+                  float[::1] exp_avg_sq, double lr, double beta1, double beta2, double eps,
+                  double max_grad_norm, int64_t step):
+        """FlatParameters.clip_grad_norm_ then FlatAdam.step number `step` (IN/OUT: all
+        four buffers)."""
+        cdef int64_t n = param.shape[0]
+        cdef mlp_adam adam
+        if grad.shape[0] != n or exp_avg.shape[0] != n or exp_avg_sq.shape[0] != n:
+            raise ValueError("param, grad, exp_avg and exp_avg_sq must be one length")
+        adam.lr, adam.beta1, adam.beta2, adam.eps = lr, beta1, beta2, eps
+        adam.max_grad_norm = max_grad_norm
+        with nogil:
+            mlp_clip_adam(n, &param[0], &grad[0], &exp_avg[0], &exp_avg_sq[0], &adam, step)
 
     @cython.boundscheck(False)
     @cython.wraparound(False)
@@ -181,29 +226,31 @@ cdef class FusedMLP:
         b.values = &values[0]
         return b
 
-    cdef _check(self, int64_t batch, int64_t minibatch, float[::1] scratch, float[::1] param,
-                float[::1] grad, float[::1] exp_avg, float[::1] exp_avg_sq,
-                const float[:, ::1] obs):
-        if minibatch < 2 or batch % minibatch or batch != obs.shape[0]:
+    cdef _check(self, int64_t batch, int64_t minibatch, const float[::1] scratch,
+                int64_t n_params, const float[::1] grad, const float[::1] exp_avg,
+                const float[::1] exp_avg_sq, const float[:, ::1] obs):
+        if minibatch < 2 or batch % minibatch or batch > obs.shape[0]:
             raise ValueError("the order must cover the batch in minibatches of 2 rows or more")
         if scratch.shape[0] < mlp_scratch_floats(&self.spec, minibatch):
             raise ValueError("scratch is shorter than scratch_floats(minibatch)")
-        n = param.shape[0]
-        if grad.shape[0] != n or exp_avg.shape[0] != n or exp_avg_sq.shape[0] != n:
+        if grad.shape[0] != n_params or exp_avg.shape[0] != n_params or exp_avg_sq.shape[0] != n_params:
             raise ValueError("param, grad, exp_avg and exp_avg_sq must be one length")
         for w, ldw, b, n_in, n_out in self.layers:
-            if w < 0 or b < 0 or w + (n_in - 1) * ldw + n_out > n or b + n_out > n:
+            if w < 0 or b < 0 or w + (n_in - 1) * ldw + n_out > n_params or b + n_out > n_params:
                 raise ValueError("a layer lies outside the flat parameters")
 
     @cython.boundscheck(False)
     @cython.wraparound(False)
     cdef _check_indices(self, const int64_t[::1] order, int64_t batch,
-                        const int64_t[::1] actions):
+                        const int64_t[::1] actions, int64_t rows):
         # Both index memory: one bad entry would read outside the rollout.
         cdef int64_t i, bad = 0, count = self.spec.num_actions
+        if order.shape[0] < rows:
+            raise ValueError("the order is shorter than the rows it should name")
         with nogil:
-            for i in range(batch):
+            for i in range(rows):
                 bad |= (order[i] < 0) | (order[i] >= batch)
+            for i in range(batch):
                 bad |= (actions[i] < 0) | (actions[i] >= count)
         if bad:
             raise ValueError("an order entry is outside the batch or an action outside the space")

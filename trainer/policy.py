@@ -115,6 +115,13 @@ class ActorCritic(nn.Module):
         C call); None detaches it."""
         self._native_act = native_act
 
+    def __getstate__(self) -> dict[str, Any]:
+        # A copy or a pickle is a module of its own: the native act read the original's
+        # flat buffer, so it stays behind (the copy samples through torch).
+        state = self.__dict__.copy()
+        state["_native_act"] = None
+        return state
+
     @classmethod
     def from_config(cls, config, obs_dim: int, num_actions: int, continuous: bool) -> ActorCritic:
         """The network a `PolicyConfig` describes."""
