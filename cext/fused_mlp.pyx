@@ -36,6 +36,7 @@ cdef extern from "fused_ppo.h":
         int64_t rows
         float *x
         float *logp
+        float *prob
 
     ctypedef struct mlp_adam:
         double lr, beta1, beta2, eps, max_grad_norm
@@ -52,8 +53,7 @@ cdef extern from "fused_ppo.h":
                      int64_t towers) nogil
     const float *mlp_logits(const mlp_spec *s, const mlp_scratch *w, int64_t i) nogil
     float mlp_value(const mlp_spec *s, const mlp_scratch *w, int64_t i) nogil
-    float mlp_log_softmax(int64_t n, const float *logits, float *logp) nogil
-    float expf(float x) nogil
+    void mlp_softmax(const mlp_spec *s, const mlp_scratch *w) nogil
 
 
 cdef class FusedMLP:
@@ -183,7 +183,7 @@ cdef class FusedMLP:
         cdef int64_t rows = obs.shape[0], i, j, index, count = self.spec.num_actions
         cdef mlp_scratch w
         cdef float cdf
-        cdef float *logp
+        cdef float *prob
         if obs.shape[1] != self.spec.obs_dim or uniforms.shape[0] != rows:
             raise ValueError("obs must be (rows, obs_dim) and uniforms (rows,)")
         if actions.shape[0] != rows or logprobs.shape[0] != rows or values.shape[0] != rows:
@@ -194,18 +194,18 @@ cdef class FusedMLP:
         with nogil:
             w.x = <float *> &obs[0, 0]  # read only: the forward never writes its input
             mlp_forward(&self.spec, &w, &param[0], self.spec.towers)
+            mlp_softmax(&self.spec, &w)
             for i in range(rows):
-                logp = w.logp + i * count
-                mlp_log_softmax(count, mlp_logits(&self.spec, &w, i), logp)
+                prob = w.prob + i * count
                 cdf = 0
                 index = 0
                 for j in range(count):
-                    cdf = cdf + expf(logp[j])
+                    cdf = cdf + prob[j]
                     index += cdf <= uniforms[i]
                 if index > count - 1:
                     index = count - 1
                 actions[i] = index
-                logprobs[i] = logp[index]
+                logprobs[i] = w.logp[i * count + index]
                 values[i] = mlp_value(&self.spec, &w, i)
 
     cdef mlp_batch _batch(self, const float[:, ::1] obs, const int64_t[::1] actions,

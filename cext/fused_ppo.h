@@ -57,13 +57,13 @@ static void mlp_loss(const mlp_spec *s, const mlp_scratch *w, const mlp_batch *b
                      const int64_t *order, double *stats) {
     const float lo = 1.0f - s->clip_coef, hi = 1.0f + s->clip_coef, scale = 1.0f / w->rows;
     int64_t i;
+    mlp_softmax(s, w);
     for (i = 0; i < w->rows; i++) {
         const int64_t row = order[i];
         float *logp = w->logp + i * s->num_actions;
         float log_ratio, ratio, clipped, neg_adv, unclipped_loss, clipped_loss, d_ratio;
         float value = mlp_value(s, w, i), ret = b->returns[row], old = b->values[row];
         float v_loss, d_value;
-        w->entropy[i] = mlp_log_softmax(s->num_actions, mlp_logits(s, w, i), logp);
         log_ratio = logp[b->actions[row]] - b->logprobs[row];
         ratio = expf(log_ratio);
         clipped = ratio < lo ? lo : (ratio > hi ? hi : ratio);
@@ -105,14 +105,13 @@ static void mlp_head_grad(const mlp_spec *s, const mlp_scratch *w, const mlp_bat
     int64_t i, j;
     for (i = 0; i < w->rows; i++) {
         float *dy = w->dy + i * width;
-        const float *logp = w->logp + i * n;
+        const float *logp = w->logp + i * n, *prob = w->prob + i * n;
         if (tower == 1) {
             dy[0] = w->dvalue[i];
             continue;
         }
         for (j = 0; j < n; j++) {
-            const float p = expf(logp[j]);
-            dy[j] = -w->dlogp[i] * p + entropy_scale * p * (logp[j] + w->entropy[i]);
+            dy[j] = -w->dlogp[i] * prob[j] + entropy_scale * prob[j] * (logp[j] + w->entropy[i]);
         }
         dy[b->actions[order[i]]] += w->dlogp[i];
         if (s->towers == 1) dy[n] = w->dvalue[i];
@@ -145,8 +144,8 @@ static float mlp_entropy_mean(const mlp_spec *s, const mlp_scratch *w, const flo
     double sum = 0.0;
     int64_t i;
     mlp_forward(s, w, param, 1);
-    for (i = 0; i < w->rows; i++)
-        sum += mlp_log_softmax(s->num_actions, mlp_logits(s, w, i), w->logp + i * s->num_actions);
+    mlp_softmax(s, w);
+    for (i = 0; i < w->rows; i++) sum += w->entropy[i];
     return (float)(sum / w->rows);
 }
 
