@@ -156,6 +156,19 @@ cdef class FusedMLP:
             mlp_gradient(&self.spec, &w, &b, &order[0], moments_at, &param[0], &grad[0],
                          param.shape[0], &stats[0])
 
+    def entropy_mean(self, float[::1] scratch, int64_t rows, const float[::1] param):
+        """The policy's mean entropy, with `param`, at the observations of the last
+        `gradient` call on this scratch and row count (ppo_update's statistic when the loss
+        has no entropy term: measured after the step)."""
+        cdef mlp_scratch w
+        cdef float entropy
+        if rows < 1 or scratch.shape[0] < mlp_scratch_floats(&self.spec, rows):
+            raise ValueError("scratch is shorter than scratch_floats(rows)")
+        w = mlp_carve(&self.spec, &scratch[0], rows)
+        with nogil:
+            entropy = mlp_entropy_mean(&self.spec, &w, &param[0])
+        return entropy
+
     @cython.boundscheck(False)
     @cython.wraparound(False)
     def clip_adam(self, float[::1] param, float[::1] grad, float[::1] exp_avg,

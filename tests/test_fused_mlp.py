@@ -131,27 +131,52 @@ def test_gradient_clip_statuses_are_all_exercised():
     assert ((value - values).abs() > 0.2).any() and ((value - values).abs() < 0.2).any()
 
 
-def run_update(network, native: bool, config: PPOConfig):
+class OneRankGroup:
+    """operant.trainer.distributed's group as one rank sees it alone: its collectives count
+    their calls and leave the tensors as they are."""
+
+    world_size = 1
+
+    def __init__(self):
+        self.averaged = 0
+
+    def average_(self, tensor, what=""):
+        self.averaged += 1
+
+    def sum_(self, tensor, what=""):
+        pass
+
+
+def run_update(network, native: bool, config: PPOConfig, group=None):
     policy, flat = make_policy(*network, seed=3)
     optimizer = FlatAdam(flat.param, lr=3e-3, eps=1e-5)
     fused = NativeUpdate(policy, flat, config) if native else None
     batch = random_batch(policy, 512, 4)
     generator = torch.Generator().manual_seed(5)
     stats = [
-        ppo_update(policy, flat, optimizer, config, *batch, 128, generator, native=fused)
+        ppo_update(policy, flat, optimizer, config, *batch, 128, generator, group, fused)
         for _ in range(2)
     ]
     return flat.param.detach().clone(), optimizer, stats
 
 
-@pytest.mark.parametrize("network", NETWORKS[:4], ids=lambda n: f"{n}")
-def test_whole_update_matches_torch(network):
+@pytest.mark.parametrize(
+    "network, grouped",
+    [(network, False) for network in NETWORKS[:4]] + [(NETWORKS[3], True)],
+    ids=lambda value: f"{value}",
+)
+def test_whole_update_matches_torch(network, grouped):
     """Two ppo_update calls of 2 epochs x 4 minibatches: parameters, Adam's state and the
-    statistics agree with torch's to float32 rounding's effect."""
+    statistics agree with torch's to float32 rounding's effect; also under torchrun's
+    per-minibatch path (a one-rank group: global advantage moments, the gradient averaged
+    between backward and clip)."""
     config = PPOConfig(update_epochs=2, ent_coef=0.01 if network[0] else 0.0)
     start = make_policy(*network, seed=3)[1].param.detach().clone()
-    reference, torch_adam, torch_stats = run_update(network, False, config)
-    native, native_adam, native_stats = run_update(network, True, config)
+    torch_group, native_group = (OneRankGroup(), OneRankGroup()) if grouped else (None, None)
+    reference, torch_adam, torch_stats = run_update(network, False, config, torch_group)
+    native, native_adam, native_stats = run_update(network, True, config, native_group)
+    if grouped:
+        assert native_group.averaged == torch_group.averaged == 16
     moved = float((reference - start).abs().max())
     assert moved > 1e-3
     assert float((native - reference).abs().max()) <= 1e-3 * moved
@@ -202,7 +227,6 @@ def test_update_impl_selects_and_refuses():
     native_config = Config(ppo=PPOConfig(update_impl="native"))
     assert native_unsupported(discrete, cpu) is None
     assert "continuous" in native_unsupported(continuous, cpu)
-    assert "torchrun" in native_unsupported(discrete, cpu, group=object())
     assert "CPU" in native_unsupported(discrete, torch.device("meta"))
     assert make_native(Config(), continuous, continuous_flat, cpu) is None
     assert make_native(Config(ppo=PPOConfig(update_impl="torch")), discrete, flat, cpu) is None

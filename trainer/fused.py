@@ -6,8 +6,9 @@ the clipped loss's gradient, FlatParameters.clip_grad_norm_, FlatAdam.step) and,
 step, what ActorCritic.act computes, in one C call each without the GIL, on the same flat
 parameter, gradient and Adam-moment tensors: checkpoints and resume see nothing new. Torch
 autograd stays the reference (tests/test_fused_mlp.py holds the two together) and serves every
-run the native path does not cover: continuous actions, other policies, accelerators and
-torchrun groups (whose gradient all-reduce sits between backward and clip).
+run the native path does not cover: continuous actions, other policies, accelerators.
+Under torchrun the native path runs one call per minibatch instead of per epoch, so that the
+gradient's all-reduce sits between the gradient and the clip, as in the torch loop.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ except ImportError:  # an unbuilt checkout: torch serves every run
     FusedMLP = None
 
 
-def native_unsupported(policy: Any, device: torch.device, group: Any = None) -> str | None:
+def native_unsupported(policy: Any, device: torch.device) -> str | None:
     """Why the native path cannot train this run, in a few words; None when it can."""
     if FusedMLP is None:
         return "operant.cext.fused_mlp is not built"
@@ -36,8 +37,6 @@ def native_unsupported(policy: Any, device: torch.device, group: Any = None) -> 
         return "it covers discrete actions only (this env's are continuous)"
     if torch.device(device).type != "cpu":
         return f"it runs on the CPU, not {device}"
-    if group is not None:
-        return "torchrun groups average the gradient between backward and clip"
     return None
 
 
@@ -46,14 +45,13 @@ def make_native(
     policy: Any,
     flat: FlatParameters,
     device: torch.device,
-    group: Any = None,
 ) -> NativeUpdate | None:
     """The native update `ppo.update_impl` chooses for this run, attached to the policy's
     rollout forward, or None for torch; "native" where it cannot run is a ConfigError."""
     impl = config.ppo.update_impl
     if impl == "torch":
         return None
-    reason = native_unsupported(policy, device, group)
+    reason = native_unsupported(policy, device)
     if reason is None:
         native = NativeUpdate(policy, flat, config.ppo)
         policy.attach_native(native.act)
@@ -171,6 +169,62 @@ class NativeUpdate:
         optimizer.steps += steps
         optimizer.step_count.fill_(optimizer.steps)
         return steps
+
+    def epoch_group(
+        self,
+        optimizer: FlatAdam,
+        config: PPOConfig,
+        batch: tuple[torch.Tensor, ...],
+        order: torch.Tensor,
+        minibatch_size: int,
+        moments: torch.Tensor | None,
+        group: Any,
+        keep_stats: bool,
+        sums: torch.Tensor,
+    ) -> int:
+        """`epoch` under torchrun: per minibatch, the gradient, its average over the ranks
+        (`group.average_`), then the clip and Adam; `moments` (minibatches, 2) are the global
+        minibatches' advantage moments (None: each local minibatch's own)."""
+        views = tuple(tensor.detach().contiguous().numpy() for tensor in batch)
+        order_view = order.numpy()
+        param = self.flat.param.detach().numpy()
+        grad = self.flat.grad.numpy()
+        scratch = self.scratch(minibatch_size)
+        stats = np.zeros(5, dtype=np.float32)
+        count = 0
+        for start in range(0, order_view.shape[0], minibatch_size):
+            stats[:] = 0
+            given = None if moments is None else tuple(moments[count].tolist())
+            self.kernel.gradient(
+                *views,
+                order_view[start : start + minibatch_size],
+                given,
+                scratch,
+                param,
+                grad,
+                stats,
+            )
+            group.average_(self.flat.grad)
+            optimizer.steps += 1
+            self.kernel.clip_adam(
+                param,
+                grad,
+                optimizer.exp_avg.numpy(),
+                optimizer.exp_avg_sq.numpy(),
+                optimizer.lr,
+                optimizer.beta1,
+                optimizer.beta2,
+                optimizer.eps,
+                config.max_grad_norm,
+                optimizer.steps,
+            )
+            if keep_stats:
+                if config.ent_coef == 0:
+                    stats[2] = self.kernel.entropy_mean(scratch, minibatch_size, param)
+                sums += torch.from_numpy(stats)
+            count += 1
+        optimizer.step_count.fill_(optimizer.steps)
+        return count
 
     def act(
         self,

@@ -154,9 +154,10 @@ def ppo_update(
     them over the ranks), except with target_kl, whose early stop must be every rank's: then
     they are averaged here, every epoch.
 
-    `native` (operant.trainer.fused.NativeUpdate, never with `group`) computes each epoch's
-    minibatch steps in one C call instead of torch autograd: the same draws from `generator`,
-    the same arithmetic up to float32 rounding.
+    `native` (operant.trainer.fused.NativeUpdate) computes each epoch's minibatch steps in
+    one C call instead of torch autograd (with `group`: one per minibatch, the all-reduce
+    between gradient and clip): the same draws from `generator`, the same arithmetic up to
+    float32 rounding.
     """
     batch = b_obs.shape[0]
     sums = torch.zeros(5, device=b_obs.device)
@@ -186,8 +187,20 @@ def ppo_update(
             if group is not None and config.norm_adv
             else None
         )
-        if native is not None:
-            batch_tensors = (b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values)
+        batch_tensors = (b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values)
+        if native is not None and minibatch_size > 1 and group is not None:
+            count = native.epoch_group(
+                optimizer,
+                config,
+                batch_tensors,
+                order,
+                minibatch_size,
+                moments,
+                group,
+                keep_stats,
+                sums,
+            )
+        elif native is not None and minibatch_size > 1:  # (the kernel needs two rows' std)
             count = native.epoch(
                 optimizer, config, batch_tensors, order, minibatch_size, keep_stats, sums
             )
@@ -197,10 +210,7 @@ def ppo_update(
                 flat,
                 optimizer,
                 config,
-                tuple(
-                    tensor[permutation]
-                    for tensor in (b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values)
-                ),
+                tuple(tensor[permutation] for tensor in batch_tensors),
                 minibatch_size,
                 moments,
                 group,

@@ -141,7 +141,7 @@ class Trainer:
             self.flat.param, lr=config.ppo.learning_rate, eps=config.ppo.adam_eps
         )
         # ppo.update_impl: the C update and rollout forward where they cover the run.
-        self.native = make_native(config, self.policy, self.flat, self.device, self.group)
+        self.native = make_native(config, self.policy, self.flat, self.device)
 
     def _build_storage(self, obs_spec: Any, act_spec: Any, layout: Any) -> None:
         """Build the rollout storage, the phase timer, and the collector that fills it."""
