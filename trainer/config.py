@@ -144,6 +144,12 @@ class PPOConfig(Struct, forbid_unknown_fields=True, kw_only=True):
     """Stop an update's epochs early once the approximate KL exceeds this; None never does."""
     adam_eps: PositiveFloat = 1e-5
     """Adam epsilon."""
+    update_impl: Literal["auto", "native", "torch"] = "auto"
+    """Who computes the update's minibatch steps and the rollout's policy forward: "torch"
+    (autograd, the reference), "native" (operant.cext.fused_mlp: one C call per epoch and per
+    step, for the MLP actor-critic with discrete actions on the CPU; any other run is a
+    config error), or "auto" (native where it can run, else torch). docs/performance.md has
+    what each costs and how the two are held together."""
 
 
 class TrainConfig(Struct, forbid_unknown_fields=True, kw_only=True):

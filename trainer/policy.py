@@ -107,6 +107,20 @@ class ActorCritic(nn.Module):
         self._layers = tuple(zip(self.weights, self.biases))
         self._last = len(self._layers) - 1
         self._workspaces: dict[tuple[int, torch.device], dict[str, Any]] = {}
+        self._native_act: Any = None
+
+    def attach_native(self, native_act: Any) -> None:
+        """Serve `act(obs, generator, out)` with `native_act(obs, generator, out)` where it
+        returns True (operant.trainer.fused: the same samples from the same uniforms, in one
+        C call); None detaches it."""
+        self._native_act = native_act
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A copy or a pickle is a module of its own: the native act read the original's
+        # flat buffer, so it stays behind (the copy samples through torch).
+        state = self.__dict__.copy()
+        state["_native_act"] = None
+        return state
 
     @classmethod
     def from_config(cls, config, obs_dim: int, num_actions: int, continuous: bool) -> ActorCritic:
@@ -221,6 +235,9 @@ class ActorCritic(nn.Module):
         Discrete actions are drawn by inverting the categorical's CDF with one uniform per
         row (`searchsorted`), which is what `torch.multinomial` does, minus its allocations."""
         batch = obs.shape[0]
+        native = self._native_act
+        if out is not None and native is not None and native(obs, generator, out):
+            return out
         with torch.no_grad():
             workspace = self._workspace(batch, obs.device)
             if out is None:

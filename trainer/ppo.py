@@ -133,6 +133,7 @@ def ppo_update(
     minibatch_size: int,
     generator: torch.Generator,
     group: Any = None,
+    native: Any = None,
 ) -> PPOStatistics:
     """Clipped-surrogate PPO epochs over one flattened batch (`b_` tensors are (B, ...)).
 
@@ -152,11 +153,15 @@ def ppo_update(
     minibatch's statistics. The statistics returned are this rank's (the record averages
     them over the ranks), except with target_kl, whose early stop must be every rank's: then
     they are averaged here, every epoch.
+
+    `native` (operant.trainer.fused.NativeUpdate) computes each epoch's minibatch steps in
+    one C call instead of torch autograd (with `group`: one per minibatch, the all-reduce
+    between gradient and clip): the same draws from `generator`, the same arithmetic up to
+    float32 rounding.
     """
     batch = b_obs.shape[0]
     sums = torch.zeros(5, device=b_obs.device)
     count = epochs_run = 0
-    need_entropy_grad = config.ent_coef > 0
     # Several ranks and every epoch run (no target_kl): the epochs' orders are drawn up
     # front (the same draws, in the same order), so that one all-reduce gives every epoch's
     # advantage moments: one collective per update instead of one per epoch.
@@ -174,12 +179,7 @@ def ppo_update(
         keep_stats = config.target_kl is not None or epoch == config.update_epochs - 1
         order = orders[epoch] if orders is not None else torch.randperm(batch, generator=generator)
         permutation = order.to(b_obs.device)
-        e_obs, e_actions, e_logprobs, e_advantages, e_returns, e_values = (
-            tensor[permutation]
-            for tensor in (b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values)
-        )
         sums.zero_()
-        count = 0
         moments = (
             planned_moments[epoch]
             if planned_moments is not None
@@ -187,39 +187,36 @@ def ppo_update(
             if group is not None and config.norm_adv
             else None
         )
-        for start in range(0, batch, minibatch_size):
-            mb = slice(start, start + minibatch_size)
-            logprob, entropy, value = policy.evaluate(
-                e_obs[mb], e_actions[mb], entropy=need_entropy_grad
-            )
-            log_ratio = logprob - e_logprobs[mb]
-            ratio = log_ratio.exp()
-            policy_loss, value_loss = _losses(
+        batch_tensors = (b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values)
+        if native is not None and minibatch_size > 1 and group is not None:
+            count = native.epoch_group(
+                optimizer,
                 config,
-                ratio,
-                e_advantages[mb],
-                value,
-                e_returns[mb],
-                e_values[mb],
-                None if moments is None else moments[count],
+                batch_tensors,
+                order,
+                minibatch_size,
+                moments,
+                group,
+                keep_stats,
+                sums,
             )
-            loss = policy_loss + config.vf_coef * value_loss
-            if need_entropy_grad:
-                loss = loss - config.ent_coef * entropy.mean()
-            flat.zero_grad()
-            loss.backward()
-            if group is not None:
-                group.average_(flat.grad)
-            flat.clip_grad_norm_(config.max_grad_norm)
-            optimizer.step()
-            if keep_stats:
-                with torch.no_grad():
-                    if entropy is None:
-                        entropy = policy.entropy(e_obs[mb])
-                    sums += _minibatch_statistics(
-                        config, policy_loss, value_loss, entropy, ratio, log_ratio
-                    )
-            count += 1
+        elif native is not None and minibatch_size > 1:  # (the kernel needs two rows' std)
+            count = native.epoch(
+                optimizer, config, batch_tensors, order, minibatch_size, keep_stats, sums
+            )
+        else:
+            count = _torch_epoch(
+                policy,
+                flat,
+                optimizer,
+                config,
+                tuple(tensor[permutation] for tensor in batch_tensors),
+                minibatch_size,
+                moments,
+                group,
+                keep_stats,
+                sums,
+            )
         epochs_run += 1
         if group is not None and keep_stats and config.target_kl is not None:
             # target_kl's stop must be every rank's; otherwise the ranks' statistics are
@@ -228,6 +225,60 @@ def ppo_update(
         if config.target_kl is not None and float(sums[3]) / count > config.target_kl:
             break
     return _statistics(sums / count, b_returns, b_values, epochs_run)
+
+
+def _torch_epoch(
+    policy: nn.Module,
+    flat: FlatParameters,
+    optimizer: FlatAdam,
+    config: PPOConfig,
+    epoch_batch: tuple[torch.Tensor, ...],
+    minibatch_size: int,
+    moments: torch.Tensor | None,
+    group: Any,
+    keep_stats: bool,
+    sums: torch.Tensor,
+) -> int:
+    """One epoch's minibatch steps through torch autograd (the reference), over the batch
+    already gathered in the epoch's order; adds the statistics to `sums` when `keep_stats`.
+    Returns the minibatches stepped."""
+    e_obs, e_actions, e_logprobs, e_advantages, e_returns, e_values = epoch_batch
+    need_entropy_grad = config.ent_coef > 0
+    count = 0
+    for start in range(0, e_obs.shape[0], minibatch_size):
+        mb = slice(start, start + minibatch_size)
+        logprob, entropy, value = policy.evaluate(
+            e_obs[mb], e_actions[mb], entropy=need_entropy_grad
+        )
+        log_ratio = logprob - e_logprobs[mb]
+        ratio = log_ratio.exp()
+        policy_loss, value_loss = _losses(
+            config,
+            ratio,
+            e_advantages[mb],
+            value,
+            e_returns[mb],
+            e_values[mb],
+            None if moments is None else moments[count],
+        )
+        loss = policy_loss + config.vf_coef * value_loss
+        if need_entropy_grad:
+            loss = loss - config.ent_coef * entropy.mean()
+        flat.zero_grad()
+        loss.backward()
+        if group is not None:
+            group.average_(flat.grad)
+        flat.clip_grad_norm_(config.max_grad_norm)
+        optimizer.step()
+        if keep_stats:
+            with torch.no_grad():
+                if entropy is None:
+                    entropy = policy.entropy(e_obs[mb])
+                sums += _minibatch_statistics(
+                    config, policy_loss, value_loss, entropy, ratio, log_ratio
+                )
+        count += 1
+    return count
 
 
 def _losses(

@@ -27,6 +27,7 @@ from operant.trainer.allocator import keep_freed_memory
 from operant.trainer.collect import as_tensor, make_collector
 from operant.trainer.config import Config, Derived, derive, to_dict
 from operant.trainer.config import env_kwargs as config_env_kwargs
+from operant.trainer.fused import make_native
 from operant.trainer.normalize import (
     ObservationNormalizer,
     RewardNormalizer,
@@ -139,6 +140,8 @@ class Trainer:
         self.optimizer = FlatAdam(
             self.flat.param, lr=config.ppo.learning_rate, eps=config.ppo.adam_eps
         )
+        # ppo.update_impl: the C update and rollout forward where they cover the run.
+        self.native = make_native(config, self.policy, self.flat, self.device)
 
     def _build_storage(self, obs_spec: Any, act_spec: Any, layout: Any) -> None:
         """Build the rollout storage, the phase timer, and the collector that fills it."""
@@ -235,6 +238,7 @@ class Trainer:
             minibatch_size=derived.local_minibatch_size,
             generator=self.cpu_generator,
             group=self.group,
+            native=self.native,
         )
         update_done = clock()
         self.timer.totals["gae"] += gae_done - started

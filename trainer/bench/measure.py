@@ -387,6 +387,7 @@ def compute_bound(config, seconds: float = 1.0) -> dict[str, Any]:
             **flat_batch,
             minibatch_size=derived.minibatch_size,
             generator=generator,
+            native=trainer.native,
         )
 
     forward_sps = rate(forward, config.env.num_envs)

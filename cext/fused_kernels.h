@@ -1,0 +1,282 @@
+/* The vectorised pieces of cext/fused_mlp.h's network: elementwise functions (exp, tanh,
+ * relu) without libm, and the matrix products, register-tiled. Plain C; every hot loop is
+ * compiled for AVX-512, AVX2 and the baseline and picked at load time (no -march in a build
+ * that ships). */
+#ifndef OPERANT_FUSED_KERNELS_H
+#define OPERANT_FUSED_KERNELS_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Fused multiply-adds here, unlike the env kernels (whose -ffp-contract=off keeps Gymnasium's
+ * float64 arithmetic exact): this module matches torch to float32 rounding, not bit for bit,
+ * and a multiply-add is one AVX-512 instruction instead of two. Runs on one CPU stay
+ * bit-identical (the code picked at load time is the same every time). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("fp-contract=fast")
+/* mlp_v16 in the baseline clone is passed in memory: GCC says so once per function */
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+
+#ifdef MLP_CLONES
+/* the includer chose (a test of one target) */
+#elif defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define MLP_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define MLP_CLONES
+#endif
+
+#define MLP_LANES 16
+/* Below this many outputs a layer is computed as dot products over its inputs (vectorised
+ * along the inputs) rather than as rows of outputs (vectorised along the outputs). */
+#define MLP_NARROW 16
+
+/* -- vectorisable elementwise kernels ------------------------------------------------------ */
+
+/* exp(x) for float32, x in [-88, 88], with Cephes' range reduction and polynomial (about
+ * 1 ulp), written branch-free so that a loop over it vectorises (libm's expf does not). */
+static inline float mlp_exp(float x) {
+    float n, r, p;
+    union {
+        int32_t bits;
+        float value;
+    } two_n;
+    /* round(x / ln 2) to nearest by adding and removing 1.5 * 2^23 (floorf would not
+     * vectorise under strict IEEE rules) */
+    n = x * 1.44269504088896341f + 12582912.0f;
+    n = n - 12582912.0f;
+    r = x - n * 0.693359375f;
+    r = r + n * 2.12194440e-4f;
+    p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    two_n.bits = ((int32_t)n + 127) << 23;
+    return p * two_n.value;
+}
+
+/* tanh as Eigen computes it for float: an odd degree-13 over an even degree-6 polynomial on
+ * [-7.9, 7.9] (clamped outside), within 4e-7 of the exact value; one division and no exp. */
+MLP_CLONES static void mlp_tanh(int64_t n, float *__restrict__ x) {
+    const float bound = 7.90531110763549805f;
+    int64_t i;
+    for (i = 0; i < n; i++) {
+        const float v = x[i] > bound ? bound : (x[i] < -bound ? -bound : x[i]);
+        const float v2 = v * v;
+        float p = -2.76076847742355e-16f, q = 1.19825839466702e-06f;
+        p = p * v2 + 2.00018790482477e-13f;
+        p = p * v2 + -8.60467152213735e-11f;
+        p = p * v2 + 5.12229709037114e-08f;
+        p = p * v2 + 1.48572235717979e-05f;
+        p = p * v2 + 6.37261928875436e-04f;
+        p = p * v2 + 4.89352455891786e-03f;
+        q = q * v2 + 1.18534705686654e-04f;
+        q = q * v2 + 2.26843463243900e-03f;
+        q = q * v2 + 4.89352518554385e-03f;
+        x[i] = v * p / q;
+    }
+}
+
+MLP_CLONES static void mlp_relu(int64_t n, float *__restrict__ x) {
+    int64_t i;
+    for (i = 0; i < n; i++) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+/* dy *= activation'(y), y the activation's output. */
+MLP_CLONES static void mlp_activation_backward(int64_t n, int relu, const float *__restrict__ y,
+                                               float *__restrict__ dy) {
+    int64_t i;
+    if (relu) {
+        for (i = 0; i < n; i++) dy[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+    } else {
+        for (i = 0; i < n; i++) dy[i] = dy[i] * (1.0f - y[i] * y[i]);
+    }
+}
+
+/* A dot product with MLP_LANES partial sums (a fixed order that vectorises). */
+static inline float mlp_dot(int64_t n, const float *__restrict__ a, const float *__restrict__ b) {
+    float lanes[MLP_LANES] = {0};
+    float sum = 0.0f;
+    int64_t k = 0, l;
+    for (; k + MLP_LANES <= n; k += MLP_LANES)
+        for (l = 0; l < MLP_LANES; l++) lanes[l] += a[k + l] * b[k + l];
+    for (l = 0; l < MLP_LANES / 2; l++) lanes[l] += lanes[l + MLP_LANES / 2];
+    for (l = 0; l < MLP_LANES / 4; l++) lanes[l] += lanes[l + MLP_LANES / 4];
+    for (l = 0; l < MLP_LANES / 8; l++) lanes[l] += lanes[l + MLP_LANES / 8];
+    sum = lanes[0] + lanes[1];
+    for (; k < n; k++) sum += a[k] * b[k];
+    return sum;
+}
+
+/* -- matrix kernels ------------------------------------------------------------------------ */
+
+/* 16 floats as one value (GCC's vector extension: a ZMM register under AVX-512, two YMM under
+ * AVX2, four XMM otherwise), so that a tile's sums stay in registers; unaligned, and allowed
+ * to alias the floats it is loaded from. */
+typedef float mlp_v16 __attribute__((vector_size(64), aligned(4), may_alias));
+
+static inline mlp_v16 mlp_load(const float *p) {
+    mlp_v16 v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline void mlp_store(float *p, mlp_v16 v) { memcpy(p, &v, sizeof v); }
+
+/* dst (cols, rows) = src (rows, cols with row stride ld) transposed. */
+static void mlp_transpose(int64_t rows, int64_t cols, int64_t ld, const float *src, float *dst) {
+    int64_t i, j;
+    for (i = 0; i < rows; i++)
+        for (j = 0; j < cols; j++) dst[j * rows + i] = src[i * ld + j];
+}
+
+/* MLP_TILE_ROWS rows of y at columns j .. j + 16 * chunks = x @ W [+ b], the sums in
+ * registers while k runs (each sum adds its products in order k = 0, 1, ...). */
+#define MLP_TILE_ROWS 8
+static inline __attribute__((always_inline)) void mlp_tile(
+        int64_t n_in, int64_t n_out, int64_t ldw, const float *__restrict__ x,
+        const float *__restrict__ w, const float *__restrict__ b, float *__restrict__ y,
+        int64_t i, int64_t j, int chunks) {
+    mlp_v16 sums[MLP_TILE_ROWS][2];
+    const float *xi = x + i * n_in;
+    int64_t k;
+    int r, c;
+    for (c = 0; c < chunks; c++) {
+        mlp_v16 start = {0};
+        if (b) start = mlp_load(b + j + 16 * c);
+        for (r = 0; r < MLP_TILE_ROWS; r++) sums[r][c] = start;
+    }
+    for (k = 0; k < n_in; k++)
+        for (c = 0; c < chunks; c++) {
+            const mlp_v16 wk = mlp_load(w + k * ldw + j + 16 * c);
+            for (r = 0; r < MLP_TILE_ROWS; r++) sums[r][c] += xi[r * n_in + k] * wk;
+        }
+    for (r = 0; r < MLP_TILE_ROWS; r++)
+        for (c = 0; c < chunks; c++) mlp_store(y + (i + r) * n_out + j + 16 * c, sums[r][c]);
+}
+
+/* y (rows, n_out) = x (rows, n_in) @ W (n_in rows of stride ldw) [+ b], for n_out >= 16:
+ * tiles of 8 rows x 32 (or 16) outputs; leftover rows and columns take the plain loop, in
+ * the same order. */
+MLP_CLONES static void mlp_matmul(int64_t rows, int64_t n_in, int64_t n_out, int64_t ldw,
+                                  const float *__restrict__ x, const float *__restrict__ w,
+                                  const float *__restrict__ b, float *__restrict__ y) {
+    const int64_t full_j = n_out - n_out % 16, full_i = rows - rows % MLP_TILE_ROWS;
+    int64_t i, j, k;
+    for (i = 0; i < full_i; i += MLP_TILE_ROWS) {
+        for (j = 0; j + 32 <= full_j; j += 32) mlp_tile(n_in, n_out, ldw, x, w, b, y, i, j, 2);
+        if (j < full_j) mlp_tile(n_in, n_out, ldw, x, w, b, y, i, j, 1);
+    }
+    for (i = 0; i < rows; i++)
+        for (j = i < full_i ? full_j : 0; j < n_out; j++) {
+            float sum = b ? b[j] : 0.0f;
+            for (k = 0; k < n_in; k++) sum += x[i * n_in + k] * w[k * ldw + j];
+            y[i * n_out + j] = sum;
+        }
+}
+
+/* Four inputs' rows of g (stride ldg) at columns j.. j + 16 * chunks += x^T dy over the rows,
+ * the sums in registers, in row order. */
+static inline __attribute__((always_inline)) void mlp_tn_tile(int64_t rows, int64_t n_in, int64_t n_out, int64_t ldg,
+                               const float *__restrict__ x, const float *__restrict__ dy,
+                               float *__restrict__ g, int64_t k, int64_t j, int chunks) {
+    mlp_v16 sums[4][2] = {{{0}}};
+    int64_t i;
+    int r, c;
+    for (i = 0; i < rows; i++) {
+        const float *xi = x + i * n_in + k;
+        for (c = 0; c < chunks; c++) {
+            const mlp_v16 d = mlp_load(dy + i * n_out + j + 16 * c);
+            for (r = 0; r < 4; r++) sums[r][c] += xi[r] * d;
+        }
+    }
+    for (r = 0; r < 4; r++)
+        for (c = 0; c < chunks; c++) {
+            float *at = g + (k + r) * ldg + j + 16 * c;
+            mlp_store(at, mlp_load(at) + sums[r][c]);
+        }
+}
+
+/* g (n_in rows of stride ldg) += x^T dy, x (rows, n_in), dy (rows, n_out), n_out >= 16:
+ * tiles of 4 inputs x 32 (or 16) outputs; what is left over, one sum at a time (each in row
+ * order, as the tiles). */
+MLP_CLONES static void mlp_matmul_tn(int64_t rows, int64_t n_in, int64_t n_out, int64_t ldg,
+                                     const float *__restrict__ x, const float *__restrict__ dy,
+                                     float *__restrict__ g) {
+    const int64_t full_j = n_out - n_out % 16, full_k = n_in - n_in % 4;
+    int64_t i, j, k;
+    for (k = 0; k < full_k; k += 4) {
+        for (j = 0; j + 32 <= full_j; j += 32) mlp_tn_tile(rows, n_in, n_out, ldg, x, dy, g, k, j, 2);
+        if (j < full_j) mlp_tn_tile(rows, n_in, n_out, ldg, x, dy, g, k, j, 1);
+    }
+    for (k = 0; k < n_in; k++)
+        for (j = k < full_k ? full_j : 0; j < n_out; j++) {
+            float sum = 0.0f;
+            for (i = 0; i < rows; i++) sum += x[i * n_in + k] * dy[i * n_out + j];
+            g[k * ldg + j] += sum;
+        }
+}
+
+/* gb (n,) += the column sums of dy (rows, n), in row order. */
+MLP_CLONES static void mlp_column_sums(int64_t rows, int64_t n, const float *__restrict__ dy,
+                                       float *__restrict__ gb) {
+    int64_t i, j;
+    for (i = 0; i < rows; i++)
+        for (j = 0; j < n; j++) gb[j] += dy[i * n + j];
+}
+
+/* The same for a few outputs: each a dot product with a row of wt = W transposed. */
+MLP_CLONES static void mlp_affine_narrow(int64_t rows, int64_t n_in, int64_t n_out,
+                                         const float *__restrict__ x,
+                                         const float *__restrict__ wt,
+                                         const float *__restrict__ b, float *__restrict__ y) {
+    int64_t i, j;
+    for (i = 0; i < rows; i++)
+        for (j = 0; j < n_out; j++) y[i * n_out + j] = b[j] + mlp_dot(n_in, x + i * n_in, wt + j * n_in);
+}
+
+/* gt (n_out, n_in) = dy^T x (zeroed first), vectorised along the inputs: a narrow layer's
+ * weight gradient, transposed; gb += column sums of dy. */
+MLP_CLONES static void mlp_grad_narrow(int64_t rows, int64_t n_in, int64_t n_out,
+                                       const float *__restrict__ x, const float *__restrict__ dy,
+                                       float *__restrict__ gt, float *__restrict__ gb) {
+    int64_t i, k, j;
+    memset(gt, 0, sizeof(float) * n_in * n_out);
+    for (i = 0; i < rows; i++) {
+        const float *xi = x + i * n_in;
+        for (j = 0; j < n_out; j++) {
+            const float dyij = dy[i * n_out + j];
+            float *gj = gt + j * n_in;
+            gb[j] += dyij;
+            for (k = 0; k < n_in; k++) gj[k] += dyij * xi[k];
+        }
+    }
+}
+
+/* dx (rows, n_in) = dy (rows, n_out) @ wt (n_out, n_in), vectorised along the inputs. */
+MLP_CLONES static void mlp_input_grad(int64_t rows, int64_t n_in, int64_t n_out,
+                                      const float *__restrict__ dy, const float *__restrict__ wt,
+                                      float *__restrict__ dx) {
+    int64_t i, k, j;
+    for (i = 0; i < rows; i++) {
+        float *dxi = dx + i * n_in;
+        for (k = 0; k < n_in; k++) dxi[k] = 0.0f;
+        for (j = 0; j < n_out; j++) {
+            const float dyij = dy[i * n_out + j];
+            const float *wj = wt + j * n_in;
+            for (k = 0; k < n_in; k++) dxi[k] += dyij * wj[k];
+        }
+    }
+}
+
+/* exp of n values in place, each at least -87 (exp's range; softmax's shifted logits). */
+MLP_CLONES static void mlp_exp_block(int64_t n, float *__restrict__ x) {
+    int64_t i;
+    for (i = 0; i < n; i++) x[i] = mlp_exp(x[i] > -87.0f ? x[i] : -87.0f);
+}
+
+#endif

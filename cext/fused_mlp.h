@@ -1,0 +1,209 @@
+/* The PPO minibatch step of a small MLP actor-critic, fused: forward, the clipped loss's
+ * analytic gradient, the global-norm clip and Adam, in float32 with no allocation and no GIL.
+ *
+ * Layering: this header is plain C (no Python); cext/fused_mlp.pyx owns the buffers and calls
+ * it without the GIL; operant.trainer.fused decides when it is used, and torch autograd
+ * (operant.trainer.ppo) stays the reference it is tested against.
+ *
+ * The network is operant.trainer.policy.ActorCritic with a categorical head: one tower
+ * (shared: its last layer's columns are the logits then the value) or two (separate: actor,
+ * critic). Every parameter is read from, and every gradient written to, one flat buffer at
+ * the offsets of an `mlp_layer` table, so FlatParameters and FlatAdam see nothing new.
+ *
+ * Loops are written so that GCC vectorises them without reassociating: the inner loop runs
+ * over independent outputs, and the few reductions (dot products, the gradient norm) keep
+ * MLP_LANES explicit partial sums, so their order is fixed by the code, not by the compiler.
+ * The vectorised kernels themselves are in fused_kernels.h.
+ */
+#ifndef OPERANT_FUSED_MLP_H
+#define OPERANT_FUSED_MLP_H
+
+#include "fused_kernels.h"
+
+/* One layer's place in the flat buffer: weight (n_in, ldw) row-major of which the first n_out
+ * columns are used, bias (n_out,). Five int64 per layer, as the Python side packs them. */
+typedef struct {
+    int64_t w, ldw, b, n_in, n_out;
+} mlp_layer;
+
+typedef struct {
+    const mlp_layer *layers; /* towers x depth */
+    int64_t towers, depth, obs_dim, num_actions;
+    int relu; /* else tanh */
+    float clip_coef, vf_coef, ent_coef;
+    int norm_adv, clip_vloss;
+} mlp_spec;
+
+/* One rollout, flattened (B, ...), read through a permutation. */
+typedef struct {
+    const float *obs;
+    const int64_t *actions;
+    const float *logprobs, *advantages, *returns, *values;
+} mlp_batch;
+
+/* Scratch carved from one float buffer for `rows` rows (mlp_scratch_floats says how long). */
+typedef struct {
+    int64_t rows, width, weights;
+    float *x, *acts, *dy, *dx, *wt, *gt, *logp, *prob, *adv, *dlogp, *dvalue, *entropy;
+} mlp_scratch;
+
+static inline const mlp_layer *mlp_at(const mlp_spec *s, int64_t tower, int64_t l) {
+    return &s->layers[tower * s->depth + l];
+}
+
+static int64_t mlp_widest(const mlp_spec *s, int64_t *weights) {
+    int64_t width = s->obs_dim, most = 0, i;
+    for (i = 0; i < s->towers * s->depth; i++) {
+        const mlp_layer *L = &s->layers[i];
+        if (L->n_out > width) width = L->n_out;
+        if (L->n_in > width) width = L->n_in;
+        if (L->n_in * L->n_out > most) most = L->n_in * L->n_out;
+    }
+    *weights = most;
+    return width;
+}
+
+static int64_t mlp_act_floats(const mlp_spec *s, int64_t rows) {
+    int64_t i, total = 0;
+    for (i = 0; i < s->towers * s->depth; i++) total += rows * s->layers[i].n_out;
+    return total;
+}
+
+static int64_t mlp_scratch_floats(const mlp_spec *s, int64_t rows) {
+    int64_t weights, width = mlp_widest(s, &weights);
+    return rows * s->obs_dim + mlp_act_floats(s, rows) + 2 * rows * width + 2 * weights +
+           2 * rows * s->num_actions + 5 * rows;
+}
+
+static mlp_scratch mlp_carve(const mlp_spec *s, float *buffer, int64_t rows) {
+    mlp_scratch w;
+    w.rows = rows;
+    w.width = mlp_widest(s, &w.weights);
+    w.x = buffer;
+    w.acts = w.x + rows * s->obs_dim;
+    w.dy = w.acts + mlp_act_floats(s, rows);
+    w.dx = w.dy + rows * w.width;
+    w.wt = w.dx + rows * w.width;
+    w.gt = w.wt + w.weights;
+    w.logp = w.gt + w.weights;
+    w.prob = w.logp + rows * s->num_actions;
+    w.adv = w.prob + rows * s->num_actions;
+    w.dlogp = w.adv + rows;
+    w.dvalue = w.dlogp + rows;
+    w.entropy = w.dvalue + rows;
+    return w;
+}
+
+/* Layer l's activations (rows, n_out) of `tower`, inside the scratch. */
+static float *mlp_acts(const mlp_spec *s, const mlp_scratch *w, int64_t tower, int64_t l) {
+    float *at = w->acts;
+    int64_t i, index = tower * s->depth + l;
+    for (i = 0; i < index; i++) at += w->rows * s->layers[i].n_out;
+    return at;
+}
+
+/* -- the network --------------------------------------------------------------------------- */
+
+static void mlp_layer_forward(const mlp_spec *s, const mlp_scratch *w, const mlp_layer *L,
+                              const float *param, const float *x, float *y, int last) {
+    if (L->n_out < MLP_NARROW) {
+        mlp_transpose(L->n_in, L->n_out, L->ldw, param + L->w, w->wt);
+        mlp_affine_narrow(w->rows, L->n_in, L->n_out, x, w->wt, param + L->b, y);
+    } else {
+        mlp_matmul(w->rows, L->n_in, L->n_out, L->ldw, x, param + L->w, param + L->b, y);
+    }
+    if (last) return;
+    if (s->relu)
+        mlp_relu(w->rows * L->n_out, y);
+    else
+        mlp_tanh(w->rows * L->n_out, y);
+}
+
+/* Every tower's activations for the rows in w->x. */
+static void mlp_forward(const mlp_spec *s, const mlp_scratch *w, const float *param,
+                        int64_t towers) {
+    int64_t t, l;
+    for (t = 0; t < towers; t++) {
+        const float *x = w->x;
+        for (l = 0; l < s->depth; l++) {
+            float *y = mlp_acts(s, w, t, l);
+            mlp_layer_forward(s, w, mlp_at(s, t, l), param, x, y, l == s->depth - 1);
+            x = y;
+        }
+    }
+}
+
+/* One layer's backward: weight and bias gradients from w->dy (rows, n_out), and, below the
+ * first layer, the gradient of its input into w->dx. */
+static void mlp_layer_backward(const mlp_scratch *w, const mlp_layer *L, const float *param,
+                               float *grad, const float *x, int need_dx) {
+    int64_t k, j;
+    if (L->n_out < MLP_NARROW) {
+        mlp_grad_narrow(w->rows, L->n_in, L->n_out, x, w->dy, w->gt, grad + L->b);
+        for (k = 0; k < L->n_in; k++)
+            for (j = 0; j < L->n_out; j++) grad[L->w + k * L->ldw + j] += w->gt[j * L->n_in + k];
+    } else {
+        mlp_matmul_tn(w->rows, L->n_in, L->n_out, L->ldw, x, w->dy, grad + L->w);
+        mlp_column_sums(w->rows, L->n_out, w->dy, grad + L->b);
+    }
+    if (!need_dx) return;
+    mlp_transpose(L->n_in, L->n_out, L->ldw, param + L->w, w->wt);
+    if (L->n_in >= 16)
+        mlp_matmul(w->rows, L->n_out, L->n_in, L->n_in, w->dy, w->wt, NULL, w->dx);
+    else
+        mlp_input_grad(w->rows, L->n_in, L->n_out, w->dy, w->wt, w->dx);
+}
+
+/* Backward through one tower, w->dy holding the gradient of its last layer's output. */
+static void mlp_tower_backward(const mlp_spec *s, const mlp_scratch *w, const float *param,
+                               float *grad, int64_t tower) {
+    int64_t l;
+    for (l = s->depth - 1; l >= 0; l--) {
+        const mlp_layer *L = mlp_at(s, tower, l);
+        const float *x = l > 0 ? mlp_acts(s, w, tower, l - 1) : w->x;
+        mlp_layer_backward(w, L, param, grad, x, l > 0);
+        if (l > 0) {
+            memcpy(w->dy, w->dx, sizeof(float) * w->rows * L->n_in);
+            mlp_activation_backward(w->rows * L->n_in, s->relu, x, w->dy);
+        }
+    }
+}
+
+/* Row i's logits and value, wherever the towers put them. */
+static const float *mlp_logits(const mlp_spec *s, const mlp_scratch *w, int64_t i) {
+    const mlp_layer *L = mlp_at(s, 0, s->depth - 1);
+    return mlp_acts(s, w, 0, s->depth - 1) + i * L->n_out;
+}
+
+static float mlp_value(const mlp_spec *s, const mlp_scratch *w, int64_t i) {
+    if (s->towers == 1) return mlp_logits(s, w, i)[s->num_actions];
+    return mlp_acts(s, w, 1, s->depth - 1)[i];
+}
+
+/* Every row's log_softmax (w->logp), softmax (w->prob) and entropy (w->entropy) from the
+ * logits of the first w->rows rows: the exponentials in one vectorised pass. */
+static void mlp_softmax(const mlp_spec *s, const mlp_scratch *w) {
+    const int64_t n = s->num_actions, rows = w->rows;
+    int64_t i, j;
+    for (i = 0; i < rows; i++) {
+        const float *logits = mlp_logits(s, w, i);
+        float most = logits[0];
+        for (j = 1; j < n; j++) most = logits[j] > most ? logits[j] : most;
+        for (j = 0; j < n; j++) w->logp[i * n + j] = w->prob[i * n + j] = logits[j] - most;
+    }
+    mlp_exp_block(rows * n, w->prob);
+    for (i = 0; i < rows; i++) {
+        float *logp = w->logp + i * n, *prob = w->prob + i * n;
+        float sum = 0.0f, log_sum, entropy = 0.0f;
+        for (j = 0; j < n; j++) sum += prob[j];
+        log_sum = logf(sum);
+        for (j = 0; j < n; j++) {
+            logp[j] -= log_sum;
+            prob[j] /= sum;
+            entropy -= prob[j] * logp[j];
+        }
+        w->entropy[i] = entropy;
+    }
+}
+
+#endif

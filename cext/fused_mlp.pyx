@@ -1,0 +1,269 @@
+# cython: language_level=3
+"""The fused PPO update and rollout forward of a small MLP actor-critic (fused_mlp.h,
+fused_ppo.h), called without the GIL.
+
+Layering: operant.trainer.fused builds a `FusedMLP` from an ActorCritic (its layer table of
+flat-buffer offsets) and hands over, per call, numpy views of torch's own tensors: the rollout
+(IN), FlatParameters' param and grad and FlatAdam's moments (IN/OUT, updated in place), and a
+scratch buffer it allocated once per row count (OUT, contents meaningless between calls).
+Nothing here allocates.
+"""
+
+cimport cython
+from libc.stdint cimport int64_t
+
+
+cdef extern from "fused_ppo.h":
+    ctypedef struct mlp_layer:
+        pass
+
+    ctypedef struct mlp_spec:
+        const mlp_layer *layers
+        int64_t towers, depth, obs_dim, num_actions
+        int relu
+        float clip_coef, vf_coef, ent_coef
+        int norm_adv, clip_vloss
+
+    ctypedef struct mlp_batch:
+        const float *obs
+        const int64_t *actions
+        const float *logprobs
+        const float *advantages
+        const float *returns
+        const float *values
+
+    ctypedef struct mlp_scratch:
+        int64_t rows
+        float *x
+        float *logp
+        float *prob
+
+    ctypedef struct mlp_adam:
+        double lr, beta1, beta2, eps, max_grad_norm
+
+    int64_t mlp_scratch_floats(const mlp_spec *s, int64_t rows) nogil
+    mlp_scratch mlp_carve(const mlp_spec *s, float *buffer, int64_t rows) nogil
+    void mlp_gradient(const mlp_spec *s, const mlp_scratch *w, const mlp_batch *b,
+                      const int64_t *order, const float *moments, const float *param,
+                      float *grad, int64_t n_params, float *stats) nogil
+    float mlp_entropy_mean(const mlp_spec *s, const mlp_scratch *w, const float *param) nogil
+    void mlp_clip_adam(int64_t n, float *param, float *grad, float *m, float *v,
+                       const mlp_adam *adam, int64_t step) nogil
+    void mlp_forward(const mlp_spec *s, const mlp_scratch *w, const float *param,
+                     int64_t towers) nogil
+    const float *mlp_logits(const mlp_spec *s, const mlp_scratch *w, int64_t i) nogil
+    float mlp_value(const mlp_spec *s, const mlp_scratch *w, int64_t i) nogil
+    void mlp_softmax(const mlp_spec *s, const mlp_scratch *w) nogil
+
+
+cdef class FusedMLP:
+    """One network's layout and loss options; the buffers come with each call."""
+
+    cdef mlp_spec spec
+    cdef const int64_t[:, ::1] layers
+
+    def __init__(self, const int64_t[:, ::1] layers, int64_t towers, int64_t obs_dim,
+                 int64_t num_actions, bint relu, double clip_coef, double vf_coef,
+                 double ent_coef, bint norm_adv, bint clip_vloss):
+        if layers.shape[1] != 5 or layers.shape[0] % towers:
+            raise ValueError("layers must be (towers x depth, 5) int64 rows")
+        self.layers = layers
+        self.spec.layers = <const mlp_layer *> &layers[0, 0]
+        self.spec.towers = towers
+        self.spec.depth = layers.shape[0] // towers
+        self.spec.obs_dim = obs_dim
+        self.spec.num_actions = num_actions
+        self.spec.relu = relu
+        self.spec.clip_coef = clip_coef
+        self.spec.vf_coef = vf_coef
+        self.spec.ent_coef = ent_coef
+        self.spec.norm_adv = norm_adv
+        self.spec.clip_vloss = clip_vloss
+
+    def scratch_floats(self, int64_t rows):
+        """The scratch length (float32 elements) a call on `rows` rows needs."""
+        return mlp_scratch_floats(&self.spec, rows)
+
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    def epoch(self, const float[:, ::1] obs, const int64_t[::1] actions,
+              const float[::1] logprobs, const float[::1] advantages,
+              const float[::1] returns, const float[::1] values, const int64_t[::1] order,
+              int64_t minibatch, float[::1] scratch, float[::1] param, float[::1] grad,
+              float[::1] exp_avg, float[::1] exp_avg_sq, double lr, double beta1,
+              double beta2, double eps, double max_grad_norm, int64_t step,
+              bint keep_stats, float[::1] sums):
+        """One epoch's minibatch steps over the batch in `order` (IN: the rollout; IN/OUT:
+        param, grad, exp_avg, exp_avg_sq; OUT: scratch). `step` is Adam's step count before
+        the first; the statistics' sums are added to `sums` (5,) when `keep_stats` (the
+        entropy measured after the step where the loss has no entropy term, as ppo_update
+        does). Returns the minibatches stepped."""
+        cdef int64_t batch = order.shape[0], n = param.shape[0], start, steps = 0, k
+        cdef mlp_batch b = self._batch(obs, actions, logprobs, advantages, returns, values)
+        cdef mlp_scratch w
+        cdef mlp_adam adam
+        cdef float stats[5]
+        cdef bint entropy_after = self.spec.ent_coef == 0
+        if batch != obs.shape[0]:
+            raise ValueError("the order must name every row of the rollout once")
+        self._check(batch, minibatch, scratch, n, grad, exp_avg, exp_avg_sq, obs)
+        self._check_indices(order, batch, actions, batch)
+        adam.lr, adam.beta1, adam.beta2, adam.eps = lr, beta1, beta2, eps
+        adam.max_grad_norm = max_grad_norm
+        w = mlp_carve(&self.spec, &scratch[0], minibatch)
+        with nogil:
+            start = 0
+            while start < batch:
+                for k in range(5):
+                    stats[k] = 0
+                mlp_gradient(&self.spec, &w, &b, &order[start], NULL, &param[0], &grad[0], n,
+                             stats)
+                steps += 1
+                mlp_clip_adam(n, &param[0], &grad[0], &exp_avg[0], &exp_avg_sq[0], &adam,
+                              step + steps)
+                if keep_stats:
+                    if entropy_after:
+                        stats[2] = mlp_entropy_mean(&self.spec, &w, &param[0])
+                    for k in range(5):
+                        sums[k] += stats[k]
+                start += minibatch
+        return steps
+
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    def gradient(self, const float[:, ::1] obs, const int64_t[::1] actions,
+                 const float[::1] logprobs, const float[::1] advantages,
+                 const float[::1] returns, const float[::1] values, const int64_t[::1] order,
+                 moments, float[::1] scratch, const float[::1] param, float[::1] grad,
+                 float[::1] stats):
+        """The loss's gradient for one minibatch, the rows `order` of the rollout, into
+        `grad` (OUT, overwritten), its five mean statistics added to `stats` (OUT).
+        `moments`: None (the minibatch's own advantage moments) or (mean, std)."""
+        cdef int64_t rows = order.shape[0]
+        cdef mlp_batch b = self._batch(obs, actions, logprobs, advantages, returns, values)
+        cdef mlp_scratch w
+        cdef float given[2]
+        cdef float *moments_at = NULL
+        if stats.shape[0] != 5 or grad.shape[0] != param.shape[0]:
+            raise ValueError("stats must hold 5 floats and grad one per parameter")
+        self._check(rows, rows, scratch, param.shape[0], grad, grad, grad, obs)
+        self._check_indices(order, obs.shape[0], actions, rows)
+        if moments is not None:
+            given[0], given[1] = moments
+            moments_at = given
+        w = mlp_carve(&self.spec, &scratch[0], rows)
+        with nogil:
+            mlp_gradient(&self.spec, &w, &b, &order[0], moments_at, &param[0], &grad[0],
+                         param.shape[0], &stats[0])
+
+    def entropy_mean(self, float[::1] scratch, int64_t rows, const float[::1] param):
+        """The policy's mean entropy, with `param`, at the observations of the last
+        `gradient` call on this scratch and row count (ppo_update's statistic when the loss
+        has no entropy term: measured after the step)."""
+        cdef mlp_scratch w
+        cdef float entropy
+        if rows < 1 or scratch.shape[0] < mlp_scratch_floats(&self.spec, rows):
+            raise ValueError("scratch is shorter than scratch_floats(rows)")
+        w = mlp_carve(&self.spec, &scratch[0], rows)
+        with nogil:
+            entropy = mlp_entropy_mean(&self.spec, &w, &param[0])
+        return entropy
+
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    def clip_adam(self, float[::1] param, float[::1] grad, float[::1] exp_avg,
+                  float[::1] exp_avg_sq, double lr, double beta1, double beta2, double eps,
+                  double max_grad_norm, int64_t step):
+        """FlatParameters.clip_grad_norm_ then FlatAdam.step number `step` (IN/OUT: all
+        four buffers)."""
+        cdef int64_t n = param.shape[0]
+        cdef mlp_adam adam
+        if grad.shape[0] != n or exp_avg.shape[0] != n or exp_avg_sq.shape[0] != n:
+            raise ValueError("param, grad, exp_avg and exp_avg_sq must be one length")
+        adam.lr, adam.beta1, adam.beta2, adam.eps = lr, beta1, beta2, eps
+        adam.max_grad_norm = max_grad_norm
+        with nogil:
+            mlp_clip_adam(n, &param[0], &grad[0], &exp_avg[0], &exp_avg_sq[0], &adam, step)
+
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    def act(self, const float[:, ::1] obs, const float[::1] uniforms, float[::1] scratch,
+            const float[::1] param, int64_t[::1] actions, float[::1] logprobs,
+            float[::1] values):
+        """Sample one action per row (IN: obs, one uniform per row; OUT: actions, their
+        log-probabilities, the values, scratch): the categorical's CDF inverted at the
+        uniform, as operant.trainer.sampling.sample_categorical does."""
+        cdef int64_t rows = obs.shape[0], i, j, index, count = self.spec.num_actions
+        cdef mlp_scratch w
+        cdef float cdf
+        cdef float *prob
+        if obs.shape[1] != self.spec.obs_dim or uniforms.shape[0] != rows:
+            raise ValueError("obs must be (rows, obs_dim) and uniforms (rows,)")
+        if actions.shape[0] != rows or logprobs.shape[0] != rows or values.shape[0] != rows:
+            raise ValueError("actions, logprobs and values must have one entry per row")
+        if scratch.shape[0] < mlp_scratch_floats(&self.spec, rows):
+            raise ValueError("scratch is shorter than scratch_floats(rows)")
+        w = mlp_carve(&self.spec, &scratch[0], rows)
+        with nogil:
+            w.x = <float *> &obs[0, 0]  # read only: the forward never writes its input
+            mlp_forward(&self.spec, &w, &param[0], self.spec.towers)
+            mlp_softmax(&self.spec, &w)
+            for i in range(rows):
+                prob = w.prob + i * count
+                cdf = 0
+                index = 0
+                for j in range(count):
+                    cdf = cdf + prob[j]
+                    index += cdf <= uniforms[i]
+                if index > count - 1:
+                    index = count - 1
+                actions[i] = index
+                logprobs[i] = w.logp[i * count + index]
+                values[i] = mlp_value(&self.spec, &w, i)
+
+    cdef mlp_batch _batch(self, const float[:, ::1] obs, const int64_t[::1] actions,
+                          const float[::1] logprobs, const float[::1] advantages,
+                          const float[::1] returns, const float[::1] values):
+        cdef Py_ssize_t rows = obs.shape[0]
+        if obs.shape[1] != self.spec.obs_dim:
+            raise ValueError(f"obs has {obs.shape[1]} columns, the network reads {self.spec.obs_dim}")
+        if not (actions.shape[0] == logprobs.shape[0] == advantages.shape[0] == rows
+                and returns.shape[0] == values.shape[0] == rows):
+            raise ValueError("every rollout tensor must have one entry per observation")
+        cdef mlp_batch b
+        b.obs = &obs[0, 0]
+        b.actions = &actions[0]
+        b.logprobs = &logprobs[0]
+        b.advantages = &advantages[0]
+        b.returns = &returns[0]
+        b.values = &values[0]
+        return b
+
+    cdef _check(self, int64_t batch, int64_t minibatch, const float[::1] scratch,
+                int64_t n_params, const float[::1] grad, const float[::1] exp_avg,
+                const float[::1] exp_avg_sq, const float[:, ::1] obs):
+        if minibatch < 2 or batch % minibatch or batch > obs.shape[0]:
+            raise ValueError("the order must cover the batch in minibatches of 2 rows or more")
+        if scratch.shape[0] < mlp_scratch_floats(&self.spec, minibatch):
+            raise ValueError("scratch is shorter than scratch_floats(minibatch)")
+        if grad.shape[0] != n_params or exp_avg.shape[0] != n_params or exp_avg_sq.shape[0] != n_params:
+            raise ValueError("param, grad, exp_avg and exp_avg_sq must be one length")
+        for w, ldw, b, n_in, n_out in self.layers:
+            if w < 0 or b < 0 or w + (n_in - 1) * ldw + n_out > n_params or b + n_out > n_params:
+                raise ValueError("a layer lies outside the flat parameters")
+
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    cdef _check_indices(self, const int64_t[::1] order, int64_t batch,
+                        const int64_t[::1] actions, int64_t rows):
+        # Both index memory: one bad entry would read outside the rollout.
+        cdef int64_t i, bad = 0, count = self.spec.num_actions
+        if order.shape[0] < rows:
+            raise ValueError("the order is shorter than the rows it should name")
+        with nogil:
+            for i in range(rows):
+                bad |= (order[i] < 0) | (order[i] >= batch)
+            for i in range(batch):
+                bad |= (actions[i] < 0) | (actions[i] >= count)
+        if bad:
+            raise ValueError("an order entry is outside the batch or an action outside the space")

@@ -1,0 +1,268 @@
+"""The native update (operant.cext.fused_mlp via operant.trainer.fused) against torch autograd,
+the reference: the loss's gradient on random batches for every supported network shape and
+loss option, whole updates (clip and Adam included), the rollout's sampling from the same
+uniforms, and which runs `ppo.update_impl` sends where."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from operant.trainer.config import Config, ConfigError, PPOConfig
+from operant.trainer.fused import NativeUpdate, make_native, native_unsupported
+from operant.trainer.policy import ActorCritic, FlatAdam, FlatParameters
+from operant.trainer.ppo import _losses, ppo_update
+
+pytest.importorskip("operant.cext.fused_mlp")
+
+OBS_DIM, ACTIONS = 5, 3
+# (shared, hidden sizes, activation): both layouts, depths 1 and 2, both activations, and
+# widths that leave remainders after the kernels' 16-wide tiles.
+NETWORKS = [
+    (True, [32], "tanh"),
+    (True, [24, 40], "relu"),
+    (False, [32], "relu"),
+    (False, [20, 33], "tanh"),
+    (False, [64, 64], "tanh"),
+]
+LOSS_OPTIONS = {
+    "defaults": {},
+    "no value clipping": {"clip_vloss": False},
+    "entropy bonus": {"ent_coef": 0.01},
+    "raw advantages": {"norm_adv": False},
+    "given moments": {},
+}
+GIVEN_MOMENTS = (0.3, 1.7)
+
+
+def make_policy(shared: bool, hidden: list[int], activation: str, seed: int = 0):
+    torch.manual_seed(seed)
+    policy = ActorCritic(OBS_DIM, ACTIONS, hidden, activation, shared=shared)
+    return policy, FlatParameters(policy)
+
+
+def random_batch(policy: ActorCritic, rows: int, seed: int) -> tuple[torch.Tensor, ...]:
+    """A rollout whose ratios and value changes fall on both sides of the clip range."""
+    generator = torch.Generator().manual_seed(seed)
+    obs = torch.randn(rows, OBS_DIM, generator=generator) * 1.5
+    actions = torch.randint(0, ACTIONS, (rows,), generator=generator)
+    with torch.no_grad():
+        logprob, _, value = policy.evaluate(obs, actions)
+    logprobs = logprob + 0.3 * torch.randn(rows, generator=generator)
+    advantages = 2.0 * torch.randn(rows, generator=generator) + 0.5
+    values = value + 0.3 * torch.randn(rows, generator=generator)
+    returns = values + torch.randn(rows, generator=generator)
+    return tuple(t.contiguous() for t in (obs, actions, logprobs, advantages, returns, values))
+
+
+def torch_gradient(policy, flat, config: PPOConfig, batch, moments) -> torch.Tensor:
+    """ppo_update's minibatch gradient through autograd (as _torch_epoch computes it)."""
+    obs, actions, logprobs, advantages, returns, values = batch
+    logprob, entropy, value = policy.evaluate(obs, actions, entropy=config.ent_coef > 0)
+    log_ratio = logprob - logprobs
+    given = None if moments is None else torch.tensor(moments)
+    policy_loss, value_loss = _losses(
+        config, log_ratio.exp(), advantages, value, returns, values, given
+    )
+    loss = policy_loss + config.vf_coef * value_loss
+    if config.ent_coef > 0:
+        loss = loss - config.ent_coef * entropy.mean()
+    flat.zero_grad()
+    loss.backward()
+    return flat.grad.clone()
+
+
+def native_gradient(policy, flat, config: PPOConfig, batch, moments) -> torch.Tensor:
+    native = NativeUpdate(policy, flat, config)
+    rows = batch[0].shape[0]
+    grad = torch.full_like(flat.grad, float("nan"))  # every entry must be written
+    stats = np.zeros(5, dtype=np.float32)
+    native.kernel.gradient(
+        *(t.numpy() for t in batch),
+        np.arange(rows, dtype=np.int64),
+        moments,
+        native.scratch(rows),
+        flat.param.detach().numpy(),
+        grad.numpy(),
+        stats,
+    )
+    return grad
+
+
+def assert_parameterwise_close(flat, native, reference, relative: float) -> None:
+    """Each parameter's gradient within `relative` of that parameter's largest entry."""
+    at = 0
+    for parameter in flat.params:
+        count = parameter.numel()
+        want, got = reference[at : at + count], native[at : at + count]
+        scale = float(want.abs().max())
+        error = float((got - want).abs().max())
+        assert error <= relative * scale + 1e-12, (tuple(parameter.shape), error, scale)
+        at += count
+
+
+@pytest.mark.parametrize("network", NETWORKS, ids=lambda n: f"{n}")
+@pytest.mark.parametrize("option", list(LOSS_OPTIONS))
+def test_gradient_matches_autograd(network, option):
+    policy, flat = make_policy(*network)
+    config = PPOConfig(**LOSS_OPTIONS[option])
+    moments = GIVEN_MOMENTS if option == "given moments" else None
+    for seed, rows in ((1, 256), (2, 37)):
+        batch = random_batch(policy, rows, seed)
+        reference = torch_gradient(policy, flat, config, batch, moments)
+        native = native_gradient(policy, flat, config, batch, moments)
+        assert torch.isfinite(native).all()
+        assert float(reference.abs().max()) > 1e-3  # a batch that exercises the loss
+        assert_parameterwise_close(flat, native, reference, 1e-5)
+
+
+def test_gradient_clip_statuses_are_all_exercised():
+    """The random batches put rows on every branch of both clips (else the test above would
+    check only one subgradient)."""
+    policy, _ = make_policy(False, [32], "tanh")
+    obs, actions, logprobs, advantages, returns, values = random_batch(policy, 256, 1)
+    with torch.no_grad():
+        logprob, _, value = policy.evaluate(obs, actions)
+    ratio = (logprob - logprobs).exp()
+    assert ((ratio - 1).abs() > 0.2).any() and ((ratio - 1).abs() < 0.2).any()
+    assert ((value - values).abs() > 0.2).any() and ((value - values).abs() < 0.2).any()
+
+
+class OneRankGroup:
+    """operant.trainer.distributed's group as one rank sees it alone: its collectives count
+    their calls and leave the tensors as they are."""
+
+    world_size = 1
+
+    def __init__(self):
+        self.averaged = 0
+
+    def average_(self, tensor, what=""):
+        self.averaged += 1
+
+    def sum_(self, tensor, what=""):
+        pass
+
+
+def run_update(network, native: bool, config: PPOConfig, group=None):
+    policy, flat = make_policy(*network, seed=3)
+    optimizer = FlatAdam(flat.param, lr=3e-3, eps=1e-5)
+    fused = NativeUpdate(policy, flat, config) if native else None
+    batch = random_batch(policy, 512, 4)
+    generator = torch.Generator().manual_seed(5)
+    stats = [
+        ppo_update(policy, flat, optimizer, config, *batch, 128, generator, group, fused)
+        for _ in range(2)
+    ]
+    return flat.param.detach().clone(), optimizer, stats
+
+
+@pytest.mark.parametrize(
+    "network, grouped",
+    [(network, False) for network in NETWORKS[:4]] + [(NETWORKS[3], True)],
+    ids=lambda value: f"{value}",
+)
+def test_whole_update_matches_torch(network, grouped):
+    """Two ppo_update calls of 2 epochs x 4 minibatches: parameters, Adam's state and the
+    statistics agree with torch's to float32 rounding's effect; also under torchrun's
+    per-minibatch path (a one-rank group: global advantage moments, the gradient averaged
+    between backward and clip)."""
+    config = PPOConfig(update_epochs=2, ent_coef=0.01 if network[0] else 0.0)
+    start = make_policy(*network, seed=3)[1].param.detach().clone()
+    torch_group, native_group = (OneRankGroup(), OneRankGroup()) if grouped else (None, None)
+    reference, torch_adam, torch_stats = run_update(network, False, config, torch_group)
+    native, native_adam, native_stats = run_update(network, True, config, native_group)
+    if grouped:
+        assert native_group.averaged == torch_group.averaged == 16
+    moved = float((reference - start).abs().max())
+    assert moved > 1e-3
+    assert float((native - reference).abs().max()) <= 1e-3 * moved
+    assert native_adam.steps == torch_adam.steps == 16
+    assert int(native_adam.step_count) == 16
+    torch.testing.assert_close(native_adam.exp_avg_sq, torch_adam.exp_avg_sq, rtol=1e-3, atol=1e-9)
+    for got, want in zip(native_stats, torch_stats):
+        for field in ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction"):
+            assert getattr(got, field) == pytest.approx(getattr(want, field), rel=1e-3, abs=1e-6)
+        assert got.epochs == want.epochs
+
+
+@pytest.mark.parametrize("network", NETWORKS[:4], ids=lambda n: f"{n}")
+def test_act_samples_what_torch_samples_from_the_same_uniforms(network):
+    policy, flat = make_policy(*network)
+    native = NativeUpdate(policy, flat, PPOConfig())
+    obs = torch.randn(300, OBS_DIM) * 2
+    results = []
+    for attached in (None, native.act):
+        policy.attach_native(attached)
+        out = (torch.empty(300, dtype=torch.long), torch.empty(300), torch.empty(300))
+        generator = torch.Generator().manual_seed(7)
+        policy.act(obs, generator, out=out)
+        results.append((out, generator.get_state()))
+    (torch_out, torch_state), (native_out, native_state) = results
+    assert torch.equal(native_state, torch_state)  # one uniform per row, drawn the same way
+    assert torch.equal(native_out[0], torch_out[0])
+    assert len(set(native_out[0].tolist())) == ACTIONS
+    torch.testing.assert_close(native_out[1], torch_out[1], rtol=0, atol=1e-5)
+    torch.testing.assert_close(native_out[2], torch_out[2], rtol=0, atol=1e-5)
+
+
+def test_act_falls_back_to_torch_for_what_it_does_not_read():
+    policy, flat = make_policy(True, [16], "relu")
+    native = NativeUpdate(policy, flat, PPOConfig())
+    out = (torch.empty(8, dtype=torch.long), torch.empty(8), torch.empty(8))
+    generator = torch.Generator().manual_seed(0)
+    strided = torch.randn(OBS_DIM, 8).t()
+    assert not native.act(strided, generator, out)
+    assert torch.equal(generator.get_state(), torch.Generator().manual_seed(0).get_state())
+
+
+def test_update_impl_selects_and_refuses():
+    discrete, flat = make_policy(True, [16], "relu")
+    continuous = ActorCritic(OBS_DIM, 2, [16], continuous=True)
+    continuous_flat = FlatParameters(continuous)
+    cpu = torch.device("cpu")
+    native_config = Config(ppo=PPOConfig(update_impl="native"))
+    assert native_unsupported(discrete, cpu) is None
+    assert "continuous" in native_unsupported(continuous, cpu)
+    assert "CPU" in native_unsupported(discrete, torch.device("meta"))
+    assert make_native(Config(), continuous, continuous_flat, cpu) is None
+    assert make_native(Config(ppo=PPOConfig(update_impl="torch")), discrete, flat, cpu) is None
+    assert isinstance(make_native(Config(), discrete, flat, cpu), NativeUpdate)
+    with pytest.raises(ConfigError, match='ppo.update_impl = "native"'):
+        make_native(native_config, continuous, continuous_flat, cpu)
+
+
+def test_the_kernel_refuses_indices_outside_the_rollout():
+    policy, flat = make_policy(True, [16], "relu")
+    native = NativeUpdate(policy, flat, PPOConfig())
+    optimizer = FlatAdam(flat.param, lr=1e-3)
+    batch = list(random_batch(policy, 64, 0))
+    order = torch.randperm(64)
+    order[3] = 64
+    before = flat.param.detach().clone()
+    with pytest.raises(ValueError, match="outside"):
+        native.epoch(optimizer, PPOConfig(), tuple(batch), order, 16, True, torch.zeros(5))
+    batch[1] = batch[1].clone()
+    batch[1][0] = ACTIONS
+    with pytest.raises(ValueError, match="outside"):
+        native.epoch(
+            optimizer, PPOConfig(), tuple(batch), torch.randperm(64), 16, True, torch.zeros(5)
+        )
+    assert torch.equal(flat.param.detach(), before)
+
+
+def test_a_copied_policy_keeps_its_own_parameters():
+    """deepcopy (evaluation's snapshots) copies the attached native act with the module; the
+    copy must not sample from the original's flat buffer after the original trains on."""
+    policy, flat = make_policy(True, [16], "relu")
+    make_native(Config(), policy, flat, torch.device("cpu"))
+    clone = copy.deepcopy(policy)
+    obs = torch.randn(4, OBS_DIM)
+    with torch.no_grad():
+        flat.param.add_(1.0)
+    out = (torch.empty(4, dtype=torch.long), torch.empty(4), torch.empty(4))
+    clone.act(obs, torch.Generator().manual_seed(0), out=out)
+    torch.testing.assert_close(out[2], clone.heads(obs)[1].detach(), rtol=0, atol=1e-5)

@@ -1,0 +1,263 @@
+"""The native path for small MLP actor-critics: which runs take it (`ppo.update_impl`), and
+the glue between the trainer's tensors and operant.cext.fused_mlp.
+
+The native path computes, per minibatch, what ppo_update's torch loop computes (the forward,
+the clipped loss's gradient, FlatParameters.clip_grad_norm_, FlatAdam.step) and, per rollout
+step, what ActorCritic.act computes, in one C call each without the GIL, on the same flat
+parameter, gradient and Adam-moment tensors: checkpoints and resume see nothing new. Torch
+autograd stays the reference (tests/test_fused_mlp.py holds the two together) and serves every
+run the native path does not cover: continuous actions, other policies, accelerators.
+Under torchrun the native path runs one call per minibatch instead of per epoch, so that the
+gradient's all-reduce sits between the gradient and the clip, as in the torch loop.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from operant.trainer.config import Config, ConfigError, PPOConfig
+from operant.trainer.policy import ActorCritic, FlatAdam, FlatParameters
+
+try:
+    from operant.cext.fused_mlp import FusedMLP
+except ImportError:  # an unbuilt checkout: torch serves every run
+    FusedMLP = None
+
+
+def native_unsupported(policy: Any, device: torch.device) -> str | None:
+    """Why the native path cannot train this run, in a few words; None when it can."""
+    if FusedMLP is None:
+        return "operant.cext.fused_mlp is not built"
+    if type(policy) is not ActorCritic:
+        return f"it covers the MLP actor-critic, not {type(policy).__name__}"
+    if policy.continuous:
+        return "it covers discrete actions only (this env's are continuous)"
+    if torch.device(device).type != "cpu":
+        return f"it runs on the CPU, not {device}"
+    return None
+
+
+def make_native(
+    config: Config,
+    policy: Any,
+    flat: FlatParameters,
+    device: torch.device,
+) -> NativeUpdate | None:
+    """The native update `ppo.update_impl` chooses for this run, attached to the policy's
+    rollout forward, or None for torch; "native" where it cannot run is a ConfigError."""
+    impl = config.ppo.update_impl
+    if impl == "torch":
+        return None
+    reason = native_unsupported(policy, device)
+    if reason is None:
+        native = NativeUpdate(policy, flat, config.ppo)
+        policy.attach_native(native.act)
+        return native
+    if impl == "native":
+        raise ConfigError(
+            f'ppo.update_impl = "native" cannot train this run: {reason}; '
+            f'use "auto" (native where it can) or "torch"'
+        )
+    return None
+
+
+def layer_table(policy: ActorCritic, flat: FlatParameters) -> np.ndarray:
+    """(towers x depth, 5) int64: each layer's weight offset, weight row stride, bias offset,
+    inputs and outputs, in `flat`'s buffer (shared: one tower whose last layer is the logits
+    then the value; separate: the actor's tower, then the critic's, which reads column 0 of
+    the stacked head)."""
+    offsets, at = {}, 0
+    for parameter in flat.params:
+        offsets[id(parameter)] = at
+        at += parameter.numel()
+    towers = 1 if policy.shared else 2
+    depth = len(policy.weights)
+    rows = []
+    for tower in range(towers):
+        for index, (weight, bias) in enumerate(zip(policy.weights, policy.biases)):
+            inputs, outputs = weight.shape[-2], weight.shape[-1]
+            used = outputs
+            if not policy.shared and index == depth - 1:
+                used = policy.num_actions if tower == 0 else 1
+            rows.append(
+                (
+                    offsets[id(weight)] + tower * inputs * outputs,
+                    outputs,
+                    offsets[id(bias)] + tower * outputs,
+                    inputs,
+                    used,
+                )
+            )
+    return np.ascontiguousarray(rows, dtype=np.int64)
+
+
+class NativeUpdate:
+    """One ActorCritic's native kernels, with scratch buffers made once per row count."""
+
+    def __init__(self, policy: ActorCritic, flat: FlatParameters, config: PPOConfig):
+        if FusedMLP is None:
+            raise RuntimeError("operant.cext.fused_mlp is not built")
+        self.flat = flat
+        self.towers = 1 if policy.shared else 2
+        self.kernel = FusedMLP(
+            layer_table(policy, flat),
+            self.towers,
+            policy.weights[0].shape[-2],
+            policy.num_actions,
+            policy.activation is torch.relu,
+            config.clip_coef,
+            config.vf_coef,
+            config.ent_coef,
+            config.norm_adv,
+            config.clip_vloss,
+        )
+        self._scratch: dict[int, torch.Tensor] = {}
+        self._uniform: dict[int, torch.Tensor] = {}
+
+    def scratch(self, rows: int) -> np.ndarray:
+        """The scratch buffer for calls on `rows` rows (made on first use)."""
+        buffer = self._scratch.get(rows)
+        if buffer is None:
+            if len(self._scratch) >= 4:  # a few row counts at a time: minibatch, rollout
+                self._scratch.clear()
+            buffer = torch.empty(self.kernel.scratch_floats(rows))
+            self._scratch[rows] = buffer
+        return buffer.numpy()
+
+    def epoch(
+        self,
+        optimizer: FlatAdam,
+        config: PPOConfig,
+        batch: tuple[torch.Tensor, ...],
+        order: torch.Tensor,
+        minibatch_size: int,
+        keep_stats: bool,
+        sums: torch.Tensor,
+    ) -> int:
+        """ppo_update's minibatch loop for one epoch: `batch` is its (obs, actions,
+        logprobs, advantages, returns, values), read in `order`. Steps `optimizer`'s moments
+        and count as FlatAdam.step would; returns the minibatches stepped."""
+        obs, actions, logprobs, advantages, returns, values = (
+            tensor.detach().contiguous().numpy() for tensor in batch
+        )
+        steps = self.kernel.epoch(
+            obs,
+            actions,
+            logprobs,
+            advantages,
+            returns,
+            values,
+            order.numpy(),
+            minibatch_size,
+            self.scratch(minibatch_size),
+            self.flat.param.detach().numpy(),
+            self.flat.grad.numpy(),
+            optimizer.exp_avg.numpy(),
+            optimizer.exp_avg_sq.numpy(),
+            optimizer.lr,
+            optimizer.beta1,
+            optimizer.beta2,
+            optimizer.eps,
+            config.max_grad_norm,
+            optimizer.steps,
+            keep_stats,
+            sums.numpy(),
+        )
+        optimizer.steps += steps
+        optimizer.step_count.fill_(optimizer.steps)
+        return steps
+
+    def epoch_group(
+        self,
+        optimizer: FlatAdam,
+        config: PPOConfig,
+        batch: tuple[torch.Tensor, ...],
+        order: torch.Tensor,
+        minibatch_size: int,
+        moments: torch.Tensor | None,
+        group: Any,
+        keep_stats: bool,
+        sums: torch.Tensor,
+    ) -> int:
+        """`epoch` under torchrun: per minibatch, the gradient, its average over the ranks
+        (`group.average_`), then the clip and Adam; `moments` (minibatches, 2) are the global
+        minibatches' advantage moments (None: each local minibatch's own)."""
+        views = tuple(tensor.detach().contiguous().numpy() for tensor in batch)
+        order_view = order.numpy()
+        param = self.flat.param.detach().numpy()
+        grad = self.flat.grad.numpy()
+        scratch = self.scratch(minibatch_size)
+        stats = np.zeros(5, dtype=np.float32)
+        count = 0
+        for start in range(0, order_view.shape[0], minibatch_size):
+            stats[:] = 0
+            given = None if moments is None else tuple(moments[count].tolist())
+            self.kernel.gradient(
+                *views,
+                order_view[start : start + minibatch_size],
+                given,
+                scratch,
+                param,
+                grad,
+                stats,
+            )
+            group.average_(self.flat.grad)
+            optimizer.steps += 1
+            self.kernel.clip_adam(
+                param,
+                grad,
+                optimizer.exp_avg.numpy(),
+                optimizer.exp_avg_sq.numpy(),
+                optimizer.lr,
+                optimizer.beta1,
+                optimizer.beta2,
+                optimizer.eps,
+                config.max_grad_norm,
+                optimizer.steps,
+            )
+            if keep_stats:
+                if config.ent_coef == 0:
+                    stats[2] = self.kernel.entropy_mean(scratch, minibatch_size, param)
+                sums += torch.from_numpy(stats)
+            count += 1
+        optimizer.step_count.fill_(optimizer.steps)
+        return count
+
+    def act(
+        self,
+        obs: torch.Tensor,
+        generator: torch.Generator | None,
+        out: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    ) -> bool:
+        """ActorCritic.act into `out` natively, drawing one uniform per row from `generator`
+        (as the torch path does); False, having drawn nothing, where it cannot (obs or out not
+        plain contiguous CPU float32/int64)."""
+        actions, logprobs, values = out
+        if not (
+            obs.dim() == 2
+            and obs.dtype == torch.float32
+            and obs.is_contiguous()
+            and actions.dtype == torch.int64
+            and all(tensor.is_contiguous() for tensor in out)
+        ):
+            return False
+        rows = obs.shape[0]
+        uniform = self._uniform.get(rows)
+        if uniform is None:
+            if len(self._uniform) >= 4:
+                self._uniform.clear()
+            uniform = self._uniform[rows] = torch.empty((rows, 1))
+        torch.rand((rows, 1), generator=generator, out=uniform)
+        self.kernel.act(
+            obs.numpy(),
+            uniform.view(-1).numpy(),
+            self.scratch(rows),
+            self.flat.param.detach().numpy(),
+            actions.numpy(),
+            logprobs.numpy(),
+            values.numpy(),
+        )
+        return True
