@@ -30,17 +30,21 @@ def test_frame_stack_1_is_the_kernel_buffer_the_policy_reads():
     )
     trainer = Trainer(config)
     assert not isinstance(trainer.env, FrameStackEnv)
-    kernel_obs = trainer.env.obs  # the buffer operant.cext.minatar's kernel writes
-    seen = []
+    kernel, storage = trainer.env.kernel, trainer.storage.obs
+    seen, written = [], []
     act = trainer.policy.act
 
     def spy(obs, *args, **kwargs):
         seen.append(obs.data_ptr())
+        written.append(kernel.obs_address)  # where operant.cext.minatar's kernel wrote last
         return act(obs, *args, **kwargs)
 
     trainer.policy.act = spy
     trainer.collect()
-    assert seen == [kernel_obs.ctypes.data] * 4
+    # The policy reads the storage's row t, the very memory the kernel wrote at step t - 1
+    # (row 0: the env's own buffer, written by the previous rollout's last step, copied once).
+    assert seen == [storage[t].data_ptr() for t in range(4)]
+    assert written[1:] == seen[1:] and written[0] == trainer.env.obs.ctypes.data
 
 
 @pytest.mark.parametrize(

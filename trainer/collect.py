@@ -10,6 +10,14 @@ the storage bit for bit alike:
   the policy works on the other (an env that offers `halves`, `start_half`, `finish_half`:
   trainer/envs/overlap.py).
 
+Where the env can rebind its kernels' buffers (`bind_slots`, operant.envs.native.SlotBinding)
+and the storage lives in host memory, nothing is copied per step (`bound`): the kernel writes
+step t's rewards and flags into the storage's row t and the observation it leads to into row
+t + 1 (the last step's into the env's own buffer, which the next rollout copies into row 0,
+once), and reads its discrete actions from the row the policy sampled into. The flags become
+`dones` once per rollout. Other envs (workers, torch, Python, frame stacks) are copied from
+their buffers each step, as before; both ways fill the storage with the same values.
+
 Phases are timed once, in the shared helpers (`_act`: forward and store; `_wait_and_store`:
 env and store), into the trainer's `PhaseTimer` totals.
 """
@@ -30,19 +38,64 @@ def _always() -> bool:
     return True
 
 
+def _ignore(obs_slot: int, step_slot: int) -> None:
+    pass
+
+
 def as_tensor(buffer: Any) -> torch.Tensor:
     """An env buffer as a tensor sharing its memory (numpy buffers) or itself (torch envs)."""
     return buffer if isinstance(buffer, torch.Tensor) else torch.from_numpy(buffer)
 
 
+def bindable(env: Any, storage: RolloutStorage) -> bool:
+    """Whether `env`'s kernels can write into `storage` directly: an env that declares
+    `bind_slots` itself (a wrapper that only forwards attributes does not) and can use it
+    (`binds_slots`, where that depends on what it wraps), numpy buffers, and the storage in
+    host memory with the env's dtypes."""
+    return (
+        callable(getattr(type(env), "bind_slots", None))
+        and getattr(env, "binds_slots", True)
+        and isinstance(env.obs, np.ndarray)
+        and storage.obs.device.type == "cpu"
+        and storage.obs.dtype == torch.from_numpy(env.obs[:0]).dtype
+        and storage.terminated_steps.device.type == "cpu"
+    )
+
+
 class RowSlice(NamedTuple):
     """Rows the policy acts on together: their index into the storage, and views of the env's
-    observations, the env's actions and the clip scratch (None for discrete actions)."""
+    observations, the env's actions and the clip scratch (None for discrete actions); per
+    step t, `step_obs[t]` (the storage's observation rows) and `outs[t]` (the storage's
+    action, log-probability and value rows the policy samples into)."""
 
     rows: slice
     env_obs: torch.Tensor
     env_actions: torch.Tensor
     clipped: torch.Tensor | None
+    step_obs: tuple[torch.Tensor, ...]
+    outs: tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor], ...]
+
+
+def row_slice(
+    storage: RolloutStorage,
+    rows: slice,
+    env_obs: torch.Tensor,
+    env_actions: torch.Tensor,
+    clipped: torch.Tensor | None,
+) -> RowSlice:
+    """`rows`' RowSlice, its per-step views made once (indexing a tensor costs a microsecond)."""
+    steps = range(storage.num_steps)
+    return RowSlice(
+        rows,
+        env_obs,
+        env_actions,
+        clipped,
+        tuple(storage.obs[t, rows] for t in steps),
+        tuple(
+            (storage.actions[t, rows], storage.logprobs[t, rows], storage.values[t, rows])
+            for t in steps
+        ),
+    )
 
 
 class Collector:
@@ -79,48 +132,97 @@ class Collector:
             # Samples are unbounded; the env sees them clipped to its bounds.
             self.action_low = torch.as_tensor(act_spec.low, device=device)
             self.action_high = torch.as_tensor(act_spec.high, device=device)
-        self.everything = RowSlice(
-            slice(None), self.env_obs, self.env_actions, storage.clipped_actions
+        self.everything = row_slice(
+            storage, slice(None), self.env_obs, self.env_actions, storage.clipped_actions
+        )
+        self.bound = bindable(env, storage)
+        steps = range(storage.num_steps)
+        self.step_rewards = tuple(storage.rewards[t] for t in steps)
+        self.step_dones = tuple(storage.dones[t] for t in steps)
+        self.step_terminated = tuple(storage.terminated_steps[t] for t in steps)
+        self.step_truncated = tuple(storage.truncated_steps[t] for t in steps)
+        if self.bound:
+            self._bind_env()
+
+    def _bind_env(self) -> None:
+        """Bind the env's kernels to the storage: observations to `obs`, rewards and flags to
+        their rows, discrete actions to `actions` (a Box's are clipped into the env's own)."""
+        storage = self.storage
+        self.env.bind_slots(
+            obs=storage.obs.numpy(),
+            rewards=storage.rewards.numpy(),
+            terminated=storage.terminated_steps.numpy(),
+            truncated=storage.truncated_steps.numpy(),
+            actions=storage.actions.numpy() if self.env.act_spec.discrete else None,
         )
 
     def collect(self) -> torch.Tensor:
         """Fill the rollout storage; returns V(obs after the last step)."""
         raise NotImplementedError
 
-    def _truncation_check(self) -> Callable[[], bool]:
-        """Whether to bootstrap truncated episodes this step. Host envs keep their flags in
+    def _start(self) -> tuple[Callable[[], bool], ...]:
+        """Before a rollout's first step: a bound env's observation into the storage's row 0;
+        returns `some_truncated`, per step."""
+        if self.bound:
+            self.storage.obs[0].copy_(self.env_obs)
+        return self._truncation_checks()
+
+    def _finish(self) -> None:
+        """After a rollout's last step: a bound env's flags into `dones`, all steps at once (an
+        env with a reward normaliser had them step by step), and the env's own buffers bound
+        again, so its face and its checkpoint see what an unbound env would."""
+        if not self.bound:
+            return
+        clock = time.perf_counter_ns
+        started = clock()
+        storage = self.storage
+        if self.reward_normalizer is None:
+            torch.logical_or(
+                storage.terminated_steps, storage.truncated_steps, out=storage.done_steps
+            )
+            storage.dones.copy_(storage.done_steps)
+        self.env.select_slots(-1, -1)
+        self.totals["store"] += clock() - started
+
+    def _truncation_checks(self) -> tuple[Callable[[], bool], ...]:
+        """Per step, whether to bootstrap truncated episodes. Host envs keep their flags in
         host memory, where asking costs nothing (and allocates nothing); device-resident envs
         on CPU ask torch; on an accelerator always bootstrap, since asking would make the
         host wait for the device every step."""
+        steps = self.storage.num_steps
+        if self.bound:
+            return tuple(flags.numpy().any for flags in self.step_truncated)
         if isinstance(self.env.truncated, np.ndarray):
-            return self.env.truncated.any
+            return (self.env.truncated.any,) * steps
         if self.env_truncated.device.type == "cpu":
-            return self.env_truncated.any
-        return _always
+            return (self.env_truncated.any,) * steps
+        return (_always,) * steps
 
     def _act(self, t: int, part: RowSlice) -> None:
         """The policy on `part`'s rows at step t: sample into the storage, keep the
         observation, write the actions the envs will take (clipped to a Box's bounds)."""
         clock = time.perf_counter_ns
-        storage, rows = self.storage, part.rows
+        bound, stored = self.bound, part.step_obs[t]
         started = clock()
-        obs = self.observe(part.env_obs, update=True)
-        actions = self.policy.act(
-            obs,
-            self.generator,
-            out=(storage.actions[t, rows], storage.logprobs[t, rows], storage.values[t, rows]),
-        )[0]
+        env_obs = stored if bound else part.env_obs
+        obs = self.observe(env_obs, update=True)
+        actions = self.policy.act(obs, self.generator, out=part.outs[t])[0]
         forwarded = clock()
-        storage.obs[t, rows].copy_(obs)
+        if obs is not stored:  # an unbound env's buffer, or the normaliser's workspace
+            stored.copy_(obs)
         if part.clipped is not None:
-            torch.clamp(actions, self.action_low, self.action_high, out=part.clipped)
-            actions = part.clipped
-        part.env_actions.copy_(actions)
+            if bound:  # the env's own action buffer is the clip's output
+                torch.clamp(actions, self.action_low, self.action_high, out=part.env_actions)
+            else:
+                torch.clamp(actions, self.action_low, self.action_high, out=part.clipped)
+                part.env_actions.copy_(part.clipped)
+        elif not bound:
+            part.env_actions.copy_(actions)
         self.totals["forward"] += forwarded - started
         self.totals["store"] += clock() - forwarded
 
     def _wait_and_store(
-        self, t: int, wait: Callable[[], None], some_truncated: Callable[[], bool]
+        self, t: int, wait: Callable[[], None], some_truncated: tuple[Callable[[], bool], ...]
     ) -> None:
         """`wait()` for the env (timed as "env"), then store step t's outcome ("store")."""
         clock = time.perf_counter_ns
@@ -131,23 +233,38 @@ class Collector:
         self.totals["env"] += waited - waited_from
         self.totals["store"] += clock() - waited
 
-    def _after_step(self, t: int, some_truncated: Callable[[], bool]) -> None:
+    def _after_step(self, t: int, some_truncated: tuple[Callable[[], bool], ...]) -> None:
         """Step t's outcome into the storage: rewards (normalised if configured; a truncated
         episode's reward plus gamma * V(final observation), since a time limit is not a
-        terminal state) and dones."""
-        storage = self.storage
-        rewards = storage.rewards[t]
-        rewards.copy_(self.env_rewards)
-        torch.logical_or(self.env_terminated, self.env_truncated, out=storage.done_mask)
-        storage.dones[t].copy_(storage.done_mask)
+        terminal state) and dones (a bound env's at the end of the rollout, unless the reward
+        normaliser needs them now)."""
+        storage, rewards, dones = self.storage, self.step_rewards[t], self.step_dones[t]
+        if self.bound:
+            truncated = self.step_truncated[t]
+            if self.reward_normalizer is not None:
+                torch.logical_or(self.step_terminated[t], truncated, out=storage.done_mask)
+                dones.copy_(storage.done_mask)
+        else:
+            truncated = self.env_truncated
+            rewards.copy_(self.env_rewards)
+            torch.logical_or(self.env_terminated, truncated, out=storage.done_mask)
+            dones.copy_(storage.done_mask)
         if self.reward_normalizer is not None:
-            rewards.copy_(self.reward_normalizer(rewards, storage.dones[t]))
-        if some_truncated():
+            rewards.copy_(self.reward_normalizer(rewards, dones))
+        if some_truncated[t]():
             final_value = self.policy.value(
                 self.observe(self.env_final_obs), out=storage.final_values
             )
-            storage.truncated.copy_(self.env_truncated)
+            storage.truncated.copy_(truncated)
             rewards.addcmul_(final_value, storage.truncated, value=self.gamma)
+
+    def _selector(self, which: int) -> Callable[[int, int], None]:
+        """For a bound env, the select(obs_slot, step_slot) of the kernel that steps half
+        `which` (the only kernel's for an env of one); else a no-op."""
+        if not self.bound:
+            return _ignore
+        selectors = self.env.slot_selectors()
+        return selectors[0] if len(selectors) == 1 else selectors[which]
 
     def _next_value(self) -> torch.Tensor:
         return self.policy.value(self.observe(self.env_obs), out=self.storage.next_value)
@@ -158,11 +275,14 @@ class PlainCollector(Collector):
 
     @torch.inference_mode()
     def collect(self) -> torch.Tensor:
-        some_truncated = self._truncation_check()
-        step = self.env.step_bound
-        for t in range(self.storage.num_steps):
+        some_truncated = self._start()
+        step, select = self.env.step_bound, self._selector(0)
+        last = self.storage.num_steps - 1
+        for t in range(last + 1):
             self._act(t, self.everything)
+            select(t + 1 if t < last else -1, t)
             self._wait_and_store(t, step, some_truncated)
+        self._finish()
         return self._next_value()
 
 
@@ -176,7 +296,8 @@ class OverlappedCollector(Collector):
         super().__init__(*args, **kwargs)
         clipped = self.storage.clipped_actions
         self.halves = tuple(
-            RowSlice(
+            row_slice(
+                self.storage,
                 slice(lo, hi),
                 self.env_obs[lo:hi],
                 self.env_actions[lo:hi],
@@ -187,21 +308,27 @@ class OverlappedCollector(Collector):
 
     @torch.inference_mode()
     def collect(self) -> torch.Tensor:
-        some_truncated = self._truncation_check()
+        some_truncated = self._start()
         env, totals, clock = self.env, self.totals, time.perf_counter_ns
         first, second = self.halves
+        select_first, select_second = self._selector(0), self._selector(1)
         finish_second = self._finish_second
-        for t in range(self.storage.num_steps):
+        last = self.storage.num_steps - 1
+        for t in range(last + 1):
+            obs_slot = t + 1 if t < last else -1
             self._act(t, first)
             if t > 0:
                 self._wait_and_store(t - 1, finish_second, some_truncated)
+            select_first(obs_slot, t)
             env.start_half(0)
             self._act(t, second)
             waited_from = clock()
             env.finish_half(0)
+            select_second(obs_slot, t)
             env.start_half(1)
             totals["env"] += clock() - waited_from
-        self._wait_and_store(self.storage.num_steps - 1, finish_second, some_truncated)
+        self._wait_and_store(last, finish_second, some_truncated)
+        self._finish()
         return self._next_value()
 
     def _finish_second(self) -> None:

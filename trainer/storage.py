@@ -28,9 +28,11 @@ class RolloutStorage:
     write into, so a rollout allocates nothing after its first step.
 
     Rollout: `obs`, `actions`, `logprobs`, `rewards`, `dones`, `values`, and what GAE writes,
-    `advantages` and `returns`. Per step (`(rows, ...)`): `done_mask` (bool, on the device
-    of the env's flags), `truncated`, `final_values`, `next_value`, and `clipped_actions`
-    for a Box action spec (None for Discrete).
+    `advantages` and `returns`; `terminated_steps`, `truncated_steps` and `done_steps` (bool,
+    on the device of the env's flags), where an env that writes into the storage itself puts
+    its flags (operant.trainer.collect). Per step (`(rows, ...)`): `done_mask` (bool, on the
+    device of the env's flags), `truncated`, `final_values`, `next_value`, and
+    `clipped_actions` for a Box action spec (None for Discrete).
     """
 
     def __init__(
@@ -58,7 +60,12 @@ class RolloutStorage:
         self.dones = torch.zeros((num_steps, num_rows), device=device)
         self.values = torch.zeros((num_steps, num_rows), device=device)
         self.advantages = torch.zeros((num_steps, num_rows), device=device)
-        self.done_mask = torch.zeros(num_rows, dtype=torch.bool, device=flags_device or device)
+        flags_device = flags_device or device
+        steps_rows = (num_steps, num_rows)
+        self.terminated_steps = torch.zeros(steps_rows, dtype=torch.bool, device=flags_device)
+        self.truncated_steps = torch.zeros(steps_rows, dtype=torch.bool, device=flags_device)
+        self.done_steps = torch.zeros(steps_rows, dtype=torch.bool, device=flags_device)
+        self.done_mask = torch.zeros(num_rows, dtype=torch.bool, device=flags_device)
         self.truncated = torch.zeros(num_rows, device=device)
         self.final_values = torch.zeros(num_rows, device=device)
         self.next_value = torch.zeros(num_rows, device=device)
