@@ -95,8 +95,11 @@ def test_slots_are_checked_and_invalid_actions_named():
     env.step_bound()
 
 
-def rollouts(extra: list[str], bound: bool, monkeypatch, count: int = 2) -> list[dict]:
-    """The storage after each of `count` rollouts of a small CartPole trainer."""
+def rollouts(
+    extra: list[str], bound: bool, monkeypatch, count: int = 2, batched: bool = True
+) -> list[dict]:
+    """The storage after each of `count` rollouts of a small CartPole trainer (`batched`:
+    the truncation bootstrap of operant.trainer.bootstrap, else the per-step pass)."""
     config = load_config(
         None,
         [
@@ -113,8 +116,11 @@ def rollouts(extra: list[str], bound: bool, monkeypatch, count: int = 2) -> list
     with monkeypatch.context() as patch:
         if not bound:
             patch.setattr(collect, "bindable", lambda env, storage: False)
+        if not batched:
+            patch.setattr(collect, "batchable", lambda *tensors: False)
         trainer = Trainer(config)
     assert trainer.collector.bound is bound
+    assert (trainer.collector.bootstrap is not None) is batched
     filled = []
     for _ in range(count):
         next_value = trainer.collect()
@@ -167,3 +173,14 @@ def test_the_policy_reads_the_memory_the_kernel_wrote(monkeypatch):
     assert seen == [storage.obs[t].data_ptr() for t in range(4)]
     assert written == [trainer.env.obs.ctypes.data, *seen[1:]]
     assert kernel.obs_address == trainer.env.obs.ctypes.data
+
+
+def test_the_batched_bootstrap_adds_what_the_per_step_one_does(monkeypatch):
+    """Truncated rows' gamma * V(final observation), valued in batches over the rollout,
+    equals the per-step pass over every row (up to the network's batching: rtol 1e-6)."""
+    per_step = rollouts([], True, monkeypatch, count=3, batched=False)
+    batched = rollouts([], True, monkeypatch, count=3, batched=True)
+    for before, after in zip(per_step, batched):
+        torch.testing.assert_close(after["rewards"], before["rewards"], rtol=1e-6, atol=1e-6)
+        assert torch.equal(after["dones"], before["dones"])
+    assert (batched[-1]["rewards"] != 1.0).any()  # some rewards took a bootstrap

@@ -31,6 +31,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from operant.trainer.bootstrap import BatchedBootstrap, batchable
 from operant.trainer.storage import RolloutStorage
 
 
@@ -143,6 +144,23 @@ class Collector:
         self.step_truncated = tuple(storage.truncated_steps[t] for t in steps)
         if self.bound:
             self._bind_env()
+        # Truncated rows' values: batched over the rollout where everything is in host memory.
+        self.bootstrap = (
+            BatchedBootstrap(storage, policy, observe, self.env_final_obs)
+            if batchable(storage, self.env_final_obs, self.env_truncated)
+            else None
+        )
+        # Where step t's truncated flags are, as uint8 (slots, rows) and a slot, in host memory.
+        steps = range(storage.num_steps)
+        if self.bound:
+            self.flag_table = storage.truncated_steps.numpy().view(np.uint8)
+            self.flag_slots: tuple[int, ...] = tuple(steps)
+        elif self.env_truncated.device.type == "cpu":
+            self.flag_table = self.env_truncated.numpy().view(np.uint8)[None]
+            self.flag_slots = (0,) * storage.num_steps
+        else:
+            self.flag_slots = ()
+        self.some_truncated = self._truncation_checks()
 
     def _bind_env(self) -> None:
         """Bind the env's kernels to the storage: observations to `obs`, rewards and flags to
@@ -165,38 +183,36 @@ class Collector:
         returns `some_truncated`, per step."""
         if self.bound:
             self.storage.obs[0].copy_(self.env_obs)
-        return self._truncation_checks()
+        if self.bootstrap is not None:
+            self.bootstrap.start()
+        return self.some_truncated
 
     def _finish(self) -> None:
-        """After a rollout's last step: a bound env's flags into `dones`, all steps at once (an
-        env with a reward normaliser had them step by step), and the env's own buffers bound
-        again, so its face and its checkpoint see what an unbound env would."""
-        if not self.bound:
-            return
+        """After a rollout's last step: the batched bootstrap's values into the rewards; a
+        bound env's flags into `dones`, all steps at once (an env with a reward normaliser had
+        them step by step), and the env's own buffers bound again, so its face and its
+        checkpoint see what an unbound env would."""
         clock = time.perf_counter_ns
         started = clock()
         storage = self.storage
-        if self.reward_normalizer is None:
-            torch.logical_or(
-                storage.terminated_steps, storage.truncated_steps, out=storage.done_steps
-            )
-            storage.dones.copy_(storage.done_steps)
-        self.env.select_slots(-1, -1)
+        if self.bootstrap is not None:
+            self.bootstrap.finish(storage.rewards, self.gamma)
+        if self.bound:
+            if self.reward_normalizer is None:
+                torch.logical_or(
+                    storage.terminated_steps, storage.truncated_steps, out=storage.done_steps
+                )
+                storage.dones.copy_(storage.done_steps)
+            self.env.select_slots(-1, -1)
         self.totals["store"] += clock() - started
 
     def _truncation_checks(self) -> tuple[Callable[[], bool], ...]:
-        """Per step, whether to bootstrap truncated episodes. Host envs keep their flags in
-        host memory, where asking costs nothing (and allocates nothing); device-resident envs
-        on CPU ask torch; on an accelerator always bootstrap, since asking would make the
-        host wait for the device every step."""
-        steps = self.storage.num_steps
-        if self.bound:
-            return tuple(flags.numpy().any for flags in self.step_truncated)
-        if isinstance(self.env.truncated, np.ndarray):
-            return (self.env.truncated.any,) * steps
-        if self.env_truncated.device.type == "cpu":
-            return (self.env_truncated.any,) * steps
-        return (_always,) * steps
+        """Per step, whether to bootstrap truncated episodes. Flags in host memory are asked
+        through numpy, where asking costs nothing (and allocates nothing); on an accelerator
+        always bootstrap, since asking would make the host wait for the device every step."""
+        if self.flag_slots:
+            return tuple(self.flag_table[slot].any for slot in self.flag_slots)
+        return (_always,) * self.storage.num_steps
 
     def _act(self, t: int, part: RowSlice) -> None:
         """The policy on `part`'s rows at step t: sample into the storage, keep the
@@ -251,7 +267,11 @@ class Collector:
             dones.copy_(storage.done_mask)
         if self.reward_normalizer is not None:
             rewards.copy_(self.reward_normalizer(rewards, dones))
-        if some_truncated[t]():
+        if not some_truncated[t]():
+            return
+        if self.bootstrap is not None:
+            self.bootstrap.add(t, self.flag_table, self.flag_slots[t])
+        else:
             final_value = self.policy.value(
                 self.observe(self.env_final_obs), out=storage.final_values
             )
