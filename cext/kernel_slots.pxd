@@ -6,8 +6,8 @@
 # one slot of each before a step: pointer arithmetic only, nogil, nothing allocated. Slot -1
 # (or an array not bound) is the kernel's own buffer, so a kernel whose slots are never
 # bound behaves exactly as before. Observations select their slot apart from the step's
-# other buffers (rewards, flags, actions): the rollout writes step t's outcome into row t
-# and the observation it leads to into row t + 1.
+# other buffers (rewards, flags, actions, final observations): the rollout writes step t's
+# outcome into row t and the observation it leads to into row t + 1.
 #
 # Every slot is checked once, when bound, as op_batch_bind checks the kernel's own buffers
 # (dtype, shape, C-contiguous rows, writeable); the slot stride is the array's first stride.
@@ -21,13 +21,14 @@ cdef enum:
     OP_SLOT_TERMINATED = 2
     OP_SLOT_TRUNCATED = 3
     OP_SLOT_ACTIONS = 4
-    OP_SLOT_KINDS = 5
+    OP_SLOT_FINAL_OBS = 5
+    OP_SLOT_KINDS = 6
 
 cdef struct op_slot_table:
-    unsigned char *own[5]   # the buffers bound at construction
-    unsigned char *base[5]  # slot 0 of each bound array; NULL where none is bound
-    int64_t stride[5]       # bytes from one slot to the next
-    int64_t count[5]        # slots of each bound array (0 where none is bound)
+    unsigned char *own[6]   # the buffers bound at construction
+    unsigned char *base[6]  # slot 0 of each bound array; NULL where none is bound
+    int64_t stride[6]       # bytes from one slot to the next
+    int64_t count[6]        # slots of each bound array (0 where none is bound)
     int64_t step_slot       # the step slot selected last (-1: the kernel's own)
 
 
@@ -50,6 +51,7 @@ cdef inline int op_slots_select(op_batch *b, op_slot_table *s, int64_t obs_slot,
         if s.base[k] != NULL and slot >= s.count[k]:
             return -1
     b.obs = op_slot_pointer(s, OP_SLOT_OBS, obs_slot)
+    b.final_obs = op_slot_pointer(s, OP_SLOT_FINAL_OBS, step_slot)
     b.rewards = <float *>op_slot_pointer(s, OP_SLOT_REWARDS, step_slot)
     b.terminated = <uint8_t *>op_slot_pointer(s, OP_SLOT_TERMINATED, step_slot)
     b.truncated = <uint8_t *>op_slot_pointer(s, OP_SLOT_TRUNCATED, step_slot)
@@ -65,6 +67,7 @@ cdef inline void op_slots_init(op_batch *b, op_slot_table *s) noexcept nogil:
     """Remember `b`'s buffers (just bound by op_batch_bind) as its own; nothing bound."""
     cdef int k
     s.own[OP_SLOT_OBS] = b.obs
+    s.own[OP_SLOT_FINAL_OBS] = b.final_obs
     s.own[OP_SLOT_REWARDS] = <unsigned char *>b.rewards
     s.own[OP_SLOT_TERMINATED] = b.terminated
     s.own[OP_SLOT_TRUNCATED] = b.truncated
@@ -81,8 +84,8 @@ cdef inline void op_slots_init(op_batch *b, op_slot_table *s) noexcept nogil:
 
 cdef inline tuple op_slots_bind(op_batch *b, op_slot_table *s, obs_dtype, tuple obs_row_shape,
                                 tuple arrays):
-    """Bind `arrays` (obs, rewards, terminated, truncated, actions; None keeps the kernel's
-    own) as `s`'s slot arrays, after pointing `b` back at its own buffers. Each array is
+    """Bind `arrays` (obs, rewards, terminated, truncated, actions, final_obs; None keeps the
+    kernel's own) as `s`'s slot arrays, after pointing `b` back at its own buffers. Each array is
     (slots, *buffer shape) with every slot what op_batch_bind accepts for that buffer; else
     ValueError naming it, and nothing is bound. Returns the arrays, which the kernel must keep
     referenced while they are bound."""
@@ -94,8 +97,9 @@ cdef inline tuple op_slots_bind(op_batch *b, op_slot_table *s, obs_dtype, tuple 
     else:
         action_buffer = (np.dtype(np.float32), (n, b.action_dim))
     expected = ((np.dtype(obs_dtype), (n, *obs_row_shape)), (np.dtype(np.float32), (n,)),
-                (np.dtype(np.bool_), (n,)), (np.dtype(np.bool_), (n,)), action_buffer)
-    names = ("obs", "rewards", "terminated", "truncated", "actions")
+                (np.dtype(np.bool_), (n,)), (np.dtype(np.bool_), (n,)), action_buffer,
+                (np.dtype(obs_dtype), (n, *obs_row_shape)))
+    names = ("obs", "rewards", "terminated", "truncated", "actions", "final_obs")
     for name, array, (dtype, shape) in zip(names, arrays, expected):
         if array is None:
             continue

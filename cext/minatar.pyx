@@ -191,17 +191,18 @@ cdef class MinAtarKernel:
         self._stepper.step = <op_kernel_step_fn>ma_step_batch
         op_slots_init(&self._m.base, &self._slots)
 
-    def bind_slots(self, obs=None, rewards=None, terminated=None, truncated=None, actions=None):
+    def bind_slots(self, obs=None, rewards=None, terminated=None, truncated=None, actions=None,
+                   final_obs=None):
         """Bind (slots, N, ...) arrays whose slots `select()` points this kernel at
         (kernel_slots.pxd); None keeps the kernel's own buffer; no argument unbinds them all."""
-        self._slot_arrays = op_slots_bind(&self._m.base, &self._slots, np.uint8,
-                                          (self.channels, 10, 10),
-                                          (obs, rewards, terminated, truncated, actions))
+        self._slot_arrays = op_slots_bind(
+            &self._m.base, &self._slots, np.uint8, (self.channels, 10, 10),
+            (obs, rewards, terminated, truncated, actions, final_obs))
 
     def select(self, int64_t obs_slot, int64_t step_slot):
-        """Write the next step's observations into slot `obs_slot` and its rewards and flags
-        into (and read its actions from) slot `step_slot` of the bound arrays; -1 is the
-        kernel's own buffer. IndexError for a slot past an array's end."""
+        """Write the next step's observations into slot `obs_slot` and its rewards, flags and
+        final observations into (and read its actions from) slot `step_slot` of the bound
+        arrays; -1 is the kernel's own buffer. IndexError for a slot past an array's end."""
         if op_slots_select(&self._m.base, &self._slots, obs_slot, step_slot) < 0:
             raise IndexError(f"slot ({obs_slot}, {step_slot}) is past the bound arrays")
 

@@ -121,16 +121,18 @@ class SlotBinding:
     trainer's rollout storage, so that step t's outputs land in the storage's row t and its
     observations in row t + 1 without a copy (operant.trainer.collect).
 
-    `bind_slots(obs=..., rewards=..., terminated=..., truncated=..., actions=...)` takes
+    `bind_slots(obs=..., rewards=..., terminated=..., truncated=..., actions=...,
+    final_obs=...)` takes
     numpy arrays shaped `(slots, num_envs, ...)` (None keeps the env's own buffer; no argument
     unbinds everything); `select_slots(obs_slot, step_slot)` points every kernel at those slots
     for the next step (-1: the env's own buffers). `slot_selectors()` are the kernels' own
     `select(obs_slot, step_slot)`, one per entry of `_kernel_rows()`, for a caller that
     steps the kernels apart (the overlapped rollout's halves). While bound, the env's own
-    `obs`, `rewards` and flags are not written for steps that select other slots."""
+    `obs`, `final_obs`, `rewards` and flags are not written for steps that select other
+    slots."""
 
     def bind_slots(self, **arrays: np.ndarray | None) -> None:
-        names = ("obs", "rewards", "terminated", "truncated", "actions")
+        names = ("obs", "rewards", "terminated", "truncated", "actions", "final_obs")
         unknown = set(arrays) - set(names)
         if unknown:
             raise TypeError(f"bind_slots() takes {', '.join(names)}, got {sorted(unknown)}")

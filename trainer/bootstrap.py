@@ -2,19 +2,20 @@
 
 A time limit is not a terminal state: a truncated episode's reward takes gamma * V(final
 observation). Once episodes reach their limit, some row truncates on most steps, and a value
-pass over every row on each of them costs about as much as the policy's own forward. Here the
-final observations of the truncated rows alone are gathered, as the steps go, into one batch
-of fixed size (at most `BATCH_ROWS` rows, so the network's workspaces are made once), which
-the network evaluates when it is full and at the end of the rollout; the values go to their
-(step, row) in `final_values`, and `finish()` adds gamma times them to the rewards (zero for
-rows that did not truncate). Each row's value is the network's at the rollout's parameters on
-the observation that step produced (normalised with that step's statistics, where
-configured), as the per-step pass gave; only the batching differs.
+pass over every row on each of them costs about as much as the policy's own forward. Here
+each step's final observations are kept in the storage's `final_obs_steps` (a bound env's
+kernel writes them there itself; otherwise the collector copies them on steps that truncate),
+and after the rollout the truncated rows alone are gathered into batches of fixed size (at
+most `BATCH_ROWS` rows, so the network's workspaces are made once), valued, and scattered to
+their (step, row) in `final_values_steps`; gamma times them goes into the rewards. Each row's
+value is the network's at the rollout's parameters on the observation that step produced
+(normalised with that step's statistics, where configured), as the per-step pass gave; only
+the batching differs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
 from typing import Any
 
 import numpy as np
@@ -38,52 +39,40 @@ def batchable(storage: RolloutStorage, final_obs: torch.Tensor, truncated: torch
 
 
 class BatchedBootstrap:
-    """Gathers truncated rows' final observations and values them in fixed-size batches."""
+    """Values the truncated rows of a filled storage in fixed-size batches."""
 
-    def __init__(
-        self,
-        storage: RolloutStorage,
-        policy: Any,
-        observe: Callable[..., torch.Tensor],
-        final_obs: torch.Tensor,
-    ):
+    def __init__(self, storage: RolloutStorage, policy: Any):
         from operant.cext.rollout_rows import RowGather
 
-        self.policy, self.observe, self.final_obs = policy, observe, final_obs
-        # Each step's first flat index, made once (an int past 256 is a new object).
-        self.bases = tuple(t * storage.num_rows for t in range(storage.num_steps))
+        self.policy = policy
         capacity = min(storage.num_rows, BATCH_ROWS)
         self.batch = torch.zeros((capacity, *storage.obs.shape[2:]), dtype=storage.obs.dtype)
         self.values = torch.zeros(capacity)
         self.final_values = storage.final_values_steps
         self._flat_values = self.final_values.view(-1).numpy()
         self._values = self.values.numpy()
-        self._final_rows = byte_rows(final_obs.numpy())
+        # Every step's flags and final observations as one table of rows.
+        self._flags = storage.truncated_steps.view(1, -1).numpy().view(np.uint8)
+        self._rows = byte_rows(storage.final_obs_steps.view(-1, *storage.obs.shape[2:]).numpy())
         self.gather = RowGather(byte_rows(self.batch.numpy()), np.zeros(capacity, np.int64))
-        self.used = False
-
-    def start(self) -> None:
-        """Before a rollout: no values yet."""
-        self.final_values.zero_()
-        self.used = False
-
-    def add(self, t: int, flags: np.ndarray, slot: int) -> None:
-        """Step t's truncated rows (`flags[slot]`, flags uint8 (slots, rows)) into the batch,
-        valued as it fills."""
-        obs = self.observe(self.final_obs)
-        rows = self._final_rows if obs is self.final_obs else byte_rows(obs.numpy())
-        while not self.gather.take(flags, slot, rows, self.bases[t]):
-            self._value_batch()
-        self.used = True
+        self.value_ns = 0
+        """ns spent in the value network (the collector counts it as "forward")."""
 
     def finish(self, rewards: torch.Tensor, gamma: float) -> None:
-        """After a rollout: the last batch valued, and gamma * V added to `rewards`."""
-        if not self.used:
-            return
+        """After a rollout: every truncated row valued, gamma * V added to `rewards`."""
+        done = self.gather.take(self._flags, 0, self._rows, 0)
+        if done and not self.gather.count:
+            return  # nothing truncated
+        self.final_values.zero_()
+        while not done:
+            self._value_batch()
+            done = self.gather.take(self._flags, 0, self._rows, 0)
         if self.gather.count:
             self._value_batch()
         rewards.add_(self.final_values, alpha=gamma)
 
     def _value_batch(self) -> None:
+        started = time.perf_counter_ns()
         self.policy.value(self.batch, out=self.values)
+        self.value_ns += time.perf_counter_ns() - started
         self.gather.scatter(self._values, self._flat_values)

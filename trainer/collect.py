@@ -142,16 +142,16 @@ class Collector:
         self.step_dones = tuple(storage.dones[t] for t in steps)
         self.step_terminated = tuple(storage.terminated_steps[t] for t in steps)
         self.step_truncated = tuple(storage.truncated_steps[t] for t in steps)
-        if self.bound:
-            self._bind_env()
         # Truncated rows' values: batched over the rollout where everything is in host memory.
         self.bootstrap = (
-            BatchedBootstrap(storage, policy, observe, self.env_final_obs)
+            BatchedBootstrap(storage, policy)
             if batchable(storage, self.env_final_obs, self.env_truncated)
             else None
         )
+        self.step_final = tuple(storage.final_obs_steps[t] for t in steps)
+        if self.bound:
+            self._bind_env()
         # Where step t's truncated flags are, as uint8 (slots, rows) and a slot, in host memory.
-        steps = range(storage.num_steps)
         if self.bound:
             self.flag_table = storage.truncated_steps.numpy().view(np.uint8)
             self.flag_slots: tuple[int, ...] = tuple(steps)
@@ -160,11 +160,20 @@ class Collector:
             self.flag_slots = (0,) * storage.num_steps
         else:
             self.flag_slots = ()
+        # What the collector writes into `final_obs_steps[t]` on a step that truncates: None
+        # where a bound kernel writes them itself and the policy sees them as they are.
+        self.final_source = (
+            None
+            if self.bootstrap is None
+            or (self.bound and self.observe(self.env_final_obs) is self.env_final_obs)
+            else self.env_final_obs
+        )
         self.some_truncated = self._truncation_checks()
 
     def _bind_env(self) -> None:
         """Bind the env's kernels to the storage: observations to `obs`, rewards and flags to
-        their rows, discrete actions to `actions` (a Box's are clipped into the env's own)."""
+        their rows, discrete actions to `actions` (a Box's are clipped into the env's own),
+        final observations to `final_obs_steps` for the batched bootstrap."""
         storage = self.storage
         self.env.bind_slots(
             obs=storage.obs.numpy(),
@@ -172,6 +181,7 @@ class Collector:
             terminated=storage.terminated_steps.numpy(),
             truncated=storage.truncated_steps.numpy(),
             actions=storage.actions.numpy() if self.env.act_spec.discrete else None,
+            final_obs=None if self.bootstrap is None else storage.final_obs_steps.numpy(),
         )
 
     def collect(self) -> torch.Tensor:
@@ -182,21 +192,24 @@ class Collector:
         """Before a rollout's first step: a bound env's observation into the storage's row 0;
         returns `some_truncated`, per step."""
         if self.bound:
+            started = time.perf_counter_ns()
             self.storage.obs[0].copy_(self.env_obs)
-        if self.bootstrap is not None:
-            self.bootstrap.start()
+            self.totals["store"] += time.perf_counter_ns() - started
         return self.some_truncated
 
     def _finish(self) -> None:
-        """After a rollout's last step: the batched bootstrap's values into the rewards; a
-        bound env's flags into `dones`, all steps at once (an env with a reward normaliser had
-        them step by step), and the env's own buffers bound again, so its face and its
-        checkpoint see what an unbound env would."""
+        """After a rollout's last step: the batched bootstrap's values into the rewards (the
+        value network's time counted as "forward"); a bound env's flags into `dones`, all
+        steps at once (an env with a reward normaliser had them step by step), and the env's
+        own buffers bound again, so its face and its checkpoint see what an unbound env would."""
         clock = time.perf_counter_ns
         started = clock()
-        storage = self.storage
-        if self.bootstrap is not None:
-            self.bootstrap.finish(storage.rewards, self.gamma)
+        storage, bootstrap = self.storage, self.bootstrap
+        valued = 0
+        if bootstrap is not None:
+            valued = bootstrap.value_ns
+            bootstrap.finish(storage.rewards, self.gamma)
+            valued = bootstrap.value_ns - valued
         if self.bound:
             if self.reward_normalizer is None:
                 torch.logical_or(
@@ -204,7 +217,8 @@ class Collector:
                 )
                 storage.dones.copy_(storage.done_steps)
             self.env.select_slots(-1, -1)
-        self.totals["store"] += clock() - started
+        self.totals["forward"] += valued
+        self.totals["store"] += clock() - started - valued
 
     def _truncation_checks(self) -> tuple[Callable[[], bool], ...]:
         """Per step, whether to bootstrap truncated episodes. Flags in host memory are asked
@@ -265,18 +279,27 @@ class Collector:
             rewards.copy_(self.env_rewards)
             torch.logical_or(self.env_terminated, truncated, out=storage.done_mask)
             dones.copy_(storage.done_mask)
+            if self.bootstrap is not None:
+                self.step_truncated[t].copy_(truncated)
         if self.reward_normalizer is not None:
             rewards.copy_(self.reward_normalizer(rewards, dones))
-        if not some_truncated[t]():
-            return
         if self.bootstrap is not None:
-            self.bootstrap.add(t, self.flag_table, self.flag_slots[t])
-        else:
+            if self.final_source is not None and some_truncated[t]():
+                self._keep_final(t)
+        elif some_truncated[t]():
             final_value = self.policy.value(
                 self.observe(self.env_final_obs), out=storage.final_values
             )
             storage.truncated.copy_(truncated)
             rewards.addcmul_(final_value, storage.truncated, value=self.gamma)
+
+    def _keep_final(self, t: int) -> None:
+        """Step t's final observations, as the policy sees them, into `final_obs_steps[t]`
+        (a bound env's are there already: normalised in place)."""
+        kept = self.step_final[t]
+        obs = self.observe(kept if self.bound else self.final_source)
+        if obs is not kept:
+            kept.copy_(obs)
 
     def _selector(self, which: int) -> Callable[[int, int], None]:
         """For a bound env, the select(obs_slot, step_slot) of the kernel that steps half
