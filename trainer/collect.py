@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import torch
 
 from operant.trainer.bootstrap import BatchedBootstrap, batchable
+from operant.trainer.row_slice import RowSlice, row_slice
 from operant.trainer.storage import RolloutStorage
 
 
@@ -60,42 +61,6 @@ def bindable(env: Any, storage: RolloutStorage) -> bool:
         and storage.obs.device.type == "cpu"
         and storage.obs.dtype == torch.from_numpy(env.obs[:0]).dtype
         and storage.terminated_steps.device.type == "cpu"
-    )
-
-
-class RowSlice(NamedTuple):
-    """Rows the policy acts on together: their index into the storage, and views of the env's
-    observations, the env's actions and the clip scratch (None for discrete actions); per
-    step t, `step_obs[t]` (the storage's observation rows) and `outs[t]` (the storage's
-    action, log-probability and value rows the policy samples into)."""
-
-    rows: slice
-    env_obs: torch.Tensor
-    env_actions: torch.Tensor
-    clipped: torch.Tensor | None
-    step_obs: tuple[torch.Tensor, ...]
-    outs: tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor], ...]
-
-
-def row_slice(
-    storage: RolloutStorage,
-    rows: slice,
-    env_obs: torch.Tensor,
-    env_actions: torch.Tensor,
-    clipped: torch.Tensor | None,
-) -> RowSlice:
-    """`rows`' RowSlice, its per-step views made once (indexing a tensor costs a microsecond)."""
-    steps = range(storage.num_steps)
-    return RowSlice(
-        rows,
-        env_obs,
-        env_actions,
-        clipped,
-        tuple(storage.obs[t, rows] for t in steps),
-        tuple(
-            (storage.actions[t, rows], storage.logprobs[t, rows], storage.values[t, rows])
-            for t in steps
-        ),
     )
 
 
@@ -169,6 +134,16 @@ class Collector:
             else self.env_final_obs
         )
         self.some_truncated = self._truncation_checks()
+        # A bound env with discrete actions and nothing normalised: nothing to store per step.
+        self.acts_in_place = self.bound and env.act_spec.discrete
+        self.nothing_to_store = (
+            self.bound
+            and reward_normalizer is None
+            and self.bootstrap is not None
+            and self.final_source is None
+        )
+        if self.bound:
+            self._bound_views(storage)
 
     def _bind_env(self) -> None:
         """Bind the env's kernels to the storage: observations to `obs`, rewards and flags to
@@ -184,6 +159,16 @@ class Collector:
             final_obs=None if self.bootstrap is None else storage.final_obs_steps.numpy(),
         )
 
+    def _bound_views(self, storage: RolloutStorage) -> None:
+        """numpy views for the once-a-rollout work of a bound env (numpy's calls cost less
+        than torch's at these sizes, and compute the same: copies and a logical or)."""
+        self.first_obs = storage.obs[0].numpy()
+        self.flag_arrays = tuple(
+            flags.numpy() for flags in (storage.terminated_steps, storage.truncated_steps)
+        )
+        self.done_array = storage.done_steps.numpy()
+        self.dones_array = storage.dones.numpy()
+
     def collect(self) -> torch.Tensor:
         """Fill the rollout storage; returns V(obs after the last step)."""
         raise NotImplementedError
@@ -193,7 +178,7 @@ class Collector:
         returns `some_truncated`, per step."""
         if self.bound:
             started = time.perf_counter_ns()
-            self.storage.obs[0].copy_(self.env_obs)
+            np.copyto(self.first_obs, self.env.obs)
             self.totals["store"] += time.perf_counter_ns() - started
         return self.some_truncated
 
@@ -212,10 +197,8 @@ class Collector:
             valued = bootstrap.value_ns - valued
         if self.bound:
             if self.reward_normalizer is None:
-                torch.logical_or(
-                    storage.terminated_steps, storage.truncated_steps, out=storage.done_steps
-                )
-                storage.dones.copy_(storage.done_steps)
+                np.logical_or(*self.flag_arrays, out=self.done_array)
+                np.copyto(self.dones_array, self.done_array)
             self.env.select_slots(-1, -1)
         self.totals["forward"] += valued
         self.totals["store"] += clock() - started - valued
@@ -238,6 +221,9 @@ class Collector:
         obs = self.observe(env_obs, update=True)
         actions = self.policy.act(obs, self.generator, out=part.outs[t])[0]
         forwarded = clock()
+        self.totals["forward"] += forwarded - started
+        if obs is stored and self.acts_in_place:
+            return  # the kernel reads the sampled actions where the policy wrote them
         if obs is not stored:  # an unbound env's buffer, or the normaliser's workspace
             stored.copy_(obs)
         if part.clipped is not None:
@@ -248,7 +234,6 @@ class Collector:
                 part.env_actions.copy_(part.clipped)
         elif not bound:
             part.env_actions.copy_(actions)
-        self.totals["forward"] += forwarded - started
         self.totals["store"] += clock() - forwarded
 
     def _wait_and_store(
@@ -259,8 +244,10 @@ class Collector:
         waited_from = clock()
         wait()
         waited = clock()
-        self._after_step(t, some_truncated)
         self.totals["env"] += waited - waited_from
+        if self.nothing_to_store:
+            return  # the kernel wrote the step's outcome into the storage itself
+        self._after_step(t, some_truncated)
         self.totals["store"] += clock() - waited
 
     def _after_step(self, t: int, some_truncated: tuple[Callable[[], bool], ...]) -> None:
