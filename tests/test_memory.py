@@ -98,9 +98,9 @@ def test_the_estimate_names_its_parts_and_grows_with_the_config():
     double = memory.estimate(config, "native", shape.obs_spec, shape.act_spec)
     assert double.total == pytest.approx(2 * small.total, rel=0.01)
     # CartPole's rollout storage, by storage.py's shapes: 16 steps x 1000 rows x (obs and
-    # final obs 4 x float32 + int64 action + 6 float32 + the final value + 3 bool flags),
+    # final obs 4 x float32 + int64 action + 6 float32 + the final value + 2 bool flags),
     # plus 13 bytes per row of per-step scratch.
-    assert small.storage == 16 * 1000 * (2 * 16 + 8 + 24 + 4 + 3) + 1000 * 13
+    assert small.storage == 16 * 1000 * (2 * 16 + 8 + 24 + 4 + 2) + 1000 * 13
     assert small.host == small.total and small.device == 0
     assert "rollout storage" in small.breakdown()
 

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from operant.cext.rollout_rows import rollout_dones
 from operant.trainer.bootstrap import BatchedBootstrap, batchable
 from operant.trainer.row_slice import RowSlice, row_slice
 from operant.trainer.storage import RolloutStorage
@@ -164,10 +165,10 @@ class Collector:
         than torch's at these sizes, and compute the same: copies and a logical or)."""
         self.first_obs = storage.obs[0].numpy()
         self.flag_arrays = tuple(
-            flags.numpy() for flags in (storage.terminated_steps, storage.truncated_steps)
+            flags.view(-1).numpy().view(np.uint8)
+            for flags in (storage.terminated_steps, storage.truncated_steps)
         )
-        self.done_array = storage.done_steps.numpy()
-        self.dones_array = storage.dones.numpy()
+        self.dones_array = storage.dones.view(-1).numpy()
 
     def collect(self) -> torch.Tensor:
         """Fill the rollout storage; returns V(obs after the last step)."""
@@ -190,16 +191,16 @@ class Collector:
         clock = time.perf_counter_ns
         started = clock()
         storage, bootstrap = self.storage, self.bootstrap
+        truncations = 1  # unknown: the bootstrap looks for itself
+        if self.bound:
+            # The dones a reward normaliser had step by step, the same values.
+            truncations = rollout_dones(*self.flag_arrays, self.dones_array)
+            self.env.select_slots(-1, -1)
         valued = 0
-        if bootstrap is not None:
+        if bootstrap is not None and truncations:
             valued = bootstrap.value_ns
             bootstrap.finish(storage.rewards, self.gamma)
             valued = bootstrap.value_ns - valued
-        if self.bound:
-            if self.reward_normalizer is None:
-                np.logical_or(*self.flag_arrays, out=self.done_array)
-                np.copyto(self.dones_array, self.done_array)
-            self.env.select_slots(-1, -1)
         self.totals["forward"] += valued
         self.totals["store"] += clock() - started - valued
 

@@ -30,11 +30,11 @@ class RolloutStorage:
     Rollout: `obs`, `actions`, `logprobs`, `rewards`, `dones`, `values`, and what GAE writes,
     `advantages` and `returns`; `final_obs_steps` and `final_values_steps`, each step's final
     observations and V of those of the rows that truncated (operant.trainer.bootstrap);
-    `terminated_steps`, `truncated_steps` and `done_steps` (bool, on the device of the env's
-    flags), where an env that writes into the storage itself puts its flags
-    (operant.trainer.collect). Per step (`(rows, ...)`):
-    `done_mask` (bool, on the device of the env's flags), `truncated`, `final_values`,
-    `next_value`, and `clipped_actions` for a Box action spec (None for Discrete).
+    `terminated_steps` and `truncated_steps` (bool, on the device of the env's flags), where
+    an env that writes into the storage itself puts its flags (operant.trainer.collect). Per
+    step (`(rows, ...)`): `done_mask` (bool, on the device of the env's flags), `truncated`,
+    `final_values`, `next_value`, and `clipped_actions` for a Box action spec (None for
+    Discrete).
     """
 
     def __init__(
@@ -66,7 +66,6 @@ class RolloutStorage:
         steps_rows = (num_steps, num_rows)
         self.terminated_steps = torch.zeros(steps_rows, dtype=torch.bool, device=flags_device)
         self.truncated_steps = torch.zeros(steps_rows, dtype=torch.bool, device=flags_device)
-        self.done_steps = torch.zeros(steps_rows, dtype=torch.bool, device=flags_device)
         self.done_mask = torch.zeros(num_rows, dtype=torch.bool, device=flags_device)
         self.truncated = torch.zeros(num_rows, device=device)
         self.final_values = torch.zeros(num_rows, device=device)
