@@ -73,6 +73,8 @@ def _slot_bytes(array: np.ndarray) -> np.ndarray:
 class FrameStackEnv:
     """The last `depth` observations of `env`'s rows, stacked along the first axis."""
 
+    binds_obs = True  # the stacks it writes into observation slots are whole
+
     def __init__(self, env: Any, depth: int):
         from operant.cext.frame_stack import FrameStackKernel
 
@@ -96,13 +98,15 @@ class FrameStackEnv:
         self.ring = np.zeros((depth, rows, *inner.shape), dtype=inner.dtype)
         self.actions, self.rewards = env.actions, env.rewards
         self.terminated, self.truncated = env.terminated, env.truncated
-        # A native env writes the ring itself; another is copied from its own buffer.
+        # A native env writes the ring itself; another (or one that keeps its observation
+        # rows by difference) is copied from its own buffer.
         self.binds_slots = callable(getattr(type(env), "bind_slots", None))
-        if self.binds_slots:
+        self.writes_ring = self.binds_slots and getattr(env, "binds_obs", True)
+        if self.writes_ring:
             env.bind_slots(obs=self.ring)
         self.kernel = FrameStackKernel(
             _slot_bytes(self.ring),
-            None if self.binds_slots else _bytes(env.obs),
+            None if self.writes_ring else _bytes(env.obs),
             _bytes(env.final_obs),
             _bytes(self.final_obs),
             env.terminated,
@@ -146,7 +150,7 @@ class FrameStackEnv:
         if not self.binds_slots:
             raise EnvError(f"{self.impl} envs cannot bind slots under env.frame_stack")
         self.env.bind_slots(
-            obs=self.ring,
+            obs=self.ring if self.writes_ring else None,
             rewards=rewards,
             terminated=terminated,
             truncated=truncated,
@@ -169,7 +173,7 @@ class FrameStackEnv:
     # -- stepping ------------------------------------------------------------------------
     def reset(self, *, seed: Any = None, options: dict[str, Any] | None = None):
         if self.binds_slots:
-            self.env.select_slots(self.kernel.next_slot, -1)
+            self.env.select_slots(self.kernel.next_slot if self.writes_ring else -1, -1)
         self.env.reset(seed=seed, options=options)
         self.kernel.fill()
         self.kernel.write_stacks(-1)
@@ -188,7 +192,8 @@ class FrameStackEnv:
     def _select_ring(self) -> None:
         """Point a native inner env's kernel at the ring's next slot (and the step slot)."""
         if self.binds_slots:
-            self.env.select_slots(self.kernel.next_slot, self._step_slot)
+            obs_slot = self.kernel.next_slot if self.writes_ring else -1
+            self.env.select_slots(obs_slot, self._step_slot)
 
     def step(self, actions: Any) -> tuple[Any, ...]:
         """Gymnasium's vector step (SAME_STEP): the stacks, with the terminal stacks under

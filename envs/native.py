@@ -131,11 +131,25 @@ class SlotBinding:
     `obs`, `final_obs`, `rewards` and flags are not written for steps that select other
     slots."""
 
+    keeps_obs_rows = False
+    """Whether a step reads the observation rows the previous step wrote (a kernel that
+    writes them by difference): then only the env's own buffer may hold them, and
+    `bind_slots` refuses observation slots (`binds_obs` is false)."""
+
+    @property
+    def binds_obs(self) -> bool:
+        return not self.keeps_obs_rows
+
     def bind_slots(self, **arrays: np.ndarray | None) -> None:
         names = ("obs", "rewards", "terminated", "truncated", "actions", "final_obs")
         unknown = set(arrays) - set(names)
         if unknown:
             raise TypeError(f"bind_slots() takes {', '.join(names)}, got {sorted(unknown)}")
+        if arrays.get("obs") is not None and not self.binds_obs:
+            raise ValueError(
+                f"{type(self).__name__} keeps its observation rows by difference: "
+                "its observations cannot move to slots"
+            )
         for name, array in arrays.items():
             if array is not None and (np.ndim(array) < 2 or array.shape[1] != self.num_envs):
                 raise ValueError(

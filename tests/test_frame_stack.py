@@ -201,21 +201,30 @@ def test_the_ring_reads_as_the_stacks_when_obs_is_not_kept_current():
     np.testing.assert_array_equal(ring.step(action)[0], live.step(action)[0])
 
 
-def test_a_bound_stacked_rollout_fills_the_storage_as_the_copying_one(monkeypatch):
+@pytest.mark.parametrize("depth", [1, 4])
+@pytest.mark.parametrize("by_difference", [False, True], ids=["whole-rows", "by-difference"])
+def test_a_bound_stacked_rollout_fills_the_storage_as_the_copying_one(
+    monkeypatch, depth, by_difference
+):
     """The trainer binds a stacked native env to its storage: the inner kernel writes the
     ring, rewards and flags into the storage, and the stacks go to the storage's rows; the
-    storage is the same as with the copying path."""
+    storage is the same as with the copying path. A kernel that keeps its observation rows
+    by difference (`keeps_obs_rows`) writes its own buffer, copied into the storage (k = 1)
+    or the ring (k = 4), and the rest stays bound."""
     import torch
 
     import operant.trainer.collect as collect
+    from operant.envs.minatar import MinAtarVectorEnv
     from operant.trainer.train import Trainer
+
+    monkeypatch.setattr(MinAtarVectorEnv, "keeps_obs_rows", by_difference)
 
     config = load_config(
         None,
         [
             "env.id=MinAtar-Breakout-v1",
             "env.num_envs=8",
-            "env.frame_stack=4",
+            f"env.frame_stack={depth}",
             "env.max_episode_steps=6",
             "ppo.num_steps=8",
             "train.seed=3",
@@ -228,6 +237,11 @@ def test_a_bound_stacked_rollout_fills_the_storage_as_the_copying_one(monkeypatc
                 patch.setattr(collect, "bindable", lambda env, storage: False)
             trainer = Trainer(config)
         assert trainer.collector.bound is bound
+        inner = getattr(trainer.env, "env", trainer.env)
+        assert trainer.collector.obs_bound is (bound and (depth > 1 or not by_difference))
+        if depth > 1:
+            assert trainer.env.writes_ring is not by_difference
+        assert (inner.kernel.obs_address == inner.obs.ctypes.data) or not by_difference
         runs = []
         for _ in range(3):
             trainer.collect()

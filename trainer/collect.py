@@ -103,6 +103,13 @@ class Collector:
             storage, slice(None), self.env_obs, self.env_actions, storage.clipped_actions
         )
         self.bound = bindable(env, storage)
+        # A kernel that keeps its observation rows by difference writes its own buffer,
+        # copied into the storage each step as for an unbound env.
+        self.obs_bound = self.bound and getattr(env, "binds_obs", True)
+        last = storage.num_steps - 1
+        self.obs_slots = tuple(
+            t + 1 if t < last and self.obs_bound else -1 for t in range(last + 1)
+        )
         steps = range(storage.num_steps)
         self.step_rewards = tuple(storage.rewards[t] for t in steps)
         self.step_dones = tuple(storage.dones[t] for t in steps)
@@ -152,7 +159,7 @@ class Collector:
         final observations to `final_obs_steps` for the batched bootstrap."""
         storage = self.storage
         self.env.bind_slots(
-            obs=storage.obs.numpy(),
+            obs=storage.obs.numpy() if self.obs_bound else None,
             rewards=storage.rewards.numpy(),
             terminated=storage.terminated_steps.numpy(),
             truncated=storage.truncated_steps.numpy(),
@@ -177,7 +184,7 @@ class Collector:
     def _start(self) -> tuple[Callable[[], bool], ...]:
         """Before a rollout's first step: a bound env's observation into the storage's row 0;
         returns `some_truncated`, per step."""
-        if self.bound:
+        if self.obs_bound:
             started = time.perf_counter_ns()
             np.copyto(self.first_obs, self.env.obs)
             self.totals["store"] += time.perf_counter_ns() - started
@@ -218,7 +225,7 @@ class Collector:
         clock = time.perf_counter_ns
         bound, stored = self.bound, part.step_obs[t]
         started = clock()
-        env_obs = stored if bound else part.env_obs
+        env_obs = stored if self.obs_bound else part.env_obs
         obs = self.observe(env_obs, update=True)
         actions = self.policy.act(obs, self.generator, out=part.outs[t])[0]
         forwarded = clock()
@@ -311,7 +318,7 @@ class PlainCollector(Collector):
         last = self.storage.num_steps - 1
         for t in range(last + 1):
             self._act(t, self.everything)
-            select(t + 1 if t < last else -1, t)
+            select(self.obs_slots[t], t)
             self._wait_and_store(t, step, some_truncated)
         self._finish()
         return self._next_value()
@@ -346,7 +353,7 @@ class OverlappedCollector(Collector):
         finish_second = self._finish_second
         last = self.storage.num_steps - 1
         for t in range(last + 1):
-            obs_slot = t + 1 if t < last else -1
+            obs_slot = self.obs_slots[t]
             self._act(t, first)
             if t > 0:
                 self._wait_and_store(t - 1, finish_second, some_truncated)
