@@ -1,12 +1,16 @@
 """Env-only cost of env.frame_stack: k = 1 (the kernel's own buffer) against k > 1
-(operant.envs.frame_stack sliding the stacks in C), per step, in one run.
+(operant.envs.frame_stack: the kernel writes each frame into a ring slot), per step, in one run.
 
-For each game, alternating rounds k = 1, k = 4, k = 1, k = 4, ...: `step_bound()` of
-`make_env("MinAtar-<Game>-v1", N, frame_stack=k)` with a random action batch copied in before
-each step from a table made beforehand (the same work in both). A round runs whole batch
-steps for at least `--round-seconds`; the ratio is the median over rounds of (round r's time
-per step at k) / (round r's at k = 1). Bytes the stack moves per row and step: k x F (F = C x
-100 bytes of one frame), besides the F the kernel writes.
+For each game, alternating rounds k = 1, k = 4 (ring), k = 4 (live obs), k = 1, ...:
+`step_bound()` of `make_env("MinAtar-<Game>-v1", N, frame_stack=k)` with a random action batch
+copied in before each step from a table made beforehand (the same work in all). "ring" sets
+`live_obs = False`: the stacks stay in the ring, as the trainer steps them (it copies each
+step's stacks into its rollout storage instead, the bytes it copies at k = 1 without a ring);
+"live" keeps `obs` the current canonical stacks after every step (k x F bytes a row). A round
+runs whole batch steps for at least `--round-seconds`; a ratio is the median over rounds of
+(round r's time per step) / (round r's at k = 1). Bytes moved per row and step besides the F
+(= C x 100) the kernel writes: none for the ring (but the final and new stacks of rows whose
+episode ended: (2k - 1) x F each), k x F for live obs.
 
     flock /tmp/operant-bench.lock python benchmarks/bench_frame_stack.py --json out.json
 """
@@ -34,8 +38,10 @@ from operant.envs.minatar import GAME_IDS  # noqa: E402
 ACTION_TABLE = 64
 
 
-def stepper(env_id: str, num_envs: int, depth: int, seed: int) -> Callable[[], None]:
+def stepper(env_id: str, num_envs: int, depth: int, seed: int, live: bool) -> Callable[[], None]:
     env = make_env(env_id, num_envs, copy=False, frame_stack=depth)
+    if depth > 1:
+        env.live_obs = live
     env.reset(seed=seed)
     table = np.random.default_rng(seed).integers(
         0, env.act_spec.num_actions, (ACTION_TABLE, num_envs)
@@ -72,33 +78,31 @@ def main() -> None:
     args = parser.parse_args()
     results = []
     for env_id in args.games:
-        steps = {1: stepper(env_id, args.num_envs, 1, 0)}
-        steps[args.depth] = stepper(env_id, args.num_envs, args.depth, 0)
+        steps = {
+            "k1": stepper(env_id, args.num_envs, 1, 0, True),
+            "ring": stepper(env_id, args.num_envs, args.depth, 0, False),
+            "live": stepper(env_id, args.num_envs, args.depth, 0, True),
+        }
         for step in steps.values():
             seconds_per_step(step, 0.2)  # warm-up
-        times: dict[int, list[float]] = {1: [], args.depth: []}
+        times: dict[str, list[float]] = {name: [] for name in steps}
         for _ in range(args.rounds):
-            for depth, step in steps.items():
-                times[depth].append(seconds_per_step(step, args.round_seconds))
-        ratios = [k / one for k, one in zip(times[args.depth], times[1])]
-        channels = make_env(env_id, 1).obs_spec.shape[0]
-        row = {
-            "env_id": env_id,
-            "num_envs": args.num_envs,
-            "depth": args.depth,
-            "ns_per_env_step_k1": statistics.median(times[1]) / args.num_envs * 1e9,
-            "ns_per_env_step_k": statistics.median(times[args.depth]) / args.num_envs * 1e9,
-            "ratio": statistics.median(ratios),
-            "ratio_min": min(ratios),
-            "ratio_max": max(ratios),
-            "stack_bytes_per_row_step": args.depth * channels * 100,
-        }
+            for name, step in steps.items():
+                times[name].append(seconds_per_step(step, args.round_seconds))
+        frame = make_env(env_id, 1).obs_spec.shape[0] * 100
+        row = {"env_id": env_id, "num_envs": args.num_envs, "depth": args.depth}
+        for name in steps:
+            ratios = [k / one for k, one in zip(times[name], times["k1"])]
+            row[f"ns_per_env_step_{name}"] = statistics.median(times[name]) / args.num_envs * 1e9
+            row[f"ratio_{name}"] = statistics.median(ratios)
+            row[f"ratio_{name}_range"] = [min(ratios), max(ratios)]
+        row["frame_bytes"] = frame
+        row["live_bytes_per_row_step"] = args.depth * frame
         results.append(row)
         print(
-            f"{env_id:26} k=1 {row['ns_per_env_step_k1']:7.1f} ns  k={args.depth} "
-            f"{row['ns_per_env_step_k']:7.1f} ns  ratio {row['ratio']:.3f} "
-            f"[{row['ratio_min']:.3f}, {row['ratio_max']:.3f}]  stack moves "
-            f"{row['stack_bytes_per_row_step']} B/row/step"
+            f"{env_id:26} k=1 {row['ns_per_env_step_k1']:7.1f} ns  k={args.depth} ring "
+            f"{row['ns_per_env_step_ring']:7.1f} ns (x{row['ratio_ring']:.3f})  live "
+            f"{row['ns_per_env_step_live']:7.1f} ns (x{row['ratio_live']:.3f})  F = {frame} B"
         )
     if args.json:
         with open(args.json, "w") as handle:

@@ -26,6 +26,7 @@ from kernel_common cimport (
     op_kernel_step_fn,
     op_stepper,
 )
+from kernel_slots cimport op_slot_table, op_slots_bind, op_slots_init, op_slots_select
 
 
 cdef class BatchKernel:
@@ -49,11 +50,13 @@ cdef class BatchKernel:
     """
 
     cdef op_batch _batch
+    cdef op_slot_table _slots
     cdef op_stepper _stepper
     cdef readonly int num_envs, max_episode_steps
     cdef readonly object state, rng_state, episode_return, episode_length
     cdef readonly object stats, recent_returns, recent_lengths, recent_head
     cdef object _buffers  # the caller's buffers, kept alive as long as the kernel
+    cdef object _slot_arrays  # arrays bound by bind_slots, alive while bound
 
     def __init__(self, int num_envs, actions, obs, rewards, terminated, truncated, final_obs,
                  int max_episode_steps=MAX_EPISODE_STEPS, int64_t index_offset=0):
@@ -67,6 +70,32 @@ cdef class BatchKernel:
         self.max_episode_steps = max_episode_steps
         self._stepper.batch = &self._batch
         self._stepper.step = <op_kernel_step_fn>_step
+        op_slots_init(&self._batch, &self._slots)
+
+    def bind_slots(self, obs=None, rewards=None, terminated=None, truncated=None, actions=None,
+                   final_obs=None):
+        """Bind (slots, N, ...) arrays whose slots `select()` points this kernel at
+        (kernel_slots.pxd); None keeps the kernel's own buffer; no argument unbinds them all."""
+        self._slot_arrays = op_slots_bind(
+            &self._batch, &self._slots, OBS_DTYPE, OBS_SHAPE,
+            (obs, rewards, terminated, truncated, actions, final_obs))
+
+    def select(self, int64_t obs_slot, int64_t step_slot):
+        """Write the next step's observations into slot `obs_slot` and its rewards, flags and
+        final observations into (and read its actions from) slot `step_slot` of the bound
+        arrays; -1 is the kernel's own buffer. IndexError for a slot past an array's end."""
+        if op_slots_select(&self._batch, &self._slots, obs_slot, step_slot) < 0:
+            raise IndexError(f"slot ({obs_slot}, {step_slot}) is past the bound arrays")
+
+    @property
+    def obs_address(self):
+        """The address the next step writes observation row 0 to (tests compare it)."""
+        return <size_t>self._batch.obs
+
+    @property
+    def action_slot(self):
+        """The slot of the bound actions the next step reads; -1: the kernel's own buffer."""
+        return self._slots.step_slot
 
     def stepper(self):
         """This kernel's step as a C function and its batch, in a capsule for a native thread

@@ -29,6 +29,7 @@ recent_returns / recent_lengths ring and its head).
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 
 from kernel_common cimport op_batch, op_batch_bind, op_kernel_step_fn, op_stepper
+from kernel_slots cimport op_slot_table, op_slots_bind, op_slots_init, op_slots_select
 from cpython.pycapsule cimport PyCapsule_New
 
 cdef extern from "minatar.h" nogil:
@@ -134,12 +135,14 @@ cdef class MinAtarKernel:
     """
 
     cdef ma_batch _m
+    cdef op_slot_table _slots
     cdef op_stepper _stepper
     cdef readonly str game
     cdef readonly int num_envs, max_episode_steps, channels
     cdef readonly object scalars, maps, slots, state, rng_state, episode_return, episode_length
     cdef readonly object stats, recent_returns, recent_lengths, recent_head, action_set
     cdef object _buffers  # the caller's buffers, kept alive as long as the kernel
+    cdef object _slot_arrays  # arrays bound by bind_slots, alive while bound
 
     def __init__(self, str game, int num_envs, actions, obs, rewards, terminated, truncated,
                  final_obs, double sticky_action_prob=0.1, bint difficulty_ramping=True,
@@ -190,6 +193,32 @@ cdef class MinAtarKernel:
         self.action_set = action_set
         self._stepper.batch = &self._m.base
         self._stepper.step = <op_kernel_step_fn>ma_step_batch
+        op_slots_init(&self._m.base, &self._slots)
+
+    def bind_slots(self, obs=None, rewards=None, terminated=None, truncated=None, actions=None,
+                   final_obs=None):
+        """Bind (slots, N, ...) arrays whose slots `select()` points this kernel at
+        (kernel_slots.pxd); None keeps the kernel's own buffer; no argument unbinds them all."""
+        self._slot_arrays = op_slots_bind(
+            &self._m.base, &self._slots, np.uint8, (self.channels, 10, 10),
+            (obs, rewards, terminated, truncated, actions, final_obs))
+
+    def select(self, int64_t obs_slot, int64_t step_slot):
+        """Write the next step's observations into slot `obs_slot` and its rewards, flags and
+        final observations into (and read its actions from) slot `step_slot` of the bound
+        arrays; -1 is the kernel's own buffer. IndexError for a slot past an array's end."""
+        if op_slots_select(&self._m.base, &self._slots, obs_slot, step_slot) < 0:
+            raise IndexError(f"slot ({obs_slot}, {step_slot}) is past the bound arrays")
+
+    @property
+    def obs_address(self):
+        """The address the next step writes observation row 0 to (tests compare it)."""
+        return <size_t>self._m.base.obs
+
+    @property
+    def action_slot(self):
+        """The slot of the bound actions the next step reads; -1: the kernel's own buffer."""
+        return self._slots.step_slot
 
     def stepper(self):
         """This kernel's step as a C function and its batch, in a capsule for a native thread

@@ -1,22 +1,31 @@
 """Frame stacking for any host env family: `make_env(..., frame_stack=k)`, config
 `env.frame_stack = k`.
 
-k = 1 is no wrapper at all: the kernel writes straight into the buffer the policy reads.
-k > 1 wraps the env in `FrameStackEnv`, an operant.envs.contract.BatchEnv whose observation
-is the last k observations concatenated along the first axis, oldest first: uint8 (C, H, W)
-frames become (k * C, H, W) (the channels of frame t - k + 1 first, those of frame t last),
-float32 (D,) vectors become (k * D,). The stacks live in one buffer allocated at construction
-(`obs`, `final_obs`: rows x k observations); operant.cext.frame_stack slides them in C after
-every inner step, without allocating: k * F bytes per row and step (F the bytes of one
-observation), the same as writing the stack once. A new episode's stack starts as k copies of
-its first observation (Gymnasium's FrameStackObservation pads with the reset frame too, with
-`padding_type="reset"`); `final_obs` holds the stack that ends in the terminal observation.
+k = 1 is no wrapper at all: the kernel writes straight into the buffer the policy reads (the
+rollout storage's row, operant.trainer.collect), no copy and no extra memory. k > 1 wraps the
+env in `FrameStackEnv`, an operant.envs.contract.BatchEnv whose observation is the last k
+observations concatenated along the first axis, oldest first: uint8 (C, H, W) frames become
+(k * C, H, W) (the channels of frame t - k + 1 first, those of frame t last), float32 (D,)
+vectors become (k * D,). A new episode's stack starts as k copies of its first observation
+(Gymnasium's FrameStackObservation with `padding_type="reset"`); `final_obs` holds the stack
+that ends in the terminal observation.
 
-Why slide rather than keep a ring whose head moves: the contract's buffers never move, and a
-ring read in place would hand the policy the frames in an order that rotates every step, so
-every consumer (the policy, the rollout storage, a checkpoint) would have to know the phase.
-The slide moves the same bytes a ring's reader would have to reorder anyway, and the rollout
-storage copies the whole stack each step regardless.
+The frames live in a ring, `(k, rows, *frame)`, one slot per step for all rows at once
+(operant.cext.frame_stack): a native env's kernel writes its observations straight into the
+next slot (its buffers rebound, cext/kernel_slots.pxd), any other env's are copied in (F bytes
+a row, F the bytes of one observation), and nothing slides. A new episode copies nothing
+either: each row's age in the ring says which stack positions are padding, read from the
+episode's first frame.
+
+Bytes moved per row and step: the F the kernel writes, as at k = 1; for a row whose episode
+ended, its final stack (k * F). Canonical stacks (oldest first, k * F a row) are written only
+where someone reads them: into the rollout storage's rows when a trainer binds the env
+(`bind_slots`: the bytes its copy moves at k = 1 without a ring), and into `obs` after each
+step while `live_obs` is true (the default, so `obs` is always the current stacks, as the
+contract says). A trainer's binding, or `live_obs = False` (a benchmark of what a trainer
+pays, or any consumer of the ring), also writes final stacks for truncated rows only, the ones
+a trainer bootstraps from; `obs` is then written by `step()`, `reset()` and `state_dict()`
+only, and `step()` (Gymnasium's face, a copy for the caller) writes every ended row's.
 """
 
 from __future__ import annotations
@@ -56,8 +65,15 @@ def _bytes(array: np.ndarray) -> np.ndarray:
     return array.reshape(array.shape[0], -1).view(np.uint8)
 
 
+def _slot_bytes(array: np.ndarray) -> np.ndarray:
+    """A (slots, rows, ...) array whose slots are C-contiguous as (slots, rows, bytes)."""
+    return array.reshape(*array.shape[:2], -1).view(np.uint8)
+
+
 class FrameStackEnv:
     """The last `depth` observations of `env`'s rows, stacked along the first axis."""
+
+    binds_obs = True  # the stacks it writes into observation slots are whole
 
     def __init__(self, env: Any, depth: int):
         from operant.cext.frame_stack import FrameStackKernel
@@ -79,17 +95,30 @@ class FrameStackEnv:
         rows = env.layout.num_rows
         self.obs = np.zeros((rows, *shape), dtype=inner.dtype)
         self.final_obs = np.zeros_like(self.obs)
+        self.ring = np.zeros((depth, rows, *inner.shape), dtype=inner.dtype)
         self.actions, self.rewards = env.actions, env.rewards
         self.terminated, self.truncated = env.terminated, env.truncated
+        # A native env writes the ring itself; another (or one that keeps its observation
+        # rows by difference) is copied from its own buffer.
+        self.binds_slots = callable(getattr(type(env), "bind_slots", None))
+        self.writes_ring = self.binds_slots and getattr(env, "binds_obs", True)
+        if self.writes_ring:
+            env.bind_slots(obs=self.ring)
         self.kernel = FrameStackKernel(
-            _bytes(env.obs),
+            _slot_bytes(self.ring),
+            None if self.writes_ring else _bytes(env.obs),
             _bytes(env.final_obs),
+            _bytes(self.final_obs),
             env.terminated,
             env.truncated,
             _bytes(self.obs),
-            _bytes(self.final_obs),
-            depth,
         )
+        self.live_obs = True
+        self._obs_slot, self._step_slot = -1, -1
+        self._describe(env)
+
+    def _describe(self, env: Any) -> None:
+        depth = self.depth
         self.num_envs = env.num_envs
         self.metadata = env.metadata
         self.render_mode = None
@@ -104,20 +133,75 @@ class FrameStackEnv:
         self.single_action_space = env.single_action_space
         self.action_space = env.action_space
 
+    # -- the rollout storage's slots (operant.trainer.collect; a native inner env only) ------
+    def bind_slots(
+        self,
+        obs: np.ndarray | None = None,
+        rewards: np.ndarray | None = None,
+        terminated: np.ndarray | None = None,
+        truncated: np.ndarray | None = None,
+        actions: np.ndarray | None = None,
+        final_obs: np.ndarray | None = None,
+    ) -> None:
+        """As operant.envs.native.SlotBinding: the inner kernel writes rewards and flags into
+        (and reads actions from) the step slots; the canonical stacks go to the obs slots and
+        the final stacks to the step slots (both (slots, rows, *obs_spec.shape)); the ring
+        stays the inner kernel's (and its own final frames, which the final stacks end in)."""
+        if not self.binds_slots:
+            raise EnvError(f"{self.impl} envs cannot bind slots under env.frame_stack")
+        self.env.bind_slots(
+            obs=self.ring if self.writes_ring else None,
+            rewards=rewards,
+            terminated=terminated,
+            truncated=truncated,
+            actions=actions,
+        )
+        self.kernel.bind(
+            terminated,
+            truncated,
+            None if obs is None else _slot_bytes(obs),
+            None if final_obs is None else _slot_bytes(final_obs),
+        )
+        self._obs_slot, self._step_slot = -1, -1
+
+    def slot_selectors(self) -> tuple[Any, ...]:
+        return (self.select_slots,)
+
+    def select_slots(self, obs_slot: int, step_slot: int) -> None:
+        self._obs_slot, self._step_slot = obs_slot, step_slot
+
+    # -- stepping ------------------------------------------------------------------------
     def reset(self, *, seed: Any = None, options: dict[str, Any] | None = None):
+        if self.binds_slots:
+            self.env.select_slots(self.kernel.next_slot if self.writes_ring else -1, -1)
         self.env.reset(seed=seed, options=options)
         self.kernel.fill()
+        self.kernel.write_stacks(-1)
         return self.obs, {}
 
     def step_bound(self) -> None:
+        self._select_ring()
         self.env.step_bound()
-        self.kernel.push()
+        kernel = self.kernel
+        # Bound to a trainer's storage, or not keeping `obs` current: the final stacks of
+        # truncated rows only (the ones a trainer bootstraps from).
+        kernel.push(self._step_slot, self.live_obs and self._step_slot < 0)
+        if self._obs_slot >= 0 or self.live_obs:
+            kernel.write_stacks(self._obs_slot)
+
+    def _select_ring(self) -> None:
+        """Point a native inner env's kernel at the ring's next slot (and the step slot)."""
+        if self.binds_slots:
+            obs_slot = self.kernel.next_slot if self.writes_ring else -1
+            self.env.select_slots(obs_slot, self._step_slot)
 
     def step(self, actions: Any) -> tuple[Any, ...]:
         """Gymnasium's vector step (SAME_STEP): the stacks, with the terminal stacks under
         info["final_obs"] for rows that ended."""
+        self._select_ring()
         _, rewards, terminated, truncated, info = self.env.step(actions)
-        self.kernel.push()
+        self.kernel.push(self._step_slot)
+        self.kernel.write_stacks(-1)
         if "final_obs" in info:
             info = {**info, "final_obs": self.final_obs.copy()}
         return self.obs.copy(), rewards, terminated, truncated, info
@@ -129,7 +213,9 @@ class FrameStackEnv:
         return self.env.recent_returns(count)
 
     def state_dict(self) -> dict[str, Any]:
-        """The inner env's state and the stacks (its `obs` is the newest frame of each)."""
+        """The inner env's state and the stacks (`obs`, written first: the ring in canonical
+        order; the inner env's `obs` is not used while its kernel writes the ring)."""
+        self.kernel.write_stacks(-1)
         return {**self.env.state_dict(), STACK_KEY: self.obs}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -137,6 +223,14 @@ class FrameStackEnv:
         inner = {name: value for name, value in state.items() if name != STACK_KEY}
         self.env.load_state_dict(inner)
         np.copyto(self.obs, state[STACK_KEY])
+        rows, depth = self.obs.shape[0], self.depth
+        ring = self.ring.reshape(depth, rows, -1)
+        stacks = self.obs.reshape(rows, depth, -1)
+        oldest = self.kernel.next_slot
+        for j in range(depth):
+            ring[(oldest + j) % depth] = stacks[:, j]
+        # The stacks hold their padding as frames: every position reads its own slot.
+        self.kernel.age[:] = depth - 1
 
     def close(self, **kwargs: Any) -> None:
         self.env.close(**kwargs)

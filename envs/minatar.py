@@ -42,7 +42,7 @@ from operant.envs.autoreset import (
 from operant.envs.autoreset import autoreset_mode as parse_autoreset_mode
 from operant.envs.contract import ActSpec, ObsSpec, RowLayout, check_state, clear_stats
 from operant.envs.episodes import AccountedPythonEnv, EpisodeAccounting
-from operant.envs.native import allocate_buffers, recent_from_ring, step_outputs
+from operant.envs.native import SlotBinding, allocate_buffers, recent_from_ring, step_outputs
 from operant.envs.registry import (
     EnvError,
     EpisodeStats,
@@ -156,8 +156,13 @@ class _MinAtarFace(VectorEnv):
         raise NotImplementedError
 
 
-class MinAtarVectorEnv(_MinAtarFace):
+class MinAtarVectorEnv(SlotBinding, _MinAtarFace):
     """`num_envs` envs of one MinAtar game stepped by operant.cext.minatar's kernel."""
+
+    keeps_obs_rows = False
+    """True once minatar.h's steps write the observation rows by difference (they read the
+    previous step's row): the rollout then copies MinAtar's observations and a frame stack
+    copies them into its ring (SlotBinding)."""
 
     impl = "native"
     resumable = True
@@ -192,6 +197,7 @@ class MinAtarVectorEnv(_MinAtarFace):
             action_set=self.action_set,
             max_episode_steps=limit,
         )
+        self.kernels = (self.kernel,)
         self._seeded = False
         self.sticky_action_prob = float(sticky_action_prob)
         self.difficulty_ramping = bool(difficulty_ramping)
@@ -272,8 +278,11 @@ class MinAtarVectorEnv(_MinAtarFace):
         bad = self.kernel.step()
         if bad >= 0:
             raise InvalidActionError(
-                invalid_action_message(self.single_action_space, bad, int(self.actions[bad]))
+                invalid_action_message(self.single_action_space, bad, int(self._action_rows()[bad]))
             )
+
+    def _kernel_rows(self) -> tuple[tuple[int, int], ...]:
+        return ((0, self.num_envs),)
 
     def drain_episode_stats(self) -> EpisodeStats:
         stats = self.kernel.stats

@@ -87,7 +87,9 @@ class SplitNativeVectorEnv(NativeVectorEnv):
         if bad >= 0:
             row = self.halves[which][0] + bad
             raise InvalidActionError(
-                invalid_action_message(self.single_action_space, row, self.actions[row].tolist())
+                invalid_action_message(
+                    self.single_action_space, row, self._action_rows(which)[row].tolist()
+                )
             )
 
     # -- episode statistics ----------------------------------------------------------------

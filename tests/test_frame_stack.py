@@ -30,27 +30,39 @@ def test_frame_stack_1_is_the_kernel_buffer_the_policy_reads():
     )
     trainer = Trainer(config)
     assert not isinstance(trainer.env, FrameStackEnv)
-    kernel_obs = trainer.env.obs  # the buffer operant.cext.minatar's kernel writes
-    seen = []
+    kernel, storage = trainer.env.kernel, trainer.storage.obs
+    seen, written = [], []
     act = trainer.policy.act
 
     def spy(obs, *args, **kwargs):
         seen.append(obs.data_ptr())
+        written.append(kernel.obs_address)  # where operant.cext.minatar's kernel wrote last
         return act(obs, *args, **kwargs)
 
     trainer.policy.act = spy
     trainer.collect()
-    assert seen == [kernel_obs.ctypes.data] * 4
+    # The policy reads the storage's row t, the very memory the kernel wrote at step t - 1
+    # (row 0: the env's own buffer, written by the previous rollout's last step, copied once).
+    assert seen == [storage[t].data_ptr() for t in range(4)]
+    assert written[1:] == seen[1:] and written[0] == trainer.env.obs.ctypes.data
 
 
 @pytest.mark.parametrize(
-    "env_id, depth", [("MinAtar-Breakout-v1", 4), ("MinAtar-Freeway-v1", 2), ("CartPole-v1", 3)]
+    "env_id, depth, impl",
+    [
+        ("MinAtar-Breakout-v1", 4, "native"),
+        ("MinAtar-Freeway-v1", 2, "native"),
+        ("CartPole-v1", 3, "native"),
+        # Gymnasium's own CartPole: no kernel to write the ring, so it is copied in.
+        ("CartPole-v1", 3, "reference"),
+    ],
 )
-def test_stacks_equal_the_last_k_observations_through_episode_ends(env_id, depth):
+def test_stacks_equal_the_last_k_observations_through_episode_ends(env_id, depth, impl):
     num_envs = 6
     kwargs = {"max_episode_steps": 7} if env_id.startswith("MinAtar") else {}
-    stacked = make_env(env_id, num_envs, copy=False, frame_stack=depth, **kwargs)
-    plain = make_env(env_id, num_envs, copy=False, **kwargs)
+    stacked = make_env(env_id, num_envs, copy=False, frame_stack=depth, impl=impl, **kwargs)
+    plain = make_env(env_id, num_envs, copy=False, impl=impl, **kwargs)
+    assert stacked.binds_slots is (impl == "native")
     assert isinstance(stacked, FrameStackEnv) and stacked.actions is stacked.env.actions
     inner_shape = plain.obs_spec.shape
     assert stacked.obs_spec.shape == (depth * inner_shape[0], *inner_shape[1:])
@@ -135,3 +147,107 @@ def test_the_trainer_stores_stacked_uint8_frames():
     assert storage.dtype.itemsize == 1 and storage.shape == (8, 4, 16, 10, 10)
     # Channel 0 of each stacked frame is the paddle: one per frame, four frames per stack.
     assert int(storage[:, :, ::4].sum(dim=(-1, -2)).min()) == 1
+
+
+@pytest.mark.parametrize("depth", [1, 4])
+def test_stepping_allocates_nothing_after_warm_up(depth):
+    """Env-only steps of a stacked MinAtar env, with the ring only (`live_obs` false, as the
+    trainer steps it) and with `obs` kept current: no byte allocated after warm-up."""
+    import tracemalloc
+
+    env = make_env("MinAtar-Breakout-v1", 256, copy=False, frame_stack=depth)
+    env.reset(seed=0)
+    actions = np.random.default_rng(0).integers(0, 3, (8, 256))
+    for live in (False, True):
+        if depth > 1:
+            env.live_obs = live
+        for step in range(20):  # warm-up, through episode ends
+            np.copyto(env.actions, actions[step % 8])
+            env.step_bound()
+        tracemalloc.start()
+        try:
+            before, _ = tracemalloc.get_traced_memory()
+            for step in range(200):
+                np.copyto(env.actions, actions[step % 8])
+                env.step_bound()
+            after, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert after - before == 0 and peak - before < 1024, (live, after - before, peak)
+
+
+def test_the_ring_reads_as_the_stacks_when_obs_is_not_kept_current():
+    live = make_env("MinAtar-Asterix-v1", 8, copy=False, frame_stack=4, max_episode_steps=9)
+    ring = make_env("MinAtar-Asterix-v1", 8, copy=False, frame_stack=4, max_episode_steps=9)
+    ring.live_obs = False
+    live.reset(seed=1)
+    ring.reset(seed=1)
+    stale = ring.obs.copy()
+    rng = np.random.default_rng(1)
+    truncations = 0
+    for _ in range(25):
+        live.actions[:] = ring.actions[:] = rng.integers(0, 5, 8)
+        live.step_bound()
+        ring.step_bound()
+        np.testing.assert_array_equal(ring.obs, stale)  # not written while stepping
+        # Final stacks for the truncated rows (a trainer bootstraps from no other).
+        truncated = live.truncated
+        np.testing.assert_array_equal(ring.final_obs[truncated], live.final_obs[truncated])
+        truncations += int(truncated.sum())
+    assert truncations > 0
+    # The state and Gymnasium's step() write the stacks first.
+    np.testing.assert_array_equal(ring.state_dict()["frame_stack.obs"], live.obs)
+    action = rng.integers(0, 5, 8)
+    np.testing.assert_array_equal(ring.step(action)[0], live.step(action)[0])
+
+
+@pytest.mark.parametrize("depth", [1, 4])
+@pytest.mark.parametrize("by_difference", [False, True], ids=["whole-rows", "by-difference"])
+def test_a_bound_stacked_rollout_fills_the_storage_as_the_copying_one(
+    monkeypatch, depth, by_difference
+):
+    """The trainer binds a stacked native env to its storage: the inner kernel writes the
+    ring, rewards and flags into the storage, and the stacks go to the storage's rows; the
+    storage is the same as with the copying path. A kernel that keeps its observation rows
+    by difference (`keeps_obs_rows`) writes its own buffer, copied into the storage (k = 1)
+    or the ring (k = 4), and the rest stays bound."""
+    import torch
+
+    import operant.trainer.collect as collect
+    from operant.envs.minatar import MinAtarVectorEnv
+    from operant.trainer.train import Trainer
+
+    monkeypatch.setattr(MinAtarVectorEnv, "keeps_obs_rows", by_difference)
+
+    config = load_config(
+        None,
+        [
+            "env.id=MinAtar-Breakout-v1",
+            "env.num_envs=8",
+            f"env.frame_stack={depth}",
+            "env.max_episode_steps=6",
+            "ppo.num_steps=8",
+            "train.seed=3",
+        ],
+    )
+    filled = []
+    for bound in (False, True):
+        with monkeypatch.context() as patch:
+            if not bound:
+                patch.setattr(collect, "bindable", lambda env, storage: False)
+            trainer = Trainer(config)
+        assert trainer.collector.bound is bound
+        inner = getattr(trainer.env, "env", trainer.env)
+        assert trainer.collector.obs_bound is (bound and (depth > 1 or not by_difference))
+        if depth > 1:
+            assert trainer.env.writes_ring is not by_difference
+        assert (inner.kernel.obs_address == inner.obs.ctypes.data) or not by_difference
+        runs = []
+        for _ in range(3):
+            trainer.collect()
+            storage = trainer.storage
+            runs.append([getattr(storage, name).clone() for name in ("obs", "rewards", "dones")])
+        filled.append(runs)
+    for copied, bound in zip(*filled):
+        for before, after in zip(copied, bound):
+            assert torch.equal(before, after)

@@ -97,9 +97,10 @@ def test_the_estimate_names_its_parts_and_grows_with_the_config():
     config.env.num_envs = 2000
     double = memory.estimate(config, "native", shape.obs_spec, shape.act_spec)
     assert double.total == pytest.approx(2 * small.total, rel=0.01)
-    # CartPole's rollout storage, by storage.py's shapes: 16 steps x 1000 rows x (obs 4 x
-    # float32 + int64 action + 6 float32), plus 13 bytes per row of per-step scratch.
-    assert small.storage == 16 * 1000 * (16 + 8 + 24) + 1000 * 13
+    # CartPole's rollout storage, by storage.py's shapes: 16 steps x 1000 rows x (obs and
+    # final obs 4 x float32 + int64 action + 6 float32 + the final value + 2 bool flags),
+    # plus 13 bytes per row of per-step scratch.
+    assert small.storage == 16 * 1000 * (2 * 16 + 8 + 24 + 4 + 2) + 1000 * 13
     assert small.host == small.total and small.device == 0
     assert "rollout storage" in small.breakdown()
 

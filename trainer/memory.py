@@ -91,9 +91,11 @@ def estimate(
     envs = rows * (2 * obs_bytes + act_bytes + 4 + 2) + config.env.num_envs * ENV_STATE_BYTES.get(
         impl, ENV_STATE_BYTES["reference"]
     )
-    storage = steps * rows * (obs_bytes + act_bytes + 4 * ROLLOUT_FLOAT_TENSORS) + rows * (
-        1 + 4 * STEP_FLOAT_TENSORS + (0 if act_spec.discrete else act_bytes)
-    )
+    # Per step and row: the observation and the final one, the action, the float tensors,
+    # V of the final observation, and two flags (terminated, truncated).
+    storage = steps * rows * (
+        2 * obs_bytes + act_bytes + 4 * ROLLOUT_FLOAT_TENSORS + 4 + 2
+    ) + rows * (1 + 4 * STEP_FLOAT_TENSORS + (0 if act_spec.discrete else act_bytes))
     widths = sum(config.policy.hidden_sizes) * (1 if config.policy.shared else 2)
     heads = act_spec.num_actions + 1 + act_elements  # logits or means, value, the sample
     # Acting: the policy's input (observations as float32), its activations, its heads.

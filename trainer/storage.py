@@ -28,9 +28,13 @@ class RolloutStorage:
     write into, so a rollout allocates nothing after its first step.
 
     Rollout: `obs`, `actions`, `logprobs`, `rewards`, `dones`, `values`, and what GAE writes,
-    `advantages` and `returns`. Per step (`(rows, ...)`): `done_mask` (bool, on the device
-    of the env's flags), `truncated`, `final_values`, `next_value`, and `clipped_actions`
-    for a Box action spec (None for Discrete).
+    `advantages` and `returns`; `final_obs_steps` and `final_values_steps`, each step's final
+    observations and V of those of the rows that truncated (operant.trainer.bootstrap);
+    `terminated_steps` and `truncated_steps` (bool, on the device of the env's flags), where
+    an env that writes into the storage itself puts its flags (operant.trainer.collect). Per
+    step (`(rows, ...)`): `done_mask` (bool, on the device of the env's flags), `truncated`,
+    `final_values`, `next_value`, and `clipped_actions` for a Box action spec (None for
+    Discrete).
     """
 
     def __init__(
@@ -58,9 +62,15 @@ class RolloutStorage:
         self.dones = torch.zeros((num_steps, num_rows), device=device)
         self.values = torch.zeros((num_steps, num_rows), device=device)
         self.advantages = torch.zeros((num_steps, num_rows), device=device)
-        self.done_mask = torch.zeros(num_rows, dtype=torch.bool, device=flags_device or device)
+        flags_device = flags_device or device
+        steps_rows = (num_steps, num_rows)
+        self.terminated_steps = torch.zeros(steps_rows, dtype=torch.bool, device=flags_device)
+        self.truncated_steps = torch.zeros(steps_rows, dtype=torch.bool, device=flags_device)
+        self.done_mask = torch.zeros(num_rows, dtype=torch.bool, device=flags_device)
         self.truncated = torch.zeros(num_rows, device=device)
         self.final_values = torch.zeros(num_rows, device=device)
+        self.final_values_steps = torch.zeros((num_steps, num_rows), device=device)
+        self.final_obs_steps = torch.zeros_like(self.obs)
         self.next_value = torch.zeros(num_rows, device=device)
         self.returns = torch.zeros((num_steps, num_rows), device=device)
         self.clipped_actions = (
