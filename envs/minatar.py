@@ -159,10 +159,11 @@ class _MinAtarFace(VectorEnv):
 class MinAtarVectorEnv(SlotBinding, _MinAtarFace):
     """`num_envs` envs of one MinAtar game stepped by operant.cext.minatar's kernel."""
 
-    keeps_obs_rows = False
-    """True once minatar.h's steps write the observation rows by difference (they read the
-    previous step's row): the rollout then copies MinAtar's observations and a frame stack
-    copies them into its ring (SlotBinding)."""
+    keeps_obs_rows = True
+    """minatar.h's steps write the observation rows by difference (they read the previous
+    step's row), so the kernel's own observation buffer stays put: the rollout copies
+    MinAtar's observations and a frame stack copies them into its ring (SlotBinding); the
+    rewards, flags and final observations are still bound to the storage rows."""
 
     impl = "native"
     resumable = True

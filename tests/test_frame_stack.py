@@ -41,10 +41,13 @@ def test_frame_stack_1_is_the_kernel_buffer_the_policy_reads():
 
     trainer.policy.act = spy
     trainer.collect()
-    # The policy reads the storage's row t, the very memory the kernel wrote at step t - 1
-    # (row 0: the env's own buffer, written by the previous rollout's last step, copied once).
-    assert seen == [storage[t].data_ptr() for t in range(4)]
-    assert written[1:] == seen[1:] and written[0] == trainer.env.obs.ctypes.data
+    # MinAtar's kernel keeps its observation rows by difference (each step reads the row it
+    # wrote before), so it writes its own buffer every step and the policy reads that very
+    # memory; the storage's copy of it is the rollout's store, as for any step's outcome.
+    assert trainer.env.keeps_obs_rows
+    kernel_buffer = trainer.env.obs.ctypes.data
+    assert seen == [kernel_buffer] * 4 and written == seen
+    assert all(storage[t].data_ptr() != kernel_buffer for t in range(4))
 
 
 @pytest.mark.parametrize(
@@ -202,6 +205,8 @@ def test_the_ring_reads_as_the_stacks_when_obs_is_not_kept_current():
 
 
 @pytest.mark.parametrize("depth", [1, 4])
+# MinAtar's kernel writes its rows by difference (each step reads the row it wrote before);
+# CartPole's writes whole rows, so its observations are bound to the slots (or the ring).
 @pytest.mark.parametrize("by_difference", [False, True], ids=["whole-rows", "by-difference"])
 def test_a_bound_stacked_rollout_fills_the_storage_as_the_copying_one(
     monkeypatch, depth, by_difference
@@ -217,12 +222,12 @@ def test_a_bound_stacked_rollout_fills_the_storage_as_the_copying_one(
     from operant.envs.minatar import MinAtarVectorEnv
     from operant.trainer.train import Trainer
 
-    monkeypatch.setattr(MinAtarVectorEnv, "keeps_obs_rows", by_difference)
+    assert MinAtarVectorEnv.keeps_obs_rows
 
     config = load_config(
         None,
         [
-            "env.id=MinAtar-Breakout-v1",
+            "env.id=" + ("MinAtar-Breakout-v1" if by_difference else "CartPole-v1"),
             "env.num_envs=8",
             f"env.frame_stack={depth}",
             "env.max_episode_steps=6",
@@ -241,7 +246,7 @@ def test_a_bound_stacked_rollout_fills_the_storage_as_the_copying_one(
         assert trainer.collector.obs_bound is (bound and (depth > 1 or not by_difference))
         if depth > 1:
             assert trainer.env.writes_ring is not by_difference
-        assert (inner.kernel.obs_address == inner.obs.ctypes.data) or not by_difference
+        assert not by_difference or inner.kernel.obs_address == inner.obs.ctypes.data
         runs = []
         for _ in range(3):
             trainer.collect()
