@@ -94,19 +94,18 @@ cdef extern from *:
             int64_t in_range = fabs(s.theta) <= OP_SINCOS_POLY_RANGE;
             op_sincos_poly(s.theta, &sintheta, &costheta);
             next = cartpole_next(s, actions[i], sintheta, costheta);
-            next.x = op_select(in_range, next.x, s.x);
-            next.x_dot = op_select(in_range, next.x_dot, s.x_dot);
-            next.theta = op_select(in_range, next.theta, s.theta);
-            next.theta_dot = op_select(in_range, next.theta_dot, s.theta_dot);
-            xs[i] = next.x;
-            x_dots[i] = next.x_dot;
-            thetas[i] = next.theta;
-            theta_dots[i] = next.theta_dot;
+            /* The observation and flags from the polynomial's step whatever the range: an
+               out-of-range env's are rewritten by cartpole_step (fewer dependencies on the
+               selects below). */
             obs[4 * i] = (float)next.x;
             obs[4 * i + 1] = (float)next.x_dot;
             obs[4 * i + 2] = (float)next.theta;
             obs[4 * i + 3] = (float)next.theta_dot;
             terminated[i] = (uint8_t)(cartpole_terminated(next) | ((1 - in_range) << 1));
+            xs[i] = op_select(in_range, next.x, s.x);
+            x_dots[i] = op_select(in_range, next.x_dot, s.x_dot);
+            thetas[i] = op_select(in_range, next.theta, s.theta);
+            theta_dots[i] = op_select(in_range, next.theta_dot, s.theta_dot);
             rewards[i] = 1.0f;
             episode_return[i] += 1.0;
             episode_length[i] += 1;
