@@ -162,6 +162,14 @@ def _add_measurement_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-bound", action="store_true", help="trainer: skip measuring the bounds"
     )
     parser.add_argument(
+        "--bound-seconds",
+        type=float,
+        default=0.02,
+        metavar="S",
+        help="trainer: length of each timed call of the arithmetic bound's rate loops "
+        "(shorter is quicker and noisier)",
+    )
+    parser.add_argument(
         "--plot", metavar="DIR", help="write PNG plots (SPS vs num_envs, phase breakdown) into DIR"
     )
     parser.add_argument("--rounds", type=int, default=5, help="measured rounds (median reported)")

@@ -400,16 +400,16 @@ def compute_bound(config, seconds: float = 1.0) -> dict[str, Any]:
     }
 
 
-def arithmetic_bound(config) -> dict[str, Any] | None:
+def arithmetic_bound(config, seconds: float = 0.02) -> dict[str, Any] | None:
     """The config's arithmetic bound (operant.trainer.bench.arithmetic): its policy's FLOPs at
     the rates this CPU's arithmetic reaches for their shapes; None for a policy it cannot
-    count."""
+    count. `seconds`: the length of each timed call of its rate loops."""
     from operant.trainer.bench.arithmetic import arithmetic_bound as bound
     from operant.trainer.train import Trainer
 
     trainer = Trainer(config)
     trainer.env.close()
-    return bound(config, trainer.policy, trainer.derived.minibatch_size)
+    return bound(config, trainer.policy, trainer.derived.minibatch_size, seconds)
 
 
 def _better_arithmetic_bound(
@@ -450,7 +450,7 @@ def bench_trainer(args: argparse.Namespace) -> dict[str, Any]:
         # The bound is measured before and after the runs and the better of each rate kept:
         # a ceiling should not depend on which second of a drifting VM it was taken in.
         bound_before = None if args.no_bound else compute_bound(config)
-        arithmetic_before = None if args.no_bound else arithmetic_bound(config)
+        arithmetic_before = None if args.no_bound else arithmetic_bound(config, args.bound_seconds)
         runs = [_train_once(args, cell, seed) for seed in args.seeds]
         sps = summarize([run["sps_mean"] for run in runs])
         solve_times = [run["solved_at_s"] for run in runs if run["solved_at_s"] is not None]
@@ -473,7 +473,9 @@ def bench_trainer(args: argparse.Namespace) -> dict[str, Any]:
             bound = _better_bound(bound_before, compute_bound(config))
             bound["fraction"] = round(sps["median"] / bound["bound_steps_per_s"], 3)
             result["bound"] = bound
-            arithmetic = _better_arithmetic_bound(arithmetic_before, arithmetic_bound(config))
+            arithmetic = _better_arithmetic_bound(
+                arithmetic_before, arithmetic_bound(config, args.bound_seconds)
+            )
             if arithmetic is not None:
                 arithmetic["fraction"] = round(sps["median"] / arithmetic["bound_steps_per_s"], 3)
                 result["arithmetic_bound"] = arithmetic
