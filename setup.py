@@ -11,7 +11,7 @@ from Cython.Build import cythonize
 from setuptools import Extension, setup
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from setup_flags import COMPILE_ARGS  # noqa: E402
+from setup_flags import COMPILE_ARGS, EXTRA_COMPILE_ARGS  # noqa: E402
 
 # Every cext/*.pyx is one extension module operant.cext.<name>.
 kernels = sorted(os.path.splitext(os.path.basename(p))[0] for p in glob.glob("cext/*.pyx"))
@@ -21,7 +21,7 @@ extensions = [
         f"operant.cext.{name}",
         [f"cext/{name}.pyx"],
         include_dirs=["cext"],
-        extra_compile_args=COMPILE_ARGS,
+        extra_compile_args=[*COMPILE_ARGS, *EXTRA_COMPILE_ARGS.get(name, [])],
     )
     for name in kernels
 ]

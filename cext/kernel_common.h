@@ -76,7 +76,10 @@ static inline void op_episode_done(op_episode_stats *stats, double *ring_returns
     stats->episodes += 1.0;
     stats->return_sum += episode_return;
     stats->length_sum += episode_length;
-    uint64_t slot = *ring_head % ring_capacity;
+    /* A power-of-two capacity (the default, 1024) takes a mask: a 64-bit division costs more
+     * than the rest of an autoreset. */
+    uint64_t slot = (ring_capacity & (ring_capacity - 1)) == 0 ? *ring_head & (ring_capacity - 1)
+                                                               : *ring_head % ring_capacity;
     ring_returns[slot] = episode_return;
     ring_lengths[slot] = episode_length;
     *ring_head += 1;
@@ -137,11 +140,23 @@ static inline double op_select(int64_t keep_a, double a, double b) {
     return out;
 }
 
-/* A function that loops over envs, compiled twice on x86-64 Linux with GCC: for AVX2 and for the
- * baseline, picked at load time by the CPU (so the build stays portable: no -march). Only AVX2,
- * not FMA: a fused multiply-add would round differently from Gymnasium. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define OP_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+/* A function that loops over envs, compiled three times on x86-64 Linux with GCC: for the
+ * x86-64-v4 level (AVX-512 F/BW/CD/DQ/VL: 512-bit registers, mask registers, AVX-512's byte,
+ * word and float64<->int64 conversions), for x86-64-v3 (AVX2) and for the baseline, picked at
+ * load time by the CPU's ISA level (so the build stays portable: no -march). AVX-512F alone is
+ * not enough: without VL/BW/DQ the loops over bytes and flags fall back to AVX2 code, and the
+ * same C loop built -mavx512f ran about 13% slower than -march=native in one run
+ * (benchmarks/bench_kernel_vs_c.py's loop). setup_flags.py keeps these clones to 256-bit
+ * vectors (-mprefer-vector-width=256), as -march=native's tuning does. No fused multiply-adds in any clone, although both
+ * levels have FMA: a fused multiply-add rounds differently from Gymnasium, and
+ * -ffp-contract=off (setup_flags.py) holds for every clone, so none is contracted;
+ * tests/test_kernel_clones.py checks the flag and the clones' code. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
+    __GNUC__ >= 12
+#define OP_VECTOR_CLONES \
+    __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#elif defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define OP_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define OP_VECTOR_CLONES
 #endif

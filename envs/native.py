@@ -213,6 +213,10 @@ class NativeVectorEnv(SlotBinding, RenderFace, VectorEnv):
         self._done_words = _as_words(self.terminated, self.truncated, self._done)
         self.max_episode_steps = max_episode_steps or entry.max_episode_steps
         self.kernels = self._bind_kernels()
+        # Episodes each kernel has ended so far, for step() (load_state_dict copies into these
+        # same arrays).
+        self._episode_heads = tuple(kernel.recent_head for kernel in self.kernels)
+        self._done_stale = False  # _done holds a past step's flags (step() refreshes it)
         self._seeded = False
         self.autoreset_mode = parse_autoreset_mode(autoreset_mode)
         self.metadata = with_autoreset_mode(type(self).metadata, self.autoreset_mode)
@@ -288,23 +292,34 @@ class NativeVectorEnv(SlotBinding, RenderFace, VectorEnv):
         return (obs.copy() if self.copy else obs), {}
 
     def step(self, actions):
-        self._load_actions(actions)
+        if actions is not self.actions:  # else written in place: nothing to check or copy
+            self._load_actions(actions)
         if self._next_step is not None:
             return step_next_step_face(self)
+        heads = self._episode_heads
+        ended_before = heads[0][0] if len(heads) == 1 else sum(head[0] for head in heads)
         self.step_bound()
         info: dict[str, Any] = {}
-        if self._done_words is not None:
-            terminated, truncated, done = self._done_words
-            any_done = np.bitwise_or(terminated, truncated, out=done).any()
-        else:
-            any_done = np.logical_or(self.terminated, self.truncated, out=self._done).any()
-        if any_done:
+        # The kernels count every episode they end (recent_head): a step that ended none needs
+        # no pass over the flags (at a few envs, most steps), and one that did needs no
+        # reduction to find out.
+        ended = (heads[0][0] if len(heads) == 1 else sum(head[0] for head in heads)) != ended_before
+        if ended or self.render_mode is not None or self._done_stale:
+            if self._done_words is not None:
+                terminated, truncated, done = self._done_words
+                np.bitwise_or(terminated, truncated, out=done)
+            else:
+                np.logical_or(self.terminated, self.truncated, out=self._done)
+            self._done_stale = ended
+        if ended:
             # copy=False: live buffers, as the rest of the result (the next step overwrites).
             copy = self.copy
             info["final_obs"] = self.final_obs.copy() if copy else self.final_obs
             info["_final_obs"] = self._done.copy() if copy else self._done
         if self.render_mode is not None:
             self._rendered_step(~self._done, np.zeros_like(self._done), None)
+        if not self.copy:
+            return self.obs, self.rewards, self.terminated, self.truncated, info
         return step_outputs(self, info)
 
     def step_bound(self) -> None:

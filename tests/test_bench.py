@@ -130,6 +130,8 @@ def test_trainer_record_has_phases_memory_and_bound(tmp_path):
         "1",
         "--max-cv",
         "10",
+        "--bound-seconds",
+        "0.001",
         "--output",
         str(out),
         "--plot",
@@ -153,6 +155,11 @@ def test_trainer_record_has_phases_memory_and_bound(tmp_path):
     assert abs(bound["bound_steps_per_s"] - expected) / expected < 1e-3
     assert bound["fraction"] == round(
         record["summary"]["sps"]["median"] / bound["bound_steps_per_s"], 3
+    )
+    arithmetic = record["arithmetic_bound"]  # the defaults' network: 4-64-64 tanh, separate
+    assert arithmetic["forward_flops_per_sample"] == 18322 and arithmetic["epochs"] == 2
+    assert arithmetic["fraction"] == round(
+        record["summary"]["sps"]["median"] / arithmetic["bound_steps_per_s"], 3
     )
     assert record["summary"]["solved"] == "0/1" and not record["best"]["stable"]
     assert (tmp_path / "plots" / "phases_trainer.png").stat().st_size > 1000
@@ -187,6 +194,8 @@ def test_trainer_eval_matrix_picks_the_best_cell(tmp_path):
         "1",
         "--max-cv",
         "10",
+        "--bound-seconds",
+        "0.001",
         "--output",
         str(out),
         "--plot",

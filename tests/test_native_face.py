@@ -57,3 +57,20 @@ def test_actions_written_into_the_env_buffer_are_taken_in_place():
     env.step(env.actions)
     pushed_right = env.obs[:, 1] > before[:, 1]  # cart velocity grows with action 1
     assert pushed_right.tolist() == [True, False] * 4
+
+
+@pytest.mark.parametrize("num_envs", [8, 13])
+def test_the_live_mask_is_cleared_on_a_step_that_ends_no_episode(num_envs):
+    # step() skips the flags when the kernel ended no episode; the live mask a caller may still
+    # hold from the last ending step must not keep that step's True values.
+    env = make(num_envs, copy=False)
+    _, _, _, truncated, info = env.step(env.actions)
+    _, _, _, truncated, info = env.step(env.actions)
+    assert "_final_obs" not in info
+    _, _, _, truncated, info = env.step(env.actions)  # the time limit of 3 ends every episode
+    mask = info["_final_obs"]
+    assert mask.all() and truncated.all()
+    _, _, terminated, truncated, info = env.step(env.actions)  # a fresh episode's first step
+    assert "_final_obs" not in info
+    assert not terminated.any() and not truncated.any()
+    assert not mask.any()

@@ -7,6 +7,9 @@ table of median steps/s and the ratios docs/performance.md quotes.
 
     python benchmarks/peers/side_by_side.py [--out DIR] [--seeds-peers "1 2 3"]
 
+run_peers.sh's environment passes through: ONLY=pufferlib leaves SB3 out, PEERS_VENV picks
+where the peers' venvs are.
+
 The peers train a short budget here (SB3 20K steps, PufferLib 1M with the LSTM and 5M
 without): enough for a steady steps/s, which is what is compared; their time to solve comes
 from the full-budget runs in benchmarks/records/peers.jsonl. Takes about 6 minutes.
@@ -67,9 +70,11 @@ def main() -> int:
         record = json.loads(record_path.read_text())
         medians[name] = record["summary"]["sps"]["median"]
         bound = record.get("bound", {})
+        arithmetic = record.get("arithmetic_bound", {})
         print(
             f"{name}: {medians[name]:,.0f} steps/s, solved {record['summary']['solved']}, "
-            f"{bound.get('fraction', float('nan')):.0%} of the compute bound",
+            f"{bound.get('fraction', float('nan')):.0%} of the overhead bound, "
+            f"{arithmetic.get('fraction', float('nan')):.1%} of the arithmetic bound",
             flush=True,
         )
     peers_path = out / "peers.jsonl"

@@ -1,7 +1,8 @@
 """`operant bench`: throughput, measured the same way every time.
 
 The package, by what each module owns:
-  measure   env_only / trainer / trainer_eval measurements, the compute bound, --matrix cells;
+  measure   env_only / trainer / trainer_eval measurements, the overhead bound, --matrix cells;
+  arithmetic  the arithmetic bound: a PPO step's FLOPs over this CPU's rates at their shapes;
   compare   --baseline ratios and the exit status a record earns;
   plot      the PNGs of --plot;
   cli       the command line (flags, usage errors, exit codes) and `main`.
@@ -21,6 +22,7 @@ from operant.trainer.bench.cli import (
 from operant.trainer.bench.compare import EXIT_OK, EXIT_UNSTABLE, compare
 from operant.trainer.bench.measure import (
     _timed_rounds,
+    arithmetic_bound,
     bench_env_only,
     bench_trainer,
     bench_trainer_eval,
@@ -39,6 +41,7 @@ __all__ = [
     "MODES",
     "PHASE_COLORS",
     "_timed_rounds",
+    "arithmetic_bound",
     "bench_env_only",
     "bench_trainer",
     "bench_trainer_eval",

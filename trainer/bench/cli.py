@@ -9,7 +9,10 @@ Modes:
                 records an env's per-phase ns per step (Grid-v0's step_timing);
   trainer       end-to-end PPO training: steps/s and wall-clock seconds to reach a target
                 mean return over the last 100 episodes, per seed, with the time per phase and
-                this machine's compute bound for the same network and epochs;
+                two bounds for the same network and epochs: the overhead bound (the
+                trainer's own torch calls timed alone) and the arithmetic bound (the FLOPs of
+                a rollout forward and a PPO minibatch step at the rates this CPU's
+                arithmetic reaches for their shapes; docs/performance.md);
   trainer_eval  the rollout alone (policy forward + sampling + env + storage, no update):
                 what acting costs, per round.
 
@@ -156,7 +159,15 @@ def _add_measurement_arguments(parser: argparse.ArgumentParser) -> None:
         help="exit 1 if resident memory grows by more than this after warm-up",
     )
     parser.add_argument(
-        "--no-bound", action="store_true", help="trainer: skip measuring the compute bound"
+        "--no-bound", action="store_true", help="trainer: skip measuring the bounds"
+    )
+    parser.add_argument(
+        "--bound-seconds",
+        type=float,
+        default=0.02,
+        metavar="S",
+        help="trainer: length of each timed call of the arithmetic bound's rate loops "
+        "(shorter is quicker and noisier)",
     )
     parser.add_argument(
         "--plot", metavar="DIR", help="write PNG plots (SPS vs num_envs, phase breakdown) into DIR"

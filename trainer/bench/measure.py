@@ -401,6 +401,28 @@ def compute_bound(config, seconds: float = 1.0) -> dict[str, Any]:
     }
 
 
+def arithmetic_bound(config, seconds: float = 0.02) -> dict[str, Any] | None:
+    """The config's arithmetic bound (operant.trainer.bench.arithmetic): its policy's FLOPs at
+    the rates this CPU's arithmetic reaches for their shapes; None for a policy it cannot
+    count. `seconds`: the length of each timed call of its rate loops."""
+    from operant.trainer.bench.arithmetic import arithmetic_bound as bound
+    from operant.trainer.train import Trainer
+
+    trainer = Trainer(config)
+    trainer.env.close()
+    return bound(config, trainer.policy, trainer.derived.minibatch_size, seconds)
+
+
+def _better_arithmetic_bound(
+    first: dict[str, Any] | None, second: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """Of two arithmetic bounds, the higher (a ceiling should not depend on which second of a
+    drifting VM it was measured in)."""
+    if first is None or second is None:
+        return first or second
+    return max(first, second, key=lambda bound: bound["bound_steps_per_s"])
+
+
 def _better_bound(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
     """Two compute_bound measurements as one: the higher of each rate, the bound they allow."""
     forward = max(first["forward_samples_per_s"], second["forward_samples_per_s"])
@@ -429,6 +451,7 @@ def bench_trainer(args: argparse.Namespace) -> dict[str, Any]:
         # The bound is measured before and after the runs and the better of each rate kept:
         # a ceiling should not depend on which second of a drifting VM it was taken in.
         bound_before = None if args.no_bound else compute_bound(config)
+        arithmetic_before = None if args.no_bound else arithmetic_bound(config, args.bound_seconds)
         runs = [_train_once(args, cell, seed) for seed in args.seeds]
         sps = summarize([run["sps_mean"] for run in runs])
         solve_times = [run["solved_at_s"] for run in runs if run["solved_at_s"] is not None]
@@ -451,6 +474,12 @@ def bench_trainer(args: argparse.Namespace) -> dict[str, Any]:
             bound = _better_bound(bound_before, compute_bound(config))
             bound["fraction"] = round(sps["median"] / bound["bound_steps_per_s"], 3)
             result["bound"] = bound
+            arithmetic = _better_arithmetic_bound(
+                arithmetic_before, arithmetic_bound(config, args.bound_seconds)
+            )
+            if arithmetic is not None:
+                arithmetic["fraction"] = round(sps["median"] / arithmetic["bound_steps_per_s"], 3)
+                result["arithmetic_bound"] = arithmetic
         results.append(result)
         _print_trainer_summary(result)
     return _with_best(results, need_solved=True, max_cv=args.max_cv)
@@ -469,6 +498,16 @@ def _print_trainer_summary(result: dict[str, Any]) -> None:
             f"{bound['forward_samples_per_s']:,.0f}/s, train step "
             f"{bound['train_samples_per_s']:,.0f}/s x {bound['epochs']} epochs): "
             f"{bound['fraction']:.0%} of it"
+        )
+    if "arithmetic_bound" in result:
+        arithmetic = result["arithmetic_bound"]
+        text += (
+            f"\n  arithmetic bound {arithmetic['bound_steps_per_s']:,.0f} steps/s (forward "
+            f"{arithmetic['forward_flops_per_sample']:,.0f} FLOPs/sample at "
+            f"{arithmetic['forward_gflops']} GFLOP/s, train step "
+            f"{arithmetic['train_flops_per_sample']:,.0f} FLOPs/sample at "
+            f"{arithmetic['train_gflops']} GFLOP/s x {arithmetic['epochs']} epochs): "
+            f"{arithmetic['fraction']:.1%} of it"
         )
     print(text, flush=True)
 
@@ -522,6 +561,8 @@ def _with_best(results: list[dict[str, Any]], need_solved: bool, max_cv: float) 
     record["summary"] = best["summary"]
     if "bound" in best:
         record["bound"] = best["bound"]
+    if "arithmetic_bound" in best:
+        record["arithmetic_bound"] = best["arithmetic_bound"]
     if len(results) > 1:
         print(
             f"best {'stable ' if stable else '(none stable) '}configuration: "
