@@ -73,10 +73,10 @@ def checkpoints(run_dir):
 
 
 def test_evaluates_a_trained_model_greedily(trained, root):
-    result = run("operant", "eval", "m", "--episodes", "20", "--json", "--runs-dir", str(root))
+    result = run("operant", "eval", "m", "--episodes", "8", "--json", "--runs-dir", str(root))
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    assert report["episodes"] == 20 and report["env_id"] == "CartPole-v1" and report["greedy"]
+    assert report["episodes"] == 8 and report["env_id"] == "CartPole-v1" and report["greedy"]
     assert (report["model"], report["kind"]) == (str(trained / "model.pt"), "model")
     assert report["global_step"] == 40960
     # 40K steps of training: far above random play (~22), a greedy policy does better still.
