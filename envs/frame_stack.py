@@ -143,7 +143,7 @@ class FrameStackEnv:
         actions: np.ndarray | None = None,
         final_obs: np.ndarray | None = None,
     ) -> None:
-        """As operant.envs.native.SlotBinding: the inner kernel writes rewards and flags into
+        """As operant.envs.slots.SlotBinding: the inner kernel writes rewards and flags into
         (and reads actions from) the step slots; the canonical stacks go to the obs slots and
         the final stacks to the step slots (both (slots, rows, *obs_spec.shape)); the ring
         stays the inner kernel's (and its own final frames, which the final stacks end in)."""

@@ -42,7 +42,7 @@ from operant.envs.autoreset import (
 from operant.envs.autoreset import autoreset_mode as parse_autoreset_mode
 from operant.envs.contract import ActSpec, ObsSpec, RowLayout, check_state, clear_stats
 from operant.envs.episodes import AccountedPythonEnv, EpisodeAccounting
-from operant.envs.native import SlotBinding, allocate_buffers, recent_from_ring, step_outputs
+from operant.envs.native import allocate_buffers, recent_from_ring, step_outputs
 from operant.envs.registry import (
     EnvError,
     EpisodeStats,
@@ -51,6 +51,7 @@ from operant.envs.registry import (
     invalid_action_message,
 )
 from operant.envs.seeding import check_seed, per_env_streams
+from operant.envs.slots import SlotBinding
 
 GAME_IDS = {
     "MinAtar-Asterix-v1": "asterix",

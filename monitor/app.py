@@ -22,6 +22,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Static
 
 from operant.monitor import format as fmt
+from operant.monitor.frame_view import FrameView
 from operant.monitor.runs_cmd import RunRow
 from operant.monitor.source import (
     ReaderSource,
@@ -33,7 +34,6 @@ from operant.monitor.source import (
 from operant.monitor.widgets import (
     BigNumber,
     Curve,
-    FrameView,
     MetricsTable,
     PhaseBar,
     describe_status,

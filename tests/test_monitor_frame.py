@@ -19,7 +19,7 @@ from monitor_fixtures import FakeSource, make_view
 from operant.cext.metrics import MetricsWriter
 from operant.monitor import cli
 from operant.monitor.app import MonitorApp
-from operant.monitor.widgets import FrameView, frame_text
+from operant.monitor.frame_view import FrameView, frame_text
 from operant.shared import frame as frames
 from operant.shared import metrics_layout as fmt
 from operant.shared.ranks import RunReader

@@ -10,7 +10,7 @@ the storage bit for bit alike:
   the policy works on the other (an env that offers `halves`, `start_half`, `finish_half`:
   trainer/envs/overlap.py).
 
-Where the env can rebind its kernels' buffers (`bind_slots`, operant.envs.native.SlotBinding)
+Where the env can rebind its kernels' buffers (`bind_slots`, operant.envs.slots.SlotBinding)
 and the storage lives in host memory, nothing is copied per step (`bound`): the kernel writes
 step t's rewards and flags into the storage's row t and the observation it leads to into row
 t + 1 (the last step's into the env's own buffer, which the next rollout copies into row 0,
