@@ -94,6 +94,20 @@ def layer_table(policy: ActorCritic, flat: FlatParameters) -> np.ndarray:
     return np.ascontiguousarray(rows, dtype=np.int64)
 
 
+def adam_arguments(optimizer: FlatAdam, config: PPOConfig) -> tuple[Any, ...]:
+    """What the kernel's clip and Adam step take after the parameters and the gradient, in
+    its order: FlatAdam's moments, lr, betas and eps, then the clip's max norm."""
+    return (
+        optimizer.exp_avg.numpy(),
+        optimizer.exp_avg_sq.numpy(),
+        optimizer.lr,
+        optimizer.beta1,
+        optimizer.beta2,
+        optimizer.eps,
+        config.max_grad_norm,
+    )
+
+
 class NativeUpdate:
     """One ActorCritic's native kernels, with scratch buffers made once per row count."""
 
@@ -155,13 +169,7 @@ class NativeUpdate:
             self.scratch(minibatch_size),
             self.flat.param.detach().numpy(),
             self.flat.grad.numpy(),
-            optimizer.exp_avg.numpy(),
-            optimizer.exp_avg_sq.numpy(),
-            optimizer.lr,
-            optimizer.beta1,
-            optimizer.beta2,
-            optimizer.eps,
-            config.max_grad_norm,
+            *adam_arguments(optimizer, config),
             optimizer.steps,
             keep_stats,
             sums.numpy(),
@@ -209,13 +217,7 @@ class NativeUpdate:
             self.kernel.clip_adam(
                 param,
                 grad,
-                optimizer.exp_avg.numpy(),
-                optimizer.exp_avg_sq.numpy(),
-                optimizer.lr,
-                optimizer.beta1,
-                optimizer.beta2,
-                optimizer.eps,
-                config.max_grad_norm,
+                *adam_arguments(optimizer, config),
                 optimizer.steps,
             )
             if keep_stats:
