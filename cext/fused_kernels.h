@@ -60,25 +60,33 @@ static inline float mlp_exp(float x) {
 }
 
 /* tanh as Eigen computes it for float: an odd degree-13 over an even degree-6 polynomial on
- * [-7.9, 7.9] (clamped outside), within 4e-7 of the exact value; one division and no exp. */
+ * [-7.9, 7.9] (clamped outside), within 4e-7 of the exact value; one division and no exp.
+ * Written once for any T (a float, or 16 of them: mlp_v16 below), so that the loop over an
+ * array and the matrix tiles' in-register version compute the same thing. */
+#define MLP_TANH_POLY(T, v)                                       \
+    ({                                                            \
+        const T v2_ = (v) * (v);                                  \
+        T p_ = (v2_ * -2.76076847742355e-16f) + 2.00018790482477e-13f; \
+        T q_ = (v2_ * 1.19825839466702e-06f) + 1.18534705686654e-04f;  \
+        p_ = p_ * v2_ + -8.60467152213735e-11f;                  \
+        p_ = p_ * v2_ + 5.12229709037114e-08f;                   \
+        p_ = p_ * v2_ + 1.48572235717979e-05f;                   \
+        p_ = p_ * v2_ + 6.37261928875436e-04f;                   \
+        p_ = p_ * v2_ + 4.89352455891786e-03f;                   \
+        q_ = q_ * v2_ + 2.26843463243900e-03f;                   \
+        q_ = q_ * v2_ + 4.89352518554385e-03f;                   \
+        (v) * p_ / q_;                                            \
+    })
+#define MLP_TANH_BOUND 7.90531110763549805f
+
+static inline float mlp_tanh1(float x) {
+    const float v = x > MLP_TANH_BOUND ? MLP_TANH_BOUND : (x < -MLP_TANH_BOUND ? -MLP_TANH_BOUND : x);
+    return MLP_TANH_POLY(float, v);
+}
+
 MLP_CLONES static void mlp_tanh(int64_t n, float *__restrict__ x) {
-    const float bound = 7.90531110763549805f;
     int64_t i;
-    for (i = 0; i < n; i++) {
-        const float v = x[i] > bound ? bound : (x[i] < -bound ? -bound : x[i]);
-        const float v2 = v * v;
-        float p = -2.76076847742355e-16f, q = 1.19825839466702e-06f;
-        p = p * v2 + 2.00018790482477e-13f;
-        p = p * v2 + -8.60467152213735e-11f;
-        p = p * v2 + 5.12229709037114e-08f;
-        p = p * v2 + 1.48572235717979e-05f;
-        p = p * v2 + 6.37261928875436e-04f;
-        p = p * v2 + 4.89352455891786e-03f;
-        q = q * v2 + 1.18534705686654e-04f;
-        q = q * v2 + 2.26843463243900e-03f;
-        q = q * v2 + 4.89352518554385e-03f;
-        x[i] = v * p / q;
-    }
+    for (i = 0; i < n; i++) x[i] = mlp_tanh1(x[i]);
 }
 
 MLP_CLONES static void mlp_relu(int64_t n, float *__restrict__ x) {
@@ -97,21 +105,6 @@ MLP_CLONES static void mlp_activation_backward(int64_t n, int relu, const float 
     }
 }
 
-/* A dot product with MLP_LANES partial sums (a fixed order that vectorises). */
-static inline float mlp_dot(int64_t n, const float *__restrict__ a, const float *__restrict__ b) {
-    float lanes[MLP_LANES] = {0};
-    float sum = 0.0f;
-    int64_t k = 0, l;
-    for (; k + MLP_LANES <= n; k += MLP_LANES)
-        for (l = 0; l < MLP_LANES; l++) lanes[l] += a[k + l] * b[k + l];
-    for (l = 0; l < MLP_LANES / 2; l++) lanes[l] += lanes[l + MLP_LANES / 2];
-    for (l = 0; l < MLP_LANES / 4; l++) lanes[l] += lanes[l + MLP_LANES / 4];
-    for (l = 0; l < MLP_LANES / 8; l++) lanes[l] += lanes[l + MLP_LANES / 8];
-    sum = lanes[0] + lanes[1];
-    for (; k < n; k++) sum += a[k] * b[k];
-    return sum;
-}
-
 /* -- matrix kernels ------------------------------------------------------------------------ */
 
 /* 16 floats as one value (GCC's vector extension: a ZMM register under AVX-512, two YMM under
@@ -127,6 +120,34 @@ static inline mlp_v16 mlp_load(const float *p) {
 
 static inline void mlp_store(float *p, mlp_v16 v) { memcpy(p, &v, sizeof v); }
 
+/* A hidden layer's activation, applied where its outputs are made (in registers, before the
+ * store) rather than in a second pass over memory. */
+enum { MLP_LINEAR = 0, MLP_RELU = 1, MLP_TANH = 2 };
+typedef int32_t mlp_i16 __attribute__((vector_size(64)));
+
+/* mask ? a : b, lane by lane (a mask lane is all ones or all zeros) */
+static inline mlp_v16 mlp_select(mlp_i16 mask, mlp_v16 a, mlp_v16 b) {
+    return (mlp_v16)(((mlp_i16)a & mask) | ((mlp_i16)b & ~mask));
+}
+
+static inline mlp_v16 mlp_activate(mlp_v16 v, int act) {
+    const mlp_v16 zero = {0};
+    if (act == MLP_RELU) return mlp_select(v > zero, v, zero);
+    if (act == MLP_TANH) {
+        const mlp_v16 hi = zero + MLP_TANH_BOUND, lo = zero - MLP_TANH_BOUND;
+        v = mlp_select(v > hi, hi, v);
+        v = mlp_select(v < lo, lo, v);
+        return MLP_TANH_POLY(mlp_v16, v);
+    }
+    return v;
+}
+
+static inline float mlp_activate1(float x, int act) {
+    if (act == MLP_RELU) return x > 0.0f ? x : 0.0f;
+    if (act == MLP_TANH) return mlp_tanh1(x);
+    return x;
+}
+
 /* dst (cols, rows) = src (rows, cols with row stride ld) transposed. */
 static void mlp_transpose(int64_t rows, int64_t cols, int64_t ld, const float *src, float *dst) {
     int64_t i, j;
@@ -140,7 +161,7 @@ static void mlp_transpose(int64_t rows, int64_t cols, int64_t ld, const float *s
 static inline __attribute__((always_inline)) void mlp_tile(
         int64_t n_in, int64_t n_out, int64_t ldw, const float *__restrict__ x,
         const float *__restrict__ w, const float *__restrict__ b, float *__restrict__ y,
-        int64_t i, int64_t j, int chunks) {
+        int64_t i, int64_t j, int chunks, int act, int nrows) {
     mlp_v16 sums[MLP_TILE_ROWS][2];
     const float *xi = x + i * n_in;
     int64_t k;
@@ -148,34 +169,43 @@ static inline __attribute__((always_inline)) void mlp_tile(
     for (c = 0; c < chunks; c++) {
         mlp_v16 start = {0};
         if (b) start = mlp_load(b + j + 16 * c);
-        for (r = 0; r < MLP_TILE_ROWS; r++) sums[r][c] = start;
+        for (r = 0; r < nrows; r++) sums[r][c] = start;
     }
     for (k = 0; k < n_in; k++)
         for (c = 0; c < chunks; c++) {
             const mlp_v16 wk = mlp_load(w + k * ldw + j + 16 * c);
-            for (r = 0; r < MLP_TILE_ROWS; r++) sums[r][c] += xi[r * n_in + k] * wk;
+            for (r = 0; r < nrows; r++) sums[r][c] += xi[r * n_in + k] * wk;
         }
-    for (r = 0; r < MLP_TILE_ROWS; r++)
-        for (c = 0; c < chunks; c++) mlp_store(y + (i + r) * n_out + j + 16 * c, sums[r][c]);
+    for (r = 0; r < nrows; r++)
+        for (c = 0; c < chunks; c++)
+            mlp_store(y + (i + r) * n_out + j + 16 * c, mlp_activate(sums[r][c], act));
 }
 
-/* y (rows, n_out) = x (rows, n_in) @ W (n_in rows of stride ldw) [+ b], for n_out >= 16:
- * tiles of 8 rows x 32 (or 16) outputs; leftover rows and columns take the plain loop, in
- * the same order. */
+/* y (rows, n_out) = act(x (rows, n_in) @ W (n_in rows of stride ldw) [+ b]), for n_out >= 16:
+ * tiles of 8 rows (fewer for the last) x 32 (or 16) outputs; leftover columns take the plain
+ * loop, in the same order. Every row is computed by the same code wherever it falls, so a
+ * row's outputs do not depend on how many rows came before it. */
 MLP_CLONES static void mlp_matmul(int64_t rows, int64_t n_in, int64_t n_out, int64_t ldw,
                                   const float *__restrict__ x, const float *__restrict__ w,
-                                  const float *__restrict__ b, float *__restrict__ y) {
+                                  const float *__restrict__ b, float *__restrict__ y, int act) {
     const int64_t full_j = n_out - n_out % 16, full_i = rows - rows % MLP_TILE_ROWS;
+    const int tail = (int)(rows - full_i);
     int64_t i, j, k;
     for (i = 0; i < full_i; i += MLP_TILE_ROWS) {
-        for (j = 0; j + 32 <= full_j; j += 32) mlp_tile(n_in, n_out, ldw, x, w, b, y, i, j, 2);
-        if (j < full_j) mlp_tile(n_in, n_out, ldw, x, w, b, y, i, j, 1);
+        for (j = 0; j + 32 <= full_j; j += 32)
+            mlp_tile(n_in, n_out, ldw, x, w, b, y, i, j, 2, act, MLP_TILE_ROWS);
+        if (j < full_j) mlp_tile(n_in, n_out, ldw, x, w, b, y, i, j, 1, act, MLP_TILE_ROWS);
+    }
+    if (tail) {
+        for (j = 0; j + 32 <= full_j; j += 32)
+            mlp_tile(n_in, n_out, ldw, x, w, b, y, full_i, j, 2, act, tail);
+        if (j < full_j) mlp_tile(n_in, n_out, ldw, x, w, b, y, full_i, j, 1, act, tail);
     }
     for (i = 0; i < rows; i++)
-        for (j = i < full_i ? full_j : 0; j < n_out; j++) {
+        for (j = full_j; j < n_out; j++) {
             float sum = b ? b[j] : 0.0f;
             for (k = 0; k < n_in; k++) sum += x[i * n_in + k] * w[k * ldw + j];
-            y[i * n_out + j] = sum;
+            y[i * n_out + j] = mlp_activate1(sum, act);
         }
 }
 
@@ -229,14 +259,52 @@ MLP_CLONES static void mlp_column_sums(int64_t rows, int64_t n, const float *__r
         for (j = 0; j < n; j++) gb[j] += dy[i * n + j];
 }
 
-/* The same for a few outputs: each a dot product with a row of wt = W transposed. */
+/* The four sums of a, b, c and d's lanes, in lanes 0, 4, 8 and 12: halves added pairwise
+ * (a fixed order: lane l + lane l + 8, then + 4, + 2, + 1), four reductions sharing each
+ * shuffle and add. */
+static inline mlp_v16 mlp_sum4(mlp_v16 a, mlp_v16 b, mlp_v16 c, mlp_v16 d) {
+    const mlp_i16 lo8 = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
+    const mlp_i16 hi8 = {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31};
+    const mlp_i16 lo4 = {0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27};
+    const mlp_i16 hi4 = {4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31};
+    const mlp_i16 by2 = {2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13};
+    const mlp_i16 by1 = {1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14};
+    const mlp_v16 ab = __builtin_shuffle(a, b, lo8) + __builtin_shuffle(a, b, hi8);
+    const mlp_v16 cd = __builtin_shuffle(c, d, lo8) + __builtin_shuffle(c, d, hi8);
+    mlp_v16 all = __builtin_shuffle(ab, cd, lo4) + __builtin_shuffle(ab, cd, hi4);
+    all = all + __builtin_shuffle(all, by2);
+    return all + __builtin_shuffle(all, by1);
+}
+
+/* y (rows, n_out) = x @ W + b for a few outputs: dot products of each row with rows of
+ * wt = W transposed (n_out, n_in), four outputs at a time sharing the loads of x, 16 inputs
+ * a step (the sums reduced by mlp_sum4), leftover inputs one by one. */
 MLP_CLONES static void mlp_affine_narrow(int64_t rows, int64_t n_in, int64_t n_out,
                                          const float *__restrict__ x,
                                          const float *__restrict__ wt,
                                          const float *__restrict__ b, float *__restrict__ y) {
-    int64_t i, j;
-    for (i = 0; i < rows; i++)
-        for (j = 0; j < n_out; j++) y[i * n_out + j] = b[j] + mlp_dot(n_in, x + i * n_in, wt + j * n_in);
+    const int64_t full_k = n_in - n_in % 16;
+    int64_t i, j, k;
+    int q;
+    for (i = 0; i < rows; i++) {
+        const float *xi = x + i * n_in;
+        for (j = 0; j < n_out; j += 4) {
+            const int m = n_out - j < 4 ? (int)(n_out - j) : 4;
+            const float *w[4];
+            mlp_v16 acc[4] = {{0}, {0}, {0}, {0}}, sums;
+            for (q = 0; q < 4; q++) w[q] = wt + (j + (q < m ? q : 0)) * n_in;
+            for (k = 0; k < full_k; k += 16) {
+                const mlp_v16 xk = mlp_load(xi + k);
+                for (q = 0; q < 4; q++) acc[q] += xk * mlp_load(w[q] + k);
+            }
+            sums = mlp_sum4(acc[0], acc[1], acc[2], acc[3]);
+            for (q = 0; q < m; q++) {
+                float sum = sums[4 * q];
+                for (k = full_k; k < n_in; k++) sum += xi[k] * w[q][k];
+                y[i * n_out + j + q] = b[j + q] + sum;
+            }
+        }
+    }
 }
 
 /* gt (n_out, n_in) = dy^T x (zeroed first), vectorised along the inputs: a narrow layer's

@@ -106,31 +106,36 @@ static float *mlp_acts(const mlp_spec *s, const mlp_scratch *w, int64_t tower, i
 
 static void mlp_layer_forward(const mlp_spec *s, const mlp_scratch *w, const mlp_layer *L,
                               const float *param, const float *x, float *y, int last) {
-    if (L->n_out < MLP_NARROW) {
-        mlp_transpose(L->n_in, L->n_out, L->ldw, param + L->w, w->wt);
-        mlp_affine_narrow(w->rows, L->n_in, L->n_out, x, w->wt, param + L->b, y);
-    } else {
-        mlp_matmul(w->rows, L->n_in, L->n_out, L->ldw, x, param + L->w, param + L->b, y);
+    const int act = last ? MLP_LINEAR : (s->relu ? MLP_RELU : MLP_TANH);
+    if (L->n_out >= MLP_NARROW) {
+        mlp_matmul(w->rows, L->n_in, L->n_out, L->ldw, x, param + L->w, param + L->b, y, act);
+        return;
     }
-    if (last) return;
-    if (s->relu)
+    mlp_transpose(L->n_in, L->n_out, L->ldw, param + L->w, w->wt);
+    mlp_affine_narrow(w->rows, L->n_in, L->n_out, x, w->wt, param + L->b, y);
+    if (act == MLP_RELU)
         mlp_relu(w->rows * L->n_out, y);
-    else
+    else if (act == MLP_TANH)
         mlp_tanh(w->rows * L->n_out, y);
 }
 
-/* Every tower's activations for the rows in w->x. */
+/* One tower's activations for the rows in w->x. */
+static void mlp_forward_tower(const mlp_spec *s, const mlp_scratch *w, const float *param,
+                              int64_t t) {
+    const float *x = w->x;
+    int64_t l;
+    for (l = 0; l < s->depth; l++) {
+        float *y = mlp_acts(s, w, t, l);
+        mlp_layer_forward(s, w, mlp_at(s, t, l), param, x, y, l == s->depth - 1);
+        x = y;
+    }
+}
+
+/* The first `towers` towers' activations for the rows in w->x. */
 static void mlp_forward(const mlp_spec *s, const mlp_scratch *w, const float *param,
                         int64_t towers) {
-    int64_t t, l;
-    for (t = 0; t < towers; t++) {
-        const float *x = w->x;
-        for (l = 0; l < s->depth; l++) {
-            float *y = mlp_acts(s, w, t, l);
-            mlp_layer_forward(s, w, mlp_at(s, t, l), param, x, y, l == s->depth - 1);
-            x = y;
-        }
-    }
+    int64_t t;
+    for (t = 0; t < towers; t++) mlp_forward_tower(s, w, param, t);
 }
 
 /* One layer's backward: weight and bias gradients from w->dy (rows, n_out), and, below the
@@ -149,7 +154,8 @@ static void mlp_layer_backward(const mlp_scratch *w, const mlp_layer *L, const f
     if (!need_dx) return;
     mlp_transpose(L->n_in, L->n_out, L->ldw, param + L->w, w->wt);
     if (L->n_in >= 16)
-        mlp_matmul(w->rows, L->n_out, L->n_in, L->n_in, w->dy, w->wt, NULL, w->dx);
+        mlp_matmul(w->rows, L->n_out, L->n_in, L->n_in, w->dy, w->wt, NULL, w->dx,
+                   MLP_LINEAR);
     else
         mlp_input_grad(w->rows, L->n_in, L->n_out, w->dy, w->wt, w->dx);
 }

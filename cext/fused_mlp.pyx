@@ -10,7 +10,8 @@ Nothing here allocates.
 """
 
 cimport cython
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, uint8_t
+from libc.string cimport memcpy, memset
 
 
 cdef extern from "fused_ppo.h":
@@ -51,6 +52,8 @@ cdef extern from "fused_ppo.h":
                        const mlp_adam *adam, int64_t step) nogil
     void mlp_forward(const mlp_spec *s, const mlp_scratch *w, const float *param,
                      int64_t towers) nogil
+    void mlp_forward_tower(const mlp_spec *s, const mlp_scratch *w, const float *param,
+                           int64_t t) nogil
     const float *mlp_logits(const mlp_spec *s, const mlp_scratch *w, int64_t i) nogil
     float mlp_value(const mlp_spec *s, const mlp_scratch *w, int64_t i) nogil
     void mlp_softmax(const mlp_spec *s, const mlp_scratch *w) nogil
@@ -220,6 +223,54 @@ cdef class FusedMLP:
                 actions[i] = index
                 logprobs[i] = w.logp[i * count + index]
                 values[i] = mlp_value(&self.spec, &w, i)
+
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    def value(self, const float[:, ::1] obs, float[::1] scratch, const float[::1] param,
+              float[::1] values, const uint8_t[::1] where=None):
+        """The critic's value of every row (IN: obs; OUT: values, scratch): the value tower
+        alone (separate) or the whole net (shared), as ActorCritic.value computes it. With
+        `where` (one flag per row), only the flagged rows are gathered and valued, the others
+        get 0 (a row's value does not depend on the rows beside it: every row is summed in
+        the same order wherever it falls)."""
+        cdef int64_t rows = obs.shape[0], i, count = 0, dim = self.spec.obs_dim
+        cdef int64_t tower = self.spec.towers - 1
+        cdef mlp_scratch w
+        if obs.shape[1] != dim or values.shape[0] != rows:
+            raise ValueError("obs must be (rows, obs_dim) and values (rows,)")
+        if where is not None and where.shape[0] != rows:
+            raise ValueError("where must have one flag per row")
+        if scratch.shape[0] < mlp_scratch_floats(&self.spec, rows):
+            raise ValueError("scratch is shorter than scratch_floats(rows)")
+        if where is None:
+            w = mlp_carve(&self.spec, &scratch[0], rows)
+            with nogil:
+                w.x = <float *> &obs[0, 0]  # read only: the forward never writes its input
+                mlp_forward_tower(&self.spec, &w, &param[0], tower)
+                for i in range(rows):
+                    values[i] = mlp_value(&self.spec, &w, i)
+            return
+        with nogil:
+            for i in range(rows):
+                count += where[i] != 0
+        if count == 0:
+            memset(&values[0], 0, rows * sizeof(float))
+            return
+        with nogil:
+            w = mlp_carve(&self.spec, &scratch[0], count)
+            count = 0
+            for i in range(rows):
+                if where[i]:
+                    memcpy(w.x + count * dim, &obs[i, 0], dim * sizeof(float))
+                    count += 1
+            mlp_forward_tower(&self.spec, &w, &param[0], tower)
+            count = 0
+            for i in range(rows):
+                if where[i]:
+                    values[i] = mlp_value(&self.spec, &w, count)
+                    count += 1
+                else:
+                    values[i] = 0
 
     cdef mlp_batch _batch(self, const float[:, ::1] obs, const int64_t[::1] actions,
                           const float[::1] logprobs, const float[::1] advantages,

@@ -209,6 +209,36 @@ def test_act_samples_what_torch_samples_from_the_same_uniforms(network):
     torch.testing.assert_close(native_out[2], torch_out[2], rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("network", NETWORKS, ids=lambda n: f"{n}")
+def test_value_matches_torch(network):
+    """The truncation bootstrap's value pass (ActorCritic.value) served natively: the critic
+    tower alone (separate) or the whole net (shared), within float32 rounding of torch's;
+    rows past the tiles' 8 and a strided input (served by torch) included."""
+    policy, flat = make_policy(*network)
+    native = NativeUpdate(policy, flat, PPOConfig())
+    obs = torch.randn(203, OBS_DIM) * 2
+    policy.attach_native(None, None)
+    want = policy.value(obs, out=torch.empty(203))
+    policy.attach_native(native.act, native.value)
+    got = torch.full((203,), float("nan"))
+    assert policy.value(obs, out=got) is got
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert not native.value(torch.randn(OBS_DIM, 203).t(), torch.empty(203))
+    # The bootstrap's gathered pass: the flagged rows' values as the full pass's, bit for bit
+    # (a row sums in one order wherever it falls), the others 0.
+    where = (torch.arange(203) % 7 == 3).numpy().astype(np.uint8)
+    gathered = torch.full((203,), float("nan"))
+    assert policy.value_where(obs, where, gathered)
+    flagged = torch.from_numpy(where.astype(bool))
+    assert torch.equal(gathered[flagged], got[flagged])
+    assert torch.equal(gathered[~flagged], torch.zeros(int((~flagged).sum())))
+    assert policy.value_where(obs, np.zeros(203, np.uint8), gathered)
+    assert torch.equal(gathered, torch.zeros(203))
+    torch.testing.assert_close(
+        policy.value(obs.t().contiguous().t(), out=torch.empty(203)), want, rtol=1e-5, atol=1e-5
+    )
+
+
 def test_act_falls_back_to_torch_for_what_it_does_not_read():
     policy, flat = make_policy(True, [16], "relu")
     native = NativeUpdate(policy, flat, PPOConfig())

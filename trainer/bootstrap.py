@@ -10,7 +10,9 @@ same positions of a batch of the same shape (a matrix product's rounding can dep
 shape and on where a row falls in the BLAS's blocks, never on the other rows' values), so a
 run with the torch update still reproduces main's records bit for bit
 (tests/test_compat_main.py). A batch of the truncated rows alone, gathered, measured cheaper
-when many rows truncate at once, but changed values in their last bits. Each row's value
+when many rows truncate at once, but changed torch's values in their last bits; the native
+MLP (operant.trainer.fused), whose rows are each summed in one order wherever they fall,
+values the truncated rows alone. Each row's value
 is the network's at the rollout's parameters on the observation that step produced
 (normalised with that step's statistics, where configured).
 """
@@ -42,6 +44,9 @@ class BatchedBootstrap:
         self.truncated = storage.truncated_steps
         self.mask = storage.truncated  # float (rows,): the flags addcmul multiplies by
         self._flags = storage.truncated_steps.numpy().view(np.uint8)
+        # The native MLP values the truncated rows alone (its rows do not round by batch
+        # shape); any other policy takes the full-width pass.
+        self._value_where = getattr(policy, "value_where", lambda *args: False)
         self.value_ns = 0
         """ns spent in the value network (the collector counts it as "forward")."""
 
@@ -51,7 +56,9 @@ class BatchedBootstrap:
             if not self._flags[t].any():
                 continue
             started = time.perf_counter_ns()
-            values = self.policy.value(self.final_obs[t], out=self.final_values[t])
+            values = self.final_values[t]
+            if not self._value_where(self.final_obs[t], self._flags[t], values):
+                self.policy.value(self.final_obs[t], out=values)
             self.value_ns += time.perf_counter_ns() - started
             self.mask.copy_(self.truncated[t])
             rewards[t].addcmul_(values, self.mask, value=gamma)

@@ -54,7 +54,7 @@ def make_native(
     reason = native_unsupported(policy, device)
     if reason is None:
         native = NativeUpdate(policy, flat, config.ppo)
-        policy.attach_native(native.act)
+        policy.attach_native(native.act, native.value)
         return native
     if impl == "native":
         raise ConfigError(
@@ -261,5 +261,27 @@ class NativeUpdate:
             actions.numpy(),
             logprobs.numpy(),
             values.numpy(),
+        )
+        return True
+
+    def value(self, obs: torch.Tensor, out: torch.Tensor, where: np.ndarray | None = None) -> bool:
+        """ActorCritic.value into `out` natively (the truncation bootstrap's value pass); with
+        `where` (uint8, one flag per row) only the flagged rows, the others set to 0. False
+        where it cannot (obs or out not plain contiguous CPU float32)."""
+        if not (
+            obs.dim() == 2
+            and obs.dtype == torch.float32
+            and obs.is_contiguous()
+            and out.dtype == torch.float32
+            and out.is_contiguous()
+            and obs.device.type == "cpu"
+        ):
+            return False
+        self.kernel.value(
+            obs.numpy(),
+            self.scratch(obs.shape[0]),
+            self.flat.param.detach().numpy(),
+            out.numpy(),
+            where,
         )
         return True

@@ -23,6 +23,7 @@ import math
 from functools import partial
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -108,18 +109,21 @@ class ActorCritic(nn.Module):
         self._last = len(self._layers) - 1
         self._workspaces: dict[tuple[int, torch.device], dict[str, Any]] = {}
         self._native_act: Any = None
+        self._native_value: Any = None
 
-    def attach_native(self, native_act: Any) -> None:
+    def attach_native(self, native_act: Any, native_value: Any = None) -> None:
         """Serve `act(obs, generator, out)` with `native_act(obs, generator, out)` where it
         returns True (operant.trainer.fused: the same samples from the same uniforms, in one
-        C call); None detaches it."""
+        C call), and likewise `value(obs, out)` with `native_value(obs, out)`; None detaches
+        them."""
         self._native_act = native_act
+        self._native_value = native_value
 
     def __getstate__(self) -> dict[str, Any]:
         # A copy or a pickle is a module of its own: the native act read the original's
         # flat buffer, so it stays behind (the copy samples through torch).
         state = self.__dict__.copy()
-        state["_native_act"] = None
+        state["_native_act"] = state["_native_value"] = None
         return state
 
     @classmethod
@@ -204,9 +208,19 @@ class ActorCritic(nn.Module):
             return logits, x[:, self.num_actions]
         return x[ACTOR, :, : self.num_actions], x[CRITIC, :, 0]
 
+    def value_where(self, obs: torch.Tensor, where: np.ndarray, out: torch.Tensor) -> bool:
+        """The values of the rows flagged in `where` (uint8, one per row) into `out`, 0 in
+        the others, natively (one C call, the flagged rows alone); False, having written
+        nothing, where the native path does not serve this call (then use `value`)."""
+        native = self._native_value
+        return native is not None and native(obs, out, where)
+
     def value(self, obs: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """Critic only (separate: the stacked layers restricted to row 1; shared: the whole
         net), written into `out` when given. Call without gradients."""
+        native = self._native_value
+        if out is not None and native is not None and native(obs, out):
+            return out
         with torch.no_grad():
             workspace = self._workspace(obs.shape[0], obs.device)
             if out is None:
