@@ -41,9 +41,15 @@ typedef struct {
     const float *logprobs, *advantages, *returns, *values;
 } mlp_batch;
 
-/* Scratch carved from one float buffer for `rows` rows (mlp_scratch_floats says how long). */
+/* Scratch carved from one float buffer for a call on `total` rows (mlp_scratch_floats says
+ * how long): their inputs and advantages, and room for one block of at most MLP_BLOCK rows
+ * (activations, gradients, softmax), which the calls walk through block by block so that a
+ * block's intermediates stay in the core's caches instead of streaming a whole minibatch's
+ * through memory. A carved scratch describes its first block (`rows` rows); mlp_block moves
+ * it along. */
+#define MLP_BLOCK 64
 typedef struct {
-    int64_t rows, width, weights;
+    int64_t rows, total, width, weights;
     float *x, *acts, *dy, *dx, *wt, *gt, *logp, *prob, *adv, *dlogp, *dvalue, *entropy;
 } mlp_scratch;
 
@@ -69,29 +75,44 @@ static int64_t mlp_act_floats(const mlp_spec *s, int64_t rows) {
     return total;
 }
 
+static int64_t mlp_block_rows(int64_t rows) { return rows < MLP_BLOCK ? rows : MLP_BLOCK; }
+
 static int64_t mlp_scratch_floats(const mlp_spec *s, int64_t rows) {
-    int64_t weights, width = mlp_widest(s, &weights);
-    return rows * s->obs_dim + mlp_act_floats(s, rows) + 2 * rows * width + 2 * weights +
-           2 * rows * s->num_actions + 5 * rows;
+    int64_t weights, width = mlp_widest(s, &weights), block = mlp_block_rows(rows);
+    return rows * (s->obs_dim + 1) + mlp_act_floats(s, block) + 2 * block * width +
+           2 * weights + 2 * block * s->num_actions + 4 * block;
 }
 
 static mlp_scratch mlp_carve(const mlp_spec *s, float *buffer, int64_t rows) {
     mlp_scratch w;
-    w.rows = rows;
+    const int64_t block = mlp_block_rows(rows);
+    w.rows = block;
+    w.total = rows;
     w.width = mlp_widest(s, &w.weights);
     w.x = buffer;
-    w.acts = w.x + rows * s->obs_dim;
-    w.dy = w.acts + mlp_act_floats(s, rows);
-    w.dx = w.dy + rows * w.width;
-    w.wt = w.dx + rows * w.width;
+    w.adv = w.x + rows * s->obs_dim;
+    w.acts = w.adv + rows;
+    w.dy = w.acts + mlp_act_floats(s, block);
+    w.dx = w.dy + block * w.width;
+    w.wt = w.dx + block * w.width;
     w.gt = w.wt + w.weights;
     w.logp = w.gt + w.weights;
-    w.prob = w.logp + rows * s->num_actions;
-    w.adv = w.prob + rows * s->num_actions;
-    w.dlogp = w.adv + rows;
-    w.dvalue = w.dlogp + rows;
-    w.entropy = w.dvalue + rows;
+    w.prob = w.logp + block * s->num_actions;
+    w.dlogp = w.prob + block * s->num_actions;
+    w.dvalue = w.dlogp + block;
+    w.entropy = w.dvalue + block;
     return w;
+}
+
+/* The block of rows start .. start + MLP_BLOCK (fewer at the end) of a carved scratch: its
+ * inputs and advantages are those rows of the whole call's; everything else is the block
+ * room, reused. */
+static mlp_scratch mlp_block(const mlp_spec *s, const mlp_scratch *w, int64_t start) {
+    mlp_scratch block = *w;
+    block.rows = mlp_block_rows(w->total - start);
+    block.x = w->x + start * s->obs_dim;
+    block.adv = w->adv + start;
+    return block;
 }
 
 /* Layer l's activations (rows, n_out) of `tower`, inside the scratch. */

@@ -35,6 +35,7 @@ cdef extern from "fused_ppo.h":
 
     ctypedef struct mlp_scratch:
         int64_t rows
+        int64_t total
         float *x
         float *logp
         float *prob
@@ -44,6 +45,7 @@ cdef extern from "fused_ppo.h":
 
     int64_t mlp_scratch_floats(const mlp_spec *s, int64_t rows) nogil
     mlp_scratch mlp_carve(const mlp_spec *s, float *buffer, int64_t rows) nogil
+    mlp_scratch mlp_block(const mlp_spec *s, const mlp_scratch *w, int64_t start) nogil
     void mlp_gradient(const mlp_spec *s, const mlp_scratch *w, const mlp_batch *b,
                       const int64_t *order, const float *moments, const float *param,
                       float *grad, int64_t n_params, float *stats) nogil
@@ -196,8 +198,8 @@ cdef class FusedMLP:
         """Sample one action per row (IN: obs, one uniform per row; OUT: actions, their
         log-probabilities, the values, scratch): the categorical's CDF inverted at the
         uniform, as operant.trainer.sampling.sample_categorical does."""
-        cdef int64_t rows = obs.shape[0], i, j, index, count = self.spec.num_actions
-        cdef mlp_scratch w
+        cdef int64_t rows = obs.shape[0], i, j, index, count = self.spec.num_actions, start
+        cdef mlp_scratch w, block
         cdef float cdf
         cdef float *prob
         if obs.shape[1] != self.spec.obs_dim or uniforms.shape[0] != rows:
@@ -209,20 +211,24 @@ cdef class FusedMLP:
         w = mlp_carve(&self.spec, &scratch[0], rows)
         with nogil:
             w.x = <float *> &obs[0, 0]  # read only: the forward never writes its input
-            mlp_forward(&self.spec, &w, &param[0], self.spec.towers)
-            mlp_softmax(&self.spec, &w)
-            for i in range(rows):
-                prob = w.prob + i * count
-                cdf = 0
-                index = 0
-                for j in range(count):
-                    cdf = cdf + prob[j]
-                    index += cdf <= uniforms[i]
-                if index > count - 1:
-                    index = count - 1
-                actions[i] = index
-                logprobs[i] = w.logp[i * count + index]
-                values[i] = mlp_value(&self.spec, &w, i)
+            start = 0
+            while start < rows:
+                block = mlp_block(&self.spec, &w, start)
+                mlp_forward(&self.spec, &block, &param[0], self.spec.towers)
+                mlp_softmax(&self.spec, &block)
+                for i in range(block.rows):
+                    prob = block.prob + i * count
+                    cdf = 0
+                    index = 0
+                    for j in range(count):
+                        cdf = cdf + prob[j]
+                        index += cdf <= uniforms[start + i]
+                    if index > count - 1:
+                        index = count - 1
+                    actions[start + i] = index
+                    logprobs[start + i] = block.logp[i * count + index]
+                    values[start + i] = mlp_value(&self.spec, &block, i)
+                start += block.rows
 
     @cython.boundscheck(False)
     @cython.wraparound(False)
@@ -234,7 +240,6 @@ cdef class FusedMLP:
         get 0 (a row's value does not depend on the rows beside it: every row is summed in
         the same order wherever it falls)."""
         cdef int64_t rows = obs.shape[0], i, count = 0, dim = self.spec.obs_dim
-        cdef int64_t tower = self.spec.towers - 1
         cdef mlp_scratch w
         if obs.shape[1] != dim or values.shape[0] != rows:
             raise ValueError("obs must be (rows, obs_dim) and values (rows,)")
@@ -246,9 +251,7 @@ cdef class FusedMLP:
             w = mlp_carve(&self.spec, &scratch[0], rows)
             with nogil:
                 w.x = <float *> &obs[0, 0]  # read only: the forward never writes its input
-                mlp_forward_tower(&self.spec, &w, &param[0], tower)
-                for i in range(rows):
-                    values[i] = mlp_value(&self.spec, &w, i)
+                self._values(&w, &param[0], &values[0], NULL, rows)
             return
         with nogil:
             for i in range(rows):
@@ -263,14 +266,29 @@ cdef class FusedMLP:
                 if where[i]:
                     memcpy(w.x + count * dim, &obs[i, 0], dim * sizeof(float))
                     count += 1
-            mlp_forward_tower(&self.spec, &w, &param[0], tower)
-            count = 0
-            for i in range(rows):
-                if where[i]:
-                    values[i] = mlp_value(&self.spec, &w, count)
-                    count += 1
-                else:
-                    values[i] = 0
+            self._values(&w, &param[0], &values[0], &where[0], rows)
+
+    cdef void _values(self, const mlp_scratch *w, const float *param, float *values,
+                      const uint8_t *where, int64_t rows) noexcept nogil:
+        """The value tower over w's rows, block by block, into values[i] (or, with `where`,
+        the k-th row into the k-th flagged entry, 0 into the others)."""
+        cdef int64_t start = 0, i, row = 0
+        cdef mlp_scratch block
+        while start < w.total:
+            block = mlp_block(&self.spec, w, start)
+            mlp_forward_tower(&self.spec, &block, param, self.spec.towers - 1)
+            for i in range(block.rows):
+                if where != NULL:
+                    while not where[row]:
+                        values[row] = 0
+                        row += 1
+                values[row] = mlp_value(&self.spec, &block, i)
+                row += 1
+            start += block.rows
+        if where != NULL:
+            while row < rows:
+                values[row] = 0
+                row += 1
 
     cdef mlp_batch _batch(self, const float[:, ::1] obs, const int64_t[::1] actions,
                           const float[::1] logprobs, const float[::1] advantages,

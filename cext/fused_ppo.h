@@ -21,7 +21,7 @@ typedef struct {
 static void mlp_gather(const mlp_spec *s, const mlp_scratch *w, const mlp_batch *b,
                        const int64_t *order) {
     int64_t i;
-    for (i = 0; i < w->rows; i++) {
+    for (i = 0; i < w->total; i++) {
         memcpy(w->x + i * s->obs_dim, b->obs + order[i] * s->obs_dim, sizeof(float) * s->obs_dim);
         w->adv[i] = b->advantages[order[i]];
     }
@@ -30,7 +30,7 @@ static void mlp_gather(const mlp_spec *s, const mlp_scratch *w, const mlp_batch 
 /* (a - mean) / (std + 1e-8): this minibatch's moments (std with Bessel's correction, as
  * torch.std) or the given global ones. */
 static void mlp_normalise(const mlp_scratch *w, const float *moments) {
-    int64_t i, n = w->rows;
+    int64_t i, n = w->total;
     float mean, std;
     if (moments) {
         mean = moments[0];
@@ -55,7 +55,7 @@ static inline float mlp_max_share(float a, float b) {
  * (policy loss, value loss, entropy, approx KL, clip fraction). */
 static void mlp_loss(const mlp_spec *s, const mlp_scratch *w, const mlp_batch *b,
                      const int64_t *order, double *stats) {
-    const float lo = 1.0f - s->clip_coef, hi = 1.0f + s->clip_coef, scale = 1.0f / w->rows;
+    const float lo = 1.0f - s->clip_coef, hi = 1.0f + s->clip_coef, scale = 1.0f / w->total;
     int64_t i;
     mlp_softmax(s, w);
     for (i = 0; i < w->rows; i++) {
@@ -101,7 +101,7 @@ static void mlp_loss(const mlp_spec *s, const mlp_scratch *w, const mlp_batch *b
 static void mlp_head_grad(const mlp_spec *s, const mlp_scratch *w, const mlp_batch *b,
                           const int64_t *order, int64_t tower) {
     const int64_t n = s->num_actions, width = mlp_at(s, tower, s->depth - 1)->n_out;
-    const float entropy_scale = s->ent_coef / w->rows;
+    const float entropy_scale = s->ent_coef / w->total;
     int64_t i, j;
     for (i = 0; i < w->rows; i++) {
         float *dy = w->dy + i * width;
@@ -124,17 +124,20 @@ static void mlp_gradient(const mlp_spec *s, const mlp_scratch *w, const mlp_batc
                          const int64_t *order, const float *moments, const float *param,
                          float *grad, int64_t n_params, float *stats) {
     double sums[5] = {0};
-    int64_t t, k;
+    int64_t t, k, start;
     mlp_gather(s, w, b, order);
     if (s->norm_adv) mlp_normalise(w, moments);
-    mlp_forward(s, w, param, s->towers);
-    mlp_loss(s, w, b, order, sums);
     memset(grad, 0, sizeof(float) * n_params);
-    for (t = 0; t < s->towers; t++) {
-        mlp_head_grad(s, w, b, order, t);
-        mlp_tower_backward(s, w, param, grad, t);
+    for (start = 0; start < w->total; start += MLP_BLOCK) {
+        const mlp_scratch block = mlp_block(s, w, start);
+        mlp_forward(s, &block, param, s->towers);
+        mlp_loss(s, &block, b, order + start, sums);
+        for (t = 0; t < s->towers; t++) {
+            mlp_head_grad(s, &block, b, order + start, t);
+            mlp_tower_backward(s, &block, param, grad, t);
+        }
     }
-    for (k = 0; k < 5; k++) stats[k] += (float)(sums[k] / w->rows);
+    for (k = 0; k < 5; k++) stats[k] += (float)(sums[k] / w->total);
 }
 
 /* Mean entropy of the policy at w->x (the minibatch last gathered), with the current
@@ -142,11 +145,14 @@ static void mlp_gradient(const mlp_spec *s, const mlp_scratch *w, const mlp_batc
  * after the step there). */
 static float mlp_entropy_mean(const mlp_spec *s, const mlp_scratch *w, const float *param) {
     double sum = 0.0;
-    int64_t i;
-    mlp_forward(s, w, param, 1);
-    mlp_softmax(s, w);
-    for (i = 0; i < w->rows; i++) sum += w->entropy[i];
-    return (float)(sum / w->rows);
+    int64_t i, start;
+    for (start = 0; start < w->total; start += MLP_BLOCK) {
+        const mlp_scratch block = mlp_block(s, w, start);
+        mlp_forward(s, &block, param, 1);
+        mlp_softmax(s, &block);
+        for (i = 0; i < block.rows; i++) sum += block.entropy[i];
+    }
+    return (float)(sum / w->total);
 }
 
 MLP_CLONES static float mlp_norm(int64_t n, const float *__restrict__ g) {
