@@ -128,8 +128,9 @@ class NativeUpdate:
             config.norm_adv,
             config.clip_vloss,
         )
-        self._scratch: dict[int, torch.Tensor] = {}
-        self._uniform: dict[int, torch.Tensor] = {}
+        self._scratch: dict[int, np.ndarray] = {}
+        self._uniform: dict[int, tuple[torch.Tensor, np.ndarray]] = {}
+        self._param_at, self._param_view = 0, np.empty(0, np.float32)
 
     def scratch(self, rows: int) -> np.ndarray:
         """The scratch buffer for calls on `rows` rows (made on first use)."""
@@ -137,9 +138,17 @@ class NativeUpdate:
         if buffer is None:
             if len(self._scratch) >= 4:  # a few row counts at a time: minibatch, rollout
                 self._scratch.clear()
-            buffer = torch.empty(self.kernel.scratch_floats(rows))
-            self._scratch[rows] = buffer
-        return buffer.numpy()
+            buffer = self._scratch[rows] = np.empty(self.kernel.scratch_floats(rows), np.float32)
+        return buffer
+
+    def param(self) -> np.ndarray:
+        """The flat parameters as numpy sees them, the view made again only when the tensor
+        moved (the view keeps the tensor it was made from alive, so an address seen again
+        is the same tensor): the rollout's per-step calls skip detach() and numpy()."""
+        param = self.flat.param
+        if param.data_ptr() != self._param_at:
+            self._param_at, self._param_view = param.data_ptr(), param.detach().numpy()
+        return self._param_view
 
     def epoch(
         self,
@@ -243,7 +252,9 @@ class NativeUpdate:
             and obs.dtype == torch.float32
             and obs.is_contiguous()
             and actions.dtype == torch.int64
-            and all(tensor.is_contiguous() for tensor in out)
+            and actions.is_contiguous()
+            and logprobs.is_contiguous()
+            and values.is_contiguous()
         ):
             return False
         rows = obs.shape[0]
@@ -251,13 +262,14 @@ class NativeUpdate:
         if uniform is None:
             if len(self._uniform) >= 4:
                 self._uniform.clear()
-            uniform = self._uniform[rows] = torch.empty((rows, 1))
-        torch.rand((rows, 1), generator=generator, out=uniform)
+            tensor = torch.empty((rows, 1))
+            uniform = self._uniform[rows] = (tensor, tensor.view(-1).numpy())
+        torch.rand((rows, 1), generator=generator, out=uniform[0])
         self.kernel.act(
             obs.numpy(),
-            uniform.view(-1).numpy(),
+            uniform[1],
             self.scratch(rows),
-            self.flat.param.detach().numpy(),
+            self.param(),
             actions.numpy(),
             logprobs.numpy(),
             values.numpy(),
@@ -280,7 +292,7 @@ class NativeUpdate:
         self.kernel.value(
             obs.numpy(),
             self.scratch(obs.shape[0]),
-            self.flat.param.detach().numpy(),
+            self.param(),
             out.numpy(),
             where,
         )
