@@ -189,3 +189,23 @@ def test_the_batched_bootstrap_adds_what_the_per_step_one_does(monkeypatch):
         torch.testing.assert_close(after["rewards"], before["rewards"], rtol=1e-6, atol=1e-6)
         assert torch.equal(after["dones"], before["dones"])
     assert (batched[-1]["rewards"] != 1.0).any()  # some rewards took a bootstrap
+
+
+def test_rollout_dones_marks_the_steps_that_truncated():
+    """The once-a-rollout pass: dones = terminated | truncated, the count of truncations, and
+    the steps on which some row truncated (the bootstrap values those steps only)."""
+    from operant.cext.rollout_rows import rollout_dones
+
+    rng = np.random.default_rng(0)
+    steps, rows = 16, 37
+    terminated = (rng.random((steps, rows)) < 0.05).astype(np.uint8)
+    truncated = np.zeros((steps, rows), np.uint8)
+    truncated[[2, 7, 15], [0, 36, 5]] = 1
+    dones = np.full(steps * rows, np.nan, np.float32)
+    marked = np.full(steps, 9, np.uint8)
+    count = rollout_dones(terminated.ravel(), truncated.ravel(), dones, marked)
+    assert count == 3
+    assert np.array_equal(dones, (terminated | truncated).ravel().astype(np.float32))
+    assert marked.tolist() == [int(t in (2, 7, 15)) for t in range(steps)]
+    with pytest.raises(ValueError, match="divide"):
+        rollout_dones(terminated.ravel(), truncated.ravel(), dones, np.zeros(5, np.uint8))

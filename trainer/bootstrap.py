@@ -50,10 +50,13 @@ class BatchedBootstrap:
         self.value_ns = 0
         """ns spent in the value network (the collector counts it as "forward")."""
 
-    def finish(self, rewards: torch.Tensor, gamma: float) -> None:
-        """After a rollout: each step's truncated rows valued, gamma * V added to `rewards`."""
+    def finish(self, rewards: torch.Tensor, gamma: float, steps: np.ndarray | None = None) -> None:
+        """After a rollout: each step's truncated rows valued, gamma * V added to `rewards`.
+        `steps` (uint8, one per step), where the caller knows them, marks the steps on which
+        some row truncated; else each step's flags are looked through here."""
+        marked = steps.tolist() if steps is not None else None
         for t in range(self._flags.shape[0]):
-            if not self._flags[t].any():
+            if not (marked[t] if marked is not None else self._flags[t].any()):
                 continue
             started = time.perf_counter_ns()
             values = self.final_values[t]

@@ -176,6 +176,7 @@ class Collector:
             for flags in (storage.terminated_steps, storage.truncated_steps)
         )
         self.dones_array = storage.dones.view(-1).numpy()
+        self.steps_truncating = np.zeros(storage.num_steps, np.uint8)
 
     def collect(self) -> torch.Tensor:
         """Fill the rollout storage; returns V(obs after the last step)."""
@@ -198,15 +199,17 @@ class Collector:
         clock = time.perf_counter_ns
         started = clock()
         storage, bootstrap = self.storage, self.bootstrap
-        truncations = 1  # unknown: the bootstrap looks for itself
+        truncations, steps = 1, None  # unknown: the bootstrap looks for itself
         if self.bound:
-            # The dones a reward normaliser had step by step, the same values.
-            truncations = rollout_dones(*self.flag_arrays, self.dones_array)
+            # The dones a reward normaliser had step by step, the same values; the steps on
+            # which some row truncated, found in the same pass.
+            steps = self.steps_truncating
+            truncations = rollout_dones(*self.flag_arrays, self.dones_array, steps)
             self.env.select_slots(-1, -1)
         valued = 0
         if bootstrap is not None and truncations:
             valued = bootstrap.value_ns
-            bootstrap.finish(storage.rewards, self.gamma)
+            bootstrap.finish(storage.rewards, self.gamma, steps)
             valued = bootstrap.value_ns - valued
         self.totals["forward"] += valued
         self.totals["store"] += clock() - started - valued
