@@ -47,6 +47,8 @@ class BatchedBootstrap:
         # The native MLP values the truncated rows alone (its rows do not round by batch
         # shape); any other policy takes the full-width pass.
         self._value_where = getattr(policy, "value_where", lambda *args: False)
+        self._values = storage.final_values_steps.numpy()
+        self._scaled = np.empty(self._values.shape[1], np.float32)
         self.value_ns = 0
         """ns spent in the value network (the collector counts it as "forward")."""
 
@@ -55,13 +57,22 @@ class BatchedBootstrap:
         `steps` (uint8, one per step), where the caller knows them, marks the steps on which
         some row truncated; else each step's flags are looked through here."""
         marked = steps.tolist() if steps is not None else None
+        rewards_rows = rewards.numpy() if rewards.device.type == "cpu" else None
         for t in range(self._flags.shape[0]):
             if not (marked[t] if marked is not None else self._flags[t].any()):
                 continue
             started = time.perf_counter_ns()
             values = self.final_values[t]
-            if not self._value_where(self.final_obs[t], self._flags[t], values):
-                self.policy.value(self.final_obs[t], out=values)
+            if rewards_rows is not None and self._value_where(
+                self.final_obs[t], self._flags[t], values
+            ):
+                self.value_ns += time.perf_counter_ns() - started
+                # 0 in the rows that did not truncate: gamma * V added as it is (two numpy
+                # calls where torch's copy and addcmul cost several microseconds)
+                np.multiply(self._values[t], np.float32(gamma), out=self._scaled)
+                np.add(rewards_rows[t], self._scaled, out=rewards_rows[t])
+                continue
+            self.policy.value(self.final_obs[t], out=values)
             self.value_ns += time.perf_counter_ns() - started
             self.mask.copy_(self.truncated[t])
             rewards[t].addcmul_(values, self.mask, value=gamma)
