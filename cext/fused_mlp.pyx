@@ -233,18 +233,22 @@ cdef class FusedMLP:
     @cython.boundscheck(False)
     @cython.wraparound(False)
     def value(self, const float[:, ::1] obs, float[::1] scratch, const float[::1] param,
-              float[::1] values, const uint8_t[::1] where=None):
+              float[::1] values, const uint8_t[::1] where=None, float[::1] add_to=None,
+              float scale=0):
         """The critic's value of every row (IN: obs; OUT: values, scratch): the value tower
         alone (separate) or the whole net (shared), as ActorCritic.value computes it. With
         `where` (one flag per row), only the flagged rows are gathered and valued, the others
         get 0 (a row's value does not depend on the rows beside it: every row is summed in
-        the same order wherever it falls)."""
+        the same order wherever it falls); with `add_to` too (IN/OUT, one per row), each
+        flagged row's scale * value is added there (the truncation bootstrap's reward)."""
         cdef int64_t rows = obs.shape[0], i, count = 0, dim = self.spec.obs_dim
         cdef mlp_scratch w
         if obs.shape[1] != dim or values.shape[0] != rows:
             raise ValueError("obs must be (rows, obs_dim) and values (rows,)")
         if where is not None and where.shape[0] != rows:
             raise ValueError("where must have one flag per row")
+        if add_to is not None and (where is None or add_to.shape[0] != rows):
+            raise ValueError("add_to goes with where, one entry per row")
         if scratch.shape[0] < mlp_scratch_floats(&self.spec, rows):
             raise ValueError("scratch is shorter than scratch_floats(rows)")
         if where is None:
@@ -267,6 +271,10 @@ cdef class FusedMLP:
                     memcpy(w.x + count * dim, &obs[i, 0], dim * sizeof(float))
                     count += 1
             self._values(&w, &param[0], &values[0], &where[0], rows)
+            if add_to is not None:
+                for i in range(rows):
+                    if where[i]:
+                        add_to[i] += scale * values[i]
 
     cdef void _values(self, const mlp_scratch *w, const float *param, float *values,
                       const uint8_t *where, int64_t rows) noexcept nogil:

@@ -234,6 +234,13 @@ def test_value_matches_torch(network):
     assert torch.equal(gathered[~flagged], torch.zeros(int((~flagged).sum())))
     assert policy.value_where(obs, np.zeros(203, np.uint8), gathered)
     assert torch.equal(gathered, torch.zeros(203))
+    # The bootstrap's form: scale * value added to the flagged rows of add_to, in the call.
+    rewards = np.linspace(-1, 1, 203, dtype=np.float32)
+    added = rewards.copy()
+    assert policy.value_where(obs, where, gathered, added, 0.99)
+    want_added = rewards + np.float32(0.99) * got.numpy() * where
+    np.testing.assert_allclose(added, want_added, rtol=1e-6, atol=1e-7)
+    assert np.array_equal(added[where == 0], rewards[where == 0])
     torch.testing.assert_close(
         policy.value(obs.t().contiguous().t(), out=torch.empty(203)), want, rtol=1e-5, atol=1e-5
     )

@@ -47,8 +47,6 @@ class BatchedBootstrap:
         # The native MLP values the truncated rows alone (its rows do not round by batch
         # shape); any other policy takes the full-width pass.
         self._value_where = getattr(policy, "value_where", lambda *args: False)
-        self._values = storage.final_values_steps.numpy()
-        self._scaled = np.empty(self._values.shape[1], np.float32)
         self.value_ns = 0
         """ns spent in the value network (the collector counts it as "forward")."""
 
@@ -64,13 +62,11 @@ class BatchedBootstrap:
             started = time.perf_counter_ns()
             values = self.final_values[t]
             if rewards_rows is not None and self._value_where(
-                self.final_obs[t], self._flags[t], values
+                self.final_obs[t], self._flags[t], values, rewards_rows[t], gamma
             ):
+                # gamma * V added to the truncated rows' rewards in the same C call (where
+                # torch's copy and addcmul cost several microseconds)
                 self.value_ns += time.perf_counter_ns() - started
-                # 0 in the rows that did not truncate: gamma * V added as it is (two numpy
-                # calls where torch's copy and addcmul cost several microseconds)
-                np.multiply(self._values[t], np.float32(gamma), out=self._scaled)
-                np.add(rewards_rows[t], self._scaled, out=rewards_rows[t])
                 continue
             self.policy.value(self.final_obs[t], out=values)
             self.value_ns += time.perf_counter_ns() - started

@@ -276,10 +276,18 @@ class NativeUpdate:
         )
         return True
 
-    def value(self, obs: torch.Tensor, out: torch.Tensor, where: np.ndarray | None = None) -> bool:
+    def value(
+        self,
+        obs: torch.Tensor,
+        out: torch.Tensor,
+        where: np.ndarray | None = None,
+        add_to: np.ndarray | None = None,
+        scale: float = 0.0,
+    ) -> bool:
         """ActorCritic.value into `out` natively (the truncation bootstrap's value pass); with
-        `where` (uint8, one flag per row) only the flagged rows, the others set to 0. False
-        where it cannot (obs or out not plain contiguous CPU float32)."""
+        `where` (uint8, one flag per row) only the flagged rows, the others set to 0, and
+        with `add_to` (float32, one per row) scale * value added to the flagged rows there.
+        False where it cannot (obs or out not plain contiguous CPU float32)."""
         if not (
             obs.dim() == 2
             and obs.dtype == torch.float32
@@ -295,5 +303,7 @@ class NativeUpdate:
             self.param(),
             out.numpy(),
             where,
+            add_to,
+            scale,
         )
         return True

@@ -208,12 +208,20 @@ class ActorCritic(nn.Module):
             return logits, x[:, self.num_actions]
         return x[ACTOR, :, : self.num_actions], x[CRITIC, :, 0]
 
-    def value_where(self, obs: torch.Tensor, where: np.ndarray, out: torch.Tensor) -> bool:
+    def value_where(
+        self,
+        obs: torch.Tensor,
+        where: np.ndarray,
+        out: torch.Tensor,
+        add_to: np.ndarray | None = None,
+        scale: float = 0.0,
+    ) -> bool:
         """The values of the rows flagged in `where` (uint8, one per row) into `out`, 0 in
-        the others, natively (one C call, the flagged rows alone); False, having written
-        nothing, where the native path does not serve this call (then use `value`)."""
+        the others, and scale * value added to those rows of `add_to` (float32) when given,
+        natively (one C call, the flagged rows alone); False, having written nothing, where
+        the native path does not serve this call (then use `value`)."""
         native = self._native_value
-        return native is not None and native(obs, out, where)
+        return native is not None and native(obs, out, where, add_to, scale)
 
     def value(self, obs: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """Critic only (separate: the stacked layers restricted to row 1; shared: the whole
