@@ -1,6 +1,6 @@
 /* PPO's loss, its gradient at the network's heads, the clip and Adam, over fused_mlp.h's
  * network: the arithmetic of operant.trainer.ppo._losses, FlatParameters.clip_grad_norm_ and
- * FlatAdam.step (operant.trainer.policy), in their operation order where it is not a
+ * FlatAdam.step (operant.trainer.flat), in their operation order where it is not a
  * reduction. Called from cext/fused_mlp.pyx without the GIL.
  *
  * The loss's subgradients are torch's: max(a, b) sends the gradient to the larger argument and

@@ -18,7 +18,8 @@ from operant.trainer.bench.arithmetic import (
 )
 from operant.trainer.cnn_policy import CNNPolicy
 from operant.trainer.config import derive, load_config
-from operant.trainer.policy import ActorCritic, FlatAdam, FlatParameters
+from operant.trainer.flat import FlatAdam, FlatParameters
+from operant.trainer.policy import ActorCritic
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 

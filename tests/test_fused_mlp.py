@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from operant.trainer.config import Config, ConfigError, PPOConfig
+from operant.trainer.flat import FlatAdam, FlatParameters
 from operant.trainer.fused import NativeUpdate, make_native, native_unsupported
-from operant.trainer.policy import ActorCritic, FlatAdam, FlatParameters
+from operant.trainer.policy import ActorCritic
 from operant.trainer.ppo import _losses, ppo_update
 
 pytest.importorskip("operant.cext.fused_mlp")

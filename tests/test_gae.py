@@ -236,7 +236,7 @@ def test_stacked_actor_critic_equals_two_separate_mlps():
     torch.testing.assert_close(values, mlp(1, 1)[:, 0], rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(policy.value(obs), values, rtol=1e-6, atol=1e-6)
     # Gradients reach the flat buffer; the critic's unused head columns stay exactly zero.
-    from operant.trainer.policy import FlatParameters
+    from operant.trainer.flat import FlatParameters
 
     flat = FlatParameters(policy)
     flat.zero_grad()

@@ -19,7 +19,8 @@ import numpy as np
 import torch
 
 from operant.trainer.config import Config, ConfigError, PPOConfig
-from operant.trainer.policy import ActorCritic, FlatAdam, FlatParameters
+from operant.trainer.flat import FlatAdam, FlatParameters
+from operant.trainer.policy import ActorCritic
 
 try:
     from operant.cext.fused_mlp import FusedMLP

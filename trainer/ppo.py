@@ -10,7 +10,7 @@ from torch import nn
 
 from operant.shared.record import PPOStatistics
 from operant.trainer.config import PPOConfig
-from operant.trainer.policy import FlatAdam, FlatParameters
+from operant.trainer.flat import FlatAdam, FlatParameters
 
 try:
     from operant.cext.gae import gae as _gae_kernel

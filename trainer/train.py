@@ -27,6 +27,7 @@ from operant.trainer.allocator import keep_freed_memory
 from operant.trainer.collect import as_tensor, make_collector
 from operant.trainer.config import Config, Derived, derive, to_dict
 from operant.trainer.config import env_kwargs as config_env_kwargs
+from operant.trainer.flat import FlatAdam, FlatParameters
 from operant.trainer.fused import make_native
 from operant.trainer.normalize import (
     ObservationNormalizer,
@@ -34,7 +35,6 @@ from operant.trainer.normalize import (
     check_obs_normalizable,
 )
 from operant.trainer.policies import build_policy
-from operant.trainer.policy import FlatAdam, FlatParameters
 from operant.trainer.ppo import compute_gae, ppo_update
 from operant.trainer.storage import RolloutStorage
 from operant.trainer.update_record import SOLVE_WINDOW, make_record  # noqa: F401
