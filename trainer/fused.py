@@ -109,6 +109,21 @@ def adam_arguments(optimizer: FlatAdam, config: PPOConfig) -> tuple[Any, ...]:
     )
 
 
+def _plain_rows(obs: torch.Tensor) -> bool:
+    """Whether the kernel reads `obs` as it is: (rows, dim) float32, contiguous, in host
+    memory."""
+    return (
+        obs.dim() == 2
+        and obs.dtype == torch.float32
+        and obs.is_contiguous()
+        and obs.device.type == "cpu"
+    )
+
+
+def _contiguous(*tensors: torch.Tensor) -> bool:
+    return all(tensor.is_contiguous() for tensor in tensors)
+
+
 class NativeUpdate:
     """One ActorCritic's native kernels, with scratch buffers made once per row count."""
 
@@ -177,7 +192,7 @@ class NativeUpdate:
             order.numpy(),
             minibatch_size,
             self.scratch(minibatch_size),
-            self.flat.param.detach().numpy(),
+            self.param(),
             self.flat.grad.numpy(),
             *adam_arguments(optimizer, config),
             optimizer.steps,
@@ -205,7 +220,7 @@ class NativeUpdate:
         minibatches' advantage moments (None: each local minibatch's own)."""
         views = tuple(tensor.detach().contiguous().numpy() for tensor in batch)
         order_view = order.numpy()
-        param = self.flat.param.detach().numpy()
+        param = self.param()
         grad = self.flat.grad.numpy()
         scratch = self.scratch(minibatch_size)
         stats = np.zeros(5, dtype=np.float32)
@@ -248,15 +263,7 @@ class NativeUpdate:
         (as the torch path does); False, having drawn nothing, where it cannot (obs or out not
         plain contiguous CPU float32/int64)."""
         actions, logprobs, values = out
-        if not (
-            obs.dim() == 2
-            and obs.dtype == torch.float32
-            and obs.is_contiguous()
-            and actions.dtype == torch.int64
-            and actions.is_contiguous()
-            and logprobs.is_contiguous()
-            and values.is_contiguous()
-        ):
+        if not (_plain_rows(obs) and actions.dtype == torch.int64 and _contiguous(*out)):
             return False
         rows = obs.shape[0]
         uniform = self._uniform.get(rows)
@@ -289,14 +296,7 @@ class NativeUpdate:
         `where` (uint8, one flag per row) only the flagged rows, the others set to 0, and
         with `add_to` (float32, one per row) scale * value added to the flagged rows there.
         False where it cannot (obs or out not plain contiguous CPU float32)."""
-        if not (
-            obs.dim() == 2
-            and obs.dtype == torch.float32
-            and obs.is_contiguous()
-            and out.dtype == torch.float32
-            and out.is_contiguous()
-            and obs.device.type == "cpu"
-        ):
+        if not (_plain_rows(obs) and out.dtype == torch.float32 and _contiguous(out)):
             return False
         self.kernel.value(
             obs.numpy(),
