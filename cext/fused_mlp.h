@@ -47,7 +47,9 @@ typedef struct {
  * block's intermediates stay in the core's caches instead of streaming a whole minibatch's
  * through memory. A carved scratch describes its first block (`rows` rows); mlp_block moves
  * it along. */
-#define MLP_BLOCK 64
+#ifndef MLP_BLOCK
+#define MLP_BLOCK 32
+#endif
 typedef struct {
     int64_t rows, total, width, weights;
     float *x, *acts, *dy, *dx, *wt, *gt, *logp, *prob, *adv, *dlogp, *dvalue, *entropy;
@@ -129,7 +131,8 @@ static void mlp_layer_forward(const mlp_spec *s, const mlp_scratch *w, const mlp
                               const float *param, const float *x, float *y, int last) {
     const int act = last ? MLP_LINEAR : (s->relu ? MLP_RELU : MLP_TANH);
     if (L->n_out >= MLP_NARROW) {
-        mlp_matmul(w->rows, L->n_in, L->n_out, L->ldw, x, param + L->w, param + L->b, y, act);
+        mlp_matmul(w->rows, L->n_in, L->n_out, L->ldw, x, param + L->w, param + L->b, y, NULL,
+                   act);
         return;
     }
     mlp_transpose(L->n_in, L->n_out, L->ldw, param + L->w, w->wt);
@@ -145,6 +148,7 @@ static void mlp_forward_tower(const mlp_spec *s, const mlp_scratch *w, const flo
                               int64_t t) {
     const float *x = w->x;
     int64_t l;
+    mlp_clean_upper();
     for (l = 0; l < s->depth; l++) {
         float *y = mlp_acts(s, w, t, l);
         mlp_layer_forward(s, w, mlp_at(s, t, l), param, x, y, l == s->depth - 1);
@@ -159,40 +163,44 @@ static void mlp_forward(const mlp_spec *s, const mlp_scratch *w, const float *pa
     for (t = 0; t < towers; t++) mlp_forward_tower(s, w, param, t);
 }
 
-/* One layer's backward: weight and bias gradients from w->dy (rows, n_out), and, below the
- * first layer, the gradient of its input into w->dx. */
-static void mlp_layer_backward(const mlp_scratch *w, const mlp_layer *L, const float *param,
-                               float *grad, const float *x, int need_dx) {
+/* One layer's backward: weight and bias gradients from dy (rows, n_out), and, below the
+ * first layer, the gradient of its input's pre-activation into dx (rows, n_in): dy @ W^T
+ * times the activation's derivative at x, the layer's input. */
+static void mlp_layer_backward(const mlp_spec *s, const mlp_scratch *w, const mlp_layer *L,
+                               const float *param, float *grad, const float *x,
+                               const float *dy, float *dx) {
     int64_t k, j;
     if (L->n_out < MLP_NARROW) {
-        mlp_grad_narrow(w->rows, L->n_in, L->n_out, x, w->dy, w->gt, grad + L->b);
+        mlp_grad_narrow(w->rows, L->n_in, L->n_out, x, dy, w->gt, grad + L->b);
         for (k = 0; k < L->n_in; k++)
             for (j = 0; j < L->n_out; j++) grad[L->w + k * L->ldw + j] += w->gt[j * L->n_in + k];
     } else {
-        mlp_matmul_tn(w->rows, L->n_in, L->n_out, L->ldw, x, w->dy, grad + L->w);
-        mlp_column_sums(w->rows, L->n_out, w->dy, grad + L->b);
+        mlp_matmul_tn(w->rows, L->n_in, L->n_out, L->ldw, x, dy, grad + L->w);
+        mlp_column_sums(w->rows, L->n_out, dy, grad + L->b);
     }
-    if (!need_dx) return;
+    if (!dx) return;
     mlp_transpose(L->n_in, L->n_out, L->ldw, param + L->w, w->wt);
-    if (L->n_in >= 16)
-        mlp_matmul(w->rows, L->n_out, L->n_in, L->n_in, w->dy, w->wt, NULL, w->dx,
-                   MLP_LINEAR);
-    else
-        mlp_input_grad(w->rows, L->n_in, L->n_out, w->dy, w->wt, w->dx);
+    if (L->n_in >= 16) {
+        mlp_matmul(w->rows, L->n_out, L->n_in, L->n_in, dy, w->wt, NULL, dx, x,
+                   s->relu ? MLP_DRELU : MLP_DTANH);
+    } else {
+        mlp_input_grad(w->rows, L->n_in, L->n_out, dy, w->wt, dx);
+        mlp_activation_backward(w->rows * L->n_in, s->relu, x, dx);
+    }
 }
 
-/* Backward through one tower, w->dy holding the gradient of its last layer's output. */
+/* Backward through one tower, w->dy holding the gradient of its last layer's output (the
+ * layers' gradients then pass between w->dy and w->dx, which it leaves in any order). */
 static void mlp_tower_backward(const mlp_spec *s, const mlp_scratch *w, const float *param,
                                float *grad, int64_t tower) {
+    float *dy = w->dy, *dx = w->dx, *swap;
     int64_t l;
     for (l = s->depth - 1; l >= 0; l--) {
-        const mlp_layer *L = mlp_at(s, tower, l);
         const float *x = l > 0 ? mlp_acts(s, w, tower, l - 1) : w->x;
-        mlp_layer_backward(w, L, param, grad, x, l > 0);
-        if (l > 0) {
-            memcpy(w->dy, w->dx, sizeof(float) * w->rows * L->n_in);
-            mlp_activation_backward(w->rows * L->n_in, s->relu, x, w->dy);
-        }
+        mlp_layer_backward(s, w, mlp_at(s, tower, l), param, grad, x, dy, l > 0 ? dx : NULL);
+        swap = dy;
+        dy = dx;
+        dx = swap;
     }
 }
 

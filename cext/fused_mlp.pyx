@@ -49,7 +49,6 @@ cdef extern from "fused_ppo.h":
     void mlp_gradient(const mlp_spec *s, const mlp_scratch *w, const mlp_batch *b,
                       const int64_t *order, const float *moments, const float *param,
                       float *grad, int64_t n_params, float *stats) nogil
-    float mlp_entropy_mean(const mlp_spec *s, const mlp_scratch *w, const float *param) nogil
     void mlp_clip_adam(int64_t n, float *param, float *grad, float *m, float *v,
                        const mlp_adam *adam, int64_t step) nogil
     void mlp_forward(const mlp_spec *s, const mlp_scratch *w, const float *param,
@@ -101,14 +100,13 @@ cdef class FusedMLP:
         """One epoch's minibatch steps over the batch in `order` (IN: the rollout; IN/OUT:
         param, grad, exp_avg, exp_avg_sq; OUT: scratch). `step` is Adam's step count before
         the first; the statistics' sums are added to `sums` (5,) when `keep_stats` (the
-        entropy measured after the step where the loss has no entropy term, as ppo_update
-        does). Returns the minibatches stepped."""
+        entropy is the minibatch's before its step, from the loss's own forward). Returns the
+        minibatches stepped."""
         cdef int64_t batch = order.shape[0], n = param.shape[0], start, steps = 0, k
         cdef mlp_batch b = self._batch(obs, actions, logprobs, advantages, returns, values)
         cdef mlp_scratch w
         cdef mlp_adam adam
         cdef float stats[5]
-        cdef bint entropy_after = self.spec.ent_coef == 0
         if batch != obs.shape[0]:
             raise ValueError("the order must name every row of the rollout once")
         self._check(batch, minibatch, scratch, n, grad, exp_avg, exp_avg_sq, obs)
@@ -127,8 +125,6 @@ cdef class FusedMLP:
                 mlp_clip_adam(n, &param[0], &grad[0], &exp_avg[0], &exp_avg_sq[0], &adam,
                               step + steps)
                 if keep_stats:
-                    if entropy_after:
-                        stats[2] = mlp_entropy_mean(&self.spec, &w, &param[0])
                     for k in range(5):
                         sums[k] += stats[k]
                 start += minibatch
@@ -160,19 +156,6 @@ cdef class FusedMLP:
         with nogil:
             mlp_gradient(&self.spec, &w, &b, &order[0], moments_at, &param[0], &grad[0],
                          param.shape[0], &stats[0])
-
-    def entropy_mean(self, float[::1] scratch, int64_t rows, const float[::1] param):
-        """The policy's mean entropy, with `param`, at the observations of the last
-        `gradient` call on this scratch and row count (ppo_update's statistic when the loss
-        has no entropy term: measured after the step)."""
-        cdef mlp_scratch w
-        cdef float entropy
-        if rows < 1 or scratch.shape[0] < mlp_scratch_floats(&self.spec, rows):
-            raise ValueError("scratch is shorter than scratch_floats(rows)")
-        w = mlp_carve(&self.spec, &scratch[0], rows)
-        with nogil:
-            entropy = mlp_entropy_mean(&self.spec, &w, &param[0])
-        return entropy
 
     @cython.boundscheck(False)
     @cython.wraparound(False)

@@ -125,6 +125,7 @@ static void mlp_gradient(const mlp_spec *s, const mlp_scratch *w, const mlp_batc
                          float *grad, int64_t n_params, float *stats) {
     double sums[5] = {0};
     int64_t t, k, start;
+    mlp_clean_upper();
     mlp_gather(s, w, b, order);
     if (s->norm_adv) mlp_normalise(w, moments);
     memset(grad, 0, sizeof(float) * n_params);
@@ -138,21 +139,6 @@ static void mlp_gradient(const mlp_spec *s, const mlp_scratch *w, const mlp_batc
         }
     }
     for (k = 0; k < 5; k++) stats[k] += (float)(sums[k] / w->total);
-}
-
-/* Mean entropy of the policy at w->x (the minibatch last gathered), with the current
- * parameters: ppo_update's statistic when the loss has no entropy term (it is measured
- * after the step there). */
-static float mlp_entropy_mean(const mlp_spec *s, const mlp_scratch *w, const float *param) {
-    double sum = 0.0;
-    int64_t i, start;
-    for (start = 0; start < w->total; start += MLP_BLOCK) {
-        const mlp_scratch block = mlp_block(s, w, start);
-        mlp_forward(s, &block, param, 1);
-        mlp_softmax(s, &block);
-        for (i = 0; i < block.rows; i++) sum += block.entropy[i];
-    }
-    return (float)(sum / w->total);
 }
 
 MLP_CLONES static float mlp_norm(int64_t n, const float *__restrict__ g) {

@@ -246,8 +246,6 @@ class NativeUpdate:
                 optimizer.steps,
             )
             if keep_stats:
-                if config.ent_coef == 0:
-                    stats[2] = self.kernel.entropy_mean(scratch, minibatch_size, param)
                 sums += torch.from_numpy(stats)
             count += 1
         optimizer.step_count.fill_(optimizer.steps)
