@@ -336,40 +336,71 @@ static inline mlp_v16 mlp_sum4(mlp_v16 a, mlp_v16 b, mlp_v16 c, mlp_v16 d) {
     return all + __builtin_shuffle(all, by1);
 }
 
-/* y (rows, n_out) = x @ W + b for a few outputs: dot products of each row with rows of
- * wt = W transposed (n_out, n_in), four outputs at a time sharing the loads of x, 16 inputs
- * a step (the sums reduced by mlp_sum4), leftover inputs one by one. */
-MLP_CLONES static void mlp_affine_narrow(int64_t rows, int64_t n_in, int64_t n_out,
-                                         const float *__restrict__ x,
-                                         const float *__restrict__ wt,
-                                         const float *__restrict__ b, float *__restrict__ y) {
+/* Outputs j .. j + m of `nrows` rows from row i (m <= 4 and nrows <= 4, constants where
+ * inlined): dot products with rows of wt, 16 inputs a step sharing the loads of wt between
+ * the rows, each reduced by mlp_sum4, leftover inputs one by one. */
+static inline __attribute__((always_inline)) void mlp_narrow_rows(
+        int64_t n_in, int64_t n_out, const float *__restrict__ x, const float *__restrict__ wt,
+        const float *__restrict__ b, float *__restrict__ y, int64_t i, int64_t j, int m,
+        int nrows) {
     const int64_t full_k = n_in - n_in % 16;
-    int64_t i, j, k;
-    int q;
-    for (i = 0; i < rows; i++) {
-        const float *xi = x + i * n_in;
-        for (j = 0; j < n_out; j += 4) {
-            const int m = n_out - j < 4 ? (int)(n_out - j) : 4;
-            const float *w[4];
-            mlp_v16 acc[4] = {{0}, {0}, {0}, {0}}, sums;
-            for (q = 0; q < 4; q++) w[q] = wt + (j + (q < m ? q : 0)) * n_in;
-            for (k = 0; k < full_k; k += 16) {
-                const mlp_v16 xk = mlp_load(xi + k);
-                for (q = 0; q < 4; q++) acc[q] += xk * mlp_load(w[q] + k);
-            }
-            sums = mlp_sum4(acc[0], acc[1], acc[2], acc[3]);
-            for (q = 0; q < m; q++) {
-                float sum = sums[4 * q];
-                for (k = full_k; k < n_in; k++) sum += xi[k] * w[q][k];
-                y[i * n_out + j + q] = b[j + q] + sum;
-            }
+    mlp_v16 acc[4][4] = {{{0}}}, sums;
+    int64_t k;
+    int q, r;
+    for (k = 0; k < full_k; k += 16) {
+        mlp_v16 xr[4];
+#pragma GCC unroll 4
+        for (r = 0; r < nrows; r++) xr[r] = mlp_load(x + (i + r) * n_in + k);
+#pragma GCC unroll 4
+        for (q = 0; q < m; q++) {
+            const mlp_v16 wq = mlp_load(wt + (j + q) * n_in + k);
+#pragma GCC unroll 4
+            for (r = 0; r < nrows; r++) acc[r][q] += xr[r] * wq;
+        }
+    }
+#pragma GCC unroll 4
+    for (r = 0; r < nrows; r++) {
+        const float *xi = x + (i + r) * n_in;
+        sums = mlp_sum4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+        for (q = 0; q < m; q++) {
+            float sum = sums[4 * q];
+            for (k = full_k; k < n_in; k++) sum += xi[k] * wt[(j + q) * n_in + k];
+            y[(i + r) * n_out + j + q] = b[j + q] + sum;
         }
     }
 }
 
-/* gt (n_out, n_in) = dy^T x (zeroed first), vectorised along the inputs: a narrow layer's
- * weight gradient, transposed; gb += column sums of dy. Up to four outputs and 64 inputs at a
- * time, their sums in registers over all the rows (each in row order); leftover inputs one
+static inline __attribute__((always_inline)) void mlp_narrow_as(
+        int64_t rows, int64_t n_in, int64_t n_out, const float *__restrict__ x,
+        const float *__restrict__ wt, const float *__restrict__ b, float *__restrict__ y,
+        int64_t j, int m) {
+    int64_t i;
+    for (i = 0; i + 4 <= rows; i += 4) mlp_narrow_rows(n_in, n_out, x, wt, b, y, i, j, m, 4);
+    for (; i < rows; i++) mlp_narrow_rows(n_in, n_out, x, wt, b, y, i, j, m, 1);
+}
+
+/* y (rows, n_out) = x @ W + b for a few outputs: dot products of each row with rows of
+ * wt = W transposed (n_out, n_in), up to four outputs at a time (the count a constant in
+ * each copy: no lanes summed for outputs that are not there), four rows sharing each load
+ * of wt. Every row's sums are made in the same order wherever it falls. */
+MLP_CLONES static void mlp_affine_narrow(int64_t rows, int64_t n_in, int64_t n_out,
+                                         const float *__restrict__ x,
+                                         const float *__restrict__ wt,
+                                         const float *__restrict__ b, float *__restrict__ y) {
+    int64_t j;
+    for (j = 0; j < n_out; j += 4) {
+        switch (n_out - j < 4 ? n_out - j : 4) {
+        case 1: mlp_narrow_as(rows, n_in, n_out, x, wt, b, y, j, 1); break;
+        case 2: mlp_narrow_as(rows, n_in, n_out, x, wt, b, y, j, 2); break;
+        case 3: mlp_narrow_as(rows, n_in, n_out, x, wt, b, y, j, 3); break;
+        default: mlp_narrow_as(rows, n_in, n_out, x, wt, b, y, j, 4);
+        }
+    }
+}
+
+/* gt (n_out, n_in) += dy^T x, vectorised along the inputs: a narrow layer's weight gradient,
+ * transposed; gb += column sums of dy. Up to four outputs and 64 inputs at a time, their sums
+ * in registers over all the rows (each in row order, then added to gt); leftover inputs one
  * by one. */
 MLP_CLONES static void mlp_grad_narrow(int64_t rows, int64_t n_in, int64_t n_out,
                                        const float *__restrict__ x, const float *__restrict__ dy,
@@ -397,13 +428,16 @@ MLP_CLONES static void mlp_grad_narrow(int64_t rows, int64_t n_in, int64_t n_out
                 }
             }
             for (q = 0; q < m; q++)
-                for (c = 0; c < chunks; c++) mlp_store(gt + (j + q) * n_in + k0 + 16 * c, acc[q][c]);
+                for (c = 0; c < chunks; c++) {
+                    float *at = gt + (j + q) * n_in + k0 + 16 * c;
+                    mlp_store(at, mlp_load(at) + acc[q][c]);
+                }
         }
         for (q = 0; q < m; q++)
             for (k = full_k; k < n_in; k++) {
                 float sum = 0.0f;
                 for (i = 0; i < rows; i++) sum += dy[i * n_out + j + q] * x[i * n_in + k];
-                gt[(j + q) * n_in + k] = sum;
+                gt[(j + q) * n_in + k] += sum;
             }
     }
 }

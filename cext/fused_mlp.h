@@ -54,21 +54,33 @@ typedef struct {
     int64_t rows, total, width, weights;
     float *x, *acts, *dy, *dx, *wt, *gt, *logp, *prob, *adv, *dlogp, *dvalue, *entropy;
 } mlp_scratch;
+/* wt: every layer's weight transposed (n_out, n_in), one after the other in layer order,
+ * made once per call by mlp_prepare (the narrow layers' forward and every layer's input
+ * gradient read them); gt: the narrow layers' weight gradients, transposed likewise, summed
+ * over a call's blocks and added into the flat gradient once at its end. */
 
 static inline const mlp_layer *mlp_at(const mlp_spec *s, int64_t tower, int64_t l) {
     return &s->layers[tower * s->depth + l];
 }
 
+/* The widest layer's width; *weights: the weights of all layers together. */
 static int64_t mlp_widest(const mlp_spec *s, int64_t *weights) {
-    int64_t width = s->obs_dim, most = 0, i;
+    int64_t width = s->obs_dim, total = 0, i;
     for (i = 0; i < s->towers * s->depth; i++) {
         const mlp_layer *L = &s->layers[i];
         if (L->n_out > width) width = L->n_out;
         if (L->n_in > width) width = L->n_in;
-        if (L->n_in * L->n_out > most) most = L->n_in * L->n_out;
+        total += L->n_in * L->n_out;
     }
-    *weights = most;
+    *weights = total;
     return width;
+}
+
+/* Where layer l of `tower` starts in wt and gt. */
+static int64_t mlp_weight_at(const mlp_spec *s, int64_t tower, int64_t l) {
+    int64_t i, at = 0, index = tower * s->depth + l;
+    for (i = 0; i < index; i++) at += s->layers[i].n_in * s->layers[i].n_out;
+    return at;
 }
 
 static int64_t mlp_act_floats(const mlp_spec *s, int64_t rows) {
@@ -128,30 +140,43 @@ static float *mlp_acts(const mlp_spec *s, const mlp_scratch *w, int64_t tower, i
 /* -- the network --------------------------------------------------------------------------- */
 
 static void mlp_layer_forward(const mlp_spec *s, const mlp_scratch *w, const mlp_layer *L,
-                              const float *param, const float *x, float *y, int last) {
+                              const float *param, const float *wt, const float *x, float *y,
+                              int last) {
     const int act = last ? MLP_LINEAR : (s->relu ? MLP_RELU : MLP_TANH);
     if (L->n_out >= MLP_NARROW) {
         mlp_matmul(w->rows, L->n_in, L->n_out, L->ldw, x, param + L->w, param + L->b, y, NULL,
                    act);
         return;
     }
-    mlp_transpose(L->n_in, L->n_out, L->ldw, param + L->w, w->wt);
-    mlp_affine_narrow(w->rows, L->n_in, L->n_out, x, w->wt, param + L->b, y);
+    mlp_affine_narrow(w->rows, L->n_in, L->n_out, x, wt, param + L->b, y);
     if (act == MLP_RELU)
         mlp_relu(w->rows * L->n_out, y);
     else if (act == MLP_TANH)
         mlp_tanh(w->rows * L->n_out, y);
 }
 
-/* One tower's activations for the rows in w->x. */
+/* Before a call's blocks, with the parameters it uses: every layer's transposed weight into
+ * w->wt, the narrow gradients' sums zeroed. */
+static void mlp_prepare(const mlp_spec *s, const mlp_scratch *w, const float *param) {
+    int64_t i, at = 0;
+    mlp_clean_upper();
+    for (i = 0; i < s->towers * s->depth; i++) {
+        const mlp_layer *L = &s->layers[i];
+        mlp_transpose(L->n_in, L->n_out, L->ldw, param + L->w, w->wt + at);
+        at += L->n_in * L->n_out;
+    }
+    memset(w->gt, 0, sizeof(float) * w->weights);
+}
+
+/* One tower's activations for the rows in w->x (after mlp_prepare). */
 static void mlp_forward_tower(const mlp_spec *s, const mlp_scratch *w, const float *param,
                               int64_t t) {
     const float *x = w->x;
     int64_t l;
-    mlp_clean_upper();
     for (l = 0; l < s->depth; l++) {
         float *y = mlp_acts(s, w, t, l);
-        mlp_layer_forward(s, w, mlp_at(s, t, l), param, x, y, l == s->depth - 1);
+        mlp_layer_forward(s, w, mlp_at(s, t, l), param, w->wt + mlp_weight_at(s, t, l), x, y,
+                          l == s->depth - 1);
         x = y;
     }
 }
@@ -167,25 +192,36 @@ static void mlp_forward(const mlp_spec *s, const mlp_scratch *w, const float *pa
  * first layer, the gradient of its input's pre-activation into dx (rows, n_in): dy @ W^T
  * times the activation's derivative at x, the layer's input. */
 static void mlp_layer_backward(const mlp_spec *s, const mlp_scratch *w, const mlp_layer *L,
-                               const float *param, float *grad, const float *x,
-                               const float *dy, float *dx) {
-    int64_t k, j;
+                               int64_t at, float *grad, const float *x, const float *dy,
+                               float *dx) {
+    const float *wt = w->wt + at;
     if (L->n_out < MLP_NARROW) {
-        mlp_grad_narrow(w->rows, L->n_in, L->n_out, x, dy, w->gt, grad + L->b);
-        for (k = 0; k < L->n_in; k++)
-            for (j = 0; j < L->n_out; j++) grad[L->w + k * L->ldw + j] += w->gt[j * L->n_in + k];
+        mlp_grad_narrow(w->rows, L->n_in, L->n_out, x, dy, w->gt + at, grad + L->b);
     } else {
         mlp_matmul_tn(w->rows, L->n_in, L->n_out, L->ldw, x, dy, grad + L->w);
         mlp_column_sums(w->rows, L->n_out, dy, grad + L->b);
     }
     if (!dx) return;
-    mlp_transpose(L->n_in, L->n_out, L->ldw, param + L->w, w->wt);
     if (L->n_in >= 16) {
-        mlp_matmul(w->rows, L->n_out, L->n_in, L->n_in, dy, w->wt, NULL, dx, x,
+        mlp_matmul(w->rows, L->n_out, L->n_in, L->n_in, dy, wt, NULL, dx, x,
                    s->relu ? MLP_DRELU : MLP_DTANH);
     } else {
-        mlp_input_grad(w->rows, L->n_in, L->n_out, dy, w->wt, dx);
+        mlp_input_grad(w->rows, L->n_in, L->n_out, dy, wt, dx);
         mlp_activation_backward(w->rows * L->n_in, s->relu, x, dx);
+    }
+}
+
+/* After a call's blocks: the narrow layers' weight gradients (summed in w->gt, transposed)
+ * added into the flat gradient. */
+static void mlp_finish_gradient(const mlp_spec *s, const mlp_scratch *w, float *grad) {
+    int64_t i, k, j, at = 0;
+    for (i = 0; i < s->towers * s->depth; i++) {
+        const mlp_layer *L = &s->layers[i];
+        if (L->n_out < MLP_NARROW)
+            for (k = 0; k < L->n_in; k++)
+                for (j = 0; j < L->n_out; j++)
+                    grad[L->w + k * L->ldw + j] += w->gt[at + j * L->n_in + k];
+        at += L->n_in * L->n_out;
     }
 }
 
@@ -197,7 +233,8 @@ static void mlp_tower_backward(const mlp_spec *s, const mlp_scratch *w, const fl
     int64_t l;
     for (l = s->depth - 1; l >= 0; l--) {
         const float *x = l > 0 ? mlp_acts(s, w, tower, l - 1) : w->x;
-        mlp_layer_backward(s, w, mlp_at(s, tower, l), param, grad, x, dy, l > 0 ? dx : NULL);
+        mlp_layer_backward(s, w, mlp_at(s, tower, l), mlp_weight_at(s, tower, l), grad, x, dy,
+                           l > 0 ? dx : NULL);
         swap = dy;
         dy = dx;
         dx = swap;

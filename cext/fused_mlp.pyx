@@ -51,6 +51,7 @@ cdef extern from "fused_ppo.h":
                       float *grad, int64_t n_params, float *stats) nogil
     void mlp_clip_adam(int64_t n, float *param, float *grad, float *m, float *v,
                        const mlp_adam *adam, int64_t step) nogil
+    void mlp_prepare(const mlp_spec *s, const mlp_scratch *w, const float *param) nogil
     void mlp_forward(const mlp_spec *s, const mlp_scratch *w, const float *param,
                      int64_t towers) nogil
     void mlp_forward_tower(const mlp_spec *s, const mlp_scratch *w, const float *param,
@@ -194,6 +195,7 @@ cdef class FusedMLP:
         w = mlp_carve(&self.spec, &scratch[0], rows)
         with nogil:
             w.x = <float *> &obs[0, 0]  # read only: the forward never writes its input
+            mlp_prepare(&self.spec, &w, &param[0])
             start = 0
             while start < rows:
                 block = mlp_block(&self.spec, &w, start)
@@ -265,6 +267,7 @@ cdef class FusedMLP:
         the k-th row into the k-th flagged entry, 0 into the others)."""
         cdef int64_t start = 0, i, row = 0
         cdef mlp_scratch block
+        mlp_prepare(&self.spec, w, param)
         while start < w.total:
             block = mlp_block(&self.spec, w, start)
             mlp_forward_tower(&self.spec, &block, param, self.spec.towers - 1)

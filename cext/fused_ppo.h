@@ -125,7 +125,7 @@ static void mlp_gradient(const mlp_spec *s, const mlp_scratch *w, const mlp_batc
                          float *grad, int64_t n_params, float *stats) {
     double sums[5] = {0};
     int64_t t, k, start;
-    mlp_clean_upper();
+    mlp_prepare(s, w, param);
     mlp_gather(s, w, b, order);
     if (s->norm_adv) mlp_normalise(w, moments);
     memset(grad, 0, sizeof(float) * n_params);
@@ -138,6 +138,7 @@ static void mlp_gradient(const mlp_spec *s, const mlp_scratch *w, const mlp_batc
             mlp_tower_backward(s, &block, param, grad, t);
         }
     }
+    mlp_finish_gradient(s, w, grad);
     for (k = 0; k < 5; k++) stats[k] += (float)(sums[k] / w->total);
 }
 
