@@ -51,31 +51,6 @@ static inline void mlp_clean_upper(void) {
 
 /* -- vectorisable elementwise kernels ------------------------------------------------------ */
 
-/* exp(x) for float32, x in [-88, 88], with Cephes' range reduction and polynomial (about
- * 1 ulp), written branch-free so that a loop over it vectorises (libm's expf does not). */
-static inline float mlp_exp(float x) {
-    float n, r, p;
-    union {
-        int32_t bits;
-        float value;
-    } two_n;
-    /* round(x / ln 2) to nearest by adding and removing 1.5 * 2^23 (floorf would not
-     * vectorise under strict IEEE rules) */
-    n = x * 1.44269504088896341f + 12582912.0f;
-    n = n - 12582912.0f;
-    r = x - n * 0.693359375f;
-    r = r + n * 2.12194440e-4f;
-    p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    two_n.bits = ((int32_t)n + 127) << 23;
-    return p * two_n.value;
-}
-
 /* tanh as Eigen computes it for float: an odd degree-13 over an even degree-6 polynomial on
  * [-7.9, 7.9] (clamped outside), within 4e-7 of the exact value; one division and no exp.
  * Written once for any T (a float, or 16 of them: mlp_v16 below), so that the loop over an
@@ -128,14 +103,18 @@ MLP_CLONES static void mlp_activation_backward(int64_t n, int relu, const float 
  * AVX2, four XMM otherwise), so that a tile's sums stay in registers; unaligned, and allowed
  * to alias the floats it is loaded from. */
 typedef float mlp_v16 __attribute__((vector_size(64), aligned(4), may_alias));
+/* Every function that takes or returns an mlp_v16 is inlined into its caller, always: the
+ * clones pass such a value in registers and the baseline code in memory, so a call from
+ * one to the other (a helper GCC chose not to inline) would read garbage. */
+#define MLP_VECTOR static inline __attribute__((always_inline))
 
-static inline mlp_v16 mlp_load(const float *p) {
+MLP_VECTOR mlp_v16 mlp_load(const float *p) {
     mlp_v16 v;
     memcpy(&v, p, sizeof v);
     return v;
 }
 
-static inline void mlp_store(float *p, mlp_v16 v) { memcpy(p, &v, sizeof v); }
+MLP_VECTOR void mlp_store(float *p, mlp_v16 v) { memcpy(p, &v, sizeof v); }
 
 /* A hidden layer's activation, applied where its outputs are made (in registers, before the
  * store) rather than in a second pass over memory. */
@@ -146,11 +125,56 @@ enum { MLP_DRELU = 3, MLP_DTANH = 4 };
 typedef int32_t mlp_i16 __attribute__((vector_size(64)));
 
 /* mask ? a : b, lane by lane (a mask lane is all ones or all zeros) */
-static inline mlp_v16 mlp_select(mlp_i16 mask, mlp_v16 a, mlp_v16 b) {
+MLP_VECTOR mlp_v16 mlp_select(mlp_i16 mask, mlp_v16 a, mlp_v16 b) {
     return (mlp_v16)(((mlp_i16)a & mask) | ((mlp_i16)b & ~mask));
 }
 
-static inline mlp_v16 mlp_activate(mlp_v16 v, int act) {
+MLP_VECTOR mlp_v16 mlp_splat(float x) {
+    const mlp_v16 zero = {0};
+    return zero + x;
+}
+
+/* exp of 16 floats, each in [-87, 88], with Cephes' range reduction and polynomial (about
+ * 1 ulp). */
+MLP_VECTOR mlp_v16 mlp_exp16(mlp_v16 x) {
+    const mlp_v16 n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round */
+    mlp_v16 r = x - n * 0.693359375f, p;
+    r = r + n * 2.12194440e-4f;
+    p = mlp_splat(1.9875691500e-4f);
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    return p * (mlp_v16)((__builtin_convertvector(n, mlp_i16) + 127) << 23);
+}
+
+/* log of 16 floats, each a positive normal number, with Cephes' range reduction and
+ * polynomial (about 1 ulp). */
+MLP_VECTOR mlp_v16 mlp_log16(mlp_v16 x) {
+    const mlp_i16 bits = (mlp_i16)x;
+    const mlp_v16 half_mantissa = (mlp_v16)((bits & 0x007fffff) | 0x3f000000); /* [0.5, 1) */
+    const mlp_i16 small = half_mantissa < 0.707106781186547524f; /* all ones where true */
+    const mlp_v16 e = __builtin_convertvector(((bits >> 23) & 0xff) - 126 + small, mlp_v16);
+    const mlp_v16 m = mlp_select(small, half_mantissa + half_mantissa, half_mantissa) - 1.0f;
+    const mlp_v16 z = m * m;
+    mlp_v16 y = mlp_splat(7.0376836292e-2f);
+    y = y * m - 1.1514610310e-1f;
+    y = y * m + 1.1676998740e-1f;
+    y = y * m - 1.2420140846e-1f;
+    y = y * m + 1.4249322787e-1f;
+    y = y * m - 1.6668057665e-1f;
+    y = y * m + 2.0000714765e-1f;
+    y = y * m - 2.4999993993e-1f;
+    y = y * m + 3.3333331174e-1f;
+    y = y * m * z;
+    y += -2.12194440e-4f * e;
+    y += -0.5f * z;
+    return (m + y) + 0.693359375f * e;
+}
+
+MLP_VECTOR mlp_v16 mlp_activate(mlp_v16 v, int act) {
     const mlp_v16 zero = {0};
     if (act == MLP_RELU) return mlp_select(v > zero, v, zero);
     if (act == MLP_TANH) {
@@ -168,7 +192,7 @@ static inline float mlp_activate1(float x, int act) {
     return x;
 }
 
-static inline mlp_v16 mlp_gate(mlp_v16 v, mlp_v16 g, int act) {
+MLP_VECTOR mlp_v16 mlp_gate(mlp_v16 v, mlp_v16 g, int act) {
     const mlp_v16 zero = {0};
     if (act == MLP_DRELU) return mlp_select(g > zero, v, zero);
     if (act == MLP_DTANH) return v * (1.0f - g * g);
@@ -322,7 +346,7 @@ MLP_CLONES static void mlp_column_sums(int64_t rows, int64_t n, const float *__r
 /* The four sums of a, b, c and d's lanes, in lanes 0, 4, 8 and 12: halves added pairwise
  * (a fixed order: lane l + lane l + 8, then + 4, + 2, + 1), four reductions sharing each
  * shuffle and add. */
-static inline mlp_v16 mlp_sum4(mlp_v16 a, mlp_v16 b, mlp_v16 c, mlp_v16 d) {
+MLP_VECTOR mlp_v16 mlp_sum4(mlp_v16 a, mlp_v16 b, mlp_v16 c, mlp_v16 d) {
     const mlp_i16 lo8 = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
     const mlp_i16 hi8 = {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31};
     const mlp_i16 lo4 = {0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27};
@@ -456,12 +480,6 @@ MLP_CLONES static void mlp_input_grad(int64_t rows, int64_t n_in, int64_t n_out,
             for (k = 0; k < n_in; k++) dxi[k] += dyij * wj[k];
         }
     }
-}
-
-/* exp of n values in place, each at least -87 (exp's range; softmax's shifted logits). */
-MLP_CLONES static void mlp_exp_block(int64_t n, float *__restrict__ x) {
-    int64_t i;
-    for (i = 0; i < n; i++) x[i] = mlp_exp(x[i] > -87.0f ? x[i] : -87.0f);
 }
 
 #endif

@@ -51,9 +51,15 @@ typedef struct {
 #define MLP_BLOCK 32
 #endif
 typedef struct {
-    int64_t rows, total, width, weights;
+    int64_t rows, total, width, weights, lanes;
     float *x, *acts, *dy, *dx, *wt, *gt, *logp, *prob, *adv, *dlogp, *dvalue, *entropy;
+    float *cols; /* MLP_COLUMNS columns of a block's rows, for the loss (fused_ppo.h) */
 } mlp_scratch;
+/* The softmax and the loss run along a block's rows, MLP_LANES at a time: their arrays are
+ * columns of `lanes` floats (the rows rounded up to a multiple of MLP_LANES, the rows past
+ * the block's filled with zeros where they are read, so every row is computed by the same
+ * code); logp and prob are (num_actions, lanes), action j's column. */
+#define MLP_COLUMNS 13
 /* wt: every layer's weight transposed (n_out, n_in), one after the other in layer order,
  * made once per call by mlp_prepare (the narrow layers' forward and every layer's input
  * gradient read them); gt: the narrow layers' weight gradients, transposed likewise, summed
@@ -91,16 +97,20 @@ static int64_t mlp_act_floats(const mlp_spec *s, int64_t rows) {
 
 static int64_t mlp_block_rows(int64_t rows) { return rows < MLP_BLOCK ? rows : MLP_BLOCK; }
 
+static int64_t mlp_lanes(int64_t rows) { return (rows + MLP_LANES - 1) / MLP_LANES * MLP_LANES; }
+
 static int64_t mlp_scratch_floats(const mlp_spec *s, int64_t rows) {
     int64_t weights, width = mlp_widest(s, &weights), block = mlp_block_rows(rows);
+    const int64_t lanes = mlp_lanes(block);
     return rows * (s->obs_dim + 1) + mlp_act_floats(s, block) + 2 * block * width +
-           2 * weights + 2 * block * s->num_actions + 4 * block;
+           2 * weights + (2 * s->num_actions + 3 + MLP_COLUMNS) * lanes;
 }
 
 static mlp_scratch mlp_carve(const mlp_spec *s, float *buffer, int64_t rows) {
     mlp_scratch w;
-    const int64_t block = mlp_block_rows(rows);
+    const int64_t block = mlp_block_rows(rows), lanes = mlp_lanes(block);
     w.rows = block;
+    w.lanes = lanes;
     w.total = rows;
     w.width = mlp_widest(s, &w.weights);
     w.x = buffer;
@@ -111,10 +121,11 @@ static mlp_scratch mlp_carve(const mlp_spec *s, float *buffer, int64_t rows) {
     w.wt = w.dx + block * w.width;
     w.gt = w.wt + w.weights;
     w.logp = w.gt + w.weights;
-    w.prob = w.logp + block * s->num_actions;
-    w.dlogp = w.prob + block * s->num_actions;
-    w.dvalue = w.dlogp + block;
-    w.entropy = w.dvalue + block;
+    w.prob = w.logp + lanes * s->num_actions;
+    w.dlogp = w.prob + lanes * s->num_actions;
+    w.dvalue = w.dlogp + lanes;
+    w.entropy = w.dvalue + lanes;
+    w.cols = w.entropy + lanes;
     return w;
 }
 
@@ -124,6 +135,7 @@ static mlp_scratch mlp_carve(const mlp_spec *s, float *buffer, int64_t rows) {
 static mlp_scratch mlp_block(const mlp_spec *s, const mlp_scratch *w, int64_t start) {
     mlp_scratch block = *w;
     block.rows = mlp_block_rows(w->total - start);
+    block.lanes = mlp_lanes(block.rows);
     block.x = w->x + start * s->obs_dim;
     block.adv = w->adv + start;
     return block;
@@ -253,29 +265,46 @@ static float mlp_value(const mlp_spec *s, const mlp_scratch *w, int64_t i) {
 }
 
 /* Every row's log_softmax (w->logp), softmax (w->prob) and entropy (w->entropy) from the
- * logits of the first w->rows rows: the exponentials in one vectorised pass. */
-static void mlp_softmax(const mlp_spec *s, const mlp_scratch *w) {
-    const int64_t n = s->num_actions, rows = w->rows;
+ * logits of the block's rows (stride `width`), 16 rows at a time, each row's arithmetic in
+ * the order of a per-row loop (max, shift, exp, sum in action order, log, divide, entropy). */
+MLP_CLONES static void mlp_softmax_rows(int64_t rows, int64_t lanes, int64_t n, int64_t width,
+                                        const float *__restrict__ logits,
+                                        float *__restrict__ logp, float *__restrict__ prob,
+                                        float *__restrict__ entropy) {
     int64_t i, j;
-    for (i = 0; i < rows; i++) {
-        const float *logits = mlp_logits(s, w, i);
-        float most = logits[0];
-        for (j = 1; j < n; j++) most = logits[j] > most ? logits[j] : most;
-        for (j = 0; j < n; j++) w->logp[i * n + j] = w->prob[i * n + j] = logits[j] - most;
+    for (j = 0; j < n; j++) {
+        for (i = 0; i < rows; i++) logp[j * lanes + i] = logits[i * width + j];
+        for (; i < lanes; i++) logp[j * lanes + i] = 0.0f;
     }
-    mlp_exp_block(rows * n, w->prob);
-    for (i = 0; i < rows; i++) {
-        float *logp = w->logp + i * n, *prob = w->prob + i * n;
-        float sum = 0.0f, log_sum, entropy = 0.0f;
-        for (j = 0; j < n; j++) sum += prob[j];
-        log_sum = logf(sum);
-        for (j = 0; j < n; j++) {
-            logp[j] -= log_sum;
-            prob[j] /= sum;
-            entropy -= prob[j] * logp[j];
+    for (i = 0; i < lanes; i += MLP_LANES) {
+        mlp_v16 most = mlp_load(logp + i), sum = {0}, log_sum, h = {0};
+        for (j = 1; j < n; j++) {
+            const mlp_v16 l = mlp_load(logp + j * lanes + i);
+            most = mlp_select(l > most, l, most);
         }
-        w->entropy[i] = entropy;
+        for (j = 0; j < n; j++) {
+            const mlp_v16 shifted = mlp_load(logp + j * lanes + i) - most;
+            const mlp_v16 p = mlp_exp16(mlp_select(shifted > -87.0f, shifted, mlp_splat(-87.0f)));
+            mlp_store(logp + j * lanes + i, shifted);
+            mlp_store(prob + j * lanes + i, p);
+            sum += p;
+        }
+        log_sum = mlp_log16(sum); /* the sum is at least 1: one of its terms is exp(0) */
+        for (j = 0; j < n; j++) {
+            const mlp_v16 l = mlp_load(logp + j * lanes + i) - log_sum;
+            const mlp_v16 p = mlp_load(prob + j * lanes + i) / sum;
+            mlp_store(logp + j * lanes + i, l);
+            mlp_store(prob + j * lanes + i, p);
+            h -= p * l;
+        }
+        mlp_store(entropy + i, h);
     }
+}
+
+static void mlp_softmax(const mlp_spec *s, const mlp_scratch *w) {
+    const mlp_layer *L = mlp_at(s, 0, s->depth - 1);
+    mlp_softmax_rows(w->rows, w->lanes, s->num_actions, L->n_out,
+                     mlp_acts(s, w, 0, s->depth - 1), w->logp, w->prob, w->entropy);
 }
 
 #endif

@@ -35,6 +35,7 @@ cdef extern from "fused_ppo.h":
 
     ctypedef struct mlp_scratch:
         int64_t rows
+        int64_t lanes
         int64_t total
         float *x
         float *logp
@@ -202,16 +203,16 @@ cdef class FusedMLP:
                 mlp_forward(&self.spec, &block, &param[0], self.spec.towers)
                 mlp_softmax(&self.spec, &block)
                 for i in range(block.rows):
-                    prob = block.prob + i * count
+                    prob = block.prob + i  # column-major: action j's at prob[j * lanes]
                     cdf = 0
                     index = 0
                     for j in range(count):
-                        cdf = cdf + prob[j]
+                        cdf = cdf + prob[j * block.lanes]
                         index += cdf <= uniforms[start + i]
                     if index > count - 1:
                         index = count - 1
                     actions[start + i] = index
-                    logprobs[start + i] = block.logp[i * count + index]
+                    logprobs[start + i] = block.logp[index * block.lanes + i]
                     values[start + i] = mlp_value(&self.spec, &block, i)
                 start += block.rows
 

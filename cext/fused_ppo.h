@@ -45,77 +45,148 @@ static void mlp_normalise(const mlp_scratch *w, const float *moments) {
     for (i = 0; i < n; i++) w->adv[i] = (w->adv[i] - mean) / (std + 1e-8f);
 }
 
-/* d max(a, b) / d a, torch's way. */
-static inline float mlp_max_share(float a, float b) {
-    return a > b ? 1.0f : (a < b ? 0.0f : 0.5f);
+/* d max(a, b) / d a, torch's way, for 16 pairs. */
+MLP_VECTOR mlp_v16 mlp_max_share(mlp_v16 a, mlp_v16 b) {
+    return mlp_select(a > b, mlp_splat(1.0f), mlp_select(a < b, mlp_splat(0.0f), mlp_splat(0.5f)));
 }
 
-/* Each row's log-probabilities and entropy, the gradients of the loss with respect to the
- * taken action's log-probability and the value; the five statistics' sums into stats
- * (policy loss, value loss, entropy, approx KL, clip fraction). */
+/* 1 where lo <= x <= hi, else 0. */
+MLP_VECTOR mlp_v16 mlp_inside(mlp_v16 x, float lo, float hi) {
+    return mlp_select((x >= lo) & (x <= hi), mlp_splat(1.0f), mlp_splat(0.0f));
+}
+
+/* The columns of a block's rows the loss reads and writes, in w->cols: the taken action (as
+ * a float), its old log-probability, the return, the old value, the new value, the
+ * advantage, then the five statistics of each row. */
+enum { MLP_C_ACTION, MLP_C_OLD_LOGP, MLP_C_RETURN, MLP_C_OLD_VALUE, MLP_C_VALUE, MLP_C_ADV,
+       MLP_C_STATS };
+
+typedef struct {
+    float clip_coef, vf_coef, scale;
+    int clip_vloss;
+} mlp_loss_terms;
+
+/* 16 rows from i: the gradients of the loss with respect to each row's taken action's
+ * log-probability (dlogp) and its value (dvalue), and each row's statistics (policy loss,
+ * value loss, -, approx KL, clip fraction: columns of MLP_C_STATS, the third left to the
+ * entropy). The ratio's exp has its argument held to exp's range (a log-ratio past 88 is a
+ * policy already lost, and its clipped term has no gradient there). */
+MLP_VECTOR void mlp_loss16(int64_t i, int64_t lanes, int64_t n, const mlp_loss_terms *t,
+                              const float *logp, const float *cols, float *dlogp,
+                              float *dvalue) {
+    const float c = t->clip_coef, lo = 1.0f - c, hi = 1.0f + c;
+    const mlp_v16 action = mlp_load(cols + MLP_C_ACTION * lanes + i);
+    const mlp_v16 value = mlp_load(cols + MLP_C_VALUE * lanes + i);
+    const mlp_v16 ret = mlp_load(cols + MLP_C_RETURN * lanes + i);
+    const mlp_v16 old = mlp_load(cols + MLP_C_OLD_VALUE * lanes + i);
+    const mlp_v16 neg_adv = -mlp_load(cols + MLP_C_ADV * lanes + i);
+    mlp_v16 taken = mlp_load(logp + i), log_ratio, ratio, clipped, unclipped_loss, clipped_loss;
+    mlp_v16 delta, bounded, near, far, d_value, v_loss;
+    float *stats = (float *)cols + MLP_C_STATS * lanes + i;
+    int64_t j;
+    for (j = 1; j < n; j++) taken = mlp_select(action == (float)j, mlp_load(logp + j * lanes + i), taken);
+    log_ratio = taken - mlp_load(cols + MLP_C_OLD_LOGP * lanes + i);
+    ratio = mlp_select(log_ratio < -87.0f, mlp_splat(-87.0f), log_ratio);
+    ratio = mlp_exp16(mlp_select(ratio > 88.0f, mlp_splat(88.0f), ratio));
+    clipped = mlp_select(ratio < lo, mlp_splat(lo), mlp_select(ratio > hi, mlp_splat(hi), ratio));
+    unclipped_loss = neg_adv * ratio;
+    clipped_loss = neg_adv * clipped;
+    mlp_store(dlogp + i, neg_adv * (mlp_max_share(unclipped_loss, clipped_loss) +
+                                    mlp_max_share(clipped_loss, unclipped_loss) *
+                                        mlp_inside(ratio, lo, hi)) *
+                             ratio * t->scale);
+    delta = value - old;
+    bounded = mlp_select(delta < -c, mlp_splat(-c), mlp_select(delta > c, mlp_splat(c), delta));
+    near = (value - ret) * (value - ret);
+    far = (old + bounded - ret) * (old + bounded - ret);
+    if (t->clip_vloss) {
+        v_loss = mlp_select(near > far, near, far);
+        d_value = mlp_max_share(near, far) * (value - ret) +
+                  mlp_max_share(far, near) * (old + bounded - ret) * mlp_inside(delta, -c, c);
+    } else {
+        v_loss = near;
+        d_value = value - ret;
+    }
+    mlp_store(dvalue + i, t->vf_coef * d_value * t->scale);
+    mlp_store(stats, mlp_select(unclipped_loss > clipped_loss, unclipped_loss, clipped_loss));
+    mlp_store(stats + lanes, v_loss);
+    mlp_store(stats + 3 * lanes, (ratio - 1.0f) - log_ratio);
+    mlp_store(stats + 4 * lanes,
+              mlp_select((ratio - 1.0f > c) | (1.0f - ratio > c), mlp_splat(1.0f), mlp_splat(0.0f)));
+}
+
+MLP_CLONES static void mlp_loss_rows(int64_t lanes, int64_t n, const mlp_loss_terms *t,
+                                     const float *logp, float *cols, float *dlogp,
+                                     float *dvalue) {
+    int64_t i;
+    for (i = 0; i < lanes; i += MLP_LANES) mlp_loss16(i, lanes, n, t, logp, cols, dlogp, dvalue);
+}
+
+/* The block's softmax, loss gradients at the heads' outputs, and the five statistics' sums
+ * added into stats in row order (policy loss, value loss, entropy, approx KL, clip
+ * fraction). */
 static void mlp_loss(const mlp_spec *s, const mlp_scratch *w, const mlp_batch *b,
                      const int64_t *order, double *stats) {
-    const float lo = 1.0f - s->clip_coef, hi = 1.0f + s->clip_coef, scale = 1.0f / w->total;
-    int64_t i;
+    const int64_t rows = w->rows, lanes = w->lanes;
+    const mlp_loss_terms terms = {s->clip_coef, s->vf_coef, 1.0f / w->total, s->clip_vloss};
+    float *cols = w->cols, *st = cols + MLP_C_STATS * lanes;
+    int64_t i, k;
     mlp_softmax(s, w);
-    for (i = 0; i < w->rows; i++) {
-        const int64_t row = order[i];
-        float *logp = w->logp + i * s->num_actions;
-        float log_ratio, ratio, clipped, neg_adv, unclipped_loss, clipped_loss, d_ratio;
-        float value = mlp_value(s, w, i), ret = b->returns[row], old = b->values[row];
-        float v_loss, d_value;
-        log_ratio = logp[b->actions[row]] - b->logprobs[row];
-        ratio = expf(log_ratio);
-        clipped = ratio < lo ? lo : (ratio > hi ? hi : ratio);
-        neg_adv = -w->adv[i];
-        unclipped_loss = neg_adv * ratio;
-        clipped_loss = neg_adv * clipped;
-        d_ratio = neg_adv * (mlp_max_share(unclipped_loss, clipped_loss) +
-                             mlp_max_share(clipped_loss, unclipped_loss) *
-                                 (ratio >= lo && ratio <= hi));
-        w->dlogp[i] = d_ratio * ratio * scale;
-        if (s->clip_vloss) {
-            float delta = value - old, bounded, far, near;
-            bounded = delta < -s->clip_coef ? -s->clip_coef : (delta > s->clip_coef ? s->clip_coef : delta);
-            near = (value - ret) * (value - ret);
-            far = (old + bounded - ret) * (old + bounded - ret);
-            v_loss = near > far ? near : far;
-            d_value = mlp_max_share(near, far) * (value - ret) +
-                      mlp_max_share(far, near) * (old + bounded - ret) *
-                          (delta >= -s->clip_coef && delta <= s->clip_coef);
-        } else {
-            v_loss = (value - ret) * (value - ret);
-            d_value = value - ret;
-        }
-        w->dvalue[i] = s->vf_coef * d_value * scale;
-        stats[0] += unclipped_loss > clipped_loss ? unclipped_loss : clipped_loss;
-        stats[1] += 0.5 * v_loss;
+    for (i = 0; i < lanes; i++) {
+        const int64_t row = order[i < rows ? i : 0];
+        const int in = i < rows;
+        cols[MLP_C_ACTION * lanes + i] = in ? (float)b->actions[row] : 0.0f;
+        cols[MLP_C_OLD_LOGP * lanes + i] = in ? b->logprobs[row] : 0.0f;
+        cols[MLP_C_RETURN * lanes + i] = in ? b->returns[row] : 0.0f;
+        cols[MLP_C_OLD_VALUE * lanes + i] = in ? b->values[row] : 0.0f;
+        cols[MLP_C_VALUE * lanes + i] = in ? mlp_value(s, w, i) : 0.0f;
+        cols[MLP_C_ADV * lanes + i] = in ? w->adv[i] : 0.0f;
+    }
+    mlp_loss_rows(lanes, s->num_actions, &terms, w->logp, cols, w->dlogp, w->dvalue);
+    for (i = 0; i < rows; i++) {
+        stats[0] += st[i];
+        stats[1] += 0.5 * st[lanes + i];
         stats[2] += w->entropy[i];
-        stats[3] += (ratio - 1.0f) - log_ratio;
-        stats[4] += fabsf(ratio - 1.0f) > s->clip_coef;
+        for (k = 3; k < 5; k++) stats[k] += st[k * lanes + i];
+    }
+}
+
+/* dy (rows, width) for a policy head's outputs, 16 rows at a time: the logits' gradient,
+ * then, for a shared tower (width > n), the value's in column n. */
+MLP_CLONES static void mlp_head_rows(int64_t rows, int64_t lanes, int64_t n, int64_t width,
+                                     float entropy_scale, const float *__restrict__ logp,
+                                     const float *__restrict__ prob,
+                                     const float *__restrict__ entropy,
+                                     const float *__restrict__ action,
+                                     const float *__restrict__ dlogp,
+                                     const float *__restrict__ dvalue, float *__restrict__ dy) {
+    int64_t i, j, r;
+    for (i = 0; i < lanes; i += MLP_LANES) {
+        const mlp_v16 h = mlp_load(entropy + i), dl = mlp_load(dlogp + i);
+        const mlp_v16 a = mlp_load(action + i);
+        const int64_t count = rows - i < MLP_LANES ? rows - i : MLP_LANES;
+        for (j = 0; j < n; j++) {
+            const mlp_v16 p = mlp_load(prob + j * lanes + i);
+            const mlp_v16 d = -dl * p + entropy_scale * p * (mlp_load(logp + j * lanes + i) + h);
+            const mlp_v16 g = mlp_select(a == (float)j, d + dl, d);
+            for (r = 0; r < count; r++) dy[(i + r) * width + j] = g[r];
+        }
+        if (width > n)
+            for (r = 0; r < count; r++) dy[(i + r) * width + n] = dvalue[i + r];
     }
 }
 
 /* w->dy for a tower's last layer: the logits' gradient (tower 0), then the value's (the
  * shared tower's last column, or the critic tower's only one). */
-static void mlp_head_grad(const mlp_spec *s, const mlp_scratch *w, const mlp_batch *b,
-                          const int64_t *order, int64_t tower) {
+static void mlp_head_grad(const mlp_spec *s, const mlp_scratch *w, int64_t tower) {
     const int64_t n = s->num_actions, width = mlp_at(s, tower, s->depth - 1)->n_out;
-    const float entropy_scale = s->ent_coef / w->total;
-    int64_t i, j;
-    for (i = 0; i < w->rows; i++) {
-        float *dy = w->dy + i * width;
-        const float *logp = w->logp + i * n, *prob = w->prob + i * n;
-        if (tower == 1) {
-            dy[0] = w->dvalue[i];
-            continue;
-        }
-        for (j = 0; j < n; j++) {
-            dy[j] = -w->dlogp[i] * prob[j] + entropy_scale * prob[j] * (logp[j] + w->entropy[i]);
-        }
-        dy[b->actions[order[i]]] += w->dlogp[i];
-        if (s->towers == 1) dy[n] = w->dvalue[i];
+    int64_t i;
+    if (tower == 1) {
+        for (i = 0; i < w->rows; i++) w->dy[i] = w->dvalue[i];
+        return;
     }
+    mlp_head_rows(w->rows, w->lanes, n, width, s->ent_coef / w->total, w->logp, w->prob,
+                  w->entropy, w->cols + MLP_C_ACTION * w->lanes, w->dlogp, w->dvalue, w->dy);
 }
 
 /* The loss's gradient for one minibatch (rows `order`) into grad (zeroed first); adds the
@@ -134,7 +205,7 @@ static void mlp_gradient(const mlp_spec *s, const mlp_scratch *w, const mlp_batc
         mlp_forward(s, &block, param, s->towers);
         mlp_loss(s, &block, b, order + start, sums);
         for (t = 0; t < s->towers; t++) {
-            mlp_head_grad(s, &block, b, order + start, t);
+            mlp_head_grad(s, &block, t);
             mlp_tower_backward(s, &block, param, grad, t);
         }
     }
