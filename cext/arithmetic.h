@@ -28,13 +28,16 @@
 
 typedef float op_v16 __attribute__((vector_size(64)));
 
-static inline op_v16 op_v16_load(const float *p) {
+/* Always inlined: a clone passes a 64-byte vector in registers and the baseline in memory,
+ * so a helper left out of line would be called with the wrong convention (cext/fused_kernels.h
+ * MLP_VECTOR, where that happened). */
+static inline __attribute__((always_inline)) op_v16 op_v16_load(const float *p) {
     op_v16 v;
     memcpy(&v, p, sizeof v);
     return v;
 }
 
-static inline void op_v16_store(float *p, op_v16 v) {
+static inline __attribute__((always_inline)) void op_v16_store(float *p, op_v16 v) {
     memcpy(p, &v, sizeof v);
 }
 
