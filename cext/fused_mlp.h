@@ -55,15 +55,16 @@ typedef struct {
     float *x, *acts, *dy, *dx, *wt, *gt, *logp, *prob, *adv, *dlogp, *dvalue, *entropy;
     float *cols; /* MLP_COLUMNS columns of a block's rows, for the loss (fused_ppo.h) */
 } mlp_scratch;
-/* The softmax and the loss run along a block's rows, MLP_LANES at a time: their arrays are
- * columns of `lanes` floats (the rows rounded up to a multiple of MLP_LANES, the rows past
- * the block's filled with zeros where they are read, so every row is computed by the same
- * code); logp and prob are (num_actions, lanes), action j's column. */
-#define MLP_COLUMNS 13
 /* wt: every layer's weight transposed (n_out, n_in), one after the other in layer order,
  * made once per call by mlp_prepare (the narrow layers' forward and every layer's input
  * gradient read them); gt: the narrow layers' weight gradients, transposed likewise, summed
- * over a call's blocks and added into the flat gradient once at its end. */
+ * over a call's blocks and added into the flat gradient once at its end.
+ * The softmax and the loss run along a block's rows, MLP_LANES at a time: their arrays are
+ * columns of `lanes` floats (the rows rounded up to a multiple of MLP_LANES, the rows past
+ * the block's filled with zeros where they are read, so every row is computed by the same
+ * code); logp and prob are (num_actions, lanes), action j's column; cols holds MLP_COLUMNS
+ * more (fused_ppo.h's MLP_C_* names them). */
+#define MLP_COLUMNS 11
 
 static inline const mlp_layer *mlp_at(const mlp_spec *s, int64_t tower, int64_t l) {
     return &s->layers[tower * s->depth + l];

@@ -61,6 +61,8 @@ MLP_VECTOR mlp_v16 mlp_inside(mlp_v16 x, float lo, float hi) {
 enum { MLP_C_ACTION, MLP_C_OLD_LOGP, MLP_C_RETURN, MLP_C_OLD_VALUE, MLP_C_VALUE, MLP_C_ADV,
        MLP_C_STATS };
 
+_Static_assert(MLP_C_STATS + 5 <= MLP_COLUMNS, "the loss's columns fit the scratch's");
+
 typedef struct {
     float clip_coef, vf_coef, scale;
     int clip_vloss;
