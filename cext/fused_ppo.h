@@ -71,8 +71,10 @@ typedef struct {
 /* 16 rows from i: the gradients of the loss with respect to each row's taken action's
  * log-probability (dlogp) and its value (dvalue), and each row's statistics (policy loss,
  * value loss, -, approx KL, clip fraction: columns of MLP_C_STATS, the third left to the
- * entropy). The ratio's exp has its argument held to exp's range (a log-ratio past 88 is a
- * policy already lost, and its clipped term has no gradient there). */
+ * entropy). The ratio's exp has its argument held to [-87, 88], exp's float range: past 88.7
+ * torch's ratio overflows to inf and its gradient to NaN, which stops the trainer on
+ * non-finite parameters; here the ratio stays e^88 and the clip of the gradient's norm bounds
+ * the step (a policy that far from the one that acted is lost either way). */
 MLP_VECTOR void mlp_loss16(int64_t i, int64_t lanes, int64_t n, const mlp_loss_terms *t,
                               const float *logp, const float *cols, float *dlogp,
                               float *dvalue) {

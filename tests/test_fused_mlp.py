@@ -39,9 +39,11 @@ LOSS_OPTIONS = {
 GIVEN_MOMENTS = (0.3, 1.7)
 
 
-def make_policy(shared: bool, hidden: list[int], activation: str, seed: int = 0):
+def make_policy(
+    shared: bool, hidden: list[int], activation: str, seed: int = 0, actions: int = ACTIONS
+):
     torch.manual_seed(seed)
-    policy = ActorCritic(OBS_DIM, ACTIONS, hidden, activation, shared=shared)
+    policy = ActorCritic(OBS_DIM, actions, hidden, activation, shared=shared)
     return policy, FlatParameters(policy)
 
 
@@ -49,7 +51,7 @@ def random_batch(policy: ActorCritic, rows: int, seed: int) -> tuple[torch.Tenso
     """A rollout whose ratios and value changes fall on both sides of the clip range."""
     generator = torch.Generator().manual_seed(seed)
     obs = torch.randn(rows, OBS_DIM, generator=generator) * 1.5
-    actions = torch.randint(0, ACTIONS, (rows,), generator=generator)
+    actions = torch.randint(0, policy.num_actions, (rows,), generator=generator)
     with torch.no_grad():
         logprob, _, value = policy.evaluate(obs, actions)
     logprobs = logprob + 0.3 * torch.randn(rows, generator=generator)
@@ -111,13 +113,62 @@ def test_gradient_matches_autograd(network, option):
     policy, flat = make_policy(*network)
     config = PPOConfig(**LOSS_OPTIONS[option])
     moments = GIVEN_MOMENTS if option == "given moments" else None
-    for seed, rows in ((1, 256), (2, 37), (3, 100)):  # blocks of 64: whole, short, both
+    for seed, rows in ((1, 256), (2, 37), (3, 100)):  # blocks of 32: whole, short, both
         batch = random_batch(policy, rows, seed)
         reference = torch_gradient(policy, flat, config, batch, moments)
         native = native_gradient(policy, flat, config, batch, moments)
         assert torch.isfinite(native).all()
         assert float(reference.abs().max()) > 1e-3  # a batch that exercises the loss
         assert_parameterwise_close(flat, native, reference, 1e-5)
+
+
+@pytest.mark.parametrize("actions", [2, 5, 18])
+@pytest.mark.parametrize("shared", [True, False], ids=["shared", "separate"])
+def test_other_action_counts_match_torch(actions, shared):
+    """The softmax, loss and heads run along the rows in 16-row vectors over per-action
+    columns, and the narrow layer four outputs at a time: action counts on either side of
+    those (2: CartPole; 5: a group of four and one; 18: MinAtar's full set) give torch's
+    gradient and sample torch's actions, for row counts that leave a short vector (37, 100)."""
+    policy, flat = make_policy(shared, [24], "relu", actions=actions)
+    config = PPOConfig(ent_coef=0.01)
+    for seed, rows in ((4, 37), (5, 100)):
+        batch = random_batch(policy, rows, seed)
+        reference = torch_gradient(policy, flat, config, batch, None)
+        native = native_gradient(policy, flat, config, batch, None)
+        assert torch.isfinite(native).all()
+        assert_parameterwise_close(flat, native, reference, 1e-5)
+    native_update = NativeUpdate(policy, flat, config)
+    obs = torch.randn(101, OBS_DIM) * 2
+    results = []
+    for attached in (None, native_update.act):
+        policy.attach_native(attached)
+        out = (torch.empty(101, dtype=torch.long), torch.empty(101), torch.empty(101))
+        policy.act(obs, torch.Generator().manual_seed(9), out=out)
+        results.append(out)
+    assert torch.equal(results[1][0], results[0][0])
+    torch.testing.assert_close(results[1][1], results[0][1], rtol=0, atol=1e-5)
+
+
+def test_confident_policies_and_far_ratios_match_torch():
+    """A policy so confident that some actions' shifted logits fall below -87 (where the
+    softmax holds them, at the bottom of exp's range), and old log-probabilities 30 away on
+    both sides (ratios of e^30 and e^-30): the gradient is torch's, relatively."""
+    policy, flat = make_policy(True, [16], "relu")
+    with torch.no_grad():
+        policy.weights[-1][:, :ACTIONS].mul_(4000.0)  # the logits only, not the value
+    config = PPOConfig()
+    obs, actions, logprobs, advantages, returns, values = random_batch(policy, 64, 6)
+    with torch.no_grad():
+        logits = torch.relu(obs @ policy.weights[0] + policy.biases[0]) @ policy.weights[-1]
+        shifted = logits[:, :ACTIONS] - logits[:, :ACTIONS].max(dim=1, keepdim=True).values
+    assert float(shifted.min()) < -87.0
+    far = torch.where(torch.arange(64) % 2 == 0, logprobs + 30.0, logprobs - 30.0)
+    for old in (logprobs, far):
+        batch = (obs, actions, old, advantages, returns, values)
+        native = native_gradient(policy, flat, config, batch, None)
+        reference = torch_gradient(policy, flat, config, batch, None)
+        assert torch.isfinite(native).all() and torch.isfinite(reference).all()
+        assert_parameterwise_close(flat, native, reference, 1e-4)
 
 
 def test_gradient_clip_statuses_are_all_exercised():
