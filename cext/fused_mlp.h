@@ -169,7 +169,7 @@ static void mlp_layer_forward(const mlp_spec *s, const mlp_scratch *w, const mlp
 }
 
 /* Before a call's blocks, with the parameters it uses: every layer's transposed weight into
- * w->wt, the narrow gradients' sums zeroed. */
+ * w->wt (the weights do not change inside a call). */
 static void mlp_prepare(const mlp_spec *s, const mlp_scratch *w, const float *param) {
     int64_t i, at = 0;
     mlp_clean_upper();
@@ -178,7 +178,6 @@ static void mlp_prepare(const mlp_spec *s, const mlp_scratch *w, const float *pa
         mlp_transpose(L->n_in, L->n_out, L->ldw, param + L->w, w->wt + at);
         at += L->n_in * L->n_out;
     }
-    memset(w->gt, 0, sizeof(float) * w->weights);
 }
 
 /* One tower's activations for the rows in w->x (after mlp_prepare). */
@@ -240,8 +239,8 @@ static void mlp_finish_gradient(const mlp_spec *s, const mlp_scratch *w, float *
 
 /* Backward through one tower, w->dy holding the gradient of its last layer's output (the
  * layers' gradients then pass between w->dy and w->dx, which it leaves in any order). */
-static void mlp_tower_backward(const mlp_spec *s, const mlp_scratch *w, const float *param,
-                               float *grad, int64_t tower) {
+static void mlp_tower_backward(const mlp_spec *s, const mlp_scratch *w, float *grad,
+                               int64_t tower) {
     float *dy = w->dy, *dx = w->dx, *swap;
     int64_t l;
     for (l = s->depth - 1; l >= 0; l--) {

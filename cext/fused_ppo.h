@@ -204,13 +204,14 @@ static void mlp_gradient(const mlp_spec *s, const mlp_scratch *w, const mlp_batc
     mlp_gather(s, w, b, order);
     if (s->norm_adv) mlp_normalise(w, moments);
     memset(grad, 0, sizeof(float) * n_params);
+    memset(w->gt, 0, sizeof(float) * w->weights); /* the narrow layers' sums (fused_mlp.h) */
     for (start = 0; start < w->total; start += MLP_BLOCK) {
         const mlp_scratch block = mlp_block(s, w, start);
         mlp_forward(s, &block, param, s->towers);
         mlp_loss(s, &block, b, order + start, sums);
         for (t = 0; t < s->towers; t++) {
             mlp_head_grad(s, &block, t);
-            mlp_tower_backward(s, &block, param, grad, t);
+            mlp_tower_backward(s, &block, grad, t);
         }
     }
     mlp_finish_gradient(s, w, grad);
