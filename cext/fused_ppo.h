@@ -76,8 +76,7 @@ typedef struct {
  * non-finite parameters; here the ratio stays e^88 and the clip of the gradient's norm bounds
  * the step (a policy that far from the one that acted is lost either way). */
 MLP_VECTOR void mlp_loss16(int64_t i, int64_t lanes, int64_t n, const mlp_loss_terms *t,
-                              const float *logp, const float *cols, float *dlogp,
-                              float *dvalue) {
+                           const float *logp, float *cols, float *dlogp, float *dvalue) {
     const float c = t->clip_coef, lo = 1.0f - c, hi = 1.0f + c;
     const mlp_v16 action = mlp_load(cols + MLP_C_ACTION * lanes + i);
     const mlp_v16 value = mlp_load(cols + MLP_C_VALUE * lanes + i);
@@ -86,7 +85,7 @@ MLP_VECTOR void mlp_loss16(int64_t i, int64_t lanes, int64_t n, const mlp_loss_t
     const mlp_v16 neg_adv = -mlp_load(cols + MLP_C_ADV * lanes + i);
     mlp_v16 taken = mlp_load(logp + i), log_ratio, ratio, clipped, unclipped_loss, clipped_loss;
     mlp_v16 delta, bounded, near, far, d_value, v_loss;
-    float *stats = (float *)cols + MLP_C_STATS * lanes + i;
+    float *stats = cols + MLP_C_STATS * lanes + i; /* the loss reads the inputs, writes these */
     int64_t j;
     for (j = 1; j < n; j++) taken = mlp_select(action == (float)j, mlp_load(logp + j * lanes + i), taken);
     log_ratio = taken - mlp_load(cols + MLP_C_OLD_LOGP * lanes + i);
