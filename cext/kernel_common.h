@@ -334,17 +334,22 @@ OP_ALWAYS_INLINE void op_autoreset(op_batch *b, int64_t i, op_obs_fn write_obs,
 /* One step of every env, Gymnasium's SAME_STEP autoreset: an env that ends shows the ending's
  * reward and flags, its terminal observation in final_obs, and already the next episode's first
  * observation in obs. Returns -1, or the first env with an invalid action (then nothing moved). */
-OP_ALWAYS_INLINE int64_t op_batch_step(op_batch *b, op_step_fn step_one, op_obs_fn write_obs,
-                                       op_reset_fn reset_one) {
+OP_ALWAYS_INLINE void op_batch_step_rows(op_batch *b, int64_t lo, int64_t hi, op_step_fn step_one,
+                                         op_obs_fn write_obs, op_reset_fn reset_one) {
     int64_t i;
-    int64_t bad = op_first_invalid_action(b);
-    if (bad >= 0) return bad;
-    for (i = 0; i < b->num_envs; i++) {
+    for (i = lo; i < hi; i++) {
         int terminated = 0;
         double reward = step_one(b, i, &terminated);
         write_obs(b, i);
         if (op_record_step(b, i, reward, terminated)) op_autoreset(b, i, write_obs, reset_one);
     }
+}
+
+OP_ALWAYS_INLINE int64_t op_batch_step(op_batch *b, op_step_fn step_one, op_obs_fn write_obs,
+                                       op_reset_fn reset_one) {
+    int64_t bad = op_first_invalid_action(b);
+    if (bad >= 0) return bad;
+    op_batch_step_rows(b, 0, b->num_envs, step_one, write_obs, reset_one);
     return -1;
 }
 

@@ -42,6 +42,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "frame_pack.h"
 #include "kernel_common.h"
 
 /* MinAtar's full action set: Environment.env.action_map = ['n','l','u','r','d','f']. */
@@ -130,6 +131,9 @@ typedef struct {
     uint8_t *maps;             /* (maps, N, 100) */
     int32_t *slots;            /* (N, slots, fields) */
     uint64_t sticky_below;     /* ma_threshold(sticky_prob), set by ma_step from sticky_prob */
+    uint8_t *packed;           /* NULL, or where each step also writes its rows as bits
+                                  (N, fs_packed_bytes(obs_row_bytes)): a frame stack's ring
+                                  slot (cext/frame_pack.h) */
 } ma_batch;
 
 #define MA_S(m, k, i) ((m)->scalars[(int64_t)(k) * (m)->base.num_envs + (i)])
@@ -1192,9 +1196,49 @@ static void seaquest_reset_obs(op_batch *b, int64_t i) {
 /* The batch entry points: one instance of kernel_common.h's loop per game, so each game's
  * functions are inlined into its own loop and the game is chosen once per step, not per env. */
 
+static void ma_step_rows(ma_batch *m, int64_t lo, int64_t hi) {
+    op_batch *b = &m->base;
+    switch (m->game) {
+    case MA_BREAKOUT:
+        op_batch_step_rows(b, lo, hi, breakout_step_obs, ma_obs_unchanged, breakout_reset_obs);
+        break;
+    case MA_FREEWAY:
+        op_batch_step_rows(b, lo, hi, freeway_step_obs, ma_obs_unchanged, freeway_reset_obs);
+        break;
+    case MA_SPACE_INVADERS:
+        op_batch_step_rows(b, lo, hi, space_invaders_step, space_invaders_obs,
+                           space_invaders_reset);
+        break;
+    case MA_SEAQUEST:
+        op_batch_step_rows(b, lo, hi, seaquest_step_obs, ma_obs_unchanged, seaquest_reset_obs);
+        break;
+    default:
+        op_batch_step_rows(b, lo, hi, asterix_step_obs, ma_obs_unchanged, asterix_reset_obs);
+    }
+}
+
+/* Rows stepped, then packed, MA_PACK_BLOCK at a time: the rows a block just wrote are still in
+ * cache when they are read for packing (packing the whole batch after the step read them back
+ * from L3 once the step's state had pushed them out of L2: Seaquest's lists are 5 MB at 1,024
+ * rows). */
+#ifndef MA_PACK_BLOCK
+#define MA_PACK_BLOCK 32
+#endif
+
 static int64_t ma_step(ma_batch *m) {
     op_batch *b = &m->base;
     m->sticky_below = ma_threshold(m->sticky_prob);
+    if (m->packed != NULL) {
+        int64_t lo, hi, n = b->num_envs, bytes = b->obs_row_bytes;
+        int64_t packed = fs_packed_bytes(bytes), bad = op_first_invalid_action(b);
+        if (bad >= 0) return bad;
+        for (lo = 0; lo < n; lo = hi) {
+            hi = lo + MA_PACK_BLOCK < n ? lo + MA_PACK_BLOCK : n;
+            ma_step_rows(m, lo, hi);
+            fs_pack_rows(b->obs + lo * bytes, bytes, m->packed + lo * packed, hi - lo, bytes);
+        }
+        return -1;
+    }
     switch (m->game) {
     case MA_BREAKOUT:
         return op_batch_step(b, breakout_step_obs, ma_obs_unchanged, breakout_reset_obs);

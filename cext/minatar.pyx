@@ -42,12 +42,17 @@ cdef extern from "minatar.h" nogil:
         int32_t *scalars
         uint8_t *maps
         int32_t *slots
+        uint8_t *packed
     int64_t ma_step(ma_batch *m)
     void ma_reset(ma_batch *m, int reseed, uint64_t seed)
     void ma_write_obs(ma_batch *m)
     int64_t ma_step_batch(op_batch *b)
+    int64_t fs_packed_bytes(int64_t frame_bytes)
+    int fs_pack_init(int level)
 
 import numpy as np
+
+fs_pack_init(2)
 
 NO_TIME_LIMIT = 2**31 - 1
 """`max_episode_steps` that never truncates (MinAtar's games have no time limit of their own;
@@ -143,6 +148,7 @@ cdef class MinAtarKernel:
     cdef readonly object stats, recent_returns, recent_lengths, recent_head, action_set
     cdef object _buffers  # the caller's buffers, kept alive as long as the kernel
     cdef object _slot_arrays  # arrays bound by bind_slots, alive while bound
+    cdef object _packed_ring  # the ring bound by bind_packed, alive while bound
 
     def __init__(self, str game, int num_envs, actions, obs, rewards, terminated, truncated,
                  final_obs, double sticky_action_prob=0.1, bint difficulty_ramping=True,
@@ -209,6 +215,28 @@ cdef class MinAtarKernel:
         arrays; -1 is the kernel's own buffer. IndexError for a slot past an array's end."""
         if op_slots_select(&self._m.base, &self._slots, obs_slot, step_slot) < 0:
             raise IndexError(f"slot ({obs_slot}, {step_slot}) is past the bound arrays")
+
+    def bind_packed(self, ring=None):
+        """Bind a frame stack's packed ring, uint8 (slots, N, fs_packed_bytes(C * 100))
+        (operant.cext.frame_stack): each step then also writes its rows as bits into the slot
+        the stack's kernel aims this one at (`packed_target`), a block of rows at a time right
+        after stepping them. None unbinds it."""
+        self._packed_ring = None
+        self._m.packed = NULL
+        if ring is None:
+            return
+        width = fs_packed_bytes(self._m.base.obs_row_bytes)
+        if not isinstance(ring, np.ndarray) or ring.dtype != np.uint8 or ring.ndim != 3 \
+                or ring.shape[1:] != (self.num_envs, width) or not ring.flags.c_contiguous:
+            raise ValueError(f"a packed ring must be C-contiguous uint8 (slots, "
+                             f"{self.num_envs}, {width}), got {getattr(ring, 'shape', ring)}")
+        self._packed_ring = ring
+
+    def packed_target(self):
+        """Where this kernel reads the packed slot it writes next (a uint8_t ** in a capsule),
+        for a frame stack's kernel to aim at each next slot itself (operant.cext.frame_stack:
+        FrameStackKernel.aim, which keeps this kernel alive while it holds the pointer)."""
+        return PyCapsule_New(&self._m.packed, b"operant.packed_target", NULL)
 
     @property
     def obs_address(self):

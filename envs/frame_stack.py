@@ -17,15 +17,23 @@ a row, F the bytes of one observation), and nothing slides. A new episode copies
 either: each row's age in the ring says which stack positions are padding, read from the
 episode's first frame.
 
-Bytes moved per row and step: the F the kernel writes, as at k = 1; for a row whose episode
-ended, its final stack (k * F). Canonical stacks (oldest first, k * F a row) are written only
-where someone reads them: into the rollout storage's rows when a trainer binds the env
-(`bind_slots`: the bytes its copy moves at k = 1 without a ring), and into `obs` after each
-step while `live_obs` is true (the default, so `obs` is always the current stacks, as the
-contract says). A trainer's binding, or `live_obs = False` (a benchmark of what a trainer
-pays, or any consumer of the ring), also writes final stacks for truncated rows only, the ones
-a trainer bootstraps from; `obs` is then written by `step()`, `reset()` and `state_dict()`
-only, and `step()` (Gymnasium's face, a copy for the caller) writes every ended row's.
+Binary frames (a Box(0, 1) of uint8 or bool: MinAtar's) are kept in the ring as bits, a row
+F / 8 bytes rounded up to whole words (operant.cext.frame_stack, cext/frame_pack.h): MinAtar's
+kernel keeps its own observation rows by difference, so its frames have to reach the ring as a
+copy, and as bits that copy writes F / 8 bytes; its kernel packs each block of rows it has just
+stepped into the ring's slot itself (`bind_packed`), while they are in cache. Whatever reads
+the ring unpacks the same bytes.
+
+Bytes moved per row and step: the F the kernel writes, as at k = 1 (and F read and F / 8 written
+for a packed ring); for a row whose episode ended, its final stack (k * F). Canonical stacks
+(oldest first, k * F a row) are written only where someone reads them: into the rollout
+storage's rows when a trainer binds the env (`bind_slots`: the bytes its copy moves at k = 1
+without a ring), and into `obs` after each step while `live_obs` is true (the default, so `obs`
+is always the current stacks, as the contract says). A trainer's binding, or `live_obs = False`
+(a benchmark of what a trainer pays, or any consumer of the ring), also writes final stacks for
+truncated rows only, the ones a trainer bootstraps from; `obs` is then written by `step()`,
+`reset()` and `state_dict()` only, and `step()` (Gymnasium's face, a copy for the caller) writes
+every ended row's.
 """
 
 from __future__ import annotations
@@ -60,6 +68,17 @@ def stack_env(env: Any, frame_stack: int) -> Any:
     return env if depth == 1 else FrameStackEnv(env, depth)
 
 
+def _binary(space: Any) -> bool:
+    """Whether every value of `space` is 0 or 1 by its declaration (a Box of uint8 or bool
+    bounded by 0 and 1: MinAtar's frames), so a ring may keep its frames as bits."""
+    return (
+        isinstance(space, spaces.Box)
+        and space.dtype in (np.dtype(np.uint8), np.dtype(np.bool_))
+        and bool(np.all(space.low == 0))
+        and bool(np.all(space.high == 1))
+    )
+
+
 def _bytes(array: np.ndarray) -> np.ndarray:
     """A (rows, ...) C-contiguous array as (rows, bytes per row) uint8, the same memory."""
     return array.reshape(array.shape[0], -1).view(np.uint8)
@@ -76,7 +95,7 @@ class FrameStackEnv:
     binds_obs = True  # the stacks it writes into observation slots are whole
 
     def __init__(self, env: Any, depth: int):
-        from operant.cext.frame_stack import FrameStackKernel
+        from operant.cext.frame_stack import FrameStackKernel, packed_bytes
 
         inner = env.obs_spec
         if not isinstance(env.obs, np.ndarray) or not inner.shape:
@@ -95,13 +114,19 @@ class FrameStackEnv:
         rows = env.layout.num_rows
         self.obs = np.zeros((rows, *shape), dtype=inner.dtype)
         self.final_obs = np.zeros_like(self.obs)
-        self.ring = np.zeros((depth, rows, *inner.shape), dtype=inner.dtype)
         self.actions, self.rewards = env.actions, env.rewards
         self.terminated, self.truncated = env.terminated, env.truncated
         # A native env writes the ring itself; another (or one that keeps its observation
-        # rows by difference) is copied from its own buffer.
+        # rows by difference) is copied from its own buffer, as bits where its space says
+        # every value is 0 or 1.
         self.binds_slots = callable(getattr(type(env), "bind_slots", None))
         self.writes_ring = self.binds_slots and getattr(env, "binds_obs", True)
+        self.packed = not self.writes_ring and _binary(env.single_observation_space)
+        if self.packed:
+            frame = int(np.prod(inner.shape)) * np.dtype(inner.dtype).itemsize
+            self.ring = np.zeros((depth, rows, packed_bytes(frame)), dtype=np.uint8)
+        else:
+            self.ring = np.zeros((depth, rows, *inner.shape), dtype=inner.dtype)
         if self.writes_ring:
             env.bind_slots(obs=self.ring)
         self.kernel = FrameStackKernel(
@@ -112,9 +137,16 @@ class FrameStackEnv:
             env.terminated,
             env.truncated,
             _bytes(self.obs),
+            packed=self.packed,
         )
+        # A kernel that can write the ring's bits itself does, right after each block of rows
+        # it steps (MinAtar's: operant.cext.minatar.MinAtarKernel.bind_packed).
+        self.inner_packs = self.packed and callable(getattr(env, "bind_packed", None))
+        if self.inner_packs:
+            env.bind_packed(self.ring)
+            self.kernel.aim(env.kernel, env.kernel.packed_target())
         self.live_obs = True
-        self._obs_slot, self._step_slot = -1, -1
+        self._obs_slot, self._step_slot, self._selected_step = -1, -1, -1
         self._describe(env)
 
     def _describe(self, env: Any) -> None:
@@ -162,7 +194,7 @@ class FrameStackEnv:
             None if obs is None else _slot_bytes(obs),
             None if final_obs is None else _slot_bytes(final_obs),
         )
-        self._obs_slot, self._step_slot = -1, -1
+        self._obs_slot, self._step_slot, self._selected_step = -1, -1, -1
 
     def slot_selectors(self) -> tuple[Any, ...]:
         return (self.select_slots,)
@@ -174,6 +206,7 @@ class FrameStackEnv:
     def reset(self, *, seed: Any = None, options: dict[str, Any] | None = None):
         if self.binds_slots:
             self.env.select_slots(self.kernel.next_slot if self.writes_ring else -1, -1)
+            self._selected_step = -1
         self.env.reset(seed=seed, options=options)
         self.kernel.fill()
         self.kernel.write_stacks(-1)
@@ -190,10 +223,14 @@ class FrameStackEnv:
             kernel.write_stacks(self._obs_slot)
 
     def _select_ring(self) -> None:
-        """Point a native inner env's kernel at the ring's next slot (and the step slot)."""
-        if self.binds_slots:
-            obs_slot = self.kernel.next_slot if self.writes_ring else -1
-            self.env.select_slots(obs_slot, self._step_slot)
+        """Point a native inner env's kernel at the ring's next slot (and the step slot); one
+        that keeps its own observation rows only when the step slot changed (a microsecond of
+        Python a step, which for a small env was a tenth of the step)."""
+        if self.writes_ring:
+            self.env.select_slots(self.kernel.next_slot, self._step_slot)
+        elif self.binds_slots and self._step_slot != self._selected_step:
+            self.env.select_slots(-1, self._step_slot)
+            self._selected_step = self._step_slot
 
     def step(self, actions: Any) -> tuple[Any, ...]:
         """Gymnasium's vector step (SAME_STEP): the stacks, with the terminal stacks under
@@ -223,14 +260,8 @@ class FrameStackEnv:
         inner = {name: value for name, value in state.items() if name != STACK_KEY}
         self.env.load_state_dict(inner)
         np.copyto(self.obs, state[STACK_KEY])
-        rows, depth = self.obs.shape[0], self.depth
-        ring = self.ring.reshape(depth, rows, -1)
-        stacks = self.obs.reshape(rows, depth, -1)
-        oldest = self.kernel.next_slot
-        for j in range(depth):
-            ring[(oldest + j) % depth] = stacks[:, j]
         # The stacks hold their padding as frames: every position reads its own slot.
-        self.kernel.age[:] = depth - 1
+        self.kernel.load(_bytes(self.obs))
 
     def close(self, **kwargs: Any) -> None:
         self.env.close(**kwargs)

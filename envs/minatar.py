@@ -220,6 +220,12 @@ class MinAtarVectorEnv(SlotBinding, _MinAtarFace):
             else None
         )
 
+    def bind_packed(self, ring: np.ndarray | None) -> None:
+        """A frame stack's ring of packed frames (operant.envs.frame_stack): each step also
+        writes its observation rows as bits into the slot the stack aims the kernel at
+        (`kernel.packed_target()`), while the rows are still in cache. None unbinds it."""
+        self.kernel.bind_packed(ring)
+
     def shadow_check(self, steps: int) -> dict[str, Any]:
         """`operant bench env_only --validate`: a kernel like this one (same game, sticky
         actions, ramping and number of envs), checked at every one of `steps` steps against

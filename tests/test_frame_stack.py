@@ -110,6 +110,43 @@ def test_a_stacked_env_resumes_from_its_state_dict():
         np.testing.assert_array_equal(first.obs, second.obs)
 
 
+@pytest.mark.parametrize("level", [0, 1, 2])
+def test_packed_frames_are_numpys_little_endian_bits_and_unpack_to_themselves(level):
+    """cext/frame_pack.h at each of its levels (portable C, AVX2, AVX-512BW, as far as this CPU
+    has them): the ring's packed rows are np.packbits(bitorder="little") of the frames,
+    zero-padded to whole 8-byte words, for frame sizes off and on the vectors' widths."""
+    from operant.cext import frame_stack
+
+    default = frame_stack.PACK_LEVEL
+    try:
+        chosen = frame_stack.pack_level(level)
+        assert chosen <= level
+        rng = np.random.default_rng(level)
+        for size in (1, 7, 8, 31, 32, 33, 63, 64, 65, 100, 400, 700, 1000):
+            frames = (rng.random((5, size)) < 0.3).astype(np.uint8)
+            width = frame_stack.packed_bytes(size)
+            assert width % 8 == 0 and width * 8 >= size > width * 8 - 64
+            packed = np.full((5, width), 0xAB, np.uint8)
+            frame_stack.pack(frames, packed)
+            bits = np.packbits(frames, axis=1, bitorder="little")
+            expected = np.zeros((5, width), np.uint8)
+            expected[:, : bits.shape[1]] = bits
+            np.testing.assert_array_equal(packed, expected)
+            back = np.full_like(frames, 7)
+            frame_stack.unpack(packed, back)
+            np.testing.assert_array_equal(back, frames)
+    finally:
+        frame_stack.pack_level(default)
+    assert default == frame_stack.PACK_LEVEL
+
+
+def test_a_binary_frame_ring_keeps_bits_and_a_float_one_keeps_its_values():
+    breakout = make_env("MinAtar-Breakout-v1", 8, copy=False, frame_stack=4)
+    assert breakout.packed and breakout.ring.shape == (4, 8, 56)  # 400 cells: 7 words
+    cartpole = make_env("CartPole-v1", 8, copy=False, frame_stack=4, impl="reference")
+    assert not cartpole.packed and cartpole.ring.shape == (4, 8, 4)
+
+
 def test_frame_stack_0_is_refused_in_one_line():
     with pytest.raises(ConfigError, match=r"env\.frame_stack: Expected `int` >= 1"):
         load_config(None, ["env.frame_stack=0"])
