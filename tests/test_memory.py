@@ -121,8 +121,9 @@ def test_a_cgroup_limit_is_the_memory_available(tmp_path):
         ["env.num_envs=65536"],
         ["env.num_envs=32768", "ppo.num_minibatches=1"],
         ["env.num_envs=16384", "env.id=Pendulum-v1", "policy.hidden_sizes=[256, 256]"],
+        ["env.num_envs=65536", "ppo.update_impl=torch"],
     ],
-    ids=["default-65536", "one-minibatch", "pendulum-wide"],
+    ids=["default-65536", "one-minibatch", "pendulum-wide", "torch-update-65536"],
 )
 def test_the_estimate_is_within_a_factor_of_two_of_a_real_trainers_growth(words):
     result = subprocess.run(

@@ -39,7 +39,9 @@ FORWARD_COPIES = 3
 output, its activation, and the next layer's output)."""
 BACKWARD_COPIES = 3
 """Per hidden unit and minibatch sample in the update: the forward activations autograd keeps
-(pre- and post-activation) and their gradients."""
+(pre- and post-activation) and their gradients. The native update keeps none of these
+(`takes_native_update`): at 65,536 CartPole envs a real trainer grew 123 MB against the 1.13 GB
+this counted for torch (tests/test_memory.py, 2026-11-26)."""
 RUNTIME_BYTES = 400 << 20
 """The trainer process before any of this: Python, torch, numpy, Gymnasium (measured ~350 MiB
 on CPU). Counted only where those are not loaded yet."""
@@ -76,6 +78,23 @@ def size_text(size: float) -> str:
     return f"{int(size)} bytes"
 
 
+def takes_native_update(config: Any, obs_spec: Any, act_spec: Any) -> bool:
+    """Whether the run will take the native update (operant.trainer.fused: the MLP with
+    discrete actions on the CPU, unless `ppo.update_impl = "torch"`), told without building it
+    (nor importing torch)."""
+    import importlib.util
+
+    flat = len(obs_spec.shape) == 1 and str(obs_spec.dtype) == "float32"
+    return (
+        config.ppo.update_impl != "torch"
+        and act_spec.discrete
+        and config.policy.kind in ("auto", "mlp")
+        and flat
+        and config.train.device.split(":")[0] in ("cpu", "")
+        and importlib.util.find_spec("operant.cext.fused_mlp") is not None
+    )
+
+
 def estimate(
     config: Any, impl: str, obs_spec: Any, act_spec: Any, agents_per_env: int = 1
 ) -> MemoryEstimate:
@@ -98,8 +117,14 @@ def estimate(
     ) + rows * (1 + 4 * STEP_FLOAT_TENSORS + (0 if act_spec.discrete else act_bytes))
     widths = sum(config.policy.hidden_sizes) * (1 if config.policy.shared else 2)
     heads = act_spec.num_actions + 1 + act_elements  # logits or means, value, the sample
+    native = takes_native_update(config, obs_spec, act_spec)
+    # Activations per row while acting and per minibatch sample in the update: torch keeps
+    # whole layers (and autograd their gradients); the native path works through blocks of
+    # rows in a scratch of about one float per input and row besides its input.
+    forward = obs_elements + 1 if native else obs_elements + FORWARD_COPIES * widths
+    backward = obs_elements + 1 if native else BACKWARD_COPIES * widths
     # Acting: the policy's input (observations as float32), its activations, its heads.
-    acting = rows * 4 * (obs_elements + FORWARD_COPIES * widths + 2 * heads)
+    acting = rows * 4 * (forward + 2 * heads)
     batch = steps * rows
     minibatch = batch // config.ppo.num_minibatches
     # The update: the shuffled indices over the batch, one minibatch's gathered rollout, the
@@ -107,7 +132,7 @@ def estimate(
     update = (
         batch * 8
         + minibatch * (obs_bytes + 4 * obs_elements + act_bytes + 4 * ROLLOUT_FLOAT_TENSORS)
-        + minibatch * 4 * (BACKWARD_COPIES * widths + 2 * heads)
+        + minibatch * 4 * (backward + 2 * heads)
     )
     on_gpu = config.train.device.split(":")[0] not in ("cpu", "")
     device = storage + acting + update if on_gpu else 0
