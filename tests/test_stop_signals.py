@@ -360,3 +360,36 @@ def test_a_trainer_started_with_sigint_ignored_trains_through_sigint(tmp_path):
     summary = json.loads(stdout_path.read_text().splitlines()[-1])["summary"]
     assert summary["stopped_by"] == "SIGTERM"
     assert (tmp_path / "background" / "checkpoints" / "latest").exists()
+
+
+def test_a_second_ctrl_c_outside_the_session_still_names_the_checkpoint_and_run(tmp_path):
+    """A second SIGINT that lands while the stop writes its checkpoint or tears down reaches
+    operant-train's last-resort handler, not the session's: its line names the run's last
+    checkpoint and directory all the same (it was a bare "interrupted" before)."""
+    from types import SimpleNamespace
+
+    import torch  # noqa: F401  (loaded, as in any run that got as far as a checkpoint)
+
+    from operant.trainer.main import _interrupted_line
+
+    run_dir = tmp_path / "runs" / "r1"
+    checkpoints = run_dir / "checkpoints"
+    checkpoints.mkdir(parents=True)
+    for update in (3, 7):
+        (checkpoints / f"ckpt-{update:09d}.pt").write_bytes(b"")
+    (checkpoints / "latest").write_text("ckpt-000000007.pt")
+    fresh = SimpleNamespace(run_dir=None, root=tmp_path / "runs", run_id="r1")
+    line = _interrupted_line(fresh)
+    assert line == (
+        f"operant-train: interrupted; the last checkpoint is {checkpoints / 'ckpt-000000007.pt'}; "
+        f"run directory {run_dir}"
+    )
+    assert _interrupted_line(None) == "operant-train: interrupted"
+    gone = SimpleNamespace(run_dir=None, root=tmp_path / "runs", run_id="never-created")
+    assert _interrupted_line(gone) == "operant-train: interrupted"
+    (checkpoints / "latest").unlink()
+    (checkpoints / "ckpt-000000003.pt").unlink()
+    (checkpoints / "ckpt-000000007.pt").unlink()
+    assert _interrupted_line(fresh).endswith(
+        f"the last checkpoint is none; run directory {run_dir}"
+    )

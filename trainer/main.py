@@ -200,12 +200,34 @@ def main(argv: list[str] | None = None) -> int:
             print(f"operant-train: {error}", file=sys.stderr)
             return EXIT_USAGE
     except KeyboardInterrupt:
-        print("operant-train: interrupted", file=sys.stderr)
+        print(_interrupted_line(plan), file=sys.stderr)
         return EXIT_INTERRUPTED
     finally:
         signals.restore()
         if plan is not None:
             plan.release()
+
+
+def _interrupted_line(plan: Any) -> str:
+    """The line for a second Ctrl-C that landed outside the session's own handler (while the
+    stop's checkpoint was written or the run torn down): the run's last checkpoint and its
+    directory where the run has one, as the session's line names them."""
+    line = "operant-train: interrupted"
+    if plan is None:
+        return line
+    run_dir = plan.run_dir or plan.root / plan.run_id
+    if not run_dir.is_dir():
+        return line
+    last = None
+    if "torch" in sys.modules:  # the checkpoint module needs it; never imported only for this
+        from operant.shared import runs
+        from operant.trainer import checkpoint
+
+        try:
+            last = checkpoint.find_checkpoint(run_dir / runs.CHECKPOINT_DIR)
+        except checkpoint.CheckpointError:
+            last = None
+    return f"{line}; the last checkpoint is {last or 'none'}; run directory {run_dir}"
 
 
 if __name__ == "__main__":
