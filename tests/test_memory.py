@@ -19,7 +19,7 @@ from operant.trainer.config import load_config
 # Builds a Trainer of the config given by --set words, trains one update, and prints the
 # estimate and the peak resident growth over the process before the Trainer existed.
 MEASURE = """
-import json, resource, sys
+import json, sys
 import psutil, torch, numpy, gymnasium
 from operant.envs import resolve_impl
 from operant.trainer import memory, preflight
@@ -31,10 +31,16 @@ impl = resolve_impl(config.env.id, config.env.impl)
 shape = preflight.probe_env(config.env.id, impl)
 estimate = memory.estimate(config, impl, shape.obs_spec, shape.act_spec, shape.agents_per_env)
 before = psutil.Process().memory_info().rss
+# This process's own peak from here on: VmHWM reset to the current size. (getrusage's
+# ru_maxrss survives execve: it started at the pytest worker's size when this process was
+# forked, 1.4 GB late in a full run, which made small trainers' growth read 1.4 GB.)
+with open("/proc/self/clear_refs", "w") as reset:
+    reset.write("5")
 trainer = Trainer(config)
 trainer.started = 0.0
 trainer.train_update()
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+with open("/proc/self/status") as status:
+    peak = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:")) * 1024
 print(json.dumps({"estimate": estimate.total, "growth": peak - before}))
 """
 

@@ -51,7 +51,7 @@ TRAIN_CORPUS = [
     (["--set", "train.device=gpu0"], ["train.device = 'gpu0' is not a torch device"]),
     (
         ["--set", "env.num_envs=200000000"],
-        ["needs about", "TiB of memory", "env.num_envs = 200,000,000", "available", "lower"],
+        ["needs about", "of memory", "env.num_envs = 200,000,000", "available", "lower"],
     ),
     (["--env", "NoSuchEnv-v0"], ["unknown env id 'NoSuchEnv-v0'"]),
     (["--env", "somepackage_not_installed:Thing-v0"], ["cannot import", "install"]),
