@@ -67,3 +67,21 @@ def test_operant_train_refuses_a_cnn_on_a_flat_env_in_one_line(tmp_path, capsys)
     assert status == 2
     assert len(err.splitlines()) == 1
     assert "policy.kind = 'cnn' cannot read float32 (4,) observations" in err
+
+
+@pytest.mark.parametrize(
+    "batch, channels, size, kernel", [(64, 4, 10, 3), (3, 10, 10, 3), (5, 6, 7, 2)]
+)
+def test_native_patches_equal_torchs_unfold(batch, channels, size, kernel):
+    """operant.cext.im2col (the rollout's first-layer im2col for uint8 frames) writes what
+    torch's copy of the unfolded view writes, for MinAtar's 3x3 (unrolled) and another kernel."""
+    from operant.cext.im2col import patches_u8
+
+    frames = (torch.rand(batch, channels, size, size) < 0.3).to(torch.uint8) * 7
+    out = size - kernel + 1
+    cols = torch.full((batch, out, out, channels, kernel, kernel), -1.0)
+    patches_u8(frames.data_ptr(), cols.data_ptr(), batch, channels, size, size, kernel)
+    unfolded = frames.unfold(2, kernel, 1).unfold(3, kernel, 1).permute(0, 2, 3, 1, 4, 5)
+    torch.testing.assert_close(cols, unfolded.float(), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="no 3x3 patches"):
+        patches_u8(frames.data_ptr(), cols.data_ptr(), batch, channels, 2, 2, 3)
