@@ -2,9 +2,9 @@
 """Frame stacking as a ring per row: operant.envs.frame_stack's kernel.
 
 Layering: operant.envs.frame_stack.FrameStackEnv (the BatchEnv face) -> FrameStackKernel
-(this file: nogil loops of memcpy and bit packing only) over the ring and the inner env's buffers. It knows
-nothing of dtypes or shapes: a frame is `frame_bytes` bytes of the inner observation (uint8
-(C, H, W) frames, float32 (D,) vectors alike).
+(this file: nogil loops of memcpy and bit packing only) over the ring and the inner env's
+buffers. It knows nothing of dtypes or shapes: a frame is `frame_bytes` bytes of the inner
+observation (uint8 (C, H, W) frames, float32 (D,) vectors alike).
 
 The ring holds each row's last `depth` frames in `depth` slots, one slot per step for every
 row at once (all rows step together, so the rotation is global): slot `head` holds the newest
