@@ -1227,29 +1227,20 @@ static void ma_step_rows(ma_batch *m, int64_t lo, int64_t hi) {
 
 static int64_t ma_step(ma_batch *m) {
     op_batch *b = &m->base;
+    int64_t lo, hi, n = b->num_envs, bytes = b->obs_row_bytes;
+    int64_t packed = fs_packed_bytes(bytes), bad = op_first_invalid_action(b);
+    if (bad >= 0) return bad;
     m->sticky_below = ma_threshold(m->sticky_prob);
-    if (m->packed != NULL) {
-        int64_t lo, hi, n = b->num_envs, bytes = b->obs_row_bytes;
-        int64_t packed = fs_packed_bytes(bytes), bad = op_first_invalid_action(b);
-        if (bad >= 0) return bad;
-        for (lo = 0; lo < n; lo = hi) {
-            hi = lo + MA_PACK_BLOCK < n ? lo + MA_PACK_BLOCK : n;
-            ma_step_rows(m, lo, hi);
-            fs_pack_rows(b->obs + lo * bytes, bytes, m->packed + lo * packed, hi - lo, bytes);
-        }
+    if (m->packed == NULL) {
+        ma_step_rows(m, 0, n);
         return -1;
     }
-    switch (m->game) {
-    case MA_BREAKOUT:
-        return op_batch_step(b, breakout_step_obs, ma_obs_unchanged, breakout_reset_obs);
-    case MA_FREEWAY:
-        return op_batch_step(b, freeway_step_obs, ma_obs_unchanged, freeway_reset_obs);
-    case MA_SPACE_INVADERS:
-        return op_batch_step(b, space_invaders_step, space_invaders_obs, space_invaders_reset);
-    case MA_SEAQUEST:
-        return op_batch_step(b, seaquest_step_obs, ma_obs_unchanged, seaquest_reset_obs);
-    default: return op_batch_step(b, asterix_step_obs, ma_obs_unchanged, asterix_reset_obs);
+    for (lo = 0; lo < n; lo = hi) {
+        hi = lo + MA_PACK_BLOCK < n ? lo + MA_PACK_BLOCK : n;
+        ma_step_rows(m, lo, hi);
+        fs_pack_rows(b->obs + lo * bytes, bytes, m->packed + lo * packed, hi - lo, bytes);
     }
+    return -1;
 }
 
 static void ma_reset(ma_batch *m, int reseed, uint64_t seed) {
