@@ -412,6 +412,22 @@ async def test_resizes_down_to_80x24_and_below():
         assert big(app, "steps") == "123k"
 
 
+async def settled(pilot, timeout_s=10.0) -> str:
+    """The screen once it is whole and still: its footer (the last line) drawn and two reads
+    0.1 s apart the same. A fixed pause was not enough on a loaded CI machine, where a resized
+    screen had not drawn its footer after 0.3 s."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    last = None
+    while True:
+        await pilot.pause(0.1)
+        text = screen_text(pilot.app)
+        if text == last and text.splitlines()[-1].strip():
+            return text
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"the screen never settled:\n{text}")
+        last = text
+
+
 async def drawn_at(size, keys=()) -> str:
     """The screen of a monitor started at `size`, its first view drawn, after `keys`."""
     app = MonitorApp(FakeSource(make_view()))
@@ -421,8 +437,7 @@ async def drawn_at(size, keys=()) -> str:
             lambda: app.view is not None and all(curve.data for curve in app.main.query(Curve)),
         )
         await pilot.press(*keys)
-        await pilot.pause(0.3)
-        return screen_text(app)
+        return await settled(pilot)
 
 
 @pytest.mark.parametrize("keys", [(), ("r",)])
@@ -439,12 +454,10 @@ async def test_after_a_resize_nothing_of_the_old_size_stays(keys):
         await pilot.press(*keys)
         for size in ((80, 24), (123, 37), (160, 48)):
             await pilot.resize_terminal(*size)
-            await pilot.pause(0.3)
-            assert screen_text(app) == await drawn_at(size, keys), size
+            assert await settled(pilot) == await drawn_at(size, keys), size
         if keys:
             await pilot.press("escape")
-            await pilot.pause(0.3)
-            assert screen_text(app) == await drawn_at((160, 48))
+            assert await settled(pilot) == await drawn_at((160, 48))
 
 
 @pilot_test
