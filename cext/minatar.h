@@ -13,15 +13,22 @@
  * below p).
  *
  * State, structure of arrays over N envs (all int32 but the maps):
- *   scalars  (S, N)                field k of env i at k * N + i (the game's <GAME>_* names;
- *                                  field 0 is every game's last effective action)
+ *   scalars  (N, S)                field k of env i at i * S + k (the game's <GAME>_* names;
+ *                                  field 0 is every game's last effective action); numpy
+ *                                  sees (S, N), a transposed view. A step reads and writes
+ *                                  most of an env's scalars: side by side they are one stream
+ *                                  of memory over the batch, where S rows were S streams
+ *                                  (Seaquest's 18 beside the batch's own arrays): 1.16x its
+ *                                  step at N = 1,024, the other games unchanged within noise
  *   maps     (maps, N, 100)        byte maps, map m of env i at (m * N + i) * 100, row-major;
  *                                  every byte 0 or 1 (they are copied into observations)
  *   slots    (N, slots, fields)    entity slots, env i's slot k at (i * K + k) * F, its F
  *                                  fields side by side (numpy sees (fields, N, slots), a
  *                                  transposed view): an env's entities share a few cache
- *                                  lines, where a field-major layout spread a Seaquest env
- *                                  over 19 of them
+ *                                  lines. Seaquest's are (slots, N, fields) instead, slot k
+ *                                  of env i at (k * N + i) * F (SQ_SLOT): its lists are
+ *                                  nearly always short, so slot 0 of env after env is read
+ *                                  as one stream
  * Observations: uint8 (C, 10, 10) per env, channels first, 0 or 1; channel c of env i at
  * obs + i * C * 100 + c * 100 + row * 10 + col: MinAtar's (10, 10, C) bool state transposed.
  *
@@ -127,7 +134,8 @@ typedef struct {
     int64_t action_map[MA_MAX_ACTIONS];  /* action index -> MinAtar's full action code */
     double sticky_prob;        /* 0: no draw at all */
     int64_t ramping;           /* MinAtar's difficulty_ramping */
-    int32_t *scalars;          /* (S, N) */
+    int32_t *scalars;          /* (N, S): an env's scalars side by side */
+    int64_t scalars_per_env;   /* S */
     uint8_t *maps;             /* (maps, N, 100) */
     int32_t *slots;            /* (N, slots, fields) */
     uint64_t sticky_below;     /* ma_threshold(sticky_prob), set by ma_step from sticky_prob */
@@ -136,7 +144,7 @@ typedef struct {
                                   slot (cext/frame_pack.h) */
 } ma_batch;
 
-#define MA_S(m, k, i) ((m)->scalars[(int64_t)(k) * (m)->base.num_envs + (i)])
+#define MA_S(m, k, i) ((m)->scalars[(int64_t)(i) * (m)->scalars_per_env + (k)])
 #define MA_MAP(m, k, i) ((m)->maps + ((int64_t)(k) * (m)->base.num_envs + (i)) * MA_CELLS)
 /* Entry k of env i's slots (fields consecutive: entry[f] is field f), for a game whose
  * entries have `fields` fields and whose envs `per_env` entries. */
@@ -189,6 +197,23 @@ static inline int ma_any(const uint8_t *map) {
     return (any | tail) != 0;
 }
 
+/* n bytes (at least 32) set to 0 in 32-byte stores, the last one overlapping the one before
+ * where n is not a multiple of 32. GCC compiles a memset of a constant 700 or 800 bytes to
+ * `rep stos`, whose start-up is much of a clear this short: Seaquest's step took 1.18x as long
+ * with it (docs/performance.md). The empty asm keeps GCC from turning the loop back into that
+ * memset. */
+typedef uint8_t ma_v32 __attribute__((vector_size(32), aligned(1), may_alias));
+
+static inline void ma_clear(uint8_t *__restrict__ row, int64_t n) {
+    const ma_v32 zero = {0};
+    int64_t k;
+    for (k = 0; k + 32 <= n; k += 32) {
+        *(ma_v32 *)(row + k) = zero;
+        __asm__ volatile("");
+    }
+    if (k < n) *(ma_v32 *)(row + n - 32) = zero;
+}
+
 static inline int ma_count(const uint8_t *map) {
     int c, count = 0;
     for (c = 0; c < MA_CELLS; c++) count += map[c] != 0;
@@ -216,8 +241,8 @@ static inline void ma_put(uint8_t *__restrict__ o, int ch, int32_t y, int32_t x,
  *
  * MA_ALONG: the game's step keeps the row itself, `<game>_step(m, i, row, terminated)`;
  * `<game>_paint(m, i, row, v)` paints every object of the state with v. Seaquest, whose
- * objects nearly all move every step, erases all of them before its step and draws them
- * after (seaquest_step_obs). */
+ * objects nearly all move every step, clears its objects' channels after its step and draws
+ * them all again (seaquest_step_obs). */
 #define MA_RESET_OBS(game)                                                                   \
     static void game##_reset_obs(op_batch *b, int64_t i) {                                   \
         ma_batch *m = (ma_batch *)b;                                                         \
@@ -794,7 +819,12 @@ static const sq_list SQ_LIST_SUBS = {SQ_SUBS, 5, SQ_N_SUBS};
 static const sq_list SQ_LIST_DIVERS = {SQ_DIVERS, 4, SQ_N_DIVERS};
 
 #define SQ_LEN(m, i, l) MA_S(m, (l).count, i)
-#define SQ_AT(m, i, l, j, f) MA_ENTRY(m, i, j, SQ_FIELDS, SQ_CAPACITY)[(l).base + (f)]
+/* Seaquest's slots are slot-major, (SQ_CAPACITY, N, SQ_FIELDS): env i's slot j at
+ * (j * N + i) * SQ_FIELDS. Its lists are nearly always short (under random play the longest
+ * of an env's five holds about one entry on average), so a step reads slot 0 of env after env,
+ * one stream, where env-major slots put each env's slot 0 on its own 4 KB page. */
+#define SQ_SLOT(m, i, j) ((m)->slots + ((int64_t)(j) * (m)->base.num_envs + (i)) * SQ_FIELDS)
+#define SQ_AT(m, i, l, j, f) SQ_SLOT(m, i, j)[(l).base + (f)]
 
 static inline void sq_get(ma_batch *m, int64_t i, sq_list l, int j, int32_t *values) {
     int f;
@@ -978,16 +1008,43 @@ static void seaquest_enemies(ma_batch *m, int64_t i, sq_list l, int subs, int32_
     }
 }
 
+/* MinAtar's moves: left `max(0, x - 1)` facing left, right `min(9, x + 1)` facing right, up
+ * `max(0, y - 1)`, down `min(8, y + 1)`; anything else leaves the sub as it is (a loaded
+ * position off the grid too). From tables by action, without a branch: under the policies
+ * that matter the action is as good as random from env to env, and the chain of tests on it
+ * mispredicted. */
+static inline void sq_move_sub(ma_batch *m, int64_t i, int a, int32_t *sx, int32_t *sy) {
+    enum { NO = -1, LO = INT32_MIN, HI = INT32_MAX };
+    /*                                 noop left up right down fire */
+    static const int8_t dx[6] =      {0,   -1,  0, 1,    0,   0};
+    static const int8_t dy[6] =      {0,   0,   -1, 0,   1,   0};
+    static const int32_t x_lo[6] =   {LO,  0,   LO, LO,  LO,  LO};
+    static const int32_t x_hi[6] =   {HI,  HI,  HI, 9,   HI,  HI};
+    static const int32_t y_lo[6] =   {LO,  LO,  0,  LO,  LO,  LO};
+    static const int32_t y_hi[6] =   {HI,  HI,  HI, HI,  8,   HI};
+    static const int8_t facing[6] =  {NO,  0,   NO, 1,   NO,  NO};
+    int32_t or_now = MA_S(m, SQ_SUB_OR, i);
+    a = (unsigned)a < 6u ? a : 0;
+    *sx = ma_min(ma_max(*sx + dx[a], x_lo[a]), x_hi[a]);
+    *sy = ma_min(ma_max(*sy + dy[a], y_lo[a]), y_hi[a]);
+    MA_S(m, SQ_SUB_OR, i) = facing[a] == NO ? or_now : facing[a];
+}
+
 static double seaquest_step(op_batch *b, int64_t i, int *terminated) {
     ma_batch *m = (ma_batch *)b;
     int a = ma_effective_action(m, i), idx, k;
     double r = 0.0;
     int32_t sx, sy;
 
-    /* a loaded state's list lengths are clamped to the slots, so no walk leaves them */
-    for (k = SQ_N_F_BULLETS; k <= SQ_N_DIVERS; k++) {
-        int32_t n = MA_S(m, k, i);
-        if ((uint32_t)n > SQ_CAPACITY) MA_S(m, k, i) = n < 0 ? 0 : SQ_CAPACITY;
+    /* a loaded state's list lengths are clamped to the slots, so no walk leaves them (one
+     * test for the five: a negative or too large length sets a high bit of their or) */
+    if (((uint32_t)MA_S(m, SQ_N_F_BULLETS, i) | (uint32_t)MA_S(m, SQ_N_E_BULLETS, i) |
+         (uint32_t)MA_S(m, SQ_N_FISH, i) | (uint32_t)MA_S(m, SQ_N_SUBS, i) |
+         (uint32_t)MA_S(m, SQ_N_DIVERS, i)) > SQ_CAPACITY) {
+        for (k = SQ_N_F_BULLETS; k <= SQ_N_DIVERS; k++) {
+            int32_t n = MA_S(m, k, i);
+            if ((uint32_t)n > SQ_CAPACITY) MA_S(m, k, i) = n < 0 ? 0 : SQ_CAPACITY;
+        }
     }
 
     if (MA_S(m, SQ_E_SPAWN_TIMER, i) == 0) {
@@ -1007,16 +1064,8 @@ static double seaquest_step(op_batch *b, int64_t i, int *terminated) {
         shot[SQ_DIR] = MA_S(m, SQ_SUB_OR, i);
         sq_append(m, i, SQ_LIST_F_BULLETS, shot);
         MA_S(m, SQ_SHOT_TIMER, i) = SQ_SHOT_COOL_DOWN;
-    } else if (a == MA_LEFT) {
-        sx = ma_max(0, sx - 1);
-        MA_S(m, SQ_SUB_OR, i) = 0;
-    } else if (a == MA_RIGHT) {
-        sx = ma_min(9, sx + 1);
-        MA_S(m, SQ_SUB_OR, i) = 1;
-    } else if (a == MA_UP) {
-        sy = ma_max(0, sy - 1);
-    } else if (a == MA_DOWN) {
-        sy = ma_min(8, sy + 1);
+    } else {
+        sq_move_sub(m, i, a, &sx, &sy);
     }
     MA_S(m, SQ_SUB_X, i) = sx;
     MA_S(m, SQ_SUB_Y, i) = sy;
@@ -1116,36 +1165,40 @@ static double seaquest_step(op_batch *b, int64_t i, int *terminated) {
     return r;
 }
 
-/* A list's n entities painted with v, each with its trail one cell behind it where asked;
- * `entry` is the list's first entry (its x, y and direction fields at SQ_X, SQ_Y, SQ_DIR). */
-static inline void sq_paint_list(uint8_t *__restrict__ o, const int32_t *entry, int n, int ch,
-                                 int trail, uint8_t v) {
+/* A list's n entities drawn, each with its trail one cell behind it where asked; `entry` is
+ * the list's entry in slot 0 (its x, y and direction fields at SQ_X, SQ_Y, SQ_DIR), the next
+ * slot `stride` further on. */
+static inline void sq_draw_list(uint8_t *__restrict__ o, const int32_t *entry, int64_t stride,
+                                int n, int ch, int trail) {
     int j;
-    for (j = 0; j < n; j++, entry += SQ_FIELDS) {
+    for (j = 0; j < n; j++, entry += stride) {
         int32_t x = entry[SQ_X], y = entry[SQ_Y];
-        ma_put(o, ch, y, x, v);
-        if (trail) ma_put(o, SQ_CH_TRAIL, y, entry[SQ_DIR] ? x - 1 : x + 1, v);
+        ma_put(o, ch, y, x, 1);
+        if (trail) ma_put(o, SQ_CH_TRAIL, y, x + 1 - 2 * (entry[SQ_DIR] != 0), 1);
     }
 }
 
-/* Seaquest's moving objects, the sub and the lists' entities, painted with v. */
-static inline void seaquest_paint(ma_batch *m, int64_t i, uint8_t *__restrict__ o, uint8_t v) {
-    const int32_t *slot = MA_ENTRY(m, i, 0, SQ_FIELDS, SQ_CAPACITY);
+/* Seaquest's moving objects, the sub and the lists' entities, drawn into a row cleared of
+ * them. Which way an object faces is arithmetic, not a branch: it is as good as random from
+ * env to env. */
+static inline void seaquest_draw(ma_batch *m, int64_t i, uint8_t *__restrict__ o) {
+    const int32_t *slot = SQ_SLOT(m, i, 0);
+    int64_t stride = m->base.num_envs * SQ_FIELDS;
     int32_t sx = MA_S(m, SQ_SUB_X, i), sy = MA_S(m, SQ_SUB_Y, i);
-    int32_t back_x = MA_S(m, SQ_SUB_OR, i) ? sx - 1 : sx + 1;
+    int32_t back_x = sx + 1 - 2 * (MA_S(m, SQ_SUB_OR, i) != 0);
     int n_f = ma_min(SQ_CAPACITY, SQ_LEN(m, i, SQ_LIST_F_BULLETS));
     int n_e = ma_min(SQ_CAPACITY, SQ_LEN(m, i, SQ_LIST_E_BULLETS));
     int n_fish = ma_min(SQ_CAPACITY, SQ_LEN(m, i, SQ_LIST_FISH));
     int n_subs = ma_min(SQ_CAPACITY, SQ_LEN(m, i, SQ_LIST_SUBS));
     int n_divers = ma_min(SQ_CAPACITY, SQ_LEN(m, i, SQ_LIST_DIVERS));
-    ma_put(o, SQ_CH_SUB_FRONT, sy, sx, v);
+    ma_put(o, SQ_CH_SUB_FRONT, sy, sx, 1);
     /* MinAtar indexes without a bounds check: -1 is numpy's last column */
-    ma_put(o, SQ_CH_SUB_BACK, sy, back_x == -1 ? 9 : back_x, v);
-    sq_paint_list(o, slot + SQ_F_BULLETS, n_f, SQ_CH_F_BULLET, 0, v);
-    sq_paint_list(o, slot + SQ_E_BULLETS, n_e, SQ_CH_E_BULLET, 0, v);
-    sq_paint_list(o, slot + SQ_FISH, n_fish, SQ_CH_FISH, 1, v);
-    sq_paint_list(o, slot + SQ_SUBS, n_subs, SQ_CH_SUB, 1, v);
-    sq_paint_list(o, slot + SQ_DIVERS, n_divers, SQ_CH_DIVER, 1, v);
+    ma_put(o, SQ_CH_SUB_BACK, sy, back_x + 10 * (back_x == -1), 1);
+    sq_draw_list(o, slot + SQ_F_BULLETS, stride, n_f, SQ_CH_F_BULLET, 0);
+    sq_draw_list(o, slot + SQ_E_BULLETS, stride, n_e, SQ_CH_E_BULLET, 0);
+    sq_draw_list(o, slot + SQ_FISH, stride, n_fish, SQ_CH_FISH, 1);
+    sq_draw_list(o, slot + SQ_SUBS, stride, n_subs, SQ_CH_SUB, 1);
+    sq_draw_list(o, slot + SQ_DIVERS, stride, n_divers, SQ_CH_DIVER, 1);
 }
 
 /* The gauges, row 9 of their own channels, rewritten whole from the state (two short copies
@@ -1164,32 +1217,37 @@ static inline void seaquest_gauges(ma_batch *m, int64_t i, uint8_t *__restrict__
     memcpy(o + SQ_CH_DIVERS * MA_CELLS + 90, zeros_then_ones + ma_min(9, ma_max(0, divers)), 9);
 }
 
+/* Seaquest's row rewritten from the state, but for the gauges' channels above their row 9
+ * (always 0): its objects' channels cleared and drawn, the gauges copied. Nearly every object
+ * moves every step, so a step redraws them all: clearing 800 bytes costs what erasing each
+ * object where it was did (a second walk over the lists, with its branches; the same speed
+ * measured both ways), and the step needs one walk. */
+static inline void seaquest_redraw(ma_batch *m, int64_t i, uint8_t *__restrict__ o) {
+    ma_clear(o, SQ_CH_OXYGEN * MA_CELLS);
+    ma_clear(o + SQ_CH_DIVER * MA_CELLS, MA_CELLS);
+    seaquest_draw(m, i, o);
+    seaquest_gauges(m, i, o);
+}
+
 static void seaquest_obs(op_batch *b, int64_t i) {
     ma_batch *m = (ma_batch *)b;
     uint8_t *o = ma_obs_row(m, i);
     memset(o, 0, SQ_CHANNELS * MA_CELLS);
-    seaquest_paint(m, i, o, 1);
+    seaquest_draw(m, i, o);
     seaquest_gauges(m, i, o);
 }
 
 static double seaquest_step_obs(op_batch *b, int64_t i, int *terminated) {
     ma_batch *m = (ma_batch *)b;
-    uint8_t *o = ma_obs_row(m, i);
-    double r;
-    seaquest_paint(m, i, o, 0);
-    r = seaquest_step(b, i, terminated);
-    seaquest_paint(m, i, o, 1);
-    seaquest_gauges(m, i, o);
+    double r = seaquest_step(b, i, terminated);
+    seaquest_redraw(m, i, ma_obs_row(m, i));
     return r;
 }
 
 static void seaquest_reset_obs(op_batch *b, int64_t i) {
     ma_batch *m = (ma_batch *)b;
-    uint8_t *o = ma_obs_row(m, i);
-    seaquest_paint(m, i, o, 0);
     seaquest_reset(b, i);
-    seaquest_paint(m, i, o, 1);
-    seaquest_gauges(m, i, o);
+    seaquest_redraw(m, i, ma_obs_row(m, i));
 }
 
 /* ---------------------------------------------------------------------------------------- */

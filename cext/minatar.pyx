@@ -17,10 +17,12 @@ Buffers (the caller's, bound once):
 
 State (the kernel's, numpy arrays that tests, parity checks and checkpoints read and write in
 place; never rebind them), structure of arrays over envs:
-  scalars     int32 (S, N)          GAMES[game]["scalars"] names the rows
+  scalars     int32 (S, N)          GAMES[game]["scalars"] names the rows; a transposed view
+                                    of (N, S) memory (minatar.h)
   maps        uint8 (M, N, 10, 10)  GAMES[game]["maps"] (one placeholder map when M is 0)
   slots       int32 (F, N, K)       GAMES[game]["slot_fields"] x K = GAMES[game]["slots"]; a
-                                    transposed view of (N, K, F) memory (minatar.h)
+                                    transposed view of (N, K, F) memory, (K, N, F) for
+                                    Seaquest (`slot_major`, minatar.h)
   rng_state   uint64 (N,)           SplitMix64, env i's stream from (seed, index_offset + i)
 and the episode accounting every kernel has (episode_return, episode_length, stats, the
 recent_returns / recent_lengths ring and its head).
@@ -40,6 +42,7 @@ cdef extern from "minatar.h" nogil:
         double sticky_prob
         int64_t ramping
         int32_t *scalars
+        int64_t scalars_per_env
         uint8_t *maps
         int32_t *slots
         uint8_t *packed
@@ -121,6 +124,7 @@ GAMES = {
                      "sub_x", "sub_y", "sub_lr", "sub_timer", "sub_shot_timer",
                      "diver_x", "diver_y", "diver_lr", "diver_timer"),
         slots=64,
+        slot_major=True,
         minimal_actions=(0, 1, 2, 3, 4, 5),
     ),
 }
@@ -170,14 +174,21 @@ cdef class MinAtarKernel:
             &self._m.base, num_envs, 1, np.uint8, (channels, 10, 10), 0, len(action_set),
             max_episode_steps, actions, obs, rewards, terminated, truncated, final_obs,
             index_offset)
-        self.scalars = np.zeros((len(layout["scalars"]), num_envs), np.int32)
+        scalars_memory = np.zeros((num_envs, len(layout["scalars"])), np.int32)
+        self.scalars = scalars_memory.T
         self.maps = np.zeros((max(len(layout["maps"]), 1), num_envs, 10, 10), np.uint8)
-        # minatar.h keeps an env's entries together, fields side by side: (N, slots, fields)
-        # in memory, seen here as (fields, N, slots)
-        slots_memory = np.zeros((num_envs, max(layout["slots"], 1),
-                                 max(len(layout["slot_fields"]), 1)), np.int32)
-        self.slots = slots_memory.transpose(2, 0, 1)
-        cdef int32_t[:, ::1] scalars_view = self.scalars
+        # minatar.h keeps an entry's fields side by side and, for most games, an env's entries
+        # together: (N, slots, fields) in memory; Seaquest's slot by slot, (slots, N, fields)
+        # (its lists are nearly always short: slot 0 of every env is one stream). Seen here
+        # as (fields, N, slots) either way.
+        shape = (max(layout["slots"], 1), max(len(layout["slot_fields"]), 1))
+        if layout.get("slot_major"):
+            slots_memory = np.zeros((shape[0], num_envs, shape[1]), np.int32)
+            self.slots = slots_memory.transpose(2, 1, 0)
+        else:
+            slots_memory = np.zeros((num_envs, *shape), np.int32)
+            self.slots = slots_memory.transpose(2, 0, 1)
+        cdef int32_t[:, ::1] scalars_view = scalars_memory
         cdef uint8_t[:, :, :, ::1] maps_view = self.maps
         cdef int32_t[:, :, ::1] slots_view = slots_memory
         self._m.game = layout["index"]
@@ -189,6 +200,7 @@ cdef class MinAtarKernel:
         self._m.sticky_prob = sticky_action_prob
         self._m.ramping = difficulty_ramping
         self._m.scalars = &scalars_view[0, 0]
+        self._m.scalars_per_env = len(layout["scalars"])
         self._m.maps = &maps_view[0, 0, 0, 0]
         self._m.slots = &slots_view[0, 0, 0]
         self._buffers = (actions, obs, rewards, terminated, truncated, final_obs)
