@@ -396,8 +396,7 @@ async def test_resizes_down_to_80x24_and_below():
         await until(pilot, lambda: app.view is not None and app.main.query(Curve))
         for width, height in ((120, 40), (80, 24), (60, 20), (160, 48), (80, 24)):
             await pilot.resize_terminal(width, height)
-            await pilot.pause(0.1)
-            lines = screen_text(app).splitlines()
+            lines = (await settled(pilot)).splitlines()
             assert len(lines) == height and max(len(line) for line in lines) <= width
             text = "\n".join(lines)
             assert "cartpole-20250615-120000-beef" in lines[0]
