@@ -59,6 +59,33 @@ def test_the_rollout_path_computes_the_training_path(conv_channels):
     torch.testing.assert_close(policy.value(strided), values.detach())
 
 
+@pytest.mark.parametrize("conv_channels", [(16,), (8, 12)], ids=["minatar", "deeper"])
+def test_training_gradients_are_the_plain_networks(conv_channels):
+    # `heads` runs channels-last with its ReLUs in place; the same network written plainly
+    # (NCHW, out-of-place ReLUs, flattened in the same (H, W, C) order) has the same values and
+    # the same gradient for every parameter.
+    torch.manual_seed(0)
+    policy = CNNPolicy((4, 10, 10), 5, conv_channels, dense=32)
+    obs = (torch.rand(128, 4, 10, 10) < 0.2).to(torch.uint8)
+
+    def plain(obs):
+        x = obs.float()
+        for conv in policy.convs:
+            x = torch.relu(torch.nn.functional.conv2d(x, conv.weight, conv.bias))
+        x = torch.relu(policy.dense(x.permute(0, 2, 3, 1).reshape(x.shape[0], -1)))
+        return policy.actor(x), policy.critic(x).squeeze(-1)
+
+    grads = []
+    for heads in (policy.heads, plain):
+        policy.zero_grad()
+        logits, values = heads(obs)
+        (torch.log_softmax(logits, -1)[:, 1].sum() + values.square().sum()).backward()
+        grads.append([parameter.grad.clone() for parameter in policy.parameters()])
+    for ours, reference in zip(*grads):
+        torch.testing.assert_close(ours, reference, rtol=1e-5, atol=1e-6)
+    assert any(grad.abs().sum() > 0 for grad in grads[0])
+
+
 def test_operant_train_refuses_a_cnn_on_a_flat_env_in_one_line(tmp_path, capsys):
     from operant.trainer.main import main
 
