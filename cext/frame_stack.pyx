@@ -93,6 +93,20 @@ def unpack(const uint8_t[:, ::1] packed, uint8_t[:, ::1] out):
 import numpy as np
 
 
+cdef inline bint _any_set(const uint8_t *flags, int64_t rows) noexcept nogil:
+    """Whether any of `rows` flag bytes is nonzero, eight at a time."""
+    cdef uint64_t word, seen = 0
+    cdef int64_t row = 0
+    while row + 8 <= rows:
+        memcpy(&word, flags + row, 8)
+        seen |= word
+        row += 8
+    while row < rows:
+        seen |= flags[row]
+        row += 1
+    return seen != 0
+
+
 cdef class FrameStackKernel:
     cdef uint8_t[:, :, ::1] _ring
     cdef uint8_t[:, ::1] _source, _final_frame, _final_stack
@@ -245,32 +259,30 @@ cdef class FrameStackKernel:
         self._advance(True)
         cdef int64_t row, j, back, size = self.frame_bytes, head = self.head
         cdef int64_t depth = self.depth, oldest = depth - 1, count = self._count
+        cdef int64_t rows = self.rows
         cdef const uint8_t *ended = &terminated[flag_slot, 0]
         cdef const uint8_t *cut = &truncated[flag_slot, 0]
-        cdef uint64_t word_ended, word_cut
+        cdef int64_t *start = &self._start[0]
         with nogil:
-            row = -1
-            while row + 1 < self.rows:
-                row += 1
-                # eight rows at a time while none of them ended (most steps end none)
-                if row % 8 == 0 and row + 8 <= self.rows:
-                    memcpy(&word_ended, ended + row, 8)
-                    memcpy(&word_cut, cut + row, 8)
-                    if not (word_ended | word_cut):
-                        row += 7
+            # Final stacks first (they read the ended episode's start), and only when a row
+            # needs one: a trainer's step truncates no row nearly always.
+            if _any_set(cut, rows) or (every_end and _any_set(ended, rows)):
+                for row in range(rows):
+                    if not (cut[row] or (every_end and ended[row])):
                         continue
-                if not (ended[row] | cut[row]):
-                    continue
-                if every_end or truncated[flag_slot, row]:
                     # The ended episode's frames are 1 .. age + 1 steps back from the head (its
                     # age before this step's frame: count - 1 - start, at most depth - 1).
                     for j in range(oldest):
-                        back = min(oldest - j, count - self._start[row])
+                        back = min(oldest - j, count - start[row])
                         self._frame(&final_stacks[final_slot, row, j * size],
                                     (head - back + depth) % depth, row)
                     memcpy(&final_stacks[final_slot, row, oldest * size],
                            &self._final_frame[row, 0], size)
-                self._start[row] = count
+            # Then every row that ended starts its episode here: without a branch per row
+            # (a tenth of a random Breakout batch ends each step, unpredictably: the branchy
+            # loop was 4.5% of a k = 4 step, perf, 2026-11-26).
+            for row in range(rows):
+                start[row] += (count - start[row]) & -<int64_t>((ended[row] | cut[row]) != 0)
 
     def write_stacks(self, int64_t slot):
         """Every row's stack, oldest frame first, into slot `slot` of the bound stacks (-1:
