@@ -137,7 +137,7 @@ typedef struct {
     int32_t *scalars;          /* (N, S): an env's scalars side by side */
     int64_t scalars_per_env;   /* S */
     uint8_t *maps;             /* (maps, N, 100) */
-    int32_t *slots;            /* (N, slots, fields) */
+    int32_t *slots;            /* (N, slots, fields); Seaquest's (slots, N, fields) */
     uint64_t sticky_below;     /* ma_threshold(sticky_prob), set by ma_step from sticky_prob */
     uint8_t *packed;           /* NULL, or where each step also writes its rows as bits
                                   (N, fs_packed_bytes(obs_row_bytes)): a frame stack's ring
