@@ -201,13 +201,19 @@ def test_sigkill_at_random_moments_never_leaves_a_broken_checkpoint(server, whol
     resumed_at, leftovers, lost, resumes = 0, 0, [], 0
     for trial in range(trials):
         pid = server.start(killed_args, tmp_path / f"trial{trial}")
-        if trial % 2:
-            # Every other kill comes after the start-up, however loaded the machine (two
-            # test workers beside other work made start-ups outlast the random moment).
+        # Every other kill comes after the start-up, however loaded the machine (two test
+        # workers beside other work made start-ups outlast the random moment): with a
+        # checkpoint to resume from, once the start says it resumed (the progress log may
+        # already hold the one update past the checkpoint that the last kill lost, so its
+        # length alone did not show a finished start-up: CI once counted 10 resumes of 24
+        # trials); without one, once the run logs an update.
+        after_start_up = trial % 2 == 1
+        if after_start_up:
             settled = time.monotonic() + 30
             while time.monotonic() < settled and not (
                 (server.stderr.exists() and "resumed at update" in server.stderr.read_text())
-                or len(progress(run_dir)) > resumed_at
+                if resumed_at
+                else len(progress(run_dir)) > 0
             ):
                 time.sleep(0.002)
         # A random moment, but soon enough that 24 trials stay within the run's budget.
@@ -223,6 +229,8 @@ def test_sigkill_at_random_moments_never_leaves_a_broken_checkpoint(server, whol
         if match:
             assert int(match.group(1)) == resumed_at
             resumes += 1
+        else:
+            assert not (after_start_up and resumed_at), f"trial {trial} did not resume"
         files = checkpoint.checkpoint_files(checkpoints)
         for path in files:  # every complete-named file is whole and verifies
             payload = checkpoint_format.load(path)
@@ -237,7 +245,7 @@ def test_sigkill_at_random_moments_never_leaves_a_broken_checkpoint(server, whol
         assert 0 <= len(records) - newest <= 1, (trial, len(records), newest)
         assert newest >= resumed_at
         resumed_at = newest
-    assert 0 < resumed_at < updates and resumes >= trials // 2
+    assert 0 < resumed_at < updates and resumes > 0
 
     code, _, err = server.run(killed_args, tmp_path / "final")
     assert code == 0, err
