@@ -22,7 +22,7 @@ Two paths compute the same function:
   (tests/test_rollout_alloc.py).
 In both, a first layer over sparse uint8 frames on the host (MinAtar's: a few percent of cells
 set) runs from the set cells instead (operant.trainer.sparse_conv, an autograd Function in
-`heads`, into the workspace in the rollout): the same function to float32 rounding, 1.17x the
+`heads`, into the workspace in the rollout): the same function to float32 rounding, about 1.16x the
 trainer's steps/s on Breakout (docs/performance.md).
 Feature maps in the rollout path are laid out (B, H, W, channels); `heads` flattens its conv
 output in the same order, so both paths feed the dense layer the same vector.
