@@ -13,8 +13,8 @@ from libc.stdint cimport int64_t, uint8_t, uintptr_t
 cdef extern from "sparse_conv.h" nogil:
     ctypedef struct sc_shape:
         int64_t batch, channels, height, width, kernel, out_channels
-    void sc_transpose_weight(const float *weight, float *weight_t, const sc_shape *s)
-    void sc_untranspose_weight(const float *weight_t, float *weight, const sc_shape *s)
+    void sc_transpose(const float *src, float *dst, int64_t rows, int64_t cols)
+    int64_t sc_weight_rows(const sc_shape *s)
     void sc_forward(const uint8_t *frames, const float *weight_t, const float *bias, float *out,
                     const sc_shape *s)
     void sc_backward(const uint8_t *frames, const float *out, const float *grad,
@@ -44,7 +44,7 @@ def forward(uintptr_t frames, uintptr_t weight, uintptr_t bias, uintptr_t weight
     """ReLU(conv(frames)) into `out` (B, H', W', O); `weight_t` is (C, k, k, O) scratch."""
     cdef sc_shape s = _shape(batch, channels, height, width, kernel, out_channels)
     with nogil:
-        sc_transpose_weight(<const float *>weight, <float *>weight_t, &s)
+        sc_transpose(<const float *>weight, <float *>weight_t, out_channels, sc_weight_rows(&s))
         sc_forward(<const uint8_t *>frames, <const float *>weight_t, <const float *>bias,
                    <float *>out, &s)
 
@@ -60,7 +60,8 @@ def backward(uintptr_t frames, uintptr_t out, uintptr_t grad, uintptr_t grad_wei
     with nogil:
         sc_backward(<const uint8_t *>frames, <const float *>out, <const float *>grad,
                     <float *>grad_weight_t, <float *>grad_bias, <float *>masked, &s)
-        sc_untranspose_weight(<const float *>grad_weight_t, <float *>grad_weight, &s)
+        sc_transpose(<const float *>grad_weight_t, <float *>grad_weight, sc_weight_rows(&s),
+                     out_channels)
 
 
 def count_nonzero(uintptr_t data, int64_t n):
