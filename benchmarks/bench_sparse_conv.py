@@ -2,7 +2,7 @@
 torch's convolution, on real MinAtar frames, one thread.
 
     python benchmarks/bench_sparse_conv.py                 # the layer alone, 1,024 frames
-    python benchmarks/bench_sparse_conv.py --trainer 3     # operant bench trainer, alternated
+    python benchmarks/bench_sparse_conv.py --trainer 3 [--records DIR]  # bench trainer, alternated
 
 The layer alone: forward and backward of ReLU(conv) at 1,024 frames a random policy saw,
 rounds alternating the two ways, each figure the median of the rounds, with the Trainer's
@@ -10,7 +10,8 @@ malloc settings (operant.trainer.allocator). `--trainer PAIRS` runs
 `operant bench trainer --config configs/minatar/<game>.toml --seeds 1,2,3 --total-steps 81920`
 PAIRS times each way, alternating, in this process (the torch way by making
 `sparse_conv.applies` return False), and prints each run's steps/s, phases and share of the
-arithmetic bound.
+arithmetic bound; `--records DIR` keeps each run's JSON record there
+(pair<k>-<sparse|torch>.json).
 """
 
 from __future__ import annotations
@@ -79,19 +80,20 @@ def layer(game: str, rounds: int) -> None:
     )
 
 
-def trainer(game: str, pairs: int) -> None:
+def trainer(game: str, pairs: int, records: str | None) -> None:
     from operant.cli import main
 
     real = sparse_conv.applies
     for pair in range(pairs):
         for way in ("sparse", "torch"):
             sparse_conv.applies = real if way == "sparse" else (lambda *_: False)
-            with tempfile.NamedTemporaryFile(suffix=".json") as record:
+            with tempfile.TemporaryDirectory() as scratch:
+                record = os.path.join(records or scratch, f"pair{pair + 1}-{way}.json")
                 argv = ["bench", "trainer", "--config", f"configs/minatar/{game}.toml"]
-                argv += ["--seeds", "1,2,3", "--total-steps", "81920", "--output", record.name]
+                argv += ["--seeds", "1,2,3", "--total-steps", "81920", "--output", record]
                 if main(argv) != 0:
                     raise SystemExit(f"operant bench trainer failed ({way}, pair {pair + 1})")
-                with open(record.name) as written:
+                with open(record) as written:
                     summary = json.load(written)["summary"]
             phases = summary["phase_s_mean"]
             print(
@@ -107,11 +109,14 @@ def main() -> int:
     parser.add_argument("--game", default="Breakout")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--trainer", type=int, metavar="PAIRS", default=0)
+    parser.add_argument("--records", metavar="DIR", help="keep the trainer runs' JSON records")
     args = parser.parse_args()
     torch.set_num_threads(1)
     keep_freed_memory()  # as the Trainer does: freed feature maps are reused, not faulted in
     if args.trainer:
-        trainer(args.game, args.trainer)
+        if args.records:
+            os.makedirs(args.records, exist_ok=True)
+        trainer(args.game, args.trainer, args.records)
     else:
         layer(args.game, args.rounds)
     return 0
