@@ -121,6 +121,7 @@ def test_native_patches_equal_torchs_unfold(batch, channels, size, kernel):
         (9, 10, 10, 10, 32, 3, 0.05, 1),  # Seaquest's channels, the deeper option's first layer
         (5, 3, 7, 11, 12, 2, 0.2, 9),  # not square, another kernel, 12 channels, values > 1
         (4, 2, 12, 5, 8, 4, 0.15, 255),
+        (6, 4, 10, 10, 24, 3, 0.1, 1),  # 16 channels a vector, then 8, in every pass
         (3, 2, 5, 5, 5, 3, 0.0, 1),  # empty frames: bias and ReLU only
     ],
 )

@@ -93,10 +93,35 @@ class FlatAdam(nn.Module):
         self.exp_avg_sq.mul_(self.beta2).addcmul_(grad, grad, value=1 - self.beta2)
         bias_correction1 = 1 - self.beta1**self.steps
         bias_correction2_sqrt = math.sqrt(1 - self.beta2**self.steps)
-        denom = (self.exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(self.eps)
+        floor = _invisible_below(self.eps, bias_correction2_sqrt)
+        if floor is None:
+            denom = (self.exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(self.eps)
+        else:
+            denom = self.exp_avg_sq.clamp_min(floor).sqrt_().div_(bias_correction2_sqrt)
+            denom.add_(self.eps)
         self.param.addcdiv_(self.exp_avg, denom, value=-self.lr / bias_correction1)
 
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
         result = super().load_state_dict(state_dict, strict=strict, assign=assign)
         self.steps = int(self.step_count)
         return result
+
+
+# The smallest normal float32 times two: a floor at or above it keeps sqrt's input normal.
+_NORMAL = 2.0**-125
+
+
+def _invisible_below(eps: float, bias_correction2_sqrt: float) -> float | None:
+    """A floor for the second moment under which Adam's denominator is `eps` exactly, or None
+    where no normal float32 is such a floor.
+
+    torch's float32 sqrt takes a slow path for zeros and subnormals, about 10x its speed on
+    normal numbers (the moments of weights whose input never fires stay 0: 30% of the CNN's
+    dense layer on Breakout, 225 against 47 us a step). Raising every second moment below
+    the floor to the floor changes no denominator: for v <= floor, sqrt(v) / b <=
+    eps * 2**-27, which eps absorbs in the sum (its half ulp exceeds eps * 2**-25), so the
+    denominator is eps before and after, bit for bit (tests/test_flat.py)."""
+    if not eps > 0.0:
+        return None
+    floor = (eps * 2.0**-27 * bias_correction2_sqrt) ** 2
+    return floor if floor >= _NORMAL else None
