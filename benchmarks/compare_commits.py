@@ -3,6 +3,7 @@
 so that the drift of a shared VM's speed falls on both alike.
 
     python benchmarks/compare_commits.py BASE_VENV NEW_VENV [--rounds 5] [--out DIR]
+    python benchmarks/compare_commits.py BASE_VENV NEW_VENV --minatar Breakout [--rounds 5]
 
 Each venv is an install of one commit (`git worktree add DIR COMMIT`, then a venv in it with
 `pip install torch==2.13.0` and `pip install -e .`). Per round and install: `operant bench
@@ -10,6 +11,9 @@ trainer` with the default and the throughput CartPole configs (seeds 1,2,3, no c
 the configs' targets: a run stops once solved), and `operant bench env_only` of the native
 CartPole kernel at N = 4096. Reported: each install's median steps/s over rounds, and the
 median of the per-round ratios NEW / BASE (a ratio above 1 means NEW is faster).
+`--minatar GAME` compares the CNN trainer instead: `operant bench trainer --config
+configs/minatar/GAME.toml --seeds 1,2,3 --total-steps 81920` per round and install, with its
+bounds, and reports each run's share of the arithmetic bound beside its steps/s.
 """
 
 from __future__ import annotations
@@ -54,20 +58,32 @@ BENCHES = {
 }
 
 
+def _minatar(game: str) -> dict[str, list[str]]:
+    config = f"configs/minatar/{game}.toml"
+    args = ["trainer", "--config", config, "--seeds", "1,2,3", "--total-steps", "81920"]
+    return {f"trainer {game}": args}
+
+
+def _arithmetic_share(record: dict) -> float | None:
+    bound = record.get("arithmetic_bound") or {}
+    return bound.get("fraction")
+
+
 def _median_sps(record: dict) -> float:
     if record["mode"] == "trainer":
         return float(record["summary"]["sps"]["median"])
     return float(record["results"][0]["native"]["median"])
 
 
-def _run(venv: Path, bench: list[str], out: Path) -> float:
+def _run(venv: Path, bench: list[str], out: Path) -> tuple[float, float | None]:
     subprocess.run(
         [str(venv / "bin" / "operant"), "bench", *bench, "--output", str(out)],
         check=True,
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
     )
-    return _median_sps(json.loads(out.read_text()))
+    record = json.loads(out.read_text())
+    return _median_sps(record), _arithmetic_share(record)
 
 
 def main() -> int:
@@ -76,16 +92,21 @@ def main() -> int:
     parser.add_argument("new", type=Path)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", type=Path, default=Path("/tmp/operant-compare"))
+    parser.add_argument("--minatar", metavar="GAME", help="compare the CNN trainer on GAME")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    results: dict[str, dict[str, list[float]]] = {name: {"base": [], "new": []} for name in BENCHES}
+    benches = _minatar(args.minatar) if args.minatar else BENCHES
+    results = {name: {"base": [], "new": []} for name in benches}
+    shares: dict[str, dict[str, list]] = {name: {"base": [], "new": []} for name in benches}
     for round_index in range(args.rounds):
         order = ("base", "new") if round_index % 2 == 0 else ("new", "base")
-        for name, bench in BENCHES.items():
+        for name, bench in benches.items():
             for side in order:
                 venv = args.base if side == "base" else args.new
                 out = args.out / f"{name.replace(' ', '_')}-{side}-{round_index}.json"
-                results[name][side].append(_run(venv, bench, out))
+                sps, share = _run(venv, bench, out)
+                results[name][side].append(sps)
+                shares[name][side].append(share)
         print(f"round {round_index + 1}/{args.rounds} done", file=sys.stderr, flush=True)
     summary = {}
     for name, sides in results.items():
@@ -97,6 +118,11 @@ def main() -> int:
             "ratios": [round(r, 4) for r in ratios],
             **sides,
         }
+        if args.minatar:
+            summary[name]["arithmetic_bound_share"] = {
+                side: {"median": statistics.median(values), "runs": values}
+                for side, values in shares[name].items()
+            }
     print(json.dumps(summary, indent=2))
     return 0
 

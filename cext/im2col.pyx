@@ -1,5 +1,6 @@
 # cython: boundscheck=False, wraparound=False
-"""The CNN policy's rollout im2col for uint8 frames (operant.trainer.cnn_policy).
+"""The CNN policy's rollout im2col for uint8 frames (operant.trainer.cnn_policy), and the
+transposes of its dense layer's weight (operant.trainer.dense_layer).
 
 `patches_u8` writes, for every frame b and output position (y, x), the k x k receptive field of
 every channel, converted to float32: out[b, y, x, c, i, j] = frames[b, c, y + i, x + j], the
@@ -13,6 +14,7 @@ of the tensors). No GIL.
 """
 
 from libc.stdint cimport int64_t, uint8_t, uintptr_t
+from libc.string cimport memcmp, memcpy
 
 
 cdef void _patches(const uint8_t *frames, float *out, int64_t batch, int64_t channels,
@@ -56,3 +58,42 @@ def patches_u8(uintptr_t frames, uintptr_t out, int64_t batch, int64_t channels,
                          f"({channels}, {height}, {width})")
     with nogil:
         _patches(<const uint8_t *>frames, <float *>out, batch, channels, height, width, kernel)
+
+
+cdef void _transpose(const float *src, float *dst, int64_t rows, int64_t cols) noexcept nogil:
+    # 32 x 32 tiles: a tile's source rows and destination rows both stay in L1.
+    cdef int64_t r0, c0, r, c, r_end, c_end
+    for r0 in range(0, rows, 32):
+        r_end = min(r0 + 32, rows)
+        for c0 in range(0, cols, 32):
+            c_end = min(c0 + 32, cols)
+            for r in range(r0, r_end):
+                for c in range(c0, c_end):
+                    dst[c * rows + r] = src[r * cols + c]
+
+
+def refresh_transposed(uintptr_t weight, uintptr_t seen, uintptr_t transposed, int64_t rows,
+                       int64_t cols):
+    """Keep `transposed` (cols, rows) equal to the C-contiguous float32 (rows, cols) `weight`
+    transposed, where `seen` (rows, cols) holds the weight it was last made from: compares
+    the weight's bytes with `seen` and, only where they differ, copies the weight into `seen`
+    and transposes it again. Returns whether it did. The comparison is exact (bytes), so a
+    weight changed any way at all (an optimiser step, a checkpoint, a broadcast) is seen."""
+    if rows < 0 or cols < 0:
+        raise ValueError(f"no ({rows}, {cols}) weight")
+    cdef size_t size = <size_t>(rows * cols) * sizeof(float)
+    cdef bint changed
+    with nogil:
+        changed = memcmp(<const void *>weight, <const void *>seen, size) != 0
+        if changed:
+            memcpy(<void *>seen, <const void *>weight, size)
+            _transpose(<const float *>weight, <float *>transposed, rows, cols)
+    return changed
+
+
+def transpose(uintptr_t src, uintptr_t dst, int64_t rows, int64_t cols):
+    """dst (cols, rows) = src (rows, cols) transposed, both C-contiguous float32."""
+    if rows < 0 or cols < 0:
+        raise ValueError(f"no ({rows}, {cols}) matrix")
+    with nogil:
+        _transpose(<const float *>src, <float *>dst, rows, cols)

@@ -59,6 +59,50 @@ def test_the_rollout_path_computes_the_training_path(conv_channels):
     torch.testing.assert_close(policy.value(strided), values.detach())
 
 
+def test_the_rollout_sees_every_change_of_the_dense_weight():
+    """The rollout multiplies by a transposed copy of the dense weight, made again when the
+    weight's bytes change: in place through the flat buffer (an optimiser step), by a state
+    dict (a checkpoint), or in one element only."""
+    from operant.trainer.flat import FlatParameters
+
+    torch.manual_seed(0)
+    policy = CNNPolicy((4, 10, 10), 5)
+    flat = FlatParameters(policy)
+    obs = (torch.rand(64, 4, 10, 10) < 0.1).to(torch.uint8)
+
+    def agrees() -> None:
+        with torch.no_grad():
+            expected = policy.heads(obs)[1]
+        torch.testing.assert_close(policy.value(obs), expected)
+
+    agrees()
+    with torch.no_grad():
+        flat.param.add_(torch.randn_like(flat.param) * 1e-2)  # what FlatAdam's step does
+    agrees()
+    state = {k: v.clone() for k, v in policy.state_dict().items()}
+    state["dense.weight"] = torch.randn_like(state["dense.weight"])
+    policy.load_state_dict(state)
+    agrees()
+    with torch.no_grad():
+        policy.dense.weight[7, 300] += 5.0
+    agrees()
+
+
+def test_refresh_transposed_copies_only_on_a_change():
+    from operant.cext.im2col import refresh_transposed
+
+    weight = torch.randn(37, 70)
+    seen = torch.full_like(weight, float("nan"))
+    transposed = torch.empty(70, 37)
+    args = (weight.data_ptr(), seen.data_ptr(), transposed.data_ptr(), 37, 70)
+    assert refresh_transposed(*args) is True
+    assert torch.equal(transposed, weight.t()) and torch.equal(seen, weight)
+    assert refresh_transposed(*args) is False
+    weight[36, 69] = -weight[36, 69]
+    assert refresh_transposed(*args) is True
+    assert torch.equal(transposed, weight.t())
+
+
 @pytest.mark.parametrize("conv_channels", [(16,), (8, 12)], ids=["minatar", "deeper"])
 def test_training_gradients_are_the_plain_networks(conv_channels):
     # `heads` runs channels-last with its ReLUs in place; the same network written plainly

@@ -24,6 +24,8 @@ In both, a first layer over sparse uint8 frames on the host (MinAtar's: a few pe
 set) runs from the set cells instead (operant.trainer.sparse_conv, an autograd Function in
 `heads`, into the workspace in the rollout): the same function to float32 rounding, about 1.16x the
 trainer's steps/s on Breakout (docs/performance.md).
+Both multiply by the dense layer's weight transposed into a contiguous copy, which MKL
+multiplies faster than the transposed view (operant.trainer.dense_layer).
 Feature maps in the rollout path are laid out (B, H, W, channels); `heads` flattens its conv
 output in the same order, so both paths feed the dense layer the same vector.
 """
@@ -38,7 +40,7 @@ from torch import nn
 from torch.nn import functional
 
 from operant.envs.contract import ActSpec, ObsSpec
-from operant.trainer import sparse_conv
+from operant.trainer import dense_layer, sparse_conv
 from operant.trainer.config import Config, ConfigError
 from operant.trainer.policies import WorkspaceHeadsPolicy, register_policy
 from operant.trainer.sampling import categorical_workspace
@@ -115,7 +117,7 @@ class CNNPolicy(WorkspaceHeadsPolicy):
             x = functional.relu_(conv(x))
         # (B, C, H, W) -> (B, H, W, C) order, as the rollout path lays its feature maps out.
         x = x.permute(0, 2, 3, 1).reshape(x.shape[0], -1)
-        x = functional.relu_(self.dense(x))
+        x = functional.relu_(dense_layer.dense(x, self.dense))
         return self.actor(x), self.critic(x).squeeze(-1)
 
     # -- the rollout path (act, value: WorkspaceHeadsPolicy): no allocation after the first
@@ -142,6 +144,13 @@ class CNNPolicy(WorkspaceHeadsPolicy):
                     (first.in_channels, KERNEL, KERNEL, first.out_channels)
                 )
                 workspace["dense"] = empty((batch, self.dense.out_features))
+                weight = self.dense.weight
+                # NaN in both until the first refresh: no weight's bytes match the copy's
+                # unless the copy already is that weight transposed.
+                workspace["dense_seen"] = torch.full_like(weight, math.nan)
+                workspace["dense_t"] = torch.full(
+                    (weight.shape[1], weight.shape[0]), math.nan, device=obs.device
+                )
                 workspace["values"] = empty((batch, 1))
             self._workspaces[key] = workspace
         return workspace
@@ -177,7 +186,10 @@ class CNNPolicy(WorkspaceHeadsPolicy):
             x = features.view(batch, height, width, -1).permute(0, 3, 1, 2)
         flat = workspace[f"conv{len(self.convs) - 1}"].view(batch, -1)
         dense = self.dense
-        x = torch.addmm(dense.bias, flat, dense.weight.t(), out=workspace["dense"]).relu_()
+        weight_t = dense_layer.transposed_for_rollout(
+            dense.weight, workspace["dense_t"], workspace["dense_seen"]
+        )
+        x = torch.addmm(dense.bias, flat, weight_t, out=workspace["dense"]).relu_()
         logits = torch.addmm(self.actor.bias, x, self.actor.weight.t(), out=workspace["logits"])
         values = torch.addmm(self.critic.bias, x, self.critic.weight.t(), out=workspace["values"])
         return logits, values.view(-1)
