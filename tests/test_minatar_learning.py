@@ -10,6 +10,14 @@ twice as long with twice the epochs and asserts against random play's spread: un
 average 0.49 an episode (3,000 episodes, 64 envs, seed 0; standard deviation 0.86), and none of
 that run's thirty 100-episode windows reached 0.70 (they range 0.26-0.67); the three seeds
 end at 0.84 / 0.83 / 1.08, 4 standard errors above random play.
+
+Freeway's and Asterix's budgets were raised on 2026-11-27, when a change of float32 rounding
+in the update (the same function, docs/performance.md) left seed 1 of both below its bar at
+the old budgets: at 98,304 steps Freeway learns to cross in some seeds and not in others
+(seeds 1-5: 0.14 / 2.38 / 0.42 / 0.76 / 0.00, and 1.16 / 2.20 / 1.49 / 0.13 / 0.03 with the
+earlier rounding), Asterix at 131,072 sat near its bar (0.64). At 163,840 steps Freeway's
+seeds 1-5 reach 1.76 / 2.30 / 2.37 / 2.28 / 2.18, and at 196,608 Asterix's 1.25 / 1.45 / 1.43 /
+1.91 / 1.05: every seed clear of the bar, so the test does not depend on one seed's luck.
 """
 
 from __future__ import annotations
@@ -37,7 +45,8 @@ CASES = {
     "SpaceInvaders": (FAST, 6.5),
     # random 0.15; trained 0.87 / 0.90 / 1.05
     "Seaquest": (FAST, 0.5),
-    # (200-frame episodes) random 0.07; trained 1.23 / 2.05 / 2.17
+    # (200-frame episodes) random 0.07; trained (seeds 1-5, 2026-11-27) 1.76 / 2.30 / 2.37 /
+    # 2.28 / 2.18
     "Freeway": (
         [
             *FAST,
@@ -45,12 +54,13 @@ CASES = {
             "ppo.update_epochs=4",
             "ppo.learning_rate=1e-3",
             "ppo.gamma=0.95",
-            "train.total_steps=98304",
+            "train.total_steps=163840",
         ],
         0.8,
     ),
-    # random 0.49 (100-episode windows 0.26-0.67); trained 0.84 / 0.83 / 1.08
-    "Asterix": ([*FAST, "ppo.update_epochs=4", "train.total_steps=131072"], 0.7),
+    # random 0.49 (100-episode windows 0.26-0.67); trained (seeds 1-5, 2026-11-27) 1.25 /
+    # 1.45 / 1.43 / 1.91 / 1.05
+    "Asterix": ([*FAST, "ppo.update_epochs=4", "train.total_steps=196608"], 0.7),
 }
 
 

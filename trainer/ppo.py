@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from operant.shared.record import PPOStatistics
+from operant.trainer import ppo_loss
 from operant.trainer.config import PPOConfig
 from operant.trainer.flat import FlatAdam, FlatParameters
 
@@ -247,9 +248,20 @@ def _torch_epoch(
     Returns the minibatches stepped."""
     e_obs, e_actions, e_logprobs, e_advantages, e_returns, e_values = epoch_batch
     need_entropy_grad = config.ent_coef > 0
+    fused = ppo_loss.applies(policy, e_obs)
     count = 0
     for start in range(0, e_obs.shape[0], minibatch_size):
         mb = slice(start, start + minibatch_size)
+        if fused:  # the loss over the heads in one native call (operant.trainer.ppo_loss)
+            logits, value = policy.heads(e_obs[mb])
+            rest = (e_actions[mb], e_logprobs[mb], e_advantages[mb], e_returns[mb], e_values[mb])
+            moment = None if moments is None else moments[count]
+            loss, statistics = ppo_loss.losses(config, logits, value, rest, moment)
+            _step(flat, optimizer, config, loss, group)
+            if keep_stats:
+                sums += statistics
+            count += 1
+            continue
         logprob, entropy, value = policy.evaluate(
             e_obs[mb], e_actions[mb], entropy=need_entropy_grad
         )
@@ -267,12 +279,7 @@ def _torch_epoch(
         loss = policy_loss + config.vf_coef * value_loss
         if need_entropy_grad:
             loss = loss - config.ent_coef * entropy.mean()
-        flat.zero_grad()
-        loss.backward()
-        if group is not None:
-            group.average_(flat.grad)
-        flat.clip_grad_norm_(config.max_grad_norm)
-        optimizer.step()
+        _step(flat, optimizer, config, loss, group)
         if keep_stats:
             with torch.no_grad():
                 if entropy is None:
@@ -282,6 +289,18 @@ def _torch_epoch(
                 )
         count += 1
     return count
+
+
+def _step(
+    flat: FlatParameters, optimizer: FlatAdam, config: PPOConfig, loss: torch.Tensor, group: Any
+) -> None:
+    """The minibatch's gradient (averaged over the ranks), clipped and applied."""
+    flat.zero_grad()
+    loss.backward()
+    if group is not None:
+        group.average_(flat.grad)
+    flat.clip_grad_norm_(config.max_grad_norm)
+    optimizer.step()
 
 
 def _losses(
