@@ -71,8 +71,9 @@ cdef void _moments(const float *adv, int64_t rows, float *mean, float *std) noex
 
 cdef void _loss(const float *logits, const float *values, const int64_t *actions,
                 const float *old_logp, const float *adv, const float *returns,
-                const float *old_values, int64_t rows, int64_t n, Terms t, float mean,
-                float std, float *dlogits, float *dvalues, double *sums) noexcept nogil:
+                const float *old_values, int64_t rows, int64_t n, int64_t ld, int64_t vs,
+                Terms t, float mean, float std, float *dlogits, float *dvalues,
+                double *sums) noexcept nogil:
     cdef float lo = 1.0 - t.clip_coef, hi = 1.0 + t.clip_coef, c = t.clip_coef
     cdef float inv = 1.0 / rows, ent_scale = t.ent_coef / rows
     cdef float peak, total, lse, entropy, lp, p, taken, log_ratio, ratio, a, unclipped
@@ -84,8 +85,8 @@ cdef void _loss(const float *logits, const float *values, const int64_t *actions
     for j in range(6):
         sums[j] = 0.0
     for i in range(rows):
-        z = logits + i * n
-        dz = dlogits + i * n
+        z = logits + i * ld
+        dz = dlogits + i * ld
         peak = z[0]
         for j in range(1, n):
             if z[j] > peak:
@@ -115,7 +116,7 @@ cdef void _loss(const float *logits, const float *values, const int64_t *actions
             p = _prob(z, j, peak, total, kept)
             d = -g_logp * p + ent_scale * p * (lp + entropy)
             dz[j] = d + g_logp if j == action else d
-        v = values[i]
+        v = values[i * vs]
         near = (v - returns[i]) * (v - returns[i])
         if t.clip_vloss:
             delta = v - old_values[i]
@@ -127,7 +128,7 @@ cdef void _loss(const float *logits, const float *values, const int64_t *actions
         else:
             v_loss = near
             d_value = v - returns[i]
-        dvalues[i] = t.vf_coef * d_value * inv
+        dvalues[i * vs] = t.vf_coef * d_value * inv
         sums[1] += unclipped if unclipped > clipped else clipped
         sums[2] += v_loss
         sums[3] += entropy
@@ -142,15 +143,18 @@ cdef void _loss(const float *logits, const float *values, const int64_t *actions
 def loss(uintptr_t logits, uintptr_t values, uintptr_t actions, uintptr_t old_logp,
          uintptr_t advantages, uintptr_t returns, uintptr_t old_values, int64_t rows,
          int64_t num_actions, float clip_coef, float vf_coef, float ent_coef, bint clip_vloss,
-         bint norm_adv, moments, uintptr_t dlogits, uintptr_t dvalues, uintptr_t sums):
+         bint norm_adv, moments, uintptr_t dlogits, uintptr_t dvalues, uintptr_t sums,
+         int64_t stride=0):
     """The loss's gradient into `dlogits` (rows, num_actions) and `dvalues` (rows,), float32,
     already divided by the rows (the means' gradients), and into `sums` six float64: the loss,
     then the mean policy loss, value loss (with its 0.5), entropy, approx KL and clip
     fraction. Logits, values, old log-probabilities, advantages, returns and old values are
     float32, actions int64, all C-contiguous. `moments`: None (normalise with the rows' own)
-    or (mean, std)."""
-    if rows < 1 or num_actions < 1:
-        raise ValueError(f"no loss over {rows} rows of {num_actions} actions")
+    or (mean, std). `stride` > 0: the logits and values (and their gradients) are rows of
+    `stride` floats instead, the heads' outputs side by side (values at logits + n); 0 means
+    contiguous logits and a separate values vector, as above."""
+    if rows < 1 or num_actions < 1 or (stride and stride < num_actions + 1):
+        raise ValueError(f"no loss over {rows} rows of {num_actions} actions (stride {stride})")
     cdef Terms t
     t.clip_coef = clip_coef
     t.vf_coef = vf_coef
@@ -161,10 +165,11 @@ def loss(uintptr_t logits, uintptr_t values, uintptr_t actions, uintptr_t old_lo
     cdef bint own = norm_adv and moments is None
     if norm_adv and moments is not None:
         mean, std = moments
+    cdef int64_t ld = stride if stride else num_actions, vs = stride if stride else 1
     with nogil:
         if own:
             _moments(<const float *>advantages, rows, &mean, &std)
         _loss(<const float *>logits, <const float *>values, <const int64_t *>actions,
               <const float *>old_logp, <const float *>advantages, <const float *>returns,
-              <const float *>old_values, rows, num_actions, t, mean, std, <float *>dlogits,
-              <float *>dvalues, <double *>sums)
+              <const float *>old_values, rows, num_actions, ld, vs, t, mean, std,
+              <float *>dlogits, <float *>dvalues, <double *>sums)

@@ -130,3 +130,36 @@ def test_an_update_through_the_fused_loss_is_the_torch_updates(monkeypatch):
         assert getattr(records[0], name) == pytest.approx(
             getattr(records[1], name), rel=1e-4, abs=1e-6
         )
+
+
+@pytest.mark.parametrize("ent_coef", [0.01, 0.0])
+def test_the_heads_inside_the_loss_give_every_parameter_the_torch_paths_gradient(ent_coef):
+    """For a policy with a trunk and linear heads (the CNN), minibatch_loss applies the heads
+    inside its Function: every parameter's gradient and the statistics are the torch path's."""
+    from operant.trainer.cnn_policy import CNNPolicy
+
+    torch.manual_seed(0)
+    policy = CNNPolicy((4, 10, 10), 5)
+    obs = (torch.rand(200, 4, 10, 10) < 0.1).to(torch.uint8)
+    with torch.no_grad():
+        logits, _ = policy.heads(obs)
+    _, _, batch = _batch(200, 5, seed=9)
+    taken = batch[0]
+    old_logp = torch.log_softmax(logits, -1).gather(-1, taken[:, None])[:, 0] + 0.1 * torch.randn(
+        200
+    )
+    batch = (taken, old_logp, *batch[2:])
+    config = PPOConfig(ent_coef=ent_coef)
+    results = []
+    for fused in (False, True):
+        policy.zero_grad()
+        if fused:
+            loss, statistics = ppo_loss.minibatch_loss(config, policy, obs, batch, None)
+        else:
+            logits, values = policy.heads(obs)
+            loss, statistics = _torch_path(config, logits, values, batch, None)
+        loss.backward()
+        results.append(([p.grad.clone() for p in policy.parameters()], statistics))
+    for torch_grad, fused_grad in zip(results[0][0], results[1][0]):
+        torch.testing.assert_close(fused_grad, torch_grad, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(results[1][1], results[0][1], rtol=1e-5, atol=1e-6)

@@ -95,6 +95,12 @@ class CNNPolicy(WorkspaceHeadsPolicy):
         self._workspaces: dict[tuple[int, torch.device], dict[str, torch.Tensor]] = {}
 
     def heads(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self.trunk(obs)
+        return self.actor(x), self.critic(x).squeeze(-1)
+
+    def trunk(self, obs: torch.Tensor) -> torch.Tensor:
+        """The shared features the actor and critic heads read: the dense layer's ReLU.
+        (PPO's update applies the heads itself, inside its loss: operant.trainer.ppo_loss.)"""
         # Channels-last from the input on: the convolutions' outputs are then already in the
         # (B, H, W, C) order the dense layer reads (the permute below is a view, not a copy),
         # and their gradients come back in the layout of the saved activations. With NCHW
@@ -117,8 +123,7 @@ class CNNPolicy(WorkspaceHeadsPolicy):
             x = functional.relu_(conv(x))
         # (B, C, H, W) -> (B, H, W, C) order, as the rollout path lays its feature maps out.
         x = x.permute(0, 2, 3, 1).reshape(x.shape[0], -1)
-        x = functional.relu_(dense_layer.dense(x, self.dense))
-        return self.actor(x), self.critic(x).squeeze(-1)
+        return functional.relu_(dense_layer.dense(x, self.dense))
 
     # -- the rollout path (act, value: WorkspaceHeadsPolicy): no allocation after the first
     # call for a batch size ----------------------------------------------------------------

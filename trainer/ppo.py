@@ -253,10 +253,9 @@ def _torch_epoch(
     for start in range(0, e_obs.shape[0], minibatch_size):
         mb = slice(start, start + minibatch_size)
         if fused:  # the loss over the heads in one native call (operant.trainer.ppo_loss)
-            logits, value = policy.heads(e_obs[mb])
             rest = (e_actions[mb], e_logprobs[mb], e_advantages[mb], e_returns[mb], e_values[mb])
             moment = None if moments is None else moments[count]
-            loss, statistics = ppo_loss.losses(config, logits, value, rest, moment)
+            loss, statistics = ppo_loss.minibatch_loss(config, policy, e_obs[mb], rest, moment)
             _step(flat, optimizer, config, loss, group)
             if keep_stats:
                 sums += statistics

@@ -38,29 +38,9 @@ class _FusedLoss(torch.autograd.Function):
         config, data, moments, sums = rest
         logits = logits.detach().contiguous()
         values = values.detach().contiguous()
-        actions, old_logp, advantages, returns, old_values = data
         dlogits = torch.empty_like(logits)
         dvalues = torch.empty_like(values)
-        _native.loss(
-            logits.data_ptr(),
-            values.data_ptr(),
-            actions.data_ptr(),
-            old_logp.data_ptr(),
-            advantages.data_ptr(),
-            returns.data_ptr(),
-            old_values.data_ptr(),
-            logits.shape[0],
-            logits.shape[1],
-            config.clip_coef,
-            config.vf_coef,
-            config.ent_coef,
-            config.clip_vloss,
-            config.norm_adv,
-            None if moments is None else (float(moments[0]), float(moments[1])),
-            dlogits.data_ptr(),
-            dvalues.data_ptr(),
-            sums.data_ptr(),
-        )
+        _call(config, logits, values, data, moments, dlogits, dvalues, sums, 0)
         ctx.save_for_backward(dlogits, dvalues)
         return sums[0].to(torch.float32)
 
@@ -69,6 +49,134 @@ class _FusedLoss(torch.autograd.Function):
         dlogits, dvalues = ctx.saved_tensors
         scale = grads[0]
         return dlogits * scale, dvalues * scale, None, None, None, None
+
+
+class _HeadsLoss(torch.autograd.Function):
+    """The actor and critic heads (linear layers on the trunk's features) and the loss over
+    them: the heads as one product into (rows, actions + 1), the loss's gradient there from the
+    same call as the loss, and in the backward the features' and heads' gradients as three
+    products, in place of autograd's two linear layers, split and squeeze (0.37 against
+    0.13 ms at 1,024 rows)."""
+
+    @staticmethod
+    def forward(ctx: Any, features: torch.Tensor, *rest: Any):
+        actor_weight, actor_bias, critic_weight, critic_bias, config, data, moments, sums = rest
+        weight = torch.cat((actor_weight.detach(), critic_weight.detach()))
+        bias = torch.cat((actor_bias.detach(), critic_bias.detach()))
+        features = features.detach()
+        heads = torch.addmm(bias, features, weight.t())
+        grad_heads = torch.empty_like(heads)
+        actions = actor_weight.shape[0]
+        _call(
+            config,
+            heads,
+            heads[:, actions:],
+            data,
+            moments,
+            grad_heads,
+            grad_heads[:, actions:],
+            sums,
+            heads.shape[1],
+        )
+        ctx.save_for_backward(features, weight, grad_heads)
+        ctx.actions = actions
+        return sums[0].to(torch.float32)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor):
+        features, weight, grad_heads = ctx.saved_tensors
+        grad_heads = grad_heads * grads[0]
+        grad_weight = grad_heads.t().mm(features)
+        grad_bias = grad_heads.sum(0)
+        a = ctx.actions
+        return (
+            grad_heads.mm(weight),
+            grad_weight[:a],
+            grad_bias[:a],
+            grad_weight[a:],
+            grad_bias[a:],
+            None,
+            None,
+            None,
+            None,
+        )
+
+
+def _call(
+    config: PPOConfig,
+    logits: torch.Tensor,
+    values: torch.Tensor,
+    data: tuple[torch.Tensor, ...],
+    moments: torch.Tensor | None,
+    dlogits: torch.Tensor,
+    dvalues: torch.Tensor,
+    sums: torch.Tensor,
+    stride: int,
+) -> None:
+    actions, old_logp, advantages, returns, old_values = data
+    _native.loss(
+        logits.data_ptr(),
+        values.data_ptr(),
+        actions.data_ptr(),
+        old_logp.data_ptr(),
+        advantages.data_ptr(),
+        returns.data_ptr(),
+        old_values.data_ptr(),
+        logits.shape[0],
+        dlogits.shape[1] if stride == 0 else stride - 1,
+        config.clip_coef,
+        config.vf_coef,
+        config.ent_coef,
+        config.clip_vloss,
+        config.norm_adv,
+        None if moments is None else (float(moments[0]), float(moments[1])),
+        dlogits.data_ptr(),
+        dvalues.data_ptr(),
+        sums.data_ptr(),
+        stride,
+    )
+
+
+def _data(batch: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    actions, old_logp, advantages, returns, old_values = batch
+    floats = (old_logp, advantages, returns, old_values)
+    return (
+        actions.to(torch.int64).contiguous(),
+        *(tensor.to(torch.float32).contiguous() for tensor in floats),
+    )
+
+
+def minibatch_loss(
+    config: PPOConfig,
+    policy: Any,
+    obs: torch.Tensor,
+    batch: tuple[torch.Tensor, ...],
+    moments: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`losses` of the policy's heads on `obs`; for a policy with a `trunk` and linear
+    `actor` and `critic` heads on it (the CNN), the heads computed inside the same Function."""
+    trunk = getattr(policy, "trunk", None)
+    actor, critic = getattr(policy, "actor", None), getattr(policy, "critic", None)
+    if trunk is None or not _linear(actor) or not _linear(critic) or critic.out_features != 1:
+        logits, values = policy.heads(obs)
+        return losses(config, logits, values, batch, moments)
+    sums = torch.empty(6, dtype=torch.float64)
+    loss = _HeadsLoss.apply(
+        trunk(obs),
+        actor.weight,
+        actor.bias,
+        critic.weight,
+        critic.bias,
+        config,
+        _data(batch),
+        moments,
+        sums,
+    )
+    return loss, sums[1:].to(torch.float32)
+
+
+def _linear(layer: Any) -> bool:
+    return isinstance(layer, torch.nn.Linear) and layer.bias is not None
 
 
 def losses(
@@ -83,12 +191,6 @@ def losses(
     `batch`: the minibatch's actions, old log-probabilities, advantages, returns and old
     values; `moments`: the (mean, std) to normalise advantages with, or None for the rows'
     own."""
-    actions, old_logp, advantages, returns, old_values = batch
-    data = (
-        actions.to(torch.int64).contiguous(),
-        *(tensor.to(torch.float32).contiguous() for tensor in (old_logp, advantages)),
-        *(tensor.to(torch.float32).contiguous() for tensor in (returns, old_values)),
-    )
     sums = torch.empty(6, dtype=torch.float64)
-    loss = _FusedLoss.apply(logits, values, config, data, moments, sums)
+    loss = _FusedLoss.apply(logits, values, config, _data(batch), moments, sums)
     return loss, sums[1:].to(torch.float32)
