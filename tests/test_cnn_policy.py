@@ -212,3 +212,24 @@ def test_the_sparse_convolution_leaves_other_inputs_to_torch():
     for obs in (sparse, dense):
         logits, values = policy.heads(obs)
         torch.testing.assert_close(policy.value(obs), values.detach())
+
+
+@pytest.mark.parametrize("rows", [64, 600, 1024])
+def test_the_dense_layer_through_its_transposed_weight_is_linears(rows):
+    """operant.trainer.dense_layer.dense (the product by a transposed copy, the weight's
+    gradient summed in blocks of rows) gives nn.Linear's values and gradients."""
+    from operant.trainer import dense_layer
+
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(1024, 128)
+    x = torch.relu(torch.randn(rows, 1024)).requires_grad_(True)
+    grad = torch.randn(rows, 128)
+    expected = layer(x)
+    expected.backward(grad)
+    wants = [x.grad.clone(), layer.weight.grad.clone(), layer.bias.grad.clone()]
+    x.grad = layer.weight.grad = layer.bias.grad = None
+    got = dense_layer.dense(x, layer)
+    got.backward(grad)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    for have, want in zip([x.grad, layer.weight.grad, layer.bias.grad], wants):
+        torch.testing.assert_close(have, want, rtol=1e-4, atol=1e-4)

@@ -64,7 +64,7 @@ class DenseNN(torch.autograd.Function):
         x, weight = ctx.saved_tensors
         grad = grads[0]
         grad_x = grad.mm(weight) if ctx.needs_input_grad[0] else None
-        grad_weight = grad.t().mm(x) if ctx.needs_input_grad[1] else None
+        grad_weight = _weight_grad(grad, x) if ctx.needs_input_grad[1] else None
         grad_bias = grad.sum(0) if ctx.needs_input_grad[2] else None
         return grad_x, grad_weight, grad_bias
 
@@ -74,3 +74,21 @@ def dense(x: torch.Tensor, layer: nn.Linear) -> torch.Tensor:
     if not _applies(layer.weight) or layer.bias is None or x.dtype != torch.float32 or x.dim() != 2:
         return layer(x)
     return DenseNN.apply(x, layer.weight, layer.bias)
+
+
+KBLOCK = 256
+"""Rows a block of the weight gradient's sum (0: one product)."""
+
+
+def _weight_grad(grad: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """grad.T @ x summed over blocks of KBLOCK rows. MKL took longer over 1,024 rows at once
+    than over four blocks of 256 accumulated (dense layer of MinAtar's network, 1,024-row
+    minibatch, this VM's Xeon: the whole update step 1.049x, and 1.025x with blocks of 128,
+    median of nine alternating rounds each; the product alone about 1.1x). The same sum in
+    another order."""
+    if KBLOCK <= 0 or x.shape[0] <= KBLOCK:
+        return grad.t().mm(x)
+    out = grad[:KBLOCK].t().mm(x[:KBLOCK])
+    for start in range(KBLOCK, x.shape[0], KBLOCK):
+        out.addmm_(grad[start : start + KBLOCK].t(), x[start : start + KBLOCK])
+    return out
