@@ -3,6 +3,7 @@ torch's convolution, on real MinAtar frames, one thread.
 
     python benchmarks/bench_sparse_conv.py                 # the layer alone, 1,024 frames
     python benchmarks/bench_sparse_conv.py --trainer 3 [--records DIR]  # bench trainer, alternated
+    python benchmarks/bench_sparse_conv.py --baseline-build OLD.so --rounds 9  # two builds' C calls
 
 The layer alone: forward and backward of ReLU(conv) at 1,024 frames a random policy saw,
 rounds alternating the two ways, each figure the median of the rounds, with the Trainer's
@@ -17,6 +18,7 @@ arithmetic bound; `--records DIR` keeps each run's JSON record there
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -80,6 +82,67 @@ def layer(game: str, rounds: int) -> None:
     )
 
 
+def builds(game: str, rounds: int, baseline: str) -> None:
+    """The C calls alone, forward and backward, of the installed build against `baseline` (an
+    earlier build of operant.cext.sparse_conv, its .so file), alternating, 1,024 frames."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("operant.cext.sparse_conv", baseline)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"--baseline-build {baseline}: not a loadable extension module")
+    old = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(old)
+    modules = {"installed": sparse_conv._native, "baseline": old}
+    batch = frames(game, 1024)
+    count, channels, height, width = batch.shape
+    outs, kernel = 16, 3
+    torch.manual_seed(0)
+    weight, bias = torch.randn(outs, channels, kernel, kernel) * 0.3, torch.randn(outs) * 0.1
+    size = (count, height - kernel + 1, width - kernel + 1, outs)
+    grad = torch.randn(size)
+    scratch = [torch.empty(channels * kernel * kernel * outs) for _ in range(2)]
+    out = {name: torch.empty(size) for name in modules}
+    grads = {name: (torch.empty_like(weight), torch.empty(outs)) for name in modules}
+    masked = torch.empty(size[1] * size[2] * outs)
+    shape = (count, channels, height, width, kernel, outs)
+
+    def forward(name: str) -> None:
+        modules[name].forward(
+            batch.data_ptr(),
+            weight.data_ptr(),
+            bias.data_ptr(),
+            scratch[0].data_ptr(),
+            out[name].data_ptr(),
+            *shape,
+        )
+
+    def backward(name: str) -> None:
+        modules[name].backward(
+            batch.data_ptr(),
+            out[name].data_ptr(),
+            grad.data_ptr(),
+            grads[name][0].data_ptr(),
+            grads[name][1].data_ptr(),
+            scratch[1].data_ptr(),
+            masked.data_ptr(),
+            *shape,
+        )
+
+    times: dict[tuple[str, str], list[float]] = {}
+    for _ in range(rounds):
+        for name in modules:
+            for way, call in (("forward", forward), ("backward", backward)):
+                timed = functools.partial(call, name)
+                times.setdefault((name, way), []).append(_ms(timed, 20))
+    for way in ("forward", "backward"):
+        new = statistics.median(times[("installed", way)])
+        base = statistics.median(times[("baseline", way)])
+        print(f"{game} {way}: installed {new:.3f} ms, baseline {base:.3f} ms ({base / new:.2f}x)")
+    same = torch.equal(out["installed"], out["baseline"])
+    weights = float((grads["installed"][0] - grads["baseline"][0]).abs().max())
+    print(f"outputs equal: {same}; weight gradients differ by at most {weights:.3g}")
+
+
 def trainer(game: str, pairs: int, records: str | None) -> None:
     from operant.cli import main
 
@@ -110,10 +173,15 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--trainer", type=int, metavar="PAIRS", default=0)
     parser.add_argument("--records", metavar="DIR", help="keep the trainer runs' JSON records")
+    parser.add_argument(
+        "--baseline-build", metavar="SO", help="time the C calls against this earlier build"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     keep_freed_memory()  # as the Trainer does: freed feature maps are reused, not faulted in
-    if args.trainer:
+    if args.baseline_build:
+        builds(args.game, args.rounds, args.baseline_build)
+    elif args.trainer:
         if args.records:
             os.makedirs(args.records, exist_ok=True)
         trainer(args.game, args.trainer, args.records)

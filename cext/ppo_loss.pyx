@@ -18,7 +18,7 @@ Addresses, not tensors: the caller checks dtypes, shapes and contiguity. No GIL,
 allocation.
 """
 
-from libc.math cimport expf, logf, sqrt
+from libc.math cimport NAN, expf, logf, sqrt
 from libc.stdint cimport int64_t, uintptr_t
 
 
@@ -69,11 +69,12 @@ cdef void _moments(const float *adv, int64_t rows, float *mean, float *std) noex
     std[0] = <float>sqrt(squares / (rows - 1))
 
 
-cdef void _loss(const float *logits, const float *values, const int64_t *actions,
+cdef int64_t _loss(const float *logits, const float *values, const int64_t *actions,
                 const float *old_logp, const float *adv, const float *returns,
                 const float *old_values, int64_t rows, int64_t n, int64_t ld, int64_t vs,
                 Terms t, float mean, float std, float *dlogits, float *dvalues,
                 double *sums) noexcept nogil:
+    """Returns how many rows' actions were not in [0, n) (their loss and gradients are NaN)."""
     cdef float lo = 1.0 - t.clip_coef, hi = 1.0 + t.clip_coef, c = t.clip_coef
     cdef float inv = 1.0 / rows, ent_scale = t.ent_coef / rows
     cdef float peak, total, lse, entropy, lp, p, taken, log_ratio, ratio, a, unclipped
@@ -81,7 +82,7 @@ cdef void _loss(const float *logits, const float *values, const int64_t *actions
     cdef const float *z
     cdef float *dz
     cdef float kept[_KEPT]
-    cdef int64_t i, j, action
+    cdef int64_t i, j, action, bad = 0
     for j in range(6):
         sums[j] = 0.0
     for i in range(rows):
@@ -103,6 +104,10 @@ cdef void _loss(const float *logits, const float *values, const int64_t *actions
             lp = z[j] - lse
             entropy -= _prob(z, j, peak, total, kept) * lp
         action = actions[i]
+        if action < 0 or action >= n:  # torch's gather would raise
+            bad += 1
+            action = 0
+            lse = NAN
         taken = z[action] - lse
         log_ratio = taken - old_logp[i]
         ratio = expf(log_ratio)
@@ -138,6 +143,7 @@ cdef void _loss(const float *logits, const float *values, const int64_t *actions
         sums[j] /= rows
     sums[2] *= 0.5
     sums[0] = sums[1] + t.vf_coef * sums[2] - t.ent_coef * sums[3]
+    return bad
 
 
 def loss(uintptr_t logits, uintptr_t values, uintptr_t actions, uintptr_t old_logp,
@@ -166,10 +172,13 @@ def loss(uintptr_t logits, uintptr_t values, uintptr_t actions, uintptr_t old_lo
     if norm_adv and moments is not None:
         mean, std = moments
     cdef int64_t ld = stride if stride else num_actions, vs = stride if stride else 1
+    cdef int64_t bad
     with nogil:
         if own:
             _moments(<const float *>advantages, rows, &mean, &std)
-        _loss(<const float *>logits, <const float *>values, <const int64_t *>actions,
+        bad = _loss(<const float *>logits, <const float *>values, <const int64_t *>actions,
               <const float *>old_logp, <const float *>advantages, <const float *>returns,
               <const float *>old_values, rows, num_actions, ld, vs, t, mean, std,
               <float *>dlogits, <float *>dvalues, <double *>sums)
+    if bad:
+        raise ValueError(f"{bad} of {rows} actions are not in [0, {num_actions})")

@@ -163,3 +163,13 @@ def test_the_heads_inside_the_loss_give_every_parameter_the_torch_paths_gradient
     for torch_grad, fused_grad in zip(results[0][0], results[1][0]):
         torch.testing.assert_close(fused_grad, torch_grad, rtol=1e-4, atol=1e-6)
     torch.testing.assert_close(results[1][1], results[0][1], rtol=1e-5, atol=1e-6)
+
+
+def test_an_action_out_of_range_is_refused_as_torchs_gather_refuses_it():
+    logits, values, batch = _batch(16, 4, seed=5)
+    actions = batch[0].clone()
+    actions[3] = 4
+    with pytest.raises(ValueError, match="1 of 16 actions are not in"):
+        ppo_loss.losses(PPOConfig(), logits, values, (actions, *batch[1:]), None)
+    with pytest.raises(RuntimeError):
+        _torch_path(PPOConfig(), logits, values, (actions, *batch[1:]), None)
