@@ -90,10 +90,3 @@ def refresh_transposed(uintptr_t weight, uintptr_t seen, uintptr_t transposed, i
             _transpose(<const float *>weight, <float *>transposed, rows, cols)
     return changed
 
-
-def transpose(uintptr_t src, uintptr_t dst, int64_t rows, int64_t cols):
-    """dst (cols, rows) = src (rows, cols) transposed, both C-contiguous float32."""
-    if rows < 0 or cols < 0:
-        raise ValueError(f"no ({rows}, {cols}) matrix")
-    with nogil:
-        _transpose(<const float *>src, <float *>dst, rows, cols)
