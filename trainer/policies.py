@@ -202,7 +202,9 @@ class WorkspaceHeadsPolicy(HeadsPolicy):
                 )
             actions, logprob, value_out = out
             value_out.copy_(values)
-            sample_categorical(logits, workspace, generator, actions, logprob)
+            # The inversion in one native call (operant.cext.sampling): these policies'
+            # rollouts had no bit-for-bit record to keep, as the MLP's torch path has.
+            sample_categorical(logits, workspace, generator, actions, logprob, native=True)
             return out
 
     def value(self, obs: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
