@@ -95,10 +95,10 @@ class CNNPolicy(WorkspaceHeadsPolicy):
         self._workspaces: dict[tuple[int, torch.device], dict[str, torch.Tensor]] = {}
 
     def heads(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = self.trunk(obs)
+        x = self.head_features(obs)
         return self.actor(x), self.critic(x).squeeze(-1)
 
-    def trunk(self, obs: torch.Tensor) -> torch.Tensor:
+    def head_features(self, obs: torch.Tensor) -> torch.Tensor:
         """The shared features the actor and critic heads read: the dense layer's ReLU.
         (PPO's update applies the heads itself, inside its loss: operant.trainer.ppo_loss.)"""
         # Channels-last from the input on: the convolutions' outputs are then already in the

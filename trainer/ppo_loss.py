@@ -153,9 +153,10 @@ def minibatch_loss(
     batch: tuple[torch.Tensor, ...],
     moments: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """`losses` of the policy's heads on `obs`; for a policy with a `trunk` and linear
-    `actor` and `critic` heads on it (the CNN), the heads computed inside the same Function."""
-    trunk = getattr(policy, "trunk", None)
+    """`losses` of the policy's heads on `obs`; for a policy with `head_features` (the
+    features its heads read) and linear `actor` and `critic` heads on them (the CNN, the token
+    encoder), the heads computed inside the same Function."""
+    trunk = getattr(policy, "head_features", None)
     actor, critic = getattr(policy, "actor", None), getattr(policy, "critic", None)
     if trunk is None or not _linear(actor) or not _linear(critic) or critic.out_features != 1:
         logits, values = policy.heads(obs)

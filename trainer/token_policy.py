@@ -66,8 +66,13 @@ class TokenPolicy(WorkspaceHeadsPolicy):
         return torch.where(torch.isfinite(pooled), pooled, torch.zeros_like(pooled))
 
     def heads(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = self.trunk(self.encode(obs))
+        x = self.head_features(obs)
         return self.actor(x), self.critic(x).squeeze(-1)
+
+    def head_features(self, obs: torch.Tensor) -> torch.Tensor:
+        """The trunk's output, which the actor and critic heads read (PPO's update applies
+        the heads itself, inside its loss: operant.trainer.ppo_loss)."""
+        return self.trunk(self.encode(obs))
 
     # -- the rollout path (act, value: WorkspaceHeadsPolicy): no allocation after the first
     # call for a batch shape ---------------------------------------------------------------
