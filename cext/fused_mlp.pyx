@@ -166,14 +166,7 @@ cdef class FusedMLP:
                   double max_grad_norm, int64_t step):
         """FlatParameters.clip_grad_norm_ then FlatAdam.step number `step` (IN/OUT: all
         four buffers)."""
-        cdef int64_t n = param.shape[0]
-        cdef mlp_adam adam
-        if grad.shape[0] != n or exp_avg.shape[0] != n or exp_avg_sq.shape[0] != n:
-            raise ValueError("param, grad, exp_avg and exp_avg_sq must be one length")
-        adam.lr, adam.beta1, adam.beta2, adam.eps = lr, beta1, beta2, eps
-        adam.max_grad_norm = max_grad_norm
-        with nogil:
-            mlp_clip_adam(n, &param[0], &grad[0], &exp_avg[0], &exp_avg_sq[0], &adam, step)
+        clip_adam(param, grad, exp_avg, exp_avg_sq, lr, beta1, beta2, eps, max_grad_norm, step)
 
     @cython.boundscheck(False)
     @cython.wraparound(False)
@@ -331,3 +324,21 @@ cdef class FusedMLP:
                 bad |= (actions[i] < 0) | (actions[i] >= count)
         if bad:
             raise ValueError("an order entry is outside the batch or an action outside the space")
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+def clip_adam(float[::1] param, float[::1] grad, float[::1] exp_avg, float[::1] exp_avg_sq,
+              double lr, double beta1, double beta2, double eps, double max_grad_norm,
+              int64_t step):
+    """FlatParameters.clip_grad_norm_ then FlatAdam.step number `step` over any flat
+    parameters (IN/OUT: all four buffers): the native update's, and the torch update's of the
+    policies whose loss is native (operant.trainer.ppo_loss)."""
+    cdef int64_t n = param.shape[0]
+    cdef mlp_adam adam
+    if grad.shape[0] != n or exp_avg.shape[0] != n or exp_avg_sq.shape[0] != n:
+        raise ValueError("param, grad, exp_avg and exp_avg_sq must be one length")
+    adam.lr, adam.beta1, adam.beta2, adam.eps = lr, beta1, beta2, eps
+    adam.max_grad_norm = max_grad_norm
+    with nogil:
+        mlp_clip_adam(n, &param[0], &grad[0], &exp_avg[0], &exp_avg_sq[0], &adam, step)

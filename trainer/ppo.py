@@ -256,7 +256,7 @@ def _torch_epoch(
             rest = (e_actions[mb], e_logprobs[mb], e_advantages[mb], e_returns[mb], e_values[mb])
             moment = None if moments is None else moments[count]
             loss, statistics = ppo_loss.minibatch_loss(config, policy, e_obs[mb], rest, moment)
-            _step(flat, optimizer, config, loss, group)
+            _step(flat, optimizer, config, loss, group, native=True)
             if keep_stats:
                 sums += statistics
             count += 1
@@ -291,13 +291,22 @@ def _torch_epoch(
 
 
 def _step(
-    flat: FlatParameters, optimizer: FlatAdam, config: PPOConfig, loss: torch.Tensor, group: Any
+    flat: FlatParameters,
+    optimizer: FlatAdam,
+    config: PPOConfig,
+    loss: torch.Tensor,
+    group: Any,
+    native: bool = False,
 ) -> None:
-    """The minibatch's gradient (averaged over the ranks), clipped and applied."""
+    """The minibatch's gradient (averaged over the ranks), clipped and applied; `native`: the
+    clip and Adam in one native pass (ppo_loss.clip_and_step), for the fused-loss path."""
     flat.zero_grad()
     loss.backward()
     if group is not None:
         group.average_(flat.grad)
+    if native:
+        ppo_loss.clip_and_step(flat, optimizer, config)
+        return
     flat.clip_grad_norm_(config.max_grad_norm)
     optimizer.step()
 

@@ -19,12 +19,14 @@ from typing import Any
 import torch
 
 from operant.trainer.config import PPOConfig
+from operant.trainer.flat import FlatAdam, FlatParameters
 from operant.trainer.policies import HeadsPolicy
 
 try:
     from operant.cext import ppo_loss as _native
+    from operant.cext.fused_mlp import clip_adam as _clip_adam
 except ImportError:  # an unbuilt checkout: the torch path computes the same
-    _native = None
+    _native = _clip_adam = None
 
 
 def applies(policy: Any, obs: torch.Tensor) -> bool:
@@ -195,3 +197,28 @@ def losses(
     sums = torch.empty(6, dtype=torch.float64)
     loss = _FusedLoss.apply(logits, values, config, _data(batch), moments, sums)
     return loss, sums[1:].to(torch.float32)
+
+
+def clip_and_step(flat: FlatParameters, optimizer: FlatAdam, config: PPOConfig) -> None:
+    """FlatParameters.clip_grad_norm_ and FlatAdam.step in one native pass over the flat
+    buffers (fused_mlp's, the MLP's native update's): the same arithmetic elementwise, the
+    gradient's norm summed in another order; about 0.05 ms against torch's 0.4 for the CNN's
+    132K parameters (ten operations of 0.5 MB each). Where it is not built, torch's."""
+    if _clip_adam is None or flat.param.device.type != "cpu":
+        flat.clip_grad_norm_(config.max_grad_norm)
+        optimizer.step()
+        return
+    optimizer.steps += 1
+    _clip_adam(
+        flat.param.detach().numpy(),
+        flat.grad.numpy(),
+        optimizer.exp_avg.numpy(),
+        optimizer.exp_avg_sq.numpy(),
+        optimizer.lr,
+        optimizer.beta1,
+        optimizer.beta2,
+        optimizer.eps,
+        config.max_grad_norm,
+        optimizer.steps,
+    )
+    optimizer.step_count.fill_(optimizer.steps)
