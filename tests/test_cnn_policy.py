@@ -233,3 +233,18 @@ def test_the_dense_layer_through_its_transposed_weight_is_linears(rows):
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
     for have, want in zip([x.grad, layer.weight.grad, layer.bias.grad], wants):
         torch.testing.assert_close(have, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("size", [0, 7, 255, 256, 511, 40_000])
+def test_count_nonzero_counts_every_nonzero_byte(size):
+    """operant.cext.sparse_conv.count_nonzero (applies()'s density), whose blocks of 255 bytes
+    count in a byte: all-set blocks included."""
+    from operant.cext.sparse_conv import count_nonzero
+
+    generator = torch.Generator().manual_seed(size)
+    for data in (
+        (torch.rand(size, generator=generator) < 0.1).to(torch.uint8) * 3,
+        torch.full((size,), 255, dtype=torch.uint8),
+        torch.zeros(size, dtype=torch.uint8),
+    ):
+        assert count_nonzero(data.data_ptr(), size) == int((data != 0).sum())
