@@ -245,6 +245,9 @@ def _torch_epoch(
 ) -> int:
     """One epoch's minibatch steps through torch autograd (the reference), over the batch
     already gathered in the epoch's order; adds the statistics to `sums` when `keep_stats`.
+    For a HeadsPolicy on the host (the CNN, the token encoder) the loss, its gradient at the
+    heads, the clip and Adam are native calls (operant.trainer.ppo_loss), and the entropy
+    statistic is the minibatch's before its step, as the native MLP update reports it.
     Returns the minibatches stepped."""
     e_obs, e_actions, e_logprobs, e_advantages, e_returns, e_values = epoch_batch
     need_entropy_grad = config.ent_coef > 0
