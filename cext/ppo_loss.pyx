@@ -18,8 +18,13 @@ Addresses, not tensors: the caller checks dtypes, shapes and contiguity. No GIL,
 allocation.
 """
 
-from libc.math cimport NAN, expf, logf, sqrt
+from libc.math cimport NAN, expf, sqrt
 from libc.stdint cimport int64_t, uintptr_t
+
+
+cdef extern from "softmax.h" nogil:
+    float op_logsumexp(const float *z, int64_t n, float *peak, float *total, float *kept,
+                       int64_t keep)
 
 
 cdef inline float _share(float a, float b) noexcept nogil:
@@ -88,17 +93,7 @@ cdef int64_t _loss(const float *logits, const float *values, const int64_t *acti
     for i in range(rows):
         z = logits + i * ld
         dz = dlogits + i * ld
-        peak = z[0]
-        for j in range(1, n):
-            if z[j] > peak:
-                peak = z[j]
-        total = 0.0
-        for j in range(n):
-            p = expf(z[j] - peak)
-            if j < _KEPT:
-                kept[j] = p
-            total += p
-        lse = peak + logf(total)
+        lse = op_logsumexp(z, n, &peak, &total, kept, _KEPT)
         entropy = 0.0
         for j in range(n):
             lp = z[j] - lse

@@ -10,8 +10,13 @@ as torch's cumsum does, so the same uniforms pick the same actions except where 
 float32 rounding of a CDF entry. Addresses, not tensors; no GIL, no allocation.
 """
 
-from libc.math cimport expf, logf
+from libc.math cimport expf
 from libc.stdint cimport int64_t, uintptr_t
+
+
+cdef extern from "softmax.h" nogil:
+    float op_logsumexp(const float *z, int64_t n, float *peak, float *total, float *kept,
+                       int64_t keep)
 
 
 cdef void _categorical(const float *logits, const float *uniform, int64_t *actions,
@@ -21,14 +26,7 @@ cdef void _categorical(const float *logits, const float *uniform, int64_t *actio
     cdef float peak, total, lse, cdf, u
     for i in range(rows):
         z = logits + i * n
-        peak = z[0]
-        for j in range(1, n):
-            if z[j] > peak:
-                peak = z[j]
-        total = 0.0
-        for j in range(n):
-            total += expf(z[j] - peak)
-        lse = peak + logf(total)
+        lse = op_logsumexp(z, n, &peak, &total, NULL, 0)
         u = uniform[i]
         cdf = 0.0
         pick = n - 1

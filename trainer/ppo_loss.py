@@ -20,6 +20,7 @@ import torch
 
 from operant.trainer.config import PPOConfig
 from operant.trainer.flat import FlatAdam, FlatParameters
+from operant.trainer.fused import adam_arguments
 from operant.trainer.policies import HeadsPolicy
 
 try:
@@ -209,16 +210,6 @@ def clip_and_step(flat: FlatParameters, optimizer: FlatAdam, config: PPOConfig) 
         optimizer.step()
         return
     optimizer.steps += 1
-    _clip_adam(
-        flat.param.detach().numpy(),
-        flat.grad.numpy(),
-        optimizer.exp_avg.numpy(),
-        optimizer.exp_avg_sq.numpy(),
-        optimizer.lr,
-        optimizer.beta1,
-        optimizer.beta2,
-        optimizer.eps,
-        config.max_grad_norm,
-        optimizer.steps,
-    )
+    arguments = adam_arguments(optimizer, config)
+    _clip_adam(flat.param.detach().numpy(), flat.grad.numpy(), *arguments, optimizer.steps)
     optimizer.step_count.fill_(optimizer.steps)
