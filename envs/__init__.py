@@ -3,7 +3,9 @@ families that implement it, their registry, and their Gymnasium registration und
 
 Importing this package registers every env with Gymnasium, so that
 `gymnasium.make_vec("operant/CartPole-v1", num_envs=N, vectorization_mode="vector_entry_point")`
-returns Operant's vector env (pass `impl=` to choose the implementation). It imports numpy and
+returns Operant's vector env (pass `impl=` to choose the implementation), and
+`gymnasium.make("operant/<id>")` one env (Gymnasium's own class for the classic-control ids,
+`operant.envs.minatar_env.MinAtarEnv` for MinAtar's games). It imports numpy and
 Gymnasium, never torch: the torch family (`operant.envs.torch`) is imported when an env with
 `impl="torch"` is made.
 """
@@ -66,9 +68,14 @@ if "operant/Grid-v0" not in gymnasium.registry:
 
 for _env_id in _MINATAR_IDS:
     if f"operant/{_env_id}" not in gymnasium.registry:
-        # MinAtar's games: vector entry point only, `impl="native"` (default) or "reference"
-        # (the minatar package). Not `MinAtar/...`: that namespace is the minatar package's.
+        # MinAtar's games, `impl="native"` (default) or "reference" (the minatar package): the
+        # vector entry point, and `gymnasium.make` a single env over a one-row vector env
+        # (operant.envs.minatar_env). Not `MinAtar/...`: that namespace is the minatar
+        # package's. `env_id` in the spec's kwargs reaches both entry points (make_vec passes
+        # a spec's kwargs to a vector entry point too), with the same value.
         gymnasium.register(
             id=f"operant/{_env_id}",
+            entry_point="operant.envs.minatar_env:MinAtarEnv",
             vector_entry_point=functools.partial(gymnasium_vector_entry_point, env_id=_env_id),
+            kwargs={"env_id": _env_id},
         )

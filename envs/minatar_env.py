@@ -1,0 +1,111 @@
+"""One MinAtar game as a Gymnasium `Env`: what `gymnasium.make("operant/MinAtar-<Game>-v1")`
+returns, for code written against single envs (Gymnasium's wrappers, `check_env`, the `sync`
+and `async` vector modes, a loop that calls `step` one action at a time).
+
+It is the vector env (operant.envs.minatar) with one row: the same kernel (or, with
+`impl="reference"`, the `minatar` package itself), the same options (`sticky_action_prob`,
+`difficulty_ramping`, `full_action_set`), the same uint8 (C, 10, 10) observations. What
+differs is Gymnasium's single-env contract: `step` returns the terminal observation on the
+step that ends an episode (the vector env's `final_obs` row; the vector env has already begun
+the next episode in its buffer) and the caller calls `reset()` next, which starts a new
+episode (`reset(seed=s)` from env 0's stream of seed s, as `make_env(id, 1).reset(seed=s)`).
+An episode's trajectory is the vector env's with N = 1, step for step
+(tests/test_minatar_gym.py). As in MinAtar, the previous action that sticky actions repeat
+survives `reset()`.
+
+`render_mode="rgb_array"` returns the last observation as MinAtar's own display draws it
+(each square in the colour of the highest-numbered channel set there, black where none is;
+MinAtar's cubehelix palette, operant.shared.frame), uint8 (10 s, 10 s, 3) for `render_scale`
+s (1 by default: MinAtar's own 10 x 10); `"ansi"` returns it as text, one character per square
+(`operant monitor --once`'s frame). The vector env is for training at speed: a Python call per
+step costs far more than the kernel's step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium
+import numpy as np
+
+from operant.envs.minatar import GAME_IDS
+from operant.envs.registry import EnvError, make_env
+from operant.shared.frame import cells, frame_palette, text_rows
+
+RENDER_MODES = ("rgb_array", "ansi")
+
+
+class MinAtarEnv(gymnasium.Env):
+    """One env of the MinAtar game `env_id` (a key of operant.envs.minatar.GAME_IDS)."""
+
+    metadata = {"render_modes": list(RENDER_MODES), "render_fps": 30}
+
+    def __init__(
+        self,
+        env_id: str = "MinAtar-Breakout-v1",
+        *,
+        impl: str = "native",
+        render_mode: str | None = None,
+        render_scale: int = 1,
+        **options: Any,
+    ):
+        if env_id not in GAME_IDS:
+            raise EnvError(
+                f"unknown MinAtar game {env_id!r}; choose one of {', '.join(sorted(GAME_IDS))}"
+            )
+        if render_mode is not None and render_mode not in RENDER_MODES:
+            raise EnvError(
+                f"render_mode {render_mode!r} is not one of {env_id}'s: "
+                f"{', '.join(RENDER_MODES)} (or None)"
+            )
+        if isinstance(render_scale, bool) or not isinstance(render_scale, int) or render_scale < 1:
+            raise EnvError(f"render_scale must be a positive integer, got {render_scale!r}")
+        self._vec = make_env(env_id, 1, impl=impl, copy=False, **options)
+        self.env_id = env_id
+        self.game: str = self._vec.game
+        self.channels: tuple[str, ...] = self._vec.channels
+        self.observation_space = self._vec.single_observation_space
+        self.action_space = self._vec.single_action_space
+        self.render_mode = render_mode
+        self.render_scale = render_scale
+        self._shape = (len(self.channels), 10, 10)
+        self._frame: np.ndarray = np.zeros(self._shape, np.uint8)
+        self._action = np.zeros(1, np.int64)
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        obs, _ = self._vec.reset(seed=seed)
+        np.copyto(self._frame, obs[0])
+        return self._frame.copy(), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        # The vector env refuses a float or out-of-range action with one line (InvalidActionError).
+        obs, rewards, terminated, truncated, _ = self._vec.step(np.reshape(np.asarray(action), 1))
+        ended = bool(terminated[0] or truncated[0])
+        np.copyto(self._frame, self._vec.final_obs[0] if ended else obs[0])
+        return self._frame.copy(), float(rewards[0]), bool(terminated[0]), bool(truncated[0]), {}
+
+    def render(self) -> np.ndarray | str | None:
+        if self.render_mode == "rgb_array":
+            return rgb_frame(self._frame, self.render_scale)
+        if self.render_mode == "ansi":
+            return "\n".join(text_rows(cells(self._frame.tobytes(), self._shape))) + "\n"
+        return None
+
+    def close(self) -> None:
+        self._vec.close()
+        super().close()
+
+
+def rgb_frame(frame: np.ndarray, scale: int = 1) -> np.ndarray:
+    """A (C, H, W) frame as MinAtar's display draws it: uint8 (H scale, W scale, 3), each square
+    in its highest-numbered set channel's colour (black where none is set)."""
+    channels = frame.shape[0]
+    table = np.zeros((channels + 1, 3), np.uint8)
+    for index, color in enumerate(frame_palette(channels)):
+        table[index + 1] = [int(color[k : k + 2], 16) for k in (1, 3, 5)]
+    weights = np.arange(1, channels + 1, dtype=np.int64).reshape(-1, 1, 1)
+    image = table[(frame.astype(bool) * weights).max(axis=0)]
+    return np.repeat(np.repeat(image, scale, axis=0), scale, axis=1)
