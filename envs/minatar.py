@@ -20,6 +20,9 @@ same. Actions index the game's minimal action set (MinAtar's `-v1` Gymnasium ids
 `sticky_action_prob` (MinAtar's default 0.1), `difficulty_ramping` (default True),
 `max_episode_steps` (default none: MinAtar's games have no time limit; Freeway ends itself
 after 2,500 frames), `full_action_set`. docs/envs.md ("MinAtar") has the games and channels.
+`render_mode="rgb_array"`: `render()` returns one uint8 (10, 10, 3) frame per env, the
+observation the last `reset`/`step` returned drawn as MinAtar's display draws it
+(operant.envs.minatar_env.rgb_frame).
 """
 
 from __future__ import annotations
@@ -97,7 +100,11 @@ def _check_options(num_envs: int, sticky_action_prob: float, max_episode_steps: 
 class _MinAtarFace(VectorEnv):
     """What both implementations declare: spaces, specs, buffers."""
 
-    metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
+    metadata = {
+        "autoreset_mode": AutoresetMode.SAME_STEP,
+        "render_modes": ["rgb_array"],
+        "render_fps": 30,
+    }
 
     def _declare(
         self,
@@ -106,10 +113,18 @@ class _MinAtarFace(VectorEnv):
         copy: bool,
         full_action_set: bool,
         autoreset_mode: AutoresetMode | str,
+        render_mode: str | None,
+        max_episode_steps: int | None,
     ) -> None:
         self.autoreset_mode = parse_autoreset_mode(autoreset_mode)
         self.metadata = with_autoreset_mode(type(self).metadata, self.autoreset_mode)
-        self.render_mode = None
+        if render_mode not in (None, "rgb_array"):
+            raise EnvError(
+                f"render_mode {render_mode!r}: MinAtar's games draw 'rgb_array' frames (or None)"
+            )
+        self.render_mode = render_mode
+        self.time_limit = max_episode_steps
+        """The truncation horizon asked for; None: none (MinAtar's games have no time limit)."""
         layout = _layout(game)
         self.game = game
         self.channels: tuple[str, ...] = layout["channels"]
@@ -128,6 +143,23 @@ class _MinAtarFace(VectorEnv):
         self.act_spec = ActSpec((), np.dtype(np.int64), len(self.action_set))
         self.layout = RowLayout(num_envs)
         allocate_buffers(self, num_envs, self.obs_spec)
+        self._shown: np.ndarray = self.obs
+
+    def _showing(self, result: tuple[Any, ...]) -> tuple[Any, ...]:
+        """A reset's or step's result, its observations kept for `render()`."""
+        self._shown = result[0]
+        return result
+
+    def _rendered_step(self, acted: Any, terminal: Any, shown_obs: Any) -> None:
+        """NEXT_STEP's face calls this after a step (operant.envs.render's hook); a MinAtar
+        frame is the observation the step returns, which `_showing` keeps."""
+
+    def render(self) -> list[np.ndarray] | None:
+        if self.render_mode is None:
+            return None
+        from operant.envs.minatar_env import rgb_frame
+
+        return [rgb_frame(frame) for frame in self._shown]
 
     def _load_actions(self, actions: Any) -> None:
         if actions is self.actions:
@@ -151,7 +183,7 @@ class _MinAtarFace(VectorEnv):
         if done.any():
             info["final_obs"] = self.final_obs.copy() if self.copy else self.final_obs
             info["_final_obs"] = done
-        return step_outputs(self, info)
+        return self._showing(step_outputs(self, info))
 
     def step_bound(self) -> None:
         raise NotImplementedError
@@ -180,11 +212,14 @@ class MinAtarVectorEnv(SlotBinding, _MinAtarFace):
         max_episode_steps: int | None = None,
         full_action_set: bool = False,
         autoreset_mode: AutoresetMode | str = AutoresetMode.SAME_STEP,
+        render_mode: str | None = None,
     ):
         from operant.cext.minatar import MinAtarKernel
 
         limit = _check_options(num_envs, sticky_action_prob, max_episode_steps)
-        self._declare(game, num_envs, copy, full_action_set, autoreset_mode)
+        self._declare(
+            game, num_envs, copy, full_action_set, autoreset_mode, render_mode, max_episode_steps
+        )
         self.kernel = MinAtarKernel(
             game,
             num_envs,
@@ -273,13 +308,13 @@ class MinAtarVectorEnv(SlotBinding, _MinAtarFace):
         self.kernel.reset(seed)
         self._seeded = True
         obs = self.obs if self._next_step is None else self._next_step.reset()
-        return (obs.copy() if self.copy else obs), {}
+        return self._showing(((obs.copy() if self.copy else obs), {}))
 
     def step(self, actions: Any) -> tuple[Any, ...]:
         if self._next_step is None:
             return super().step(actions)
         self._load_actions(actions)
-        return step_next_step_face(self)
+        return self._showing(step_next_step_face(self))
 
     def step_bound(self) -> None:
         """Step with the actions already in `self.actions`; outputs land in the buffers."""
@@ -352,10 +387,14 @@ class ReferenceMinAtarEnv(AccountedPythonEnv, _MinAtarFace):
         max_episode_steps: int | None = None,
         full_action_set: bool = False,
         autoreset_mode: AutoresetMode | str = AutoresetMode.SAME_STEP,
+        render_mode: str | None = None,
     ):
         environment = minatar_environment_class()
-        self.max_episode_steps = _check_options(num_envs, sticky_action_prob, max_episode_steps)
-        self._declare(game, num_envs, copy, full_action_set, autoreset_mode)
+        limit = _check_options(num_envs, sticky_action_prob, max_episode_steps)
+        self.max_episode_steps = limit
+        self._declare(
+            game, num_envs, copy, full_action_set, autoreset_mode, render_mode, max_episode_steps
+        )
         self.envs = [
             environment(
                 game,
@@ -386,14 +425,14 @@ class ReferenceMinAtarEnv(AccountedPythonEnv, _MinAtarFace):
         self._lengths[:] = 0
         self._resetting[:] = False
         self.episodes.reset_episodes()
-        return (self.obs.copy() if self.copy else self.obs), {}
+        return self._showing(((self.obs.copy() if self.copy else self.obs), {}))
 
     def step(self, actions: Any) -> tuple[Any, ...]:
         if self.autoreset_mode == AutoresetMode.SAME_STEP:
             return super().step(actions)
         self._load_actions(actions)
         self.step_bound()
-        return step_outputs(self, {})
+        return self._showing(step_outputs(self, {}))
 
     def step_bound(self) -> None:
         actions = self.actions

@@ -1,4 +1,3 @@
-# Over 400 lines: `operant eval` end to end (load, play, record video): one command, one flow.
 """`operant eval RUN|MODEL|CHECKPOINT`: run a trained policy and report its episode returns.
 
 What it evaluates, named any of these ways:
@@ -16,13 +15,14 @@ The policy acts greedily by default (argmax, or the Gaussian's mean); `--stochas
 as in training. Observation normalisation saved with the policy is applied. Exit codes: 0 ok,
 2 bad input (a run, file or flag that names no usable policy: one line says why).
 
-`--video out.mp4` (or .gif, .webm, ...) records the episodes instead on one env drawn by
-Gymnasium's renderer (operant.envs.render), every frame of every episode, the terminal one
-included (the env autoresets NEXT_STEP), and reports those episodes' returns. Frames stream
-to the file through imageio (GIF through pillow, other formats through imageio-ffmpeg's own
-ffmpeg binary): the `video` extra, `pip install "operant-rl[video]"`. Gymnasium's RecordVideo
-writes through moviepy, which itself writes through imageio-ffmpeg; imageio alone is the
-smaller dependency and also writes GIFs without ffmpeg.
+Episodes end where the env ends them, or at its time limit (CartPole's 500 steps, a config's
+`env.max_episode_steps`, `--max-episode-steps N`). An env with no limit of its own (MinAtar's
+games) is cut at EVAL_STEP_LIMIT steps unless told otherwise: a greedy policy can otherwise
+play one episode forever (a Seaquest sub that never leaves the surface never runs out of
+oxygen). The report says how many episodes a limit cut.
+
+`--video out.mp4` (or .gif, .webm, ...) records the episodes instead on one env, every frame of
+every episode (operant.trainer.eval_video), and reports those episodes' returns.
 """
 
 from __future__ import annotations
@@ -36,6 +36,9 @@ from pathlib import Path
 from typing import Any
 
 EXIT_OK, EXIT_USAGE = 0, 2
+EVAL_STEP_LIMIT = 27_000
+"""Steps after which eval cuts an episode of an env with no time limit of its own (Atari's
+customary 108,000 frames at a frame skip of 4)."""
 MODEL_FILE = "model.pt"
 BEST_FILE = "best.pt"
 
@@ -81,6 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=12345, help="env seed")
     parser.add_argument(
         "--stochastic", action="store_true", help="sample actions instead of greedy"
+    )
+    parser.add_argument(
+        "--max-episode-steps",
+        type=int,
+        metavar="N",
+        help="cut episodes at N steps (default: the env's own limit; "
+        f"{EVAL_STEP_LIMIT:,} for an env without one, such as MinAtar's games)",
     )
     parser.add_argument("--runs-dir", help="runs root, to resolve a run id")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -211,9 +221,13 @@ def resolve(target: str, runs_dir: str | None, best: bool) -> LoadedPolicy:
     return load_run_policy(run_dir, best)
 
 
-def build_policy(loaded: LoadedPolicy, num_envs: int) -> tuple[Any, Any, Any, Any]:
-    """(config, env, policy, observation normaliser or None) for a loaded policy; the policy
-    comes from the trainer's registry, chosen by the env's specs as in training."""
+def build_policy(
+    loaded: LoadedPolicy, num_envs: int, max_episode_steps: int | None = None
+) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+    """(config, env, policy, observation normaliser or None, the env's make_env keywords) for
+    a loaded policy; the policy comes from the trainer's registry, chosen by the env's specs as
+    in training. The env's time limit: `max_episode_steps`, else its config's or its own, else
+    EVAL_STEP_LIMIT."""
     import msgspec
 
     from operant.envs import EnvError, make_env
@@ -228,10 +242,15 @@ def build_policy(loaded: LoadedPolicy, num_envs: int) -> tuple[Any, Any, Any, An
             f"{loaded.path}: its config does not fit this operant ({error}); "
             "evaluate it with the operant version that trained it"
         ) from None
+    options = env_kwargs(config)
+    if max_episode_steps is not None:
+        options["max_episode_steps"] = max_episode_steps
     try:
-        env = make_env(
-            config.env.id, num_envs, impl=config.env.impl, copy=False, **env_kwargs(config)
-        )
+        env = make_env(config.env.id, num_envs, impl=config.env.impl, copy=False, **options)
+        if "max_episode_steps" not in options and getattr(env, "time_limit", 0) is None:
+            env.close()
+            options["max_episode_steps"] = EVAL_STEP_LIMIT
+            env = make_env(config.env.id, num_envs, impl=config.env.impl, copy=False, **options)
         policy = build_registered_policy(config, env.obs_spec, env.act_spec)
     except (EnvError, ConfigError) as error:
         raise EvalInputError(str(error)) from None
@@ -245,13 +264,14 @@ def build_policy(loaded: LoadedPolicy, num_envs: int) -> tuple[Any, Any, Any, An
         raise EvalInputError(
             f"{loaded.path}: its weights do not fit its own config ({_first_line(error)})"
         ) from None
-    return config, env, policy, normalizer
+    return config, env, policy, normalizer, options
 
 
 def play(
     env: Any, policy: Any, normalizer: Any, episodes: int, seed: int, stochastic: bool
-) -> list[float]:
-    """Returns of the first `episodes` episodes to finish."""
+) -> tuple[list[float], list[bool] | None]:
+    """Returns of the first `episodes` episodes to finish, and which of them a time limit cut
+    (None where the env's statistics do not line up with its rows: agents as rows)."""
     import torch
 
     act_spec = env.act_spec
@@ -263,6 +283,7 @@ def play(
         env.actions if isinstance(env.actions, torch.Tensor) else torch.from_numpy(env.actions)
     )
     returns: list[float] = []
+    cut: list[bool] | None = []
     with torch.inference_mode():
         while len(returns) < episodes:
             seen = obs if normalizer is None else normalizer(obs)
@@ -276,105 +297,20 @@ def play(
             finished = env.drain_episode_stats().episodes
             if finished:
                 returns.extend(env.recent_returns(finished).tolist())
-    return returns[:episodes]
+                cut = _cut(env, finished, cut)
+    return returns[:episodes], None if cut is None else cut[:episodes]
 
 
-VIDEO_EXTRA = 'pip install "operant-rl[video]"'
-GIF_SUFFIX = ".gif"
-FFMPEG_SUFFIXES = (".mp4", ".webm", ".avi", ".mkv", ".mov")
-
-
-def check_video(path: Path) -> Any:
-    """imageio's v2 API, once `path` is known writable as a video: a .gif or an ffmpeg format,
-    in a folder that exists, with its writer installed. Raises EvalInputError, one line."""
-    suffix = path.suffix.lower()
-    if suffix != GIF_SUFFIX and suffix not in FFMPEG_SUFFIXES:
-        raise EvalInputError(
-            f"--video {path}: write a {GIF_SUFFIX} or one of {', '.join(FFMPEG_SUFFIXES)}"
-        )
-    if not path.parent.is_dir():
-        raise EvalInputError(f"--video {path}: no folder {path.parent}")
-    try:
-        import imageio.v2 as imageio
-
-        if suffix != GIF_SUFFIX:
-            import imageio_ffmpeg  # noqa: F401  (imageio's ffmpeg writer needs it)
-    except ImportError as error:
-        missing = (error.name or "imageio").split(".")[0]
-        raise EvalInputError(f"--video needs {missing}: {VIDEO_EXTRA}") from None
-    return imageio
-
-
-def open_video(path: Path, fps: float) -> Any:
-    """An imageio writer for `path` at `fps` frames per second (append_data, close)."""
-    imageio = check_video(path)
-    if path.suffix.lower() == GIF_SUFFIX:
-        return imageio.get_writer(path, mode="I", duration=1000.0 / fps, loop=0)
-    # macro_block_size=1: keep Gymnasium's frame size (600x400, 500x500) instead of padding it.
-    return imageio.get_writer(path, mode="I", fps=fps, macro_block_size=1)
-
-
-def record(
-    config: Any,
-    policy: Any,
-    normalizer: Any,
-    episodes: int,
-    seed: int,
-    stochastic: bool,
-    path: Path,
-) -> tuple[list[float], int]:
-    """Play `episodes` episodes on one env drawn into the video `path`; returns their returns
-    and the number of frames written."""
+def _cut(env: Any, finished: int, cut: list[bool] | None) -> list[bool] | None:
+    """`cut` with this step's `finished` episodes appended: truncated and not terminated, in
+    env order (the order the statistics record them)."""
     import torch
-    from gymnasium import spaces
-    from gymnasium.vector import AutoresetMode
 
-    from operant.envs import EnvError, make_env
-    from operant.trainer.config import env_kwargs
-
-    try:
-        env = make_env(
-            config.env.id,
-            1,
-            impl=config.env.impl,
-            copy=False,
-            render_mode="rgb_array",
-            autoreset_mode=AutoresetMode.NEXT_STEP,
-            **env_kwargs(config),
-        )
-    except EnvError as error:
-        raise EvalInputError(f"--video: {error}") from None
-    writer = open_video(path, float(env.metadata.get("render_fps", 30)))
-    space = env.single_action_space
-    generator = torch.Generator().manual_seed(seed)
-    returns: list[float] = []
-    episode_return, frames = 0.0, 0
-    try:
-        obs, _ = env.reset(seed=seed)
-        writer.append_data(env.render()[0])
-        frames += 1
-        with torch.inference_mode():
-            while len(returns) < episodes:
-                seen = torch.as_tensor(obs)
-                seen = seen if normalizer is None else normalizer(seen)
-                chosen = policy.act(seen, generator)[0] if stochastic else policy.greedy(seen)
-                if isinstance(space, spaces.Box):
-                    chosen = torch.clamp(
-                        chosen, torch.as_tensor(space.low), torch.as_tensor(space.high)
-                    )
-                obs, reward, terminated, truncated, _ = env.step(
-                    chosen if env.impl == "torch" else chosen.numpy()
-                )
-                writer.append_data(env.render()[0])
-                frames += 1
-                episode_return += float(reward[0])
-                if terminated[0] or truncated[0]:
-                    returns.append(episode_return)
-                    episode_return = 0.0
-    finally:
-        writer.close()
-        env.close()
-    return returns, frames
+    if cut is None:
+        return None
+    terminated, truncated = torch.as_tensor(env.terminated), torch.as_tensor(env.truncated)
+    flags = (truncated & ~terminated)[terminated | truncated].tolist()
+    return cut + flags if len(flags) == finished else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -382,11 +318,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.episodes < 1 or args.num_envs < 1:
         print("operant eval: --episodes and --num-envs must be at least 1", file=sys.stderr)
         return EXIT_USAGE
+    if args.max_episode_steps is not None and args.max_episode_steps < 1:
+        print("operant eval: --max-episode-steps must be at least 1", file=sys.stderr)
+        return EXIT_USAGE
+    from operant.trainer.eval_video import check_video, record
+
     try:
         if args.video is not None:
             check_video(Path(args.video).expanduser())
         loaded = resolve(args.target, args.runs_dir, args.best)
-        config, env, policy, normalizer = build_policy(loaded, args.num_envs)
+        config, env, policy, normalizer, options = build_policy(
+            loaded, args.num_envs, args.max_episode_steps
+        )
     except EvalInputError as error:
         print(f"operant eval: {error}", file=sys.stderr)
         return EXIT_USAGE
@@ -395,7 +338,8 @@ def main(argv: list[str] | None = None) -> int:
     video: dict[str, Any] = {}
     if args.video is not None:
         try:
-            returns, frames = record(
+            env.close()
+            returns, cut, frames = record(
                 config,
                 policy,
                 normalizer,
@@ -403,13 +347,15 @@ def main(argv: list[str] | None = None) -> int:
                 args.seed,
                 args.stochastic,
                 Path(args.video).expanduser(),
+                options,
             )
         except EvalInputError as error:
             print(f"operant eval: {error}", file=sys.stderr)
             return EXIT_USAGE
         video = {"video": str(Path(args.video).expanduser()), "video_frames": frames}
     else:
-        returns = play(env, policy, normalizer, args.episodes, args.seed, args.stochastic)
+        returns, cut = play(env, policy, normalizer, args.episodes, args.seed, args.stochastic)
+    limit = options.get("max_episode_steps")
     result = {
         "model": str(loaded.path),
         "kind": loaded.kind,
@@ -421,6 +367,8 @@ def main(argv: list[str] | None = None) -> int:
         "return_min": float(np.min(returns)),
         "return_max": float(np.max(returns)),
         "greedy": not args.stochastic,
+        "max_episode_steps": limit,
+        "episodes_cut": None if cut is None else sum(cut),
         **video,
     }
     if args.json:
@@ -433,6 +381,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{result['return_max']:.1f}), {'greedy' if not args.stochastic else 'stochastic'}; "
         f"{loaded.kind} {loaded.path}{step}"
     )
+    if result["episodes_cut"]:
+        limit_text = f"the {limit:,}-step limit" if limit is not None else "the env's time limit"
+        print(f"{result['episodes_cut']} of them cut at {limit_text} (--max-episode-steps)")
     if video:
         print(f"video: {video['video']} ({video['video_frames']} frames)")
     return EXIT_OK

@@ -1,0 +1,101 @@
+"""operant eval on a MinAtar run: episodes that never end are cut at a step limit (MinAtar's
+games have none), and `--video` draws MinAtar's frames, enlarged."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from user_runs import run
+
+from operant.envs import make_env
+from operant.envs.minatar_env import rgb_frame
+from operant.trainer import evaluate
+from operant.trainer.eval_video import MIN_VIDEO_SIDE, enlarged
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """A tiny Seaquest run "sq", and "noop.pt": its model with the actor made to choose noop
+    greedily, whose sub stays at the surface, where it never runs out of oxygen and no enemy
+    reaches it: its episodes never end."""
+    root = tmp_path_factory.mktemp("runs")
+    result = run(
+        "operant",
+        "train",
+        "--config",
+        "configs/minatar/Seaquest.toml",
+        "--total-steps",
+        "1024",
+        "--run-id",
+        "sq",
+        "--quiet",
+        "--runs-dir",
+        str(root),
+        "--set",
+        "env.num_envs=8",
+        "--set",
+        "ppo.num_steps=64",
+        "--set",
+        "ppo.num_minibatches=2",
+    )
+    assert result.returncode == 0, result.stderr
+    model = torch.load(root / "sq" / "model.pt", weights_only=True)
+    model["policy"]["actor.weight"].zero_()
+    model["policy"]["actor.bias"].copy_(torch.tensor([1.0, 0, 0, 0, 0, 0]))
+    torch.save(model, root / "noop.pt")
+    return root
+
+
+def _eval(runs, *args):
+    result = run("operant", "eval", *map(str, args), "--json", "--runs-dir", str(runs))
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_episodes_that_never_end_are_cut_at_the_limit(runs):
+    report = _eval(runs, runs / "noop.pt", "--episodes", "3", "--num-envs", "2",
+                   "--max-episode-steps", "40")  # fmt: skip
+    assert report["episodes"] == 3 and report["episodes_cut"] == 3
+    assert report["max_episode_steps"] == 40 and report["return_max"] == 0.0
+    text = run("operant", "eval", runs / "noop.pt", "--episodes", "2", "--num-envs", "2",
+               "--max-episode-steps", "40", "--runs-dir", runs)  # fmt: skip
+    assert text.returncode == 0, text.stderr
+    assert "2 of them cut at the 40-step limit" in text.stdout
+
+
+def test_an_env_without_a_limit_gets_evals_and_one_with_a_limit_keeps_its_own(runs, tmp_path):
+    loaded = evaluate.resolve("sq", str(runs), best=False)
+    *_, env, _, _, options = evaluate.build_policy(loaded, 2)
+    assert options["max_episode_steps"] == evaluate.EVAL_STEP_LIMIT == env.time_limit
+    *_, env, _, _, options = evaluate.build_policy(loaded, 2, max_episode_steps=99)
+    assert options["max_episode_steps"] == 99 == env.time_limit
+    result = run("operant", "train", "--total-steps", "512", "--run-id", "cp", "--quiet",
+                 "--runs-dir", tmp_path, "--set", "env.num_envs=8", "--set",
+                 "ppo.num_steps=64")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    cartpole = evaluate.resolve("cp", str(tmp_path), best=False)
+    *_, env, _, _, options = evaluate.build_policy(cartpole, 2)
+    assert "max_episode_steps" not in options and env.max_episode_steps == 500
+
+
+def test_a_bad_limit_is_one_line_and_exit_2(runs):
+    result = run("operant", "eval", "sq", "--max-episode-steps", "0", "--runs-dir", runs)
+    assert result.returncode == 2
+    assert result.stderr == "operant eval: --max-episode-steps must be at least 1\n"
+
+
+def test_the_video_draws_minatars_frames_enlarged(runs, tmp_path):
+    imageio = pytest.importorskip("imageio.v3", reason="--video writes with imageio")
+    video = tmp_path / "seaquest.gif"
+    report = _eval(runs, runs / "noop.pt", "--episodes", "2", "--max-episode-steps", "20",
+                   "--video", video, "--seed", "3")  # fmt: skip
+    # the reset's frame, 20 steps, the NEXT_STEP reset's frame, 20 steps
+    assert report["episodes"] == 2 and report["episodes_cut"] == 2
+    assert report["video_frames"] == 42
+    frames = imageio.imread(video, index=None)[..., :3]  # pillow reads GIFs back as RGBA
+    assert frames.shape[1:] == (MIN_VIDEO_SIDE, MIN_VIDEO_SIDE, 3)
+    env = make_env("MinAtar-Seaquest-v1", 1)
+    obs, _ = env.reset(seed=3)
+    np.testing.assert_array_equal(frames[0], enlarged(rgb_frame(obs[0])))
+    assert enlarged(np.zeros((400, 600, 3), np.uint8)).shape == (400, 600, 3)

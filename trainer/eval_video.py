@@ -1,0 +1,133 @@
+"""`operant eval --video FILE`: the episodes of one env drawn into a video file.
+
+The env renders with `render_mode="rgb_array"` (Gymnasium's renderer for the classic-control
+envs, operant.envs.render; MinAtar's display for its games) and autoresets NEXT_STEP, so every
+frame of every episode is written, the terminal one included. Frames smaller than
+`MIN_VIDEO_SIDE` pixels on a side (MinAtar's 10 x 10) are enlarged by a whole factor, each
+square a block of pixels, so the video is watchable; larger ones are written as drawn. Frames
+stream to the file through imageio (GIF through pillow, other formats through
+imageio-ffmpeg's own ffmpeg binary): the `video` extra, `pip install "operant-rl[video]"`.
+Gymnasium's RecordVideo writes through moviepy, which itself writes through imageio-ffmpeg;
+imageio alone is the smaller dependency and also writes GIFs without ffmpeg.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from operant.trainer.evaluate import EvalInputError
+
+MIN_VIDEO_SIDE = 160
+"""Frames with a side under this many pixels are enlarged (by a whole factor) to reach it."""
+
+VIDEO_EXTRA = 'pip install "operant-rl[video]"'
+GIF_SUFFIX = ".gif"
+FFMPEG_SUFFIXES = (".mp4", ".webm", ".avi", ".mkv", ".mov")
+
+
+def check_video(path: Path) -> Any:
+    """imageio's v2 API, once `path` is known writable as a video: a .gif or an ffmpeg format,
+    in a folder that exists, with its writer installed. Raises EvalInputError, one line."""
+    suffix = path.suffix.lower()
+    if suffix != GIF_SUFFIX and suffix not in FFMPEG_SUFFIXES:
+        raise EvalInputError(
+            f"--video {path}: write a {GIF_SUFFIX} or one of {', '.join(FFMPEG_SUFFIXES)}"
+        )
+    if not path.parent.is_dir():
+        raise EvalInputError(f"--video {path}: no folder {path.parent}")
+    try:
+        import imageio.v2 as imageio
+
+        if suffix != GIF_SUFFIX:
+            import imageio_ffmpeg  # noqa: F401  (imageio's ffmpeg writer needs it)
+    except ImportError as error:
+        missing = (error.name or "imageio").split(".")[0]
+        raise EvalInputError(f"--video needs {missing}: {VIDEO_EXTRA}") from None
+    return imageio
+
+
+def open_video(path: Path, fps: float) -> Any:
+    """An imageio writer for `path` at `fps` frames per second (append_data, close)."""
+    imageio = check_video(path)
+    if path.suffix.lower() == GIF_SUFFIX:
+        return imageio.get_writer(path, mode="I", duration=1000.0 / fps, loop=0)
+    # macro_block_size=1: keep Gymnasium's frame size (600x400, 500x500) instead of padding it.
+    return imageio.get_writer(path, mode="I", fps=fps, macro_block_size=1)
+
+
+def record(
+    config: Any,
+    policy: Any,
+    normalizer: Any,
+    episodes: int,
+    seed: int,
+    stochastic: bool,
+    path: Path,
+    env_options: dict[str, Any],
+) -> tuple[list[float], list[bool], int]:
+    """Play `episodes` episodes on one env drawn into the video `path`; returns their returns,
+    which of them a time limit cut, and the number of frames written. `env_options`: make_env's
+    keywords for the run's env (from operant.trainer.evaluate.build_policy)."""
+    import torch
+    from gymnasium import spaces
+    from gymnasium.vector import AutoresetMode
+
+    from operant.envs import EnvError, make_env
+
+    try:
+        env = make_env(
+            config.env.id,
+            1,
+            impl=config.env.impl,
+            copy=False,
+            render_mode="rgb_array",
+            autoreset_mode=AutoresetMode.NEXT_STEP,
+            **env_options,
+        )
+    except EnvError as error:
+        raise EvalInputError(f"--video: {error}") from None
+    writer = open_video(path, float(env.metadata.get("render_fps", 30)))
+    space = env.single_action_space
+    generator = torch.Generator().manual_seed(seed)
+    returns: list[float] = []
+    cut: list[bool] = []
+    episode_return, frames = 0.0, 0
+    try:
+        obs, _ = env.reset(seed=seed)
+        writer.append_data(enlarged(env.render()[0]))
+        frames += 1
+        with torch.inference_mode():
+            while len(returns) < episodes:
+                seen = torch.as_tensor(obs)
+                seen = seen if normalizer is None else normalizer(seen)
+                chosen = policy.act(seen, generator)[0] if stochastic else policy.greedy(seen)
+                if isinstance(space, spaces.Box):
+                    chosen = torch.clamp(
+                        chosen, torch.as_tensor(space.low), torch.as_tensor(space.high)
+                    )
+                obs, reward, terminated, truncated, _ = env.step(
+                    chosen if env.impl == "torch" else chosen.numpy()
+                )
+                writer.append_data(enlarged(env.render()[0]))
+                frames += 1
+                episode_return += float(reward[0])
+                if terminated[0] or truncated[0]:
+                    returns.append(episode_return)
+                    cut.append(bool(truncated[0]) and not bool(terminated[0]))
+                    episode_return = 0.0
+    finally:
+        writer.close()
+        env.close()
+    return returns, cut, frames
+
+
+def enlarged(frame: np.ndarray) -> np.ndarray:
+    """`frame` (H, W, 3) with each pixel repeated k x k times, k the least whole factor that
+    brings its shorter side to MIN_VIDEO_SIDE (1 for frames that have it already)."""
+    factor = -(-MIN_VIDEO_SIDE // min(frame.shape[:2]))
+    if factor <= 1:
+        return frame
+    return np.repeat(np.repeat(frame, factor, axis=0), factor, axis=1)
