@@ -3,6 +3,8 @@ contract (operant.envs.minatar_env), over the same kernel as the vector env."""
 
 from __future__ import annotations
 
+import warnings
+
 import gymnasium
 import numpy as np
 import pytest
@@ -153,3 +155,24 @@ def test_the_reference_impl_is_a_single_env_too():
     check_env(env.unwrapped)
     obs, _ = env.reset(seed=0)
     assert obs.shape == (4, 10, 10) and obs.dtype == np.uint8 and obs[0, 9].sum() == 1
+
+
+def test_stable_baselines3_takes_it():
+    """SB3's own env checker passes, and its PPO steps it through its vector env."""
+    sb3 = pytest.importorskip("stable_baselines3")
+    from stable_baselines3.common.env_checker import check_env as sb3_check_env
+    from stable_baselines3.common.env_util import make_vec_env
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # SB3 suggests image conventions MinAtar does not use
+        sb3_check_env(gymnasium.make("operant/MinAtar-Seaquest-v1"))
+        model = sb3.PPO(
+            "MlpPolicy",
+            make_vec_env("operant/MinAtar-Seaquest-v1", n_envs=2, seed=0),
+            n_steps=64,
+            batch_size=64,
+            n_epochs=1,
+            seed=0,
+        )
+        model.learn(256)
+    assert model.num_timesteps == 256
