@@ -88,7 +88,7 @@ def record(
             **env_options,
         )
     except EnvError as error:
-        raise EvalInputError(f"--video: {error}") from None
+        raise EvalInputError(_cannot_record(config, env_options, error)) from None
     writer = open_video(path, float(env.metadata.get("render_fps", 30)))
     space = env.single_action_space
     generator = torch.Generator().manual_seed(seed)
@@ -131,3 +131,19 @@ def enlarged(frame: np.ndarray) -> np.ndarray:
     if factor <= 1:
         return frame
     return np.repeat(np.repeat(frame, factor, axis=0), factor, axis=1)
+
+
+def _cannot_record(config: Any, env_options: dict[str, Any], error: Exception) -> str:
+    """Why the env to record could not be made: the error itself, unless the same env without
+    a render mode and NEXT_STEP autoreset can be made, which means it draws no frames (the grid
+    world: its options name neither)."""
+    from operant.envs import EnvError, make_env
+
+    try:
+        make_env(config.env.id, 1, impl=config.env.impl, copy=False, **env_options).close()
+    except EnvError:
+        return f"--video: {error}"
+    return (
+        f"--video: {config.env.id} draws no frames to record (it has no render_mode "
+        "'rgb_array' with NEXT_STEP autoreset); evaluate it without --video"
+    )

@@ -381,9 +381,11 @@ def main(argv: list[str] | None = None) -> int:
         f"{result['return_max']:.1f}), {'greedy' if not args.stochastic else 'stochastic'}; "
         f"{loaded.kind} {loaded.path}{step}"
     )
-    if result["episodes_cut"]:
-        limit_text = f"the {limit:,}-step limit" if limit is not None else "the env's time limit"
-        print(f"{result['episodes_cut']} of them cut at {limit_text} (--max-episode-steps)")
+    if result["episodes_cut"] and limit is not None:
+        cut = result["episodes_cut"]
+        print(f"{cut} of them cut at the {limit:,}-step limit (--max-episode-steps)")
+    elif result["episodes_cut"]:
+        print(f"{result['episodes_cut']} of them reached the env's time limit")
     if video:
         print(f"video: {video['video']} ({video['video_frames']} frames)")
     return EXIT_OK

@@ -1,5 +1,6 @@
-"""operant eval on a MinAtar run: episodes that never end are cut at a step limit (MinAtar's
-games have none), and `--video` draws MinAtar's frames, enlarged."""
+"""operant eval on the newer families' runs: a MinAtar run's episodes that never end are cut at
+a step limit (MinAtar's games have none), `--video` draws MinAtar's frames, enlarged; the grid
+world, which draws no frames, is refused `--video` in one line."""
 
 import json
 
@@ -99,3 +100,18 @@ def test_the_video_draws_minatars_frames_enlarged(runs, tmp_path):
     obs, _ = env.reset(seed=3)
     np.testing.assert_array_equal(frames[0], enlarged(rgb_frame(obs[0])))
     assert enlarged(np.zeros((400, 600, 3), np.uint8)).shape == (400, 600, 3)
+
+
+def test_a_video_of_an_env_that_draws_no_frames_is_one_line_and_exit_2(tmp_path):
+    result = run("operant", "train", "--config", "configs/Grid-v0.toml", "--total-steps", "1024",
+                 "--run-id", "g", "--quiet", "--runs-dir", tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    video = tmp_path / "grid.gif"
+    result = run("operant", "eval", "g", "--runs-dir", tmp_path, "--video", video)
+    assert result.returncode == 2 and not video.exists()
+    assert result.stderr == (
+        "operant eval: --video: Grid-v0 draws no frames to record (it has no render_mode "
+        "'rgb_array' with NEXT_STEP autoreset); evaluate it without --video\n"
+    )
+    text = run("operant", "eval", "g", "--runs-dir", tmp_path, "--episodes", "2")
+    assert text.returncode == 0 and "2 of them reached the env's time limit" in text.stdout
