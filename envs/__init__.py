@@ -64,7 +64,13 @@ if "operant/Grid-v0" not in gymnasium.registry:
     # Many agents per env: there is no single-env class, only the vector entry point
     # (`gymnasium.make_vec("operant/Grid-v0", num_envs=N, vectorization_mode="vector_entry_point",
     # agents=K, ...)`: N worlds, N x K rows).
-    gymnasium.register(id="operant/Grid-v0", vector_entry_point=make_grid)
+    # `gymnasium.make` gets one line saying so instead of Gymnasium's "registered but
+    # entry_point is not specified".
+    gymnasium.register(
+        id="operant/Grid-v0",
+        entry_point="operant.envs.grid:no_single_env",
+        vector_entry_point=make_grid,
+    )
 
 for _env_id in _MINATAR_IDS:
     if f"operant/{_env_id}" not in gymnasium.registry:

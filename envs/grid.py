@@ -33,7 +33,12 @@ from gymnasium.vector.utils import batch_space
 from operant.envs.contract import ActSpec, ObsSpec, RowLayout, check_state, clear_stats
 from operant.envs.grid_config import GridConfig, GridConfigError
 from operant.envs.native import recent_from_ring, step_outputs
-from operant.envs.registry import EpisodeStats, InvalidActionError, check_action_batch
+from operant.envs.registry import (
+    EnvError,
+    EpisodeStats,
+    InvalidActionError,
+    check_action_batch,
+)
 
 NUM_ACTIONS = 9
 ACTION_NAMES = (
@@ -210,3 +215,14 @@ class GridVectorEnv(VectorEnv):
 def make_grid(num_envs: int, copy: bool = True, **kwargs: Any) -> GridVectorEnv:
     """What `make_env("Grid-v0", num_envs, ...)` calls (register_family's factory)."""
     return GridVectorEnv(num_envs, copy=copy, **kwargs)
+
+
+def no_single_env(**kwargs: Any) -> Any:
+    """`gymnasium.make("operant/Grid-v0")`'s entry point: a grid world has many agents, so
+    there is no single-agent Gymnasium env to return; says what to use instead."""
+    raise EnvError(
+        "operant/Grid-v0 has many agents per world, so gymnasium.make has no single env to "
+        'return: use gymnasium.make_vec("operant/Grid-v0", num_envs=N, '
+        'vectorization_mode="vector_entry_point") (agents as rows) or the PettingZoo face, '
+        "operant.envs.grid_pettingzoo.GridParallelEnv"
+    )

@@ -320,3 +320,12 @@ def test_bad_seeds_are_refused_in_one_line(impl, seed, message):
     with pytest.raises(ValueError, match=message) as refused:
         env.reset(seed=seed)
     assert "\n" not in str(refused.value)
+
+
+def test_the_grid_world_is_a_vector_env_and_gymnasium_make_says_so():
+    """Many agents per world: make_vec gives the vector env (agents as rows); make, which
+    would need one single-agent env, is one line naming what to use."""
+    envs = gymnasium.make_vec("operant/Grid-v0", num_envs=2, agents=3)
+    assert envs.num_envs == 6 and type(envs).__name__ == "GridVectorEnv"
+    with pytest.raises(EnvError, match=r"many agents per world.*make_vec.*GridParallelEnv"):
+        gymnasium.make("operant/Grid-v0")
