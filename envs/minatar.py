@@ -68,6 +68,8 @@ in the minatar package (`minatar.environments.<name>`). The `minatar` package re
 own as `MinAtar/<Game>-v0` (full action set) and `MinAtar/<Game>-v1` (minimal): another
 namespace, so the two never collide."""
 
+OPTIONS = ("sticky_action_prob", "difficulty_ramping", "max_episode_steps", "full_action_set")
+"""The games' options (`env.options` in a config, keywords of make_env)."""
 NO_TIME_LIMIT = 2**31 - 1
 RECENT_CAPACITY = 1024
 
@@ -474,6 +476,12 @@ def maker(env_id: str, impl: str) -> Any:
     cls = MinAtarVectorEnv if impl == "native" else ReferenceMinAtarEnv
 
     def make(num_envs: int, copy: bool = True, **kwargs: Any) -> Any:
+        device = kwargs.pop("device", None)
+        if device is not None and str(device) != "cpu":
+            raise EnvError(f"device={device!r}: {env_id} runs on the CPU (its {impl} impl)")
+        unknown = sorted(set(kwargs) - set(OPTIONS) - {"autoreset_mode", "render_mode"})
+        if unknown:
+            raise EnvError(f"{env_id} has no option {unknown[0]!r}; options: {', '.join(OPTIONS)}")
         return cls(game, num_envs, copy=copy, **kwargs)
 
     make.__doc__ = f"`make_env({env_id!r}, N, impl={impl!r})`: {cls.__name__}({game!r}, N)."

@@ -169,6 +169,11 @@ def _key(env_id: str) -> str:
     return env_id.removeprefix("operant/")
 
 
+def _implemented() -> str:
+    """Every id operant implements itself: the classic-control envs and the families."""
+    return ", ".join([*ENVS, *FAMILIES])
+
+
 def lookup(env_id: str) -> EnvEntry:
     """The entry for `env_id` (with or without the `operant/` namespace)."""
     key = env_id.removeprefix("operant/")
@@ -176,7 +181,7 @@ def lookup(env_id: str) -> EnvEntry:
         return ENVS[key]
     except KeyError:
         raise EnvError(
-            f"unknown env id {env_id!r}; operant implements: {', '.join(ENVS)} "
+            f"unknown env id {env_id!r}; operant implements: {_implemented()} "
             f'(any Gymnasium id trains with env.impl = "reference")'
         ) from None
 
@@ -219,7 +224,7 @@ def resolve_impl(env_id: str, impl: str) -> str:
         refusal = _gymnasium_refusal(key)
         if refusal is not None:
             raise EnvError(
-                f"unknown env id {env_id!r}: operant implements {', '.join(ENVS)}, "
+                f"unknown env id {env_id!r}: operant implements {_implemented()}, "
                 f"and Gymnasium says: {refusal}"
             )
         return "reference"
@@ -231,7 +236,7 @@ def resolve_impl(env_id: str, impl: str) -> str:
         if _gymnasium_refusal(key) is None:
             raise EnvError(
                 f"{key} has no {impl} implementation (operant implements "
-                f'{", ".join(ENVS)}); use env.impl = "reference" to train it '
+                f'{_implemented()}); use env.impl = "reference" to train it '
                 "through Gymnasium"
             )
         lookup(env_id)

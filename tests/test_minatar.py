@@ -215,8 +215,15 @@ def test_bad_input_is_refused_in_one_line():
         make_env("MinAtar-Freeway-v1", 3, options={"sticky_action_prob": 2})
     with pytest.raises(EnvError, match="no torch implementation"):
         make_env("MinAtar-Freeway-v1", 3, impl="torch")
-    with pytest.raises(EnvError, match="MinAtar-Pong-v1"):
+    with pytest.raises(EnvError, match=r"unknown env id 'MinAtar-Pong-v1'.*MinAtar-Breakout-v1"):
         make_env("MinAtar-Pong-v1", 3)
+    with pytest.raises(
+        EnvError, match=r"MinAtar-Freeway-v1 has no option 'bogus'; options: sticky_action_prob"
+    ):
+        make_env("MinAtar-Freeway-v1", 3, options={"bogus": 1})
+    with pytest.raises(EnvError, match=r"device='cuda': MinAtar-Freeway-v1 runs on the CPU"):
+        make_env("MinAtar-Freeway-v1", 3, device="cuda")
+    assert make_env("MinAtar-Freeway-v1", 3, device="cpu").num_envs == 3
 
 
 def test_truncation_at_max_episode_steps():
