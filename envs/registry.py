@@ -355,6 +355,11 @@ def workers_refusal(env_id: str, impl: str, chosen: str, workers: int) -> str | 
         return f"env.workers must be a positive integer, got {workers!r}"
     if workers == 1 or (chosen == "reference" and key not in FAMILIES):
         return None
+    if chosen == "reference":
+        return (
+            f"env.workers = {workers} steps Gymnasium's own envs in worker processes; {key}'s "
+            "reference implementation steps in the trainer's process: set env.workers = 1"
+        )
     what = f'env.impl = "{impl}"' + (f" (resolved to {chosen})" if impl != chosen else "")
     return (
         f'env.workers = {workers} is for Python envs (env.impl = "reference"); {key} '

@@ -170,5 +170,8 @@ def test_workers_need_a_python_env():
     with pytest.raises(ConfigError, match=r'Acrobot-v1 with env.impl = "auto" \(resolved to n'):
         check_workers(config, "native")
     check_workers(load_config(overrides=["env.impl='reference'", "env.workers=2"]), "reference")
+    # a family's reference impl (the minatar package) steps in the trainer's process
+    with pytest.raises(EnvError, match=r"MinAtar-Breakout-v1's reference implementation steps"):
+        make_env("MinAtar-Breakout-v1", 4, impl="reference", workers=2)
     with pytest.raises(ConfigError, match="env.workers = 9 is more than env.num_envs = 8"):
         derive(load_config(overrides=["env.num_envs=8", "env.workers=9"]))
