@@ -23,6 +23,7 @@ step costs far more than the kernel's step.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import gymnasium
@@ -30,6 +31,7 @@ import numpy as np
 
 from operant.envs.minatar import GAME_IDS
 from operant.envs.registry import EnvError, make_env
+from operant.envs.render import repeat_pixels
 from operant.shared.frame import cells, frame_palette, text_rows
 
 RENDER_MODES = ("rgb_array", "ansi")
@@ -70,7 +72,6 @@ class MinAtarEnv(gymnasium.Env):
         self.render_scale = render_scale
         self._shape = (len(self.channels), 10, 10)
         self._frame: np.ndarray = np.zeros(self._shape, np.uint8)
-        self._action = np.zeros(1, np.int64)
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -103,9 +104,17 @@ def rgb_frame(frame: np.ndarray, scale: int = 1) -> np.ndarray:
     """A (C, H, W) frame as MinAtar's display draws it: uint8 (H scale, W scale, 3), each square
     in its highest-numbered set channel's colour (black where none is set)."""
     channels = frame.shape[0]
+    weights = np.arange(1, channels + 1, dtype=np.int64).reshape(-1, 1, 1)
+    image = _colors(channels)[(frame.astype(bool) * weights).max(axis=0)]
+    return repeat_pixels(image, scale)
+
+
+@functools.cache
+def _colors(channels: int) -> np.ndarray:
+    """(channels + 1, 3) uint8: black, then MinAtar's colour of each channel (one table per
+    channel count, made once: a video draws thousands of frames)."""
     table = np.zeros((channels + 1, 3), np.uint8)
     for index, color in enumerate(frame_palette(channels)):
         table[index + 1] = [int(color[k : k + 2], 16) for k in (1, 3, 5)]
-    weights = np.arange(1, channels + 1, dtype=np.int64).reshape(-1, 1, 1)
-    image = table[(frame.astype(bool) * weights).max(axis=0)]
-    return np.repeat(np.repeat(image, scale, axis=0), scale, axis=1)
+    table.flags.writeable = False
+    return table

@@ -200,5 +200,13 @@ class RenderFace:
             self._renderer.close()
 
 
+def repeat_pixels(image: np.ndarray, factor: int) -> np.ndarray:
+    """`image` (H, W, ...) with each pixel repeated factor x factor times (nearest neighbour:
+    MinAtar's 10 x 10 frames made visible)."""
+    if factor == 1:
+        return image
+    return np.repeat(np.repeat(image, factor, axis=0), factor, axis=1)
+
+
 def _host(value: Any) -> np.ndarray:
     return value.cpu().numpy() if hasattr(value, "cpu") else np.asarray(value)

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from operant.envs.render import repeat_pixels
 from operant.trainer.evaluate import EvalInputError
 
 MIN_VIDEO_SIDE = 160
@@ -127,10 +128,7 @@ def record(
 def enlarged(frame: np.ndarray) -> np.ndarray:
     """`frame` (H, W, 3) with each pixel repeated k x k times, k the least whole factor that
     brings its shorter side to MIN_VIDEO_SIDE (1 for frames that have it already)."""
-    factor = -(-MIN_VIDEO_SIDE // min(frame.shape[:2]))
-    if factor <= 1:
-        return frame
-    return np.repeat(np.repeat(frame, factor, axis=0), factor, axis=1)
+    return repeat_pixels(frame, max(1, -(-MIN_VIDEO_SIDE // min(frame.shape[:2]))))
 
 
 def _cannot_record(config: Any, env_options: dict[str, Any], error: Exception) -> str:
