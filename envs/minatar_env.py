@@ -30,7 +30,7 @@ import gymnasium
 import numpy as np
 
 from operant.envs.minatar import GAME_IDS
-from operant.envs.registry import EnvError, make_env
+from operant.envs.registry import EnvError, InvalidActionError, invalid_action_message, make_env
 from operant.envs.render import repeat_pixels
 from operant.shared.frame import cells, frame_palette, text_rows
 
@@ -71,28 +71,44 @@ class MinAtarEnv(gymnasium.Env):
         self.render_mode = render_mode
         self.render_scale = render_scale
         self._shape = (len(self.channels), 10, 10)
-        self._frame: np.ndarray = np.zeros(self._shape, np.uint8)
+        self._num_actions = len(self._vec.action_set)
+        self._ended = False
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
         obs, _ = self._vec.reset(seed=seed)
-        np.copyto(self._frame, obs[0])
-        return self._frame.copy(), {}
+        self._ended = False
+        return obs[0].copy(), {}
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        # The vector env refuses a float or out-of-range action with one line (InvalidActionError).
-        obs, rewards, terminated, truncated, _ = self._vec.step(np.reshape(np.asarray(action), 1))
-        ended = bool(terminated[0] or truncated[0])
-        np.copyto(self._frame, self._vec.final_obs[0] if ended else obs[0])
-        return self._frame.copy(), float(rewards[0]), bool(terminated[0]), bool(truncated[0]), {}
+        # Straight into the vector env's action buffer and its kernel's step: its generic step()
+        # (batch checks, info dict, outputs) cost 3x the minatar package's own step here. An
+        # action that is not a plain integer goes through the vector env's checks, and the
+        # kernel refuses one out of range: one line either way (InvalidActionError).
+        vec = self._vec
+        if type(action) is int or isinstance(action, np.integer):
+            if not 0 <= action < self._num_actions:
+                raise InvalidActionError(invalid_action_message(self.action_space, 0, int(action)))
+            vec.actions[0] = action
+        else:
+            vec._load_actions(np.reshape(np.asarray(action), 1))
+        vec.step_bound()
+        terminated, truncated = bool(vec.terminated[0]), bool(vec.truncated[0])
+        self._ended = terminated or truncated
+        return self._shown().copy(), float(vec.rewards[0]), terminated, truncated, {}
+
+    def _shown(self) -> np.ndarray:
+        """The observation the last reset or step returned: on the step that ended an episode
+        the terminal one (the vector env's final_obs row; its obs row began the next)."""
+        return self._vec.final_obs[0] if self._ended else self._vec.obs[0]
 
     def render(self) -> np.ndarray | str | None:
         if self.render_mode == "rgb_array":
-            return rgb_frame(self._frame, self.render_scale)
+            return rgb_frame(self._shown(), self.render_scale)
         if self.render_mode == "ansi":
-            return "\n".join(text_rows(cells(self._frame.tobytes(), self._shape))) + "\n"
+            return "\n".join(text_rows(cells(self._shown().tobytes(), self._shape))) + "\n"
         return None
 
     def close(self) -> None:
