@@ -158,7 +158,7 @@ class GridVectorEnv(VectorEnv):
             actions.dtype.kind == "f",
             (self.num_envs,),
             self.single_action_space,
-            str(actions.dtype),
+            actions.dtype,
         )
         np.copyto(self.actions, actions, casting="unsafe")
         self.step_bound()

@@ -45,12 +45,11 @@ from operant.envs.autoreset import (
 from operant.envs.autoreset import autoreset_mode as parse_autoreset_mode
 from operant.envs.contract import ActSpec, ObsSpec, RowLayout, check_state, clear_stats
 from operant.envs.episodes import AccountedPythonEnv, EpisodeAccounting
-from operant.envs.native import allocate_buffers, recent_from_ring, step_outputs
+from operant.envs.native import allocate_buffers, load_actions, recent_from_ring, step_outputs
 from operant.envs.registry import (
     EnvError,
     EpisodeStats,
     InvalidActionError,
-    check_action_batch,
     invalid_action_message,
 )
 from operant.envs.seeding import check_seed, per_env_streams
@@ -164,18 +163,7 @@ class _MinAtarFace(VectorEnv):
         return [rgb_frame(frame) for frame in self._shown]
 
     def _load_actions(self, actions: Any) -> None:
-        if actions is self.actions:
-            return
-        array = np.asarray(actions)
-        check_action_batch(
-            array.shape,
-            array.dtype.kind in "iu",
-            array.dtype.kind == "f",
-            self.actions.shape,
-            self.single_action_space,
-            str(array.dtype),
-        )
-        np.copyto(self.actions, array, casting="unsafe")
+        load_actions(self, actions)
 
     def step(self, actions: Any) -> tuple[Any, ...]:
         self._load_actions(actions)

@@ -78,6 +78,36 @@ def recent_from_ring(ring: np.ndarray, head: int, count: int) -> np.ndarray:
     return ring[np.arange(head - count, head) % capacity]
 
 
+def load_actions(env: Any, actions: Any) -> None:
+    """A batch of actions into a numpy face's `actions` buffer, refused in one line
+    (InvalidActionError) for its shape or dtype; the values are the kernel's to check."""
+    buffer = env.actions
+    if actions is buffer:
+        return  # written in place by the caller: nothing to check or copy
+    if (
+        type(actions) is np.ndarray
+        and actions.dtype == buffer.dtype
+        and actions.shape == buffer.shape
+    ):
+        np.copyto(buffer, actions)  # the common case: no conversion, nothing to refuse
+        return
+    try:
+        array = np.asarray(actions)
+    except (TypeError, ValueError) as error:
+        raise InvalidActionError(
+            f"actions must be an array, got {type(actions).__name__}: {error}"
+        ) from None
+    check_action_batch(
+        array.shape,
+        array.dtype.kind in "iu",
+        array.dtype.kind == "f",
+        buffer.shape,
+        env.single_action_space,
+        array.dtype,
+    )
+    np.copyto(buffer, array, casting="unsafe")
+
+
 def step_outputs(env: Any, info: dict[str, Any]) -> tuple[Any, ...]:
     """Gymnasium's step result from a numpy face's buffers: copies when the env was made with
     `copy=True` (Gymnasium's default), else the live buffers the next step overwrites."""
@@ -273,31 +303,7 @@ class NativeVectorEnv(SlotBinding, RenderFace, VectorEnv):
             )
 
     def _load_actions(self, actions) -> None:
-        buffer = self.actions
-        if actions is buffer:
-            return  # written in place by the caller: nothing to check or copy
-        if (
-            type(actions) is np.ndarray
-            and actions.dtype == buffer.dtype
-            and actions.shape == buffer.shape
-        ):
-            np.copyto(buffer, actions)  # the common case: no conversion, nothing to refuse
-            return
-        try:
-            array = np.asarray(actions)
-        except (TypeError, ValueError) as error:
-            raise InvalidActionError(
-                f"actions must be an array, got {type(actions).__name__}: {error}"
-            ) from None
-        check_action_batch(
-            array.shape,
-            array.dtype.kind in "iu",
-            array.dtype.kind == "f",
-            self.actions.shape,
-            self.single_action_space,
-            str(array.dtype),
-        )
-        np.copyto(self.actions, array, casting="unsafe")
+        load_actions(self, actions)
 
     # Episode statistics reduced inside the kernel: Python sees sums and counts.
     def drain_episode_stats(self) -> EpisodeStats:

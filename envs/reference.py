@@ -120,7 +120,7 @@ class ReferenceVectorEnv(AccountedPythonEnv, VectorEnv):
             array.dtype.kind == "f",
             self.actions.shape,
             self.single_action_space,
-            str(array.dtype),
+            array.dtype,
         )
         np.copyto(self.actions, array, casting="unsafe")
         info = self._step()

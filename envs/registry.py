@@ -405,11 +405,14 @@ def check_action_batch(
     is_floating: bool,
     expected_shape: tuple[int, ...],
     space: spaces.Space,
-    dtype_name: str,
+    dtype: Any,
 ) -> None:
     """Refuse a batch of actions by its shape and dtype alone (no value is read).
 
-    Discrete spaces take integers; Box spaces take floating point (cast to float32).
+    Discrete spaces take integers; Box spaces take floating point (cast to float32). `dtype`
+    (numpy's or torch's) is named only in a refusal: `str()` of a numpy dtype takes about 6 us,
+    which every Gymnasium `step()` paid when the callers formatted it beforehand (as much as
+    a 1,024-env CartPole kernel step).
     """
     if tuple(shape) != tuple(expected_shape):
         raise InvalidActionError(
@@ -418,12 +421,17 @@ def check_action_batch(
     if isinstance(space, spaces.Discrete):
         if not is_integer:
             raise InvalidActionError(
-                f"actions for {space} must be integers, got dtype {dtype_name}"
+                f"actions for {space} must be integers, got dtype {_dtype_name(dtype)}"
             )
     elif not is_floating:
         raise InvalidActionError(
-            f"actions for {space} must be floating point, got dtype {dtype_name}"
+            f"actions for {space} must be floating point, got dtype {_dtype_name(dtype)}"
         )
+
+
+def _dtype_name(dtype: Any) -> str:
+    """A numpy or torch dtype's name: int64, float32 (torch's without its "torch." prefix)."""
+    return str(dtype).removeprefix("torch.")
 
 
 def invalid_action_message(space: spaces.Space, env_index: int, action: Any) -> str:

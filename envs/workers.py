@@ -384,7 +384,7 @@ class WorkerVectorEnv(AccountedPythonEnv, VectorEnv):
                 array.dtype.kind == "f",
                 self.actions.shape,
                 self.single_action_space,
-                str(array.dtype),
+                array.dtype,
             )
             np.copyto(self.actions, array, casting="unsafe")
         self.step_bound()

@@ -486,6 +486,6 @@ class TorchVectorEnv(RenderFace, VectorEnv):
             dtype.is_floating_point,
             self.actions.shape,
             self.single_action_space,
-            str(dtype).removeprefix("torch."),
+            dtype,
         )
         self.actions.copy_(actions)
