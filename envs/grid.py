@@ -32,12 +32,11 @@ from gymnasium.vector.utils import batch_space
 
 from operant.envs.contract import ActSpec, ObsSpec, RowLayout, check_state, clear_stats
 from operant.envs.grid_config import GridConfig, GridConfigError
-from operant.envs.native import recent_from_ring, step_outputs
+from operant.envs.native import load_actions, recent_from_ring, step_outputs
 from operant.envs.registry import (
     EnvError,
     EpisodeStats,
     InvalidActionError,
-    check_action_batch,
 )
 
 NUM_ACTIONS = 9
@@ -151,16 +150,7 @@ class GridVectorEnv(VectorEnv):
         return (self.obs.copy() if self.copy else self.obs), {}
 
     def step(self, actions):
-        actions = np.asarray(actions)
-        check_action_batch(
-            actions.shape,
-            actions.dtype.kind in "iu",
-            actions.dtype.kind == "f",
-            (self.num_envs,),
-            self.single_action_space,
-            actions.dtype,
-        )
-        np.copyto(self.actions, actions, casting="unsafe")
+        load_actions(self, actions)
         self.step_bound()
         info: dict[str, Any] = {}
         if self.truncated.any():

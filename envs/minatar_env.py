@@ -30,6 +30,7 @@ import gymnasium
 import numpy as np
 
 from operant.envs.minatar import GAME_IDS
+from operant.envs.native import load_actions
 from operant.envs.registry import EnvError, InvalidActionError, invalid_action_message, make_env
 from operant.envs.render import repeat_pixels
 from operant.shared.frame import cells, frame_palette, text_rows
@@ -93,7 +94,7 @@ class MinAtarEnv(gymnasium.Env):
                 raise InvalidActionError(invalid_action_message(self.action_space, 0, int(action)))
             vec.actions[0] = action
         else:
-            vec._load_actions(np.reshape(np.asarray(action), 1))
+            load_actions(vec, np.reshape(np.asarray(action), 1))
         vec.step_bound()
         terminated, truncated = bool(vec.terminated[0]), bool(vec.truncated[0])
         self._ended = terminated or truncated

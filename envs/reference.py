@@ -26,8 +26,8 @@ from operant.envs.autoreset import autoreset_mode as parse_autoreset_mode
 from operant.envs.autoreset import with_autoreset_mode
 from operant.envs.contract import ActSpec, ObsSpec, RowLayout
 from operant.envs.episodes import AccountedPythonEnv, EpisodeAccounting
-from operant.envs.native import allocate_buffers, step_outputs
-from operant.envs.registry import EnvError, check_action_batch
+from operant.envs.native import allocate_buffers, load_actions, step_outputs
+from operant.envs.registry import EnvError
 from operant.envs.render import check_render_mode, init_headless_display
 from operant.envs.seeding import check_seed
 
@@ -113,16 +113,7 @@ class ReferenceVectorEnv(AccountedPythonEnv, VectorEnv):
         return (self.obs.copy() if self.copy else self.obs), info
 
     def step(self, actions):
-        array = np.asarray(actions)
-        check_action_batch(
-            array.shape,
-            array.dtype.kind in "iu",
-            array.dtype.kind == "f",
-            self.actions.shape,
-            self.single_action_space,
-            array.dtype,
-        )
-        np.copyto(self.actions, array, casting="unsafe")
+        load_actions(self, actions)
         info = self._step()
         return step_outputs(self, info)
 

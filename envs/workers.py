@@ -63,11 +63,10 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 from operant.envs.autoreset import autoreset_mode as parse_autoreset_mode
 from operant.envs.contract import ActSpec, ObsSpec, RowLayout
 from operant.envs.episodes import AccountedPythonEnv, EpisodeAccounting
-from operant.envs.native import step_outputs
+from operant.envs.native import load_actions, step_outputs
 from operant.envs.registry import (
     EnvError,
     InvalidActionError,
-    check_action_batch,
     invalid_action_message,
 )
 from operant.envs.seeding import check_seed
@@ -376,17 +375,7 @@ class WorkerVectorEnv(AccountedPythonEnv, VectorEnv):
         return (self.obs.copy() if self.copy else self.obs), {}
 
     def step(self, actions: Any) -> tuple[Any, ...]:
-        if actions is not self.actions:
-            array = np.asarray(actions)
-            check_action_batch(
-                array.shape,
-                array.dtype.kind in "iu",
-                array.dtype.kind == "f",
-                self.actions.shape,
-                self.single_action_space,
-                array.dtype,
-            )
-            np.copyto(self.actions, array, casting="unsafe")
+        load_actions(self, actions)
         self.step_bound()
         info: dict[str, Any] = {}
         done = self.terminated | self.truncated
