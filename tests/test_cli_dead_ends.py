@@ -11,6 +11,7 @@ import shlex
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from user_runs import (
@@ -201,6 +202,39 @@ def test_a_budget_between_updates_is_rounded_up_and_said(finished, root):
     assert run_json["config"]["train"]["total_steps"] == 20_480
     with MetricsReader(root / "twenty-k" / "metrics.bin") as reader:
         assert reader.snapshot().gauges["total_steps"] == 20_480
+
+
+def test_a_budget_counts_agent_rows_where_agents_are_rows(root):
+    # Grid-v0's config: 32 worlds of 8 agents, 32 steps an update: 8,192 rows, not the 1,024
+    # that env.num_envs x ppo.num_steps alone would give (the plan was once rounded that way
+    # and the trainer then ran past it: "update 7/49").
+    result = run(
+        "operant-train",
+        "--config",
+        str(Path(__file__).parents[1] / "configs" / "Grid-v0.toml"),
+        "--total-steps",
+        "9000",
+        "--set",
+        "ppo.update_epochs=1",
+        "--runs-dir",
+        str(root),
+        "--run-id",
+        "grid-9k",
+        "--log-format",
+        "plain",
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines() == [
+        "operant-train: train.total_steps = 9,000 is not a whole number of updates of 8,192 "
+        "steps (env.num_envs x ppo.num_steps x 8 agents per env): training 16,384 steps "
+        "(2 updates)"
+    ]
+    lines = result.stdout.splitlines()
+    assert " 2 updates of 8192 steps " in lines[0]
+    assert [line.split()[1] for line in lines if line.startswith("update ")] == ["1/2", "2/2"]
+    assert last_record(root / "grid-9k")["global_step"] == 16_384
+    run_json = json.loads((root / "grid-9k" / "run.json").read_text())
+    assert run_json["config"]["train"]["total_steps"] == 16_384
 
 
 # --- interrupted runs -----------------------------------------------------------------------------

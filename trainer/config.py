@@ -250,9 +250,13 @@ class Derived(Struct, frozen=True):
         """One line saying how train.total_steps was rounded; None when it was not."""
         if self.total_steps == config.train.total_steps:
             return None
+        agents = self.rows_per_env // config.ppo.num_steps
+        rows = "env.num_envs x ppo.num_steps" + (
+            f" x {agents} agents per env" if agents != 1 else ""
+        )
         return (
             f"train.total_steps = {config.train.total_steps:,} is not a whole number of "
-            f"updates of {self.batch_size:,} steps (env.num_envs x ppo.num_steps): training "
+            f"updates of {self.batch_size:,} steps ({rows}): training "
             f"{self.total_steps:,} steps ({self.num_updates:,} updates)"
         )
 

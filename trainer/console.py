@@ -39,7 +39,8 @@ class Console(Service):
         self.outcome: Outcome | None = None
 
     def on_start(self) -> None:
-        plan, trainer, derived = self.plan, self.trainer, self.plan.derived
+        plan, trainer = self.plan, self.trainer
+        derived = trainer.derived
         if self.args.log_format == "plain" and not self.args.quiet:
             origin = (
                 f", resumed at update {trainer.update} from {plan.checkpoint.name}"

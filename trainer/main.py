@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
             # anything is created or launched.
             from operant.trainer import preflight
 
-            preflight.check(plan.config, plan.impl)
+            plan.settle(preflight.check(plan.config, plan.impl).agents_per_env)
             if plan.config.train.tensorboard:
                 from operant.trainer import tensorboard
 

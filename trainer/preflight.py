@@ -120,8 +120,9 @@ def check_workers(config: Any, impl: str) -> None:
         raise ConfigError(refusal)
 
 
-def check(config: Any, impl: str) -> None:
-    """Everything above for a training config: env workers, device, env, memory."""
+def check(config: Any, impl: str) -> EnvShape:
+    """Everything above for a training config: env workers, device, env, memory. Returns the
+    env's shape (its agents per env decide the batch: RunPlan.settle)."""
     from operant.trainer import memory
 
     check_workers(config, impl)
@@ -137,6 +138,7 @@ def check(config: Any, impl: str) -> None:
     refusal = memory.check(config, impl, shape.obs_spec, shape.act_spec, shape.agents_per_env)
     if refusal is not None:
         raise UnavailableError(refusal)
+    return shape
 
 
 def _first_line(error: BaseException) -> str:

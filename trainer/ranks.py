@@ -114,7 +114,7 @@ def _plan_on_zero(
         flags["train"]["run_id"] = default_run_id(given.env.id, launch)
     try:
         plan = plan_run(resume, args.config, args.overrides, flags)
-        preflight.check(plan.config, plan.impl)
+        plan.settle(preflight.check(plan.config, plan.impl).agents_per_env)
         if plan.config.train.tensorboard:
             from operant.trainer import tensorboard
 
@@ -142,13 +142,12 @@ def _shareable(plan: RunPlan) -> dict[str, Any]:
 def _plan_elsewhere(shared: dict[str, Any], part: Any) -> RunPlan:
     """A rank other than 0's plan: rank 0's, with this rank's part of the checkpoint."""
     from operant.envs import resolve_impl
-    from operant.trainer.config import derive, load_config
+    from operant.trainer.config import load_config
 
     config = load_config(None, (), shared["config"])
     root = Path(shared["root"])
     return RunPlan(
         config=config,
-        derived=derive(config),
         impl=resolve_impl(config.env.id, config.env.impl),
         root=root,
         run_id=shared["run_id"],

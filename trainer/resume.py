@@ -55,7 +55,6 @@ class RunExistsError(ResumeError):
 @dataclass
 class RunPlan:
     config: Config
-    derived: Derived
     impl: str
     root: Path
     run_id: str
@@ -71,6 +70,21 @@ class RunPlan:
     notes: list[str] = field(default_factory=list)
     """What the trainer says about the plan once it is accepted (a rounded step budget):
     not said when the plan is refused, so a refusal is one line."""
+    derived: Derived | None = None
+    """The batch and the budget in whole updates: set by `settle`, once the env's agents per
+    env are known (the trainer keeps its own, the same, in `Trainer.derived`)."""
+
+    def settle(self, agents_per_env: int) -> None:
+        """Derive the batch again with the env's agents per env (known once the preflight has
+        built it: an env of k agents adds k rows a step) and round train.total_steps up to
+        whole updates of that batch, saying so in `notes`. Raises ConfigError."""
+        self.derived = derive(self.config, agents_per_env)
+        note = self.derived.rounding_note(self.config)
+        if note is not None:
+            # The budget trained is the one recorded (run.json, checkpoints, the monitor's
+            # progress), so every place that shows it agrees with the summary.
+            self.config.train.total_steps = self.derived.total_steps
+            self.notes = [note]
 
     @property
     def resumed_update(self) -> int:
@@ -110,19 +124,11 @@ def _finish(config: Config, root: Path, run_id: str) -> RunPlan:
     if not runs.valid_run_id(run_id):
         raise ConfigError(f"run id {run_id!r} may use only letters, digits, '.', '_' and '-'")
     config.train.run_id = run_id  # recorded in run.json and every checkpoint
-    derived = derive(config)
-    note = derived.rounding_note(config)
-    if note is not None:
-        # The budget trained is the one recorded (run.json, checkpoints, the monitor's
-        # progress), so every place that shows it agrees with the summary.
-        config.train.total_steps = derived.total_steps
     return RunPlan(
         config=config,
-        derived=derived,
         impl=resolve_impl(config.env.id, config.env.impl),
         root=root,
         run_id=run_id,
-        notes=[note] if note is not None else [],
     )
 
 

@@ -218,8 +218,9 @@ class UpdateLatest(Service):
 class WriteProgress(Service):
     """Every update's record to progress.jsonl; every `log_every`-th to stdout."""
 
-    def __init__(self, path: Path, args: Any, plan: RunPlan):
+    def __init__(self, path: Path, args: Any, plan: RunPlan, num_updates: int):
         self.path, self.args, self.plan = path, args, plan
+        self.num_updates = num_updates
         self.log: ProgressLog | None = None
 
     def on_start(self) -> None:
@@ -229,7 +230,7 @@ class WriteProgress(Service):
             sys.stdout,
             args.log_format,
             config.train.log_every,
-            self.plan.derived.num_updates,
+            self.num_updates,
             args.quiet,
         )
 

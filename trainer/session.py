@@ -156,7 +156,7 @@ def compose(
         beat=notifier.beat,
     )
     records = ContinueRecords(plan, run_dir / runs.PROGRESS_FILE, checkpointer)
-    progress = WriteProgress(run_dir / runs.PROGRESS_FILE, args, plan)
+    progress = WriteProgress(run_dir / runs.PROGRESS_FILE, args, plan, trainer.derived.num_updates)
     publish = (
         [PublishMetrics(plan, run_dir, trainer, records, rank=rank)]
         if config.train.publish_metrics
@@ -175,7 +175,7 @@ def compose(
         UpdateLatest(plan),
         progress,
         *tensorboard,
-        NotifySystemd(notifier, checkpointer, trainer, plan.derived.num_updates),
+        NotifySystemd(notifier, checkpointer, trainer, trainer.derived.num_updates),
         _checkpoints(
             trainer,
             checkpointer,
