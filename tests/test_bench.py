@@ -177,6 +177,30 @@ def test_trainer_env_sets_the_trained_env_over_the_configs(tmp_path):
     assert run["env_id"] == "Acrobot-v1" and run["global_step"] == 2048
 
 
+def test_trainer_judges_solved_as_operant_train_does(tmp_path):
+    # Acrobot's registered threshold (-100), not CartPole's 475 for every env; the grid has
+    # none: it trains its whole budget and says so instead of "NOT solved" against 475.
+    runs = {}
+    for name, args in {
+        "acrobot": ["--env", "Acrobot-v1", "--total-steps", "2048"],
+        "grid": ["--config", str(CONFIGS / "Grid-v0.toml"), "--total-steps", "8192"],
+    }.items():
+        out = tmp_path / f"{name}.json"
+        result = bench(
+            "trainer", *args, "--seeds", "1", "--no-bound", "--max-cv", "10",
+            "--output", str(out),
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        runs[name] = (result.stdout, json.loads(out.read_text())["summary"])
+    stdout, summary = runs["acrobot"]
+    assert summary["target_return"] == -100.0 and summary["solved"] == "0/1"
+    assert stdout.startswith("trainer Acrobot-v1:\n")
+    stdout, summary = runs["grid"]
+    assert summary["target_return"] is None and summary["solved"] == "no target"
+    assert summary["all_solved"] and "; no target" in stdout
+    assert "no target return, last-100 mean" in stdout
+
+
 def test_trainer_eval_matrix_picks_the_best_cell(tmp_path):
     out = tmp_path / "eval.json"
     result = bench(

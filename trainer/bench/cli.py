@@ -188,8 +188,10 @@ def _add_measurement_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--target-return",
         type=float,
-        default=475.0,
-        help="trainer: stop a run once the last-100 mean return reaches this",
+        default=None,
+        help="trainer: stop a run once the last-100 mean return reaches this (default: the "
+        "config's train.target_return, else the env's registered reward threshold, as "
+        "operant-train judges solved: 475 for CartPole-v1; none for MinAtar and the grid)",
     )
 
 

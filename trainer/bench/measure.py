@@ -243,6 +243,11 @@ def _label(cell: dict[str, Any]) -> str:
     return " ".join(f"{name}={value}" for name, value in cell.items()) or "config"
 
 
+def _run_label(config: Any, cell: dict[str, Any]) -> str:
+    """What a printed result is of: the env, and the cell where a matrix sets one."""
+    return config.env.id + (f" {_label(cell)}" if cell else "")
+
+
 def _short_label(cell: dict[str, Any]) -> str:
     """A cell for a plot axis: N (num_envs), T (num_steps), mb (num_minibatches)."""
     short = {"num_envs": "N", "num_steps": "T", "num_minibatches": "mb"}
@@ -265,11 +270,16 @@ def _load_cell_config(
     overrides = [f"train.seed={seed}", *_cell_overrides(cell)]
     if args.env is not None:
         overrides.append(f"env.id={args.env}")
-    if target:
+    if target and args.target_return is not None:
         overrides.append(f"train.target_return={args.target_return}")
     if args.total_steps:
         overrides.append(f"train.total_steps={args.total_steps}")
     config = load_config(args.config, [*overrides, *args.overrides])
+    if target and config.train.target_return is None:
+        from operant.trainer.best import env_target
+
+        # A run stops at what operant-train calls solved (a set target ends training early).
+        config.train.target_return = env_target(config)
     derive(config)  # refuse a bad combination (minibatches not dividing the batch) up front
     # ...and what this machine lacks for it (device, the env's packages, memory).
     preflight.check(config, resolve_impl(config.env.id, config.env.impl))
@@ -314,6 +324,8 @@ def _train_once(args: argparse.Namespace, cell: dict[str, int], seed: int) -> di
         ),
     }
     solved = f"solved at {trainer.solved_at:.2f}s" if trainer.solved_at else "NOT solved"
+    if trainer.config.train.target_return is None:
+        solved = "no target return"
     final = run["final_return_mean"]
     print(
         f"  seed {seed}: {run['global_step']:,} steps, {run['sps_mean']:,.0f} steps/s, {solved}, "
@@ -447,7 +459,7 @@ def _cell_configs(args: argparse.Namespace, target: bool) -> list[tuple[dict[str
 def bench_trainer(args: argparse.Namespace) -> dict[str, Any]:
     results = []
     for cell, config in _cell_configs(args, target=True):
-        print(f"trainer {_label(cell)}:", flush=True)
+        print(f"trainer {_run_label(config, cell)}:", flush=True)
         # The bound is measured before and after the runs and the better of each rate kept:
         # a ceiling should not depend on which second of a drifting VM it was taken in.
         bound_before = None if args.no_bound else compute_bound(config)
@@ -460,10 +472,13 @@ def bench_trainer(args: argparse.Namespace) -> dict[str, Any]:
             for name in runs[0]["phase_s"]
         }
         deltas = [run["mem_delta_mb"] for run in runs if run["mem_delta_mb"] is not None]
+        target = config.train.target_return
         summary = {
             "sps": sps,
-            "solved": f"{len(solve_times)}/{len(runs)}",
-            "all_solved": len(solve_times) == len(runs),
+            "target_return": target,
+            "solved": f"{len(solve_times)}/{len(runs)}" if target is not None else "no target",
+            # (with no target there is nothing to solve: every cell may be the best)
+            "all_solved": len(solve_times) == len(runs) or target is None,
             "solve_s_median": round(statistics.median(solve_times), 3) if solve_times else None,
             "solve_s_max": round(max(solve_times), 3) if solve_times else None,
             "phase_s_mean": phases,
@@ -488,7 +503,9 @@ def bench_trainer(args: argparse.Namespace) -> dict[str, Any]:
 def _print_trainer_summary(result: dict[str, Any]) -> None:
     summary = result["summary"]
     sps = summary["sps"]
-    text = f"  median {sps['median']:,.0f} steps/s (cv {sps['cv']:.1%}); solved {summary['solved']}"
+    text = f"  median {sps['median']:,.0f} steps/s (cv {sps['cv']:.1%}); " + (
+        f"solved {summary['solved']}" if summary.get("target_return") is not None else "no target"
+    )
     if summary["solve_s_median"] is not None:
         text += f", median {summary['solve_s_median']}s, worst {summary['solve_s_max']}s"
     if "bound" in result:
@@ -538,7 +555,7 @@ def bench_trainer_eval(args: argparse.Namespace) -> dict[str, Any]:
         results.append(result)
         sps = result["summary"]["sps"]
         print(
-            f"trainer_eval {_label(cell)}: median {sps['median']:,.0f} steps/s "
+            f"trainer_eval {_run_label(config, cell)}: median {sps['median']:,.0f} steps/s "
             f"(cv {sps['cv']:.1%}); " + ", ".join(f"{k} {v:.0%}" for k, v in phases.items()),
             flush=True,
         )
