@@ -1,4 +1,3 @@
-# Over 400 lines: the family's two faces (kernel, minatar oracle) behind one contract.
 """MinAtar's games (Young & Tian 2019) as an env family: `operant/MinAtar-<Game>-v1`.
 
 Two implementations of operant.envs.contract.BatchEnv, each a Gymnasium `VectorEnv` in SAME_STEP
@@ -7,9 +6,9 @@ face over the kernel, the reference env's own loop):
 
 - `native`: `MinAtarVectorEnv`, the C kernel operant.cext.minatar (MinAtar's rules statement by
   statement, checked against the `minatar` package by operant.envs.minatar_parity);
-- `reference`: `ReferenceMinAtarEnv`, the `minatar` package itself (one `minatar.Environment`
-  per env, stepped in a Python loop), the oracle; it needs the optional extra
-  (`pip install "operant-rl[minatar]"`).
+- `reference`: `ReferenceMinAtarEnv` (operant.envs.minatar_reference), the `minatar` package
+  itself (one `minatar.Environment` per env, stepped in a Python loop), the oracle; it needs
+  the optional extra (`pip install "operant-rl[minatar]"`).
 
 Observations are uint8 (C, 10, 10), channels first, 0 or 1: MinAtar's (10, 10, C) bool state
 transposed, so a torch conv reads the buffer as it is (`torch.from_numpy(env.obs)` is NCHW,
@@ -44,7 +43,6 @@ from operant.envs.autoreset import (
 )
 from operant.envs.autoreset import autoreset_mode as parse_autoreset_mode
 from operant.envs.contract import ActSpec, ObsSpec, RowLayout, check_state, clear_stats
-from operant.envs.episodes import AccountedPythonEnv, EpisodeAccounting
 from operant.envs.native import allocate_buffers, load_actions, recent_from_ring, step_outputs
 from operant.envs.registry import (
     EnvError,
@@ -255,8 +253,10 @@ class MinAtarVectorEnv(SlotBinding, _MinAtarFace):
         """`operant bench env_only --validate`: a kernel like this one (same game, sticky
         actions, ramping and number of envs), checked at every one of `steps` steps against
         the minatar package (operant.envs.minatar_parity.check_game). Needs the extra."""
-        minatar_environment_class()
         from operant.envs.minatar_parity import check_game
+        from operant.envs.minatar_reference import minatar_environment_class
+
+        minatar_environment_class()
 
         report = check_game(
             self.game,
@@ -347,119 +347,10 @@ class MinAtarVectorEnv(SlotBinding, _MinAtarFace):
         pass
 
 
-def minatar_environment_class() -> Any:
-    """`minatar.Environment`, or EnvError saying which extra installs it."""
-    try:
-        from minatar import Environment
-    except ImportError:
-        raise EnvError(
-            'env.impl = "reference" for MinAtar games runs the minatar package, which is not '
-            'installed: pip install "operant-rl[minatar]"'
-        ) from None
-    return Environment
-
-
-class ReferenceMinAtarEnv(AccountedPythonEnv, _MinAtarFace):
-    """The `minatar` package behind the same buffers: one `minatar.Environment` per env,
-    stepped in a Python loop (its real usage), SAME_STEP autoreset, statistics in numpy."""
-
-    impl = "reference"
-    resumable = False  # MinAtar's games keep Python state: a resume re-seeds them
-
-    def __init__(
-        self,
-        game: str,
-        num_envs: int,
-        copy: bool = True,
-        *,
-        sticky_action_prob: float = 0.1,
-        difficulty_ramping: bool = True,
-        max_episode_steps: int | None = None,
-        full_action_set: bool = False,
-        autoreset_mode: AutoresetMode | str = AutoresetMode.SAME_STEP,
-        render_mode: str | None = None,
-    ):
-        environment = minatar_environment_class()
-        limit = _check_options(num_envs, sticky_action_prob, max_episode_steps)
-        self.max_episode_steps = limit
-        self._declare(
-            game, num_envs, copy, full_action_set, autoreset_mode, render_mode, max_episode_steps
-        )
-        self.envs = [
-            environment(
-                game,
-                sticky_action_prob=float(sticky_action_prob),
-                difficulty_ramping=bool(difficulty_ramping),
-            )
-            for _ in range(num_envs)
-        ]
-        self.episodes = EpisodeAccounting(self.layout, RECENT_CAPACITY)
-        self._lengths = np.zeros(num_envs, np.int64)
-        self._resetting = np.zeros(num_envs, np.bool_)
-        """NEXT_STEP: the envs whose next step is a reset (their action ignored)."""
-
-    def _observe(self, i: int, out: np.ndarray) -> None:
-        out[i] = self.envs[i].state().transpose(2, 0, 1)
-
-    def reset(
-        self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
-    ):
-        """Gymnasium's rule: env i is seeded with seed + i (an int) or seed[i] (a list)."""
-        seed = check_seed(seed, self.num_envs)
-        for i, env in enumerate(self.envs):
-            env_seed = seed + i if isinstance(seed, int) else seed[i] if seed else None
-            if env_seed is not None:
-                env.seed(env_seed % 2**32)
-            env.reset()
-            self._observe(i, self.obs)
-        self._lengths[:] = 0
-        self._resetting[:] = False
-        self.episodes.reset_episodes()
-        return self._showing(((self.obs.copy() if self.copy else self.obs), {}))
-
-    def step(self, actions: Any) -> tuple[Any, ...]:
-        if self.autoreset_mode == AutoresetMode.SAME_STEP:
-            return super().step(actions)
-        self._load_actions(actions)
-        self.step_bound()
-        return self._showing(step_outputs(self, {}))
-
-    def step_bound(self) -> None:
-        actions = self.actions
-        bad = np.flatnonzero((actions < 0) | (actions >= len(self.action_set)))
-        if len(bad):
-            raise InvalidActionError(
-                invalid_action_message(self.single_action_space, int(bad[0]), int(actions[bad[0]]))
-            )
-        next_step = self.autoreset_mode == AutoresetMode.NEXT_STEP
-        resetting = self._resetting.copy()
-        self._lengths += 1
-        for i, env in enumerate(self.envs):
-            if resetting[i]:  # NEXT_STEP: this step resets env i, its action ignored
-                env.reset()
-                self._observe(i, self.obs)
-                self.rewards[i] = 0.0
-                self.terminated[i] = self.truncated[i] = self._resetting[i] = False
-                self._lengths[i] = 0
-                continue
-            reward, terminal = env.act(self.action_set[actions[i]])
-            self.rewards[i] = reward
-            self.terminated[i] = terminal
-            self.truncated[i] = self._lengths[i] >= self.max_episode_steps
-            self._observe(i, self.obs)
-            if terminal or self.truncated[i]:
-                self.final_obs[i] = self.obs[i]
-                if next_step:
-                    self._resetting[i] = True
-                    continue
-                env.reset()
-                self._observe(i, self.obs)
-                self._lengths[i] = 0
-        self.episodes.record(self.rewards, self.terminated, self.truncated, counted=~resetting)
-
-
 def maker(env_id: str, impl: str) -> Any:
     """The factory `register_family` gets for `env_id`'s implementation `impl`."""
+    from operant.envs.minatar_reference import ReferenceMinAtarEnv
+
     game = GAME_IDS[env_id]
     cls = MinAtarVectorEnv if impl == "native" else ReferenceMinAtarEnv
 

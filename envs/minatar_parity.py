@@ -366,9 +366,10 @@ def check_game(
 ) -> ParityReport:
     """Step a kernel of `num_envs` envs of `game` for `steps` random actions, checking every env
     at every step against MinAtar (module docstring)."""
-    from minatar import Environment
-
     from operant.cext.minatar import GAMES, MinAtarKernel
+    from operant.envs.minatar_reference import minatar_environment_class
+
+    Environment = minatar_environment_class()
 
     layout = GAMES[game]
     channels = len(layout["channels"])

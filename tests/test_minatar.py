@@ -9,6 +9,8 @@ state, sticky actions' rate, the reset draws' distributions, refusals, no alloca
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import tracemalloc
 
 import gymnasium
@@ -387,3 +389,17 @@ def test_trains_through_the_unchanged_loop_with_a_frame_policy():
     storage = trainer.storage.obs
     assert storage.dtype == torch.uint8 and storage.shape == (8, 4, 4, 10, 10)
     assert torch.all(storage[:, :, 0].sum(dim=(-1, -2)) == 1)  # one paddle per frame
+
+
+@needs_minatar
+def test_the_oracle_imports_without_a_warning_or_a_root_handler():
+    # minatar's import warns through the root logger where seaborn is missing (its display),
+    # which also gives a process without logging set up a stderr handler of the package's.
+    code = (
+        "import logging\n"
+        "from operant.envs.minatar_reference import minatar_environment_class\n"
+        "env = minatar_environment_class()('breakout')\n"
+        "print(env.n_channels, len(logging.getLogger().handlers))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert (result.returncode, result.stdout, result.stderr) == (0, "4 0\n", "")
