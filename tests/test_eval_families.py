@@ -115,3 +115,45 @@ def test_a_video_of_an_env_that_draws_no_frames_is_one_line_and_exit_2(tmp_path)
     )
     text = run("operant", "eval", "g", "--runs-dir", tmp_path, "--episodes", "2")
     assert text.returncode == 0 and "2 of them reached the env's time limit" in text.stdout
+
+
+def test_the_videos_stack_is_the_trainers_frame_stack():
+    # The video steps its env NEXT_STEP without the stack (FrameStackEnv needs SAME_STEP) and
+    # stacks in Python: over episode ends, its stacks are FrameStackEnv's, the terminal one
+    # included, as the policy saw them in training.
+    from operant.trainer.eval_video import Stack
+
+    stacked = make_env("MinAtar-Breakout-v1", 1, frame_stack=3, sticky_action_prob=0.0)
+    plain = make_env("MinAtar-Breakout-v1", 1, sticky_action_prob=0.0, autoreset_mode="next_step")
+    stack = Stack(3)
+    expected, _ = stacked.reset(seed=5)
+    obs, _ = plain.reset(seed=5)
+    np.testing.assert_array_equal(stack.start(obs), expected)
+    rng = np.random.default_rng(0)
+    ends = 0
+    for _ in range(300):
+        action = rng.integers(0, 3, 1)
+        expected, _, terminated, truncated, info = stacked.step(action)
+        obs, _, ended, _, _ = plain.step(action)
+        seen = stack.push(obs)
+        if terminated[0] or truncated[0]:
+            ends += 1
+            assert ended[0]
+            np.testing.assert_array_equal(seen, info["final_obs"][:1])
+            obs, *_ = plain.step(action)  # NEXT_STEP: the reset, its action ignored
+            seen = stack.start(obs)
+        np.testing.assert_array_equal(seen, expected)
+    assert ends >= 5
+
+
+def test_a_frame_stacked_runs_video_is_recorded(tmp_path):
+    pytest.importorskip("imageio.v3", reason="--video writes with imageio")
+    result = run(
+        "operant", "train", "--config", "configs/minatar/Breakout.toml", "--total-steps", "512",
+        "--run-id", "stacked", "--quiet", "--runs-dir", tmp_path, "--set", "env.frame_stack=2",
+        "--set", "env.num_envs=8", "--set", "ppo.num_steps=64", "--set", "ppo.num_minibatches=2",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    video = tmp_path / "breakout.gif"
+    report = _eval(tmp_path, "stacked", "--episodes", "2", "--video", video, "--seed", "1")
+    assert report["episodes"] == 2 and report["video_frames"] > 4 and video.stat().st_size

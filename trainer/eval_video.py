@@ -9,6 +9,11 @@ stream to the file through imageio (GIF through pillow, other formats through
 imageio-ffmpeg's own ffmpeg binary): the `video` extra, `pip install "operant-rl[video]"`.
 Gymnasium's RecordVideo writes through moviepy, which itself writes through imageio-ffmpeg;
 imageio alone is the smaller dependency and also writes GIFs without ffmpeg.
+
+A run trained on stacked frames (`env.frame_stack = k`) is recorded from its env without the
+stack (operant.envs.frame_stack needs SAME_STEP autoreset, which never shows a terminal frame)
+and the policy is fed the stack `Stack` keeps as FrameStackEnv does: the last k observations
+along the first axis, oldest first, a new episode's first observation k times.
 """
 
 from __future__ import annotations
@@ -78,6 +83,7 @@ def record(
 
     from operant.envs import EnvError, make_env
 
+    unstacked = {key: value for key, value in env_options.items() if key != "frame_stack"}
     try:
         env = make_env(
             config.env.id,
@@ -86,18 +92,20 @@ def record(
             copy=False,
             render_mode="rgb_array",
             autoreset_mode=AutoresetMode.NEXT_STEP,
-            **env_options,
+            **unstacked,
         )
     except EnvError as error:
-        raise EvalInputError(_cannot_record(config, env_options, error)) from None
+        raise EvalInputError(_cannot_record(config, unstacked, error)) from None
+    stack = Stack(int(env_options.get("frame_stack", 1)))
     writer = open_video(path, float(env.metadata.get("render_fps", 30)))
     space = env.single_action_space
     generator = torch.Generator().manual_seed(seed)
     returns: list[float] = []
     cut: list[bool] = []
-    episode_return, frames = 0.0, 0
+    episode_return, frames, ended = 0.0, 0, False
     try:
         obs, _ = env.reset(seed=seed)
+        obs = stack.start(obs)
         writer.append_data(enlarged(env.render()[0]))
         frames += 1
         with torch.inference_mode():
@@ -112,10 +120,13 @@ def record(
                 obs, reward, terminated, truncated, _ = env.step(
                     chosen if env.impl == "torch" else chosen.numpy()
                 )
+                # (the step after an ending one is the reset: its observation starts a stack)
+                obs = stack.start(obs) if ended else stack.push(obs)
                 writer.append_data(enlarged(env.render()[0]))
                 frames += 1
                 episode_return += float(reward[0])
-                if terminated[0] or truncated[0]:
+                ended = bool(terminated[0] or truncated[0])
+                if ended:
                     returns.append(episode_return)
                     cut.append(bool(truncated[0]) and not bool(terminated[0]))
                     episode_return = 0.0
@@ -123,6 +134,27 @@ def record(
         writer.close()
         env.close()
     return returns, cut, frames
+
+
+class Stack:
+    """The last `depth` observation batches along the first axis of a row, oldest first (the
+    policy's input where the run stacked frames); depth 1 passes observations through."""
+
+    def __init__(self, depth: int):
+        self.depth = depth
+        self.frames: list[np.ndarray] = []
+
+    def start(self, obs: Any) -> Any:
+        """A new episode: its first observation `depth` times."""
+        self.frames = [np.array(obs)] * self.depth
+        return self._stacked(obs)
+
+    def push(self, obs: Any) -> Any:
+        self.frames = [*self.frames[1:], np.array(obs)]
+        return self._stacked(obs)
+
+    def _stacked(self, obs: Any) -> Any:
+        return obs if self.depth == 1 else np.concatenate(self.frames, axis=1)
 
 
 def enlarged(frame: np.ndarray) -> np.ndarray:
