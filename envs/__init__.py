@@ -69,7 +69,8 @@ if "operant/Grid-v0" not in gymnasium.registry:
     gymnasium.register(
         id="operant/Grid-v0",
         entry_point="operant.envs.grid:no_single_env",
-        vector_entry_point=make_grid,
+        # through make_env, as the other ids: `impl=` and `frame_stack=` are taken here too
+        vector_entry_point=functools.partial(gymnasium_vector_entry_point, env_id="Grid-v0"),
     )
 
 for _env_id in _MINATAR_IDS:

@@ -2,6 +2,7 @@
 
     python examples/cleanrl_ppo.py --total-timesteps 50000
     python examples/cleanrl_ppo.py --env-id operant/Acrobot-v1 --num-envs 16
+    python examples/cleanrl_ppo.py --env-id operant/MinAtar-Breakout-v1 --num-envs 64
 
 Read it next to CleanRL's cleanrl/ppo.py: the same Args, Agent with layer_init, rollout storage
 shaped (num_steps, num_envs, ...), GAE, and minibatch update, with the same defaults. What
@@ -18,6 +19,8 @@ differs:
 - Episode returns come from Gymnasium's vector RecordEpisodeStatistics wrapper, printed as
   CleanRL prints them: `global_step=..., episodic_return=...`. No TensorBoard or W&B here.
 - Flags are parsed from the Args dataclass with argparse (CleanRL uses tyro): same names.
+- Any observation shape: the MLP flattens it (MinAtar's frames, the grid's tokens), and an env
+  whose rows are agents (operant/Grid-v0) gives num_envs x agents rows, each trained as an env.
 """
 
 from __future__ import annotations
@@ -106,10 +109,16 @@ def parse_args() -> Args:
             kind = {"int": int, "float": float, "str": str, "float | None": float}[field.type]
             parser.add_argument(flag, type=kind, default=field.default)
     args = Args(**vars(parser.parse_args()))
-    args.batch_size = int(args.num_envs * args.num_steps)
+    derive_sizes(args, args.num_envs)
+    return args
+
+
+def derive_sizes(args: Args, rows: int) -> None:
+    """CleanRL's batch sizes, for `rows` rows a step: num_envs, or num_envs x agents for an env
+    whose rows are agents (operant/Grid-v0: each agent a row of the shared policy)."""
+    args.batch_size = int(rows * args.num_steps)
     args.minibatch_size = int(args.batch_size // args.num_minibatches)
     args.num_iterations = args.total_timesteps // args.batch_size
-    return args
 
 
 SQRT2 = float(np.sqrt(2))
@@ -125,7 +134,10 @@ class Agent(nn.Module):
     def __init__(self, envs):
         super().__init__()
         obs_size = np.array(envs.single_observation_space.shape).prod()
+        # Flatten: an identity for vector observations (CleanRL's), and what lets the same MLP
+        # read frames, e.g. MinAtar's uint8 (C, 10, 10) (operant/MinAtar-Breakout-v1).
         self.critic = nn.Sequential(
+            nn.Flatten(),
             layer_init(nn.Linear(obs_size, 64)),
             nn.Tanh(),
             layer_init(nn.Linear(64, 64)),
@@ -133,6 +145,7 @@ class Agent(nn.Module):
             layer_init(nn.Linear(64, 1), std=1.0),
         )
         self.actor = nn.Sequential(
+            nn.Flatten(),
             layer_init(nn.Linear(obs_size, 64)),
             nn.Tanh(),
             layer_init(nn.Linear(64, 64)),
@@ -262,6 +275,8 @@ def main() -> None:
     assert isinstance(envs.single_action_space, gym.spaces.Discrete), (
         "only discrete action space is supported"
     )
+    args.num_envs = envs.num_envs  # rows: more than asked where agents are rows
+    derive_sizes(args, args.num_envs)
 
     agent = Agent(envs).to(device)
     optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)

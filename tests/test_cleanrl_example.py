@@ -48,3 +48,28 @@ def test_cleanrl_ppo_example_learns_cartpole():
     assert np.mean(first) < 60.0  # it starts from a near-random policy ...
     assert np.mean(last) >= 120.0  # ... and learns
     assert max(step for step, _ in episodes) <= TOTAL_TIMESTEPS
+
+
+def _episodes(*flags: str) -> list[tuple[int, float]]:
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLE), *flags, "--seed", "1", "--no-cuda"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        timeout=240,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return [(int(step), float(value)) for step, value in EPISODE_LINE.findall(result.stdout)]
+
+
+def test_the_example_reads_frames_and_agent_rows():
+    # MinAtar's uint8 (4, 10, 10) frames through the flattening MLP (it crashed on the shape),
+    # and the grid's 4 worlds of 8 agents: 32 rows a step, each trained as an env.
+    frames = _episodes("--env-id", "operant/MinAtar-Breakout-v1", "--num-envs", "8",
+                       "--total-timesteps", "2048")  # fmt: skip
+    assert len(frames) > 20 and all(value >= 0 for _, value in frames)
+    rows = _episodes("--env-id", "operant/Grid-v0", "--total-timesteps", "8192")
+    # 8,192 steps of 32 rows a step (num_steps 128: two updates) are 256 steps of the worlds:
+    # two 128-step episodes of each agent, each ending at a global_step that counts rows
+    assert len(rows) == 64 and {step for step, _ in rows} == {128 * 32, 256 * 32}
