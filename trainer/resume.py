@@ -33,7 +33,7 @@ import msgspec
 
 from operant.shared import runs
 from operant.shared.record import UpdateRecord, decode_progress_line
-from operant.trainer.config import Config, ConfigError, Derived, derive, load_config
+from operant.trainer.config import Config, ConfigError, derive, load_config
 
 AUTO = "auto"
 
@@ -70,20 +70,18 @@ class RunPlan:
     notes: list[str] = field(default_factory=list)
     """What the trainer says about the plan once it is accepted (a rounded step budget):
     not said when the plan is refused, so a refusal is one line."""
-    derived: Derived | None = None
-    """The batch and the budget in whole updates: set by `settle`, once the env's agents per
-    env are known (the trainer keeps its own, the same, in `Trainer.derived`)."""
 
     def settle(self, agents_per_env: int) -> None:
-        """Derive the batch again with the env's agents per env (known once the preflight has
+        """Check the config's batch with the env's agents per env (known once the preflight has
         built it: an env of k agents adds k rows a step) and round train.total_steps up to
-        whole updates of that batch, saying so in `notes`. Raises ConfigError."""
-        self.derived = derive(self.config, agents_per_env)
-        note = self.derived.rounding_note(self.config)
+        whole updates of that batch, saying so in `notes`. Raises ConfigError. (The trainer
+        derives the same batch again from the env it builds: `Trainer.derived`.)"""
+        derived = derive(self.config, agents_per_env)
+        note = derived.rounding_note(self.config)
         if note is not None:
             # The budget trained is the one recorded (run.json, checkpoints, the monitor's
             # progress), so every place that shows it agrees with the summary.
-            self.config.train.total_steps = self.derived.total_steps
+            self.config.train.total_steps = derived.total_steps
             self.notes = [note]
 
     @property
