@@ -237,6 +237,38 @@ def test_a_budget_counts_agent_rows_where_agents_are_rows(root):
     assert run_json["config"]["train"]["total_steps"] == 16_384
 
 
+def test_a_run_without_a_checkpoint_starts_again_with_its_own_config(root):
+    # A Breakout run that died before its first checkpoint (its checkpoints removed here): the
+    # hint, pasted as printed, starts it again as Breakout, not as the default config's
+    # CartPole inside the Breakout run's directory.
+    config = str(Path(__file__).parents[1] / "configs" / "minatar" / "Breakout.toml")
+    result = run("operant-train", "--config", config, "--total-steps", "1024", "--set",
+                 "env.num_envs=8", "--set", "ppo.num_steps=64", "--set", "ppo.num_minibatches=2",
+                 "--runs-dir", str(root), "--run-id", "early", "--quiet")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    for path in (root / "early" / "checkpoints").iterdir():
+        path.unlink()
+    refused = run("operant-train", "--resume", "early", "--runs-dir", str(root))
+    assert refused.returncode == 2 and refused.stdout == ""
+    (line,) = refused.stderr.splitlines()
+    assert "has no checkpoint to resume from" in line
+    hint = line.split("started with: ")[1]
+    assert hint == f"operant-train --resume auto --run-id early --runs-dir {root}"
+    again = run_hint(hint, "--quiet")
+    assert again.returncode == 0, again.stderr
+    assert json.loads((root / "early" / "run.json").read_text())["env_id"] == "MinAtar-Breakout-v1"
+    assert last_record(root / "early")["global_step"] == 1024
+
+
+def test_latest_is_a_reserved_run_id(root):
+    result = run("operant-train", "--run-id", "latest", "--runs-dir", str(root))
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (
+        "operant-train: run id 'latest' is reserved (the runs root's pointer to the newest run); "
+        "choose another --run-id\n"
+    )
+
+
 # --- interrupted runs -----------------------------------------------------------------------------
 
 

@@ -405,3 +405,24 @@ def _flip_tensor_byte(path: Path) -> None:
     # Stored (uncompressed) records: the first tensor's bytes follow its local header.
     data[marker + 200] ^= 0x01
     path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(
+    ("content", "length", "kept"),
+    [
+        # the file's end lost with the power: the cut last line goes, the next record starts a
+        # line of its own (it was appended to the cut one, losing both to every reader)
+        (b'{"update":1}\n{"update":2}\n{"upd', 40, b'{"update":1}\n{"update":2}\n'),
+        (b'{"upd', 40, b""),
+        (b'{"update":1}\n{"update":2}\n', 40, b'{"update":1}\n{"update":2}\n'),
+        # records past the checkpoint, which the resumed run trains again
+        (b'{"update":1}\n{"update":2}\n{"update":3}\n', 13, b'{"update":1}\n'),
+    ],
+)
+def test_progress_is_cut_to_whole_lines(tmp_path, content, length, kept):
+    from operant.trainer.resume import cut_progress
+
+    path = tmp_path / "progress.jsonl"
+    path.write_bytes(content)
+    assert cut_progress(path, length) == len(content) - len(kept)
+    assert path.read_bytes() == kept

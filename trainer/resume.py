@@ -119,8 +119,7 @@ def lock_run_dir(run_dir: Path) -> int:
 def _finish(config: Config, root: Path, run_id: str) -> RunPlan:
     from operant.envs import resolve_impl
 
-    if not runs.valid_run_id(run_id):
-        raise ConfigError(f"run id {run_id!r} may use only letters, digits, '.', '_' and '-'")
+    _check_run_id(run_id)
     config.train.run_id = run_id  # recorded in run.json and every checkpoint
     return RunPlan(
         config=config,
@@ -141,9 +140,13 @@ def _read_checkpoint(run_dir: Path, required: bool) -> tuple[int, Path | None, d
         path = checkpoint.find_checkpoint(run_dir / runs.CHECKPOINT_DIR)
         if path is None:
             if required:
+                again = runs.command_hint(
+                    "operant-train", "--resume", "auto", "--run-id", run_dir.name,
+                    root=run_dir.parent,
+                )  # fmt: skip
                 raise CheckpointError(
                     f"run {run_dir.name!r} has no checkpoint to resume from (it stopped before "
-                    f"writing one); start it again with --resume auto --run-id {run_dir.name}"
+                    f"writing one); start it again, with the config it started with: {again}"
                 )
             return fd, None, None
         return fd, path, checkpoint_format.load(path)
@@ -233,11 +236,22 @@ def plan_run(
                 "--resume auto needs a fixed run id: set train.run_id in the config "
                 "or pass --run-id"
             )
-        plan = _finish(given, root, given.train.run_id)
-        run_dir = root / plan.run_id
+        _check_run_id(given.train.run_id)
+        run_dir = root / given.train.run_id
         if not run_dir.is_dir():
-            return plan
-        return _attach(plan, run_dir, *_read_checkpoint(run_dir, required=False))
+            return _finish(given, root, given.train.run_id)
+        fd, path, payload = _read_checkpoint(run_dir, required=False)
+        try:
+            if config_path is None:
+                # The run's own config (its checkpoint's, else the one its run.json recorded
+                # when it started), as `--resume RUN` takes it: not the default config, which
+                # would retrain another env inside this run's directory.
+                given = _own_config(run_dir, path, payload, overrides, flags) or given
+            plan = _finish(given, root, run_dir.name)
+        except BaseException:
+            os.close(fd)
+            raise
+        return _attach(plan, run_dir, fd, path, payload)
     run_dir = runs.resolve_run(root, None if resume == runs.LATEST_NAME else resume)
     if given.train.run_id and given.train.run_id != run_dir.name:
         raise ConfigError(
@@ -248,15 +262,47 @@ def plan_run(
     try:
         if config_path is None:
             # The run's own config, from its checkpoint, with the flags and --set on top.
-            try:
-                given = load_config(None, overrides, _merge(payload["config"], flags))
-            except ConfigError as error:
-                raise ConfigError(f"the config saved in {path}: {error}") from None
+            given = _own_config(run_dir, path, payload, overrides, flags) or given
         plan = _finish(given, root, run_dir.name)
     except BaseException:
         os.close(fd)
         raise
     return _attach(plan, run_dir, fd, path, payload)
+
+
+def _own_config(
+    run_dir: Path,
+    path: Path | None,
+    payload: dict[str, Any] | None,
+    overrides: list[str],
+    flags: dict[str, dict[str, Any]],
+) -> Config | None:
+    """The config a run was trained with, with the flags and --set on top: its checkpoint's,
+    else (no checkpoint yet) the one run.json recorded at its start; None if it has neither."""
+    if payload is not None and path is not None:
+        saved, source = payload["config"], path
+    else:
+        source = run_dir / runs.RUN_FILE
+        try:
+            saved = json.loads(source.read_text())["config"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        if not isinstance(saved, dict):
+            return None
+    try:
+        return load_config(None, overrides, _merge(saved, flags))
+    except ConfigError as error:
+        raise ConfigError(f"the config saved in {source}: {error}") from None
+
+
+def _check_run_id(run_id: str) -> None:
+    if run_id == runs.LATEST_NAME:
+        raise ConfigError(
+            f"run id {run_id!r} is reserved (the runs root's pointer to the newest run); "
+            "choose another --run-id"
+        )
+    if not runs.valid_run_id(run_id):
+        raise ConfigError(f"run id {run_id!r} may use only letters, digits, '.', '_' and '-'")
 
 
 def _root_source(config: Config) -> tuple[str, str]:
@@ -283,18 +329,35 @@ def create(plan: RunPlan) -> Path:
 def cut_progress(path: Path, length: int) -> int:
     """Drop what `path` holds past `length` bytes (records of updates the resumed run redoes,
     or a line cut short by a crash); returns the bytes dropped. A file shorter than `length`
-    (lost records) is left as it is."""
+    (lost records) keeps its whole lines: a last line cut short (the file's end lost with the
+    power) is dropped, so the next record starts a line of its own."""
     try:
         size = path.stat().st_size
     except FileNotFoundError:
         return 0
-    if size <= length:
-        return 0
+    keep = min(size, length)
     with open(path, "r+b") as handle:
-        handle.truncate(length)
+        if 0 < keep < length:
+            keep = _whole_lines(handle, keep)
+        if keep == size:
+            return 0
+        handle.truncate(keep)
         handle.flush()
         os.fsync(handle.fileno())
-    return size - length
+    return size - keep
+
+
+def _whole_lines(handle: Any, size: int) -> int:
+    """The length of the file's first `size` bytes without a last line that has no newline."""
+    end = size
+    while end > 0:
+        start = max(0, end - 4096)
+        handle.seek(start)
+        newline = handle.read(end - start).rfind(b"\n")
+        if newline >= 0:
+            return start + newline + 1
+        end = start
+    return 0
 
 
 def progress_tail(path: Path, count: int) -> list[UpdateRecord]:
