@@ -86,6 +86,18 @@ def test_a_bad_limit_is_one_line_and_exit_2(runs):
     assert result.stderr == "operant eval: --max-episode-steps must be at least 1\n"
 
 
+@pytest.mark.parametrize("seed", ["-1", str(2**62 + 1), "99999999999999999999"])
+def test_a_seed_out_of_range_is_one_line_and_exit_2(runs, seed):
+    # (they reached the envs' seeding: numpy's ValueError, Cython's OverflowError)
+    result = run("operant", "eval", "sq", "--seed", seed, "--runs-dir", runs)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == f"operant eval: --seed must be between 0 and 2**62, got {seed}\n"
+    trained = run("operant-train", "--set", f"train.seed={seed}", "--runs-dir", runs)
+    assert (trained.returncode, trained.stdout) == (2, "")
+    assert trained.stderr.startswith("operant-train: config (with --set): train.seed: Expected")
+    assert len(trained.stderr.splitlines()) == 1
+
+
 def test_the_video_draws_minatars_frames_enlarged(runs, tmp_path):
     imageio = pytest.importorskip("imageio.v3", reason="--video writes with imageio")
     video = tmp_path / "seaquest.gif"

@@ -22,6 +22,10 @@ PositiveFloat = Annotated[float, Meta(gt=0)]
 Fraction = Annotated[float, Meta(ge=0, le=1)]
 NonNegative = Annotated[float, Meta(ge=0)]
 
+MAX_SEED = 2**62
+"""The largest train.seed (and `operant eval --seed`): seeds derived from it by adding a rank's
+or an env's index stay below 2^63."""
+
 
 class ConfigError(ValueError):
     """Bad configuration input; the message names the file/field and what is expected."""
@@ -159,8 +163,10 @@ class TrainConfig(Struct, forbid_unknown_fields=True, kw_only=True):
     """Environment steps (summed over envs) to train for, rounded up to whole updates
     (env.num_envs x ppo.num_steps steps each); operant-train says so when it rounds. The
     default is 244 updates of the default 2,048-step batch."""
-    seed: Annotated[int, Meta(ge=0)] = 1
-    """Seeds the envs, torch and sampling: the same seed gives the same run on CPU."""
+    seed: Annotated[int, Meta(ge=0, le=MAX_SEED)] = 1
+    """Seeds the envs, torch and sampling: the same seed gives the same run on CPU. At most
+    2^62: each rank and env seeds from it plus its index, within torch's and the kernels' 64
+    bits."""
     target_return: float | None = None
     """Stop early once the mean return of the last 100 episodes reaches this; None trains
     for the whole budget."""

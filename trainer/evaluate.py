@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from operant.trainer.config import MAX_SEED
+
 EXIT_OK, EXIT_USAGE = 0, 2
 EVAL_STEP_LIMIT = 27_000
 """Steps after which eval cuts an episode of an env with no time limit of its own (Atari's
@@ -317,6 +319,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.episodes < 1 or args.num_envs < 1:
         print("operant eval: --episodes and --num-envs must be at least 1", file=sys.stderr)
+        return EXIT_USAGE
+    if not 0 <= args.seed <= MAX_SEED:
+        print(f"operant eval: --seed must be between 0 and 2**62, got {args.seed}", file=sys.stderr)
         return EXIT_USAGE
     if args.max_episode_steps is not None and args.max_episode_steps < 1:
         print("operant eval: --max-episode-steps must be at least 1", file=sys.stderr)
