@@ -6,6 +6,7 @@ updates is rounded up and said; a run stopped early is listed as interrupted; le
 monitor of a run that has ended says what became of it."""
 
 import json
+import os
 import re
 import shlex
 import signal
@@ -267,6 +268,36 @@ def test_latest_is_a_reserved_run_id(root):
         "operant-train: run id 'latest' is reserved (the runs root's pointer to the newest run); "
         "choose another --run-id\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["--nnodes", "2"],
+         "--nnodes is for ranks under torchrun: give --nproc-per-node K with it"),
+        (["--max-restarts", "2"],
+         "--max-restarts is for ranks under torchrun: give --nproc-per-node K with it"),
+        (["--runs-dir", ""],
+         "--runs-dir is empty: give it a directory (leave it out for the default root)"),
+        (["--monitor"], "--monitor watches the run in this terminal, and there is none; use "
+         "--detach, then operant monitor --once or --json"),
+    ],
+)  # fmt: skip
+def test_a_flag_that_would_be_ignored_is_refused(tmp_path, args, line):
+    # Each trained a lone process before (--nnodes, --max-restarts), into the default runs
+    # root (an empty --runs-dir, as an unset "$DIR" gives), or started a run and then exited 2
+    # for want of a terminal (--monitor from a script).
+    result = subprocess.run(
+        command(["operant-train", *args, "--total-steps", "2048"]),
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+        env={**os.environ, RUNS_DIR_ENV: str(tmp_path)},
+    )
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == f"operant-train: {line}\n"
+    assert list(tmp_path.iterdir()) == []
 
 
 # --- interrupted runs -----------------------------------------------------------------------------

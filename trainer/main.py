@@ -103,6 +103,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _flag_problem(args: argparse.Namespace) -> str | None:
+    """A flag that would be ignored or misread, in one line; None when there is none."""
+    alone = [
+        flag
+        for flag, value in (
+            ("--nnodes", args.nnodes),
+            ("--max-restarts", args.max_restarts),
+            ("--rdzv-endpoint", args.rdzv_endpoint),
+            ("--rdzv-id", args.rdzv_id),
+        )
+        if value is not None
+    ]
+    if alone and args.nproc_per_node is None and "LOCAL_RANK" not in os.environ:
+        return f"{alone[0]} is for ranks under torchrun: give --nproc-per-node K with it"
+    if args.runs_dir is not None and not args.runs_dir.strip():
+        return "--runs-dir is empty: give it a directory (leave it out for the default root)"
+    if args.monitor and not args.detach and not (sys.stdin.isatty() and sys.stdout.isatty()):
+        return (
+            "--monitor watches the run in this terminal, and there is none; use --detach, "
+            "then operant monitor --once or --json"
+        )
+    return None
+
+
 def _flag_values(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     extra: dict[str, dict[str, Any]] = {}
     for value, section, key in (
@@ -141,6 +165,10 @@ def main(argv: list[str] | None = None) -> int:
     from operant.trainer import handoff
 
     launching = args.detach or args.monitor
+    problem = _flag_problem(args)
+    if problem is not None:
+        print(f"operant-train: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     if handoff.wanted(args):
         problem = handoff.refusal(args, _flag_values(args))
         if problem is not None:
