@@ -98,10 +98,20 @@ def create_run_dir(root: Path, run_id: str) -> Path:
     return path
 
 
-def update_latest(root: Path, run_id: str) -> None:
+def update_latest(root: Path, run_id: str) -> str | None:
     """Point `root/latest` at run_id atomically (operant.shared.atomic.replace_symlink), so a
-    reader sees the old run or the new one, never neither."""
-    atomic.replace_symlink(root / LATEST_NAME, run_id)
+    reader sees the old run or the new one, never neither. A `latest` that is not a symbolic
+    link (a runs root copied with `cp -rL` holds a directory there) is left alone: returns why,
+    in one line, for a warning (a run trains without its pointer); None when it was updated."""
+    link = root / LATEST_NAME
+    if os.path.lexists(link) and not os.path.islink(link):
+        kind = "a directory" if os.path.isdir(link) else "a file"
+        return (
+            f"{link} is {kind}, not the runs root's pointer to the newest run, so it was left "
+            "as it is and does not name this run; move it away to have it back"
+        )
+    atomic.replace_symlink(link, run_id)
+    return None
 
 
 def resolve_run(root: Path, run: str | None) -> Path:
@@ -118,10 +128,16 @@ def resolve_run(root: Path, run: str | None) -> Path:
                 f"no runs yet under {root}: start one with operant-train, or pass --runs-dir"
             ) from None
         except OSError as error:
-            raise RunNotFoundError(f"{link} is not a run pointer ({error.strerror})") from None
+            raise RunNotFoundError(
+                f"{link} is not a run pointer ({error.strerror}): move it away, and name a run "
+                "instead (operant runs lists them)"
+            ) from None
         path = root / target
         if not path.is_dir():
-            raise RunNotFoundError(f"{link} points to {target!r}, which no longer exists")
+            raise RunNotFoundError(
+                f"{link} points to {target!r}, which no longer exists: name a run instead "
+                "(operant runs lists them)"
+            )
         return path
     if not valid_run_id(run):
         raise RunNotFoundError(

@@ -300,6 +300,26 @@ def test_a_flag_that_would_be_ignored_is_refused(tmp_path, args, line):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_latest_that_is_a_directory_does_not_stop_a_run(tmp_path):
+    # A runs root copied with `cp -rL` holds a directory at `latest`: the run crashed on it
+    # (IsADirectoryError) and left a failed run behind. It trains, warned once; the monitor's
+    # refusal of that `latest` says what to do.
+    (tmp_path / "latest").mkdir()
+    result = run("operant-train", "--total-steps", "2048", "--runs-dir", str(tmp_path),
+                 "--run-id", "beside", "--quiet")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == (
+        f"operant-train: warning: {tmp_path / 'latest'} is a directory, not the runs root's "
+        "pointer to the newest run, so it was left as it is and does not name this run; move it "
+        "away to have it back\n"
+    )
+    assert last_record(tmp_path / "beside")["global_step"] == 2048
+    watched = run("operant", "monitor", "--latest", "--once", "--runs-dir", str(tmp_path))
+    assert watched.returncode == 2 and len(watched.stderr.splitlines()) == 1
+    assert "is not a run pointer" in watched.stderr
+    assert watched.stderr.endswith("name a run instead (operant runs lists them)\n")
+
+
 # --- interrupted runs -----------------------------------------------------------------------------
 
 

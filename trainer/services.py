@@ -212,7 +212,9 @@ class UpdateLatest(Service):
         self.plan = plan
 
     def on_start(self) -> None:
-        runs.update_latest(self.plan.root, self.plan.run_id)
+        problem = runs.update_latest(self.plan.root, self.plan.run_id)
+        if problem is not None:
+            print(f"operant-train: warning: {problem}", file=sys.stderr, flush=True)
 
 
 class WriteProgress(Service):
