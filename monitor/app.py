@@ -421,10 +421,16 @@ def detach_message(run_id: str, view: RunView | None, root: Path) -> str:
     """What `q` leaves on the terminal: the run's state in words, and the command (pasteable
     as printed) that does the next thing a user wants with a run in that state."""
     status = view.status if view is not None and view.run_id == run_id else "running"
+    # a run of K ranks resumes with K ranks (its checkpoints hold each rank's state)
+    ranks = view.world_size if view is not None and view.run_id == run_id else 1
+    resume = command_hint(
+        "operant-train", *(("--nproc-per-node", str(ranks)) if ranks > 1 else ()), "--resume",
+        run_id, root=root,
+    )  # fmt: skip
     if status == "finished" and view.interrupted:
         return (
             f"detached from {run_id}, which was stopped before the end of its budget. "
-            f"Continue it: {command_hint('operant-train --resume', run_id, root=root)}"
+            f"Continue it: {resume}"
         )
     if status == "finished":
         return (
@@ -435,7 +441,7 @@ def detach_message(run_id: str, view: RunView | None, root: Path) -> str:
         why = f": {view.reason}" if view.reason else ""
         return (
             f"detached from {run_id}, whose trainer {status}{why}. Continue from its last "
-            f"checkpoint: {command_hint('operant-train --resume', run_id, root=root)}"
+            f"checkpoint: {resume}"
         )
     return (
         f"detached from {run_id}; training goes on. Reattach: "

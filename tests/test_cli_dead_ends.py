@@ -421,6 +421,11 @@ def test_leaving_a_finished_run_says_it_finished_and_how_to_evaluate_it(root, fi
             "detached from r, whose trainer crashed. Continue from its last "
             "checkpoint: operant-train --resume r --runs-dir {root}",
         ),
+        (  # its checkpoints hold two ranks' state: it resumes with two
+            dict(status="crashed", world_size=2),
+            "detached from r, whose trainer crashed. Continue from its last "
+            "checkpoint: operant-train --nproc-per-node 2 --resume r --runs-dir {root}",
+        ),
     ],
 )
 def test_leaving_a_run_says_what_became_of_it(root, fields, expected):

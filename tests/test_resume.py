@@ -426,3 +426,28 @@ def test_progress_is_cut_to_whole_lines(tmp_path, content, length, kept):
     path.write_bytes(content)
     assert cut_progress(path, length) == len(content) - len(kept)
     assert path.read_bytes() == kept
+
+
+def test_resume_hints_name_the_ranks_the_checkpoints_need(tmp_path, monkeypatch):
+    from operant.shared.runs import RUNS_DIR_ENV
+    from operant.trainer.checkpoint_format import CheckpointError
+    from operant.trainer.resume import _check_world, resume_hint
+
+    monkeypatch.setenv(RUNS_DIR_ENV, str(tmp_path))
+    for name in ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    assert resume_hint("r", tmp_path) == "operant-train --resume r"
+    # a rank of 2 per node on 2 nodes: the stop's "continue with" pasted as printed
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setenv("GROUP_WORLD_SIZE", "2")
+    assert resume_hint("r", tmp_path) == "operant-train --nproc-per-node 2 --nnodes 2 --resume r"
+    # a lone process given a 2-rank checkpoint: the refusal's command resumes it
+    monkeypatch.delenv("WORLD_SIZE")
+    path = tmp_path / "r" / "checkpoints" / "ckpt-000000003.pt"
+    with pytest.raises(CheckpointError) as refused:
+        _check_world(path, {"world_size": 2})
+    assert str(refused.value) == (
+        "ckpt-000000003.pt was written by 2 rank(s) and this is 1: resume it with "
+        "operant-train --nproc-per-node 2 --resume r"
+    )

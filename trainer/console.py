@@ -12,11 +12,10 @@ from typing import Any
 
 import msgspec
 
-from operant.shared import runs
 from operant.shared.record import RunSummary
 from operant.trainer.checkpoint import Checkpointer
 from operant.trainer.progress import number_or_dash
-from operant.trainer.resume import RunPlan
+from operant.trainer.resume import RunPlan, resume_hint
 from operant.trainer.service_protocol import Outcome, Service
 
 
@@ -90,9 +89,7 @@ class Console(Service):
         """The full disk's line: what could not be written, the space, what to do."""
         from operant.trainer.disk import describe_storage_error
 
-        resume = runs.command_hint(
-            "operant-train --resume", self.plan.run_id, root=self.run_dir.parent
-        )
+        resume = resume_hint(self.plan.run_id, self.run_dir.parent)
         if not self.started:
             why = describe_storage_error(outcome.error, self.run_dir.parent)
             fresh = self.plan.payload is None and not self.plan.restart
@@ -141,7 +138,7 @@ class Console(Service):
             print(
                 f"stopped by {stopped_by} at step {trainer.global_step:,} (update "
                 f"{trainer.update}); checkpoint {path or 'none'}; continue with "
-                f"{runs.command_hint('operant-train --resume', run_id, root=self.run_dir.parent)}",
+                f"{resume_hint(run_id, self.run_dir.parent)}",
                 flush=True,
             )
             return

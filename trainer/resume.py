@@ -190,10 +190,26 @@ def _check_world(path: Path, payload: dict[str, Any]) -> None:
 
     saved, world = int(payload.get("world_size", 1)), launched_world_size()
     if saved != world:
-        how = f"operant-train --nproc-per-node {saved}" if saved > 1 else "one process"
+        run_dir = path.parent.parent  # <run>/checkpoints/ckpt-*.pt
+        ranks = ("--nproc-per-node", str(saved)) if saved > 1 else ()
+        how = runs.command_hint(
+            "operant-train", *ranks, "--resume", run_dir.name, root=run_dir.parent
+        )
         raise CheckpointError(
             f"{path.name} was written by {saved} rank(s) and this is {world}: resume it with {how}"
         )
+
+
+def resume_hint(run_id: str, root: Path) -> str:
+    """The command that continues this run as it is being trained: under torchrun, with as
+    many ranks a node (and nodes) as now, which its checkpoints need."""
+    words: list[str] = []
+    local, nodes = os.environ.get("LOCAL_WORLD_SIZE"), os.environ.get("GROUP_WORLD_SIZE")
+    if "WORLD_SIZE" in os.environ and local:
+        words += ["--nproc-per-node", local]
+        if nodes and nodes != "1":
+            words += ["--nnodes", nodes]
+    return runs.command_hint("operant-train", *words, "--resume", run_id, root=root)
 
 
 def _merge(base: dict[str, Any], flags: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
