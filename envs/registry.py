@@ -287,6 +287,15 @@ def make_env(
     return with_info_mode(stack_env(env, frame_stack), info_mode)
 
 
+def overlap_refusal(env_id: str) -> str | None:
+    """Why `env.overlap = true` cannot split this env's steps, in one line; None when it can
+    (a family's kernel steps its envs in one call of its own)."""
+    key = _key(env_id)
+    if key in FAMILIES:
+        return f"env.overlap = true is for the native classic-control kernels, not {key}"
+    return None
+
+
 def _make_env(
     env_id: str,
     num_envs: int,
@@ -306,9 +315,7 @@ def _make_env(
             raise EnvError(refusal)
     if key in FAMILIES:
         if overlap:
-            raise EnvError(
-                f"env.overlap = true is for the native classic-control kernels, not {key}"
-            )
+            raise EnvError(overlap_refusal(env_id) or "")
         if device is not None:
             kwargs["device"] = device
         return _make_family(FAMILIES[key], chosen, num_envs, copy, options or {}, kwargs)

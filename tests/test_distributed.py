@@ -238,6 +238,28 @@ def test_bad_rank_counts_are_refused_before_anything_starts(tmp_path):
     assert not root.exists()
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="refusals of a machine without CUDA")
+@pytest.mark.parametrize(
+    ("overrides", "start"),
+    [
+        # (each was a traceback from every rank, exit 1: Group's cuda.set_device, or the env)
+        (["train.device=cuda"], "train.device = 'cuda', but this torch"),
+        (["train.dist_backend=nccl"], "train.dist_backend nccl needs CUDA GPUs"),
+        (["env.id=MinAtar-Breakout-v1", "env.overlap=true"], "env.overlap = true is for the"),
+        (["env.num_envs=6", "env.overlap=true", "ppo.num_minibatches=1"],
+         "env.overlap = true splits each rank's envs into two halves"),
+    ],
+)  # fmt: skip
+def test_what_a_lone_trainer_refuses_is_refused_before_ranks_start(tmp_path, overrides, start):
+    root = tmp_path / "runs"
+    sets = [word for override in overrides for word in ("--set", override)]
+    result = run("operant-train", "--nproc-per-node", "2", "--runs-dir", str(root), *sets)
+    assert (result.returncode, result.stdout) == (2, "")
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"operant-train: {start}")
+    assert not root.exists()
+
+
 def test_a_stopped_rank_ends_the_run_with_the_timeout_message(tmp_path):
     """SIGSTOP one rank: the other gives up after train.dist_timeout_s and says why."""
     root = tmp_path / "runs"

@@ -311,10 +311,11 @@ def derive(config: Config, agents_per_env: int = 1, world_size: int | None = Non
             f'steps the compiled kernels), got "{config.env.impl}": set env.impl '
             f"or drop overlap"
         )
-    if config.env.overlap and config.env.num_envs % 2:
+    if config.env.overlap and (config.env.num_envs // world) % 2:
+        each = f" / {world} ranks = {config.env.num_envs // world} each" if world > 1 else ""
         raise ConfigError(
-            f"env.overlap = true splits the envs into two halves: env.num_envs "
-            f"must be even, got {config.env.num_envs}"
+            f"env.overlap = true splits each rank's envs into two halves: env.num_envs "
+            f"must give an even share, got {config.env.num_envs}{each}"
         )
     if config.env.workers > config.env.num_envs // world:
         each = f" / {world} ranks" if world > 1 else ""

@@ -96,6 +96,26 @@ def choose_backend(requested: str, device: str) -> str:
     return "nccl" if torch.device(device).type == "cuda" else "gloo"
 
 
+def backend_problem(backend: str, local_rank: int) -> str | None:
+    """Why this rank cannot join a group of `backend`, in one line; None when it can. nccl
+    puts each rank on GPU `local_rank` of its node."""
+    if backend != "nccl":
+        return None
+    if not torch.cuda.is_available():
+        return (
+            "train.dist_backend nccl needs CUDA GPUs, and this torch sees none "
+            '(a CPU-only build, no GPU or no driver); set train.dist_backend = "gloo" and '
+            'train.device = "cpu"'
+        )
+    count = torch.cuda.device_count()
+    if local_rank >= count:
+        return (
+            f"this node has {count} CUDA GPU(s) and nccl puts each rank on its own: "
+            f"use --nproc-per-node {count} or fewer"
+        )
+    return None
+
+
 class Group:
     """This process's place in the run's process group, and the collectives the run uses.
 

@@ -54,7 +54,8 @@ def wanted(args: argparse.Namespace) -> bool:
 
 def refusal(args: argparse.Namespace, flags: dict[str, Any]) -> str | None:
     """What is wrong with the command for K ranks, in one line; None when nothing is."""
-    from operant.envs import EnvError
+    from operant.envs import EnvError, resolve_impl
+    from operant.trainer import preflight
     from operant.trainer.config import ConfigError, derive, load_config
 
     if args.nproc_per_node < 1:
@@ -71,6 +72,9 @@ def refusal(args: argparse.Namespace, flags: dict[str, Any]) -> str | None:
         try:
             config = load_config(args.config, args.overrides, flags)
             derive(config, 1, nnodes * args.nproc_per_node)
+            preflight.check_launch(
+                config, resolve_impl(config.env.id, config.env.impl), args.nproc_per_node
+            )
         except (ConfigError, EnvError) as error:
             return str(error)
         timeout_s = config.train.dist_timeout_s

@@ -120,6 +120,24 @@ def check_workers(config: Any, impl: str) -> None:
         raise ConfigError(refusal)
 
 
+def check_launch(config: Any, impl: str, nproc_per_node: int) -> None:
+    """What the launcher of K ranks a node refuses before torchrun starts, from the config
+    alone (no env is built: each rank's preflight checks its own share's env and memory):
+    env workers, env.overlap, the device, and nccl's GPU a rank."""
+    from operant.envs.registry import overlap_refusal
+    from operant.trainer.distributed import backend_problem, choose_backend
+
+    check_workers(config, impl)
+    refusal = overlap_refusal(config.env.id) if config.env.overlap else None
+    if refusal is not None:
+        raise ConfigError(refusal)
+    check_device(config.train.device)
+    backend = choose_backend(config.train.dist_backend, config.train.device)
+    problem = backend_problem(backend, nproc_per_node - 1)
+    if problem is not None:
+        raise UnavailableError(problem)
+
+
 def check(config: Any, impl: str) -> EnvShape:
     """Everything above for a training config: env workers, device, env, memory. Returns the
     env's shape (its agents per env decide the batch: RunPlan.settle)."""

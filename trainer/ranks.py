@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from operant.trainer.distributed import Group, Launch, choose_backend
+from operant.trainer.distributed import Group, Launch, backend_problem, choose_backend
 from operant.trainer.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from operant.trainer.resume import AUTO, RunPlan
 from operant.trainer.service_protocol import GroupError, Outcome, Rank, Role
@@ -44,20 +44,22 @@ def default_run_id(env_id: str, launch: Launch) -> str:
 def run_rank(args: Any, launch: Launch, signals: StopSignals, flags: dict[str, Any]) -> int:
     """operant-train as rank `launch.rank` of a torchrun group; its exit status."""
     from operant.envs import EnvError
+    from operant.trainer import preflight
     from operant.trainer.config import ConfigError, load_config
 
     try:
         given = load_config(args.config, args.overrides, flags)
+        # what a lone trainer's preflight refuses, before the group uses the device
+        preflight.check_device(given.train.device)
+        backend = choose_backend(given.train.dist_backend, given.train.device)
+        problem = backend_problem(backend, launch.local_rank)
+        if problem is not None:
+            raise ConfigError(problem)
     except (ConfigError, EnvError) as error:
         _say(launch, str(error))
         return EXIT_USAGE
     try:
-        group = Group(
-            launch,
-            choose_backend(given.train.dist_backend, given.train.device),
-            given.train.dist_timeout_s,
-            given.train.device,
-        )
+        group = Group(launch, backend, given.train.dist_timeout_s, given.train.device)
     except GroupError as error:
         _say(launch, str(error), every_rank=True)
         return EXIT_FAILED
@@ -160,6 +162,7 @@ def _plan_elsewhere(shared: dict[str, Any], part: Any) -> RunPlan:
 
 def _train(args: Any, launch: Launch, group: Group, signals: StopSignals, plan: RunPlan) -> int:
     """Build every rank's trainer, then the run directory, then train together."""
+    from operant.envs import EnvError
     from operant.trainer import session
     from operant.trainer.checkpoint_format import CheckpointError
     from operant.trainer.config import ConfigError
@@ -167,7 +170,7 @@ def _train(args: Any, launch: Launch, group: Group, signals: StopSignals, plan: 
     trainer, problem = None, None
     try:
         trainer = session.build_trainer(plan, group)
-    except (CheckpointError, ConfigError) as error:
+    except (CheckpointError, ConfigError, EnvError) as error:
         problem = f"{plan.checkpoint or 'config'}: {error}"
     if any(group.agree([problem is not None])):
         if problem:
