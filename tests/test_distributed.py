@@ -165,6 +165,38 @@ def test_sigterm_then_resume_continues_bit_for_bit(two_ranks, tmp_path):
         assert torch.equal(tensor, ours[name]), name
 
 
+def test_sigterm_to_torchrun_itself_is_a_clean_stop(tmp_path):
+    """systemd stopping a unit whose main process is torchrun (or a kill of torchrun's pid):
+    torchrun passes SIGTERM to the ranks, which checkpoint and stop; its own SignalException
+    was a traceback and exit 1 (a unit left failed)."""
+    import psutil
+
+    root = tmp_path / "runs"
+    log = tmp_path / "log"
+    with open(log, "w") as out:
+        launcher = subprocess.Popen(
+            command(_train(root, "cut", updates=400)),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=_environ(),
+        )
+    wait_for_updates(root / "cut", 3)
+    (torchrun,) = [
+        child
+        for child in psutil.Process(launcher.pid).children()
+        if "operant.trainer.torchrun" in " ".join(child.cmdline())
+    ]
+    torchrun.send_signal(signal.SIGTERM)
+    assert launcher.wait(timeout=120) == 0
+    text = log.read_text()
+    assert "Traceback" not in text and "death signal" not in text, text[-3000:]
+    assert text.count("SIGTERM: stopping at the next update boundary") == 1, text[-3000:]
+    assert text.endswith("operant-train: torchrun: stopped by SIGTERM\n"), text[-3000:]
+    stopped = [json.loads(line) for line in text.splitlines() if line.startswith('{"summary"')]
+    assert stopped[0]["summary"]["stopped_by"] == "SIGTERM"
+    assert find_checkpoint(root / "cut" / "checkpoints") is not None
+
+
 def test_two_torchrun_launchers_form_one_multi_node_run(tmp_path):
     """`--nnodes 2` with a c10d rendezvous: two launchers (one rank each) train one run."""
     endpoint = f"localhost:{_free_port()}"

@@ -43,6 +43,7 @@ def default_run_id(env_id: str, launch: Launch) -> str:
 
 def run_rank(args: Any, launch: Launch, signals: StopSignals, flags: dict[str, Any]) -> int:
     """operant-train as rank `launch.rank` of a torchrun group; its exit status."""
+    signals.announce = launch.rank == 0
     from operant.envs import EnvError
     from operant.trainer import preflight
     from operant.trainer.config import ConfigError, load_config

@@ -40,6 +40,9 @@ class StopSignals:
         self.received: int | None = None
         """The first stop signal received, or None."""
         self.checkpoint_requested = False
+        self.announce = True
+        """Say on stderr that a stop signal was taken (under torchrun only rank 0 does: a
+        signal to the group reaches every rank, and one line says it)."""
         self._previous: dict[int, Any] = {}
 
     def install(self) -> bool:
@@ -69,6 +72,8 @@ class StopSignals:
         self.received = signum
         # Said at once, so whoever pressed Ctrl-C (or an operator reading the journal) knows
         # the signal was taken; os.write, since print() may be mid-write on this thread.
+        if not self.announce:
+            return
         again = " (Ctrl-C again: quit at once, without it)" if signum == signal.SIGINT else ""
         os.write(
             2,

@@ -16,11 +16,16 @@ def main(argv: list[str] | None = None) -> int:
 
     # One intra-op thread per rank, as torchrun sets it, without its warning about it.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import signal
+
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 
     # Its per-rank failure log line: the ranks said why, and the line below names them.
     logging.getLogger("torch.distributed.elastic.multiprocessing.api").setLevel(logging.CRITICAL)
+    # Its "Received 15 death signal, shutting down workers": the ranks and the line below say it.
+    logging.getLogger("torch.distributed.elastic.agent.server.api").setLevel(logging.ERROR)
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         run(args)
@@ -33,6 +38,14 @@ def main(argv: list[str] | None = None) -> int:
         # The first rank that exited by itself (the others were then stopped by torchrun).
         codes = [failure.exitcode for _, failure in failures if 0 < failure.exitcode < 256]
         return codes[0] if codes else 1
+    except SignalException as stop:
+        # torchrun itself was signalled (systemd stopping a unit whose main process it is, or
+        # a kill of its pid): it has passed the signal on to the ranks and waited for them
+        # (30 s), and they stop as they do on their own signal, at an update boundary with a
+        # checkpoint, each saying so. Not a failure, as for operant-train: one line, exit 0.
+        name = signal.Signals(stop.sigval).name
+        print(f"operant-train: torchrun: stopped by {name}", file=sys.stderr, flush=True)
+        return 0 if stop.sigval in (signal.SIGTERM, signal.SIGINT) else 128 + int(stop.sigval)
     return 0
 
 
