@@ -323,6 +323,26 @@ def test_a_latest_that_is_a_directory_does_not_stop_a_run(tmp_path):
 # --- interrupted runs -----------------------------------------------------------------------------
 
 
+def test_a_second_ctrl_c_after_the_stop_is_written_keeps_exit_0(root, tmp_path):
+    # After the stop's summary line the process takes about half a second more to end (torch's
+    # teardown); a second Ctrl-C there turned the clean stop into exit 130, with no line.
+    log = tmp_path / "out"
+    trainer = start_trainer("--runs-dir", str(root), "--run-id", "settled", *ENDLESS,
+                            "--quiet", log=log)  # fmt: skip
+    try:
+        wait_for_updates(root / "settled", 2)
+        trainer.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + 120
+        while "stopped by SIGINT" not in log.read_text():
+            assert time.monotonic() < deadline and trainer.poll() is None
+            time.sleep(0.005)
+        trainer.send_signal(signal.SIGINT)
+        assert trainer.wait(timeout=60) == 0, log.read_text()
+    finally:
+        kill_quietly(trainer.pid)
+    assert "Traceback" not in log.read_text()
+
+
 def test_a_run_ended_by_a_second_ctrl_c_is_listed_as_interrupted(root, finished, tmp_path):
     # Updates of over a second (about 1.4 s on the 2-core development VM) with a checkpoint
     # after each, so both signals land inside one update, as two quick Ctrl-Cs do, even on a

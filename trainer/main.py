@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from typing import Any
 
@@ -232,6 +233,10 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     finally:
         signals.restore()
+        if argv is None and signals.settled:
+            # operant-train's process, its run's outcome written, is ending (torch's teardown
+            # takes about half a second): a Ctrl-C now would only turn exit 0 into 130.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         if plan is not None:
             plan.release()
 

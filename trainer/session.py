@@ -244,6 +244,7 @@ class Session:
             outcome.ending = True
             self._call("on_stopping", outcome)
             self._call("on_stop", outcome)
+            self.signals.settled = True
         except BaseException as error:
             outcome.error = error
             self._call("on_stop", outcome)

@@ -40,6 +40,9 @@ class StopSignals:
         self.received: int | None = None
         """The first stop signal received, or None."""
         self.checkpoint_requested = False
+        self.settled = False
+        """The run's outcome is written (checkpoint, summary): later signals change nothing,
+        and a second Ctrl-C no longer turns a clean stop into exit 130."""
         self.announce = True
         """Say on stderr that a stop signal was taken (under torchrun only rank 0 does: a
         signal to the group reaches every rank, and one line says it)."""
@@ -64,6 +67,8 @@ class StopSignals:
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if signum == CHECKPOINT_SIGNAL:
             self.checkpoint_requested = True
+            return
+        if self.settled:
             return
         if self.received is not None:
             if signum == signal.SIGINT:
