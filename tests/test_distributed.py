@@ -270,6 +270,17 @@ def test_bad_rank_counts_are_refused_before_anything_starts(tmp_path):
     assert not root.exists()
 
 
+def test_resuming_a_missing_run_is_refused_before_ranks_start(tmp_path):
+    # rank 0 found it after torchrun started, and --max-restarts 2 tried three times (14 s)
+    root = tmp_path / "runs"
+    result = run("operant-train", "--nproc-per-node", "2", "--max-restarts", "2",
+                 "--resume", "nosuch", "--runs-dir", str(root))  # fmt: skip
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (
+        f"operant-train: no run 'nosuch' under {root} (see `operant runs --runs-dir {root}`)\n"
+    )
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="refusals of a machine without CUDA")
 @pytest.mark.parametrize(
     ("overrides", "start"),

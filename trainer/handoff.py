@@ -67,7 +67,7 @@ def refusal(args: argparse.Namespace, flags: dict[str, Any]) -> str | None:
         return f"--max-restarts must be 0 or more, got {args.max_restarts}"
     if nnodes > 1 and not args.rdzv_endpoint:
         return "--nnodes > 1 needs --rdzv-endpoint HOST:PORT (the same on every node)"
-    timeout_s = 300.0
+    timeout_s, runs_dir = 300.0, flags.get("train", {}).get("runs_dir")
     if args.resume is None or args.config is not None:
         try:
             config = load_config(args.config, args.overrides, flags)
@@ -77,9 +77,27 @@ def refusal(args: argparse.Namespace, flags: dict[str, Any]) -> str | None:
             )
         except (ConfigError, EnvError) as error:
             return str(error)
-        timeout_s = config.train.dist_timeout_s
+        timeout_s, runs_dir = config.train.dist_timeout_s, config.train.runs_dir
+    if args.resume not in (None, "auto") and nnodes == 1:
+        # (one node: rank 0 reads the run here; other nodes of a job may not hold it)
+        problem = _missing_run(args.resume, runs_dir)
+        if problem is not None:
+            return problem
     if args.rdzv_endpoint:
         return unreachable(args.rdzv_endpoint, timeout_s)
+    return None
+
+
+def _missing_run(resume: str, runs_dir: str | None) -> str | None:
+    """Why `--resume RUN` names no run, in one line (rank 0 would find the same, after
+    torchrun started, and a `--max-restarts` group would try again); None if it does."""
+    from operant.shared import runs
+
+    root = runs.runs_root(runs_dir)
+    try:
+        runs.resolve_run(root, None if resume == runs.LATEST_NAME else resume)
+    except runs.RunNotFoundError as error:
+        return str(error)
     return None
 
 
