@@ -77,7 +77,7 @@ def test_a_full_disk_at_start_is_one_line_exit_75_and_nothing_created(small_disk
     assert not (root / "full").exists()
 
 
-def start(root: Path, log: Path) -> subprocess.Popen:
+def start(root: Path, log: Path, every_updates: int = 10) -> subprocess.Popen:
     with open(log, "w") as err:
         return subprocess.Popen(
             command(
@@ -90,7 +90,7 @@ def start(root: Path, log: Path) -> subprocess.Popen:
                     *SLOW,
                     *ENDLESS,
                     "--set",
-                    "checkpoint.every_updates=10",
+                    f"checkpoint.every_updates={every_updates}",
                     "--set",
                     "checkpoint.keep=1",
                     "--log-format",
@@ -175,3 +175,31 @@ def test_a_full_disk_at_checkpoints_warns_trains_on_then_exits_75_and_resumes(sm
     assert resumed.returncode == 0, resumed.stderr
     assert "resumed at update 10 from" in resumed.stderr
     assert json.loads((run_dir / "progress.jsonl").read_text().splitlines()[-1])["update"] == 20
+
+
+def test_a_full_disk_before_any_checkpoint_says_how_to_start_the_run_again(small_disk):
+    # No checkpoint to resume from: "free space, then operant-train --resume X" could not work
+    # (it is refused: no checkpoint); the line gives the command that starts the run again, in
+    # its directory, with its own config.
+    root, log = small_disk / "runs", small_disk.parent / "stderr.txt"
+    run_dir = root / "tight"
+    trainer = start(root, log, every_updates=1000)
+    try:
+        wait_for((run_dir / "progress.jsonl").exists, "no first update")
+        filler = fill(small_disk, leave=128 << 10)
+        trainer.send_signal(signal.SIGTERM)
+        status = trainer.wait(timeout=120)
+    finally:
+        if trainer.poll() is None:
+            trainer.kill()
+    last = log.read_text().strip().splitlines()[-1]
+    assert status == EXIT_NO_SPACE, last
+    assert last.startswith("operant-train: the final checkpoint cannot be written: ")
+    assert last.endswith(
+        "the run has no checkpoint to continue from: free space, then start it again (with the "
+        f"config it started with): operant-train --resume auto --run-id tight --runs-dir {root}"
+    )
+    filler.unlink()
+    again = run(*last.split("started with): ")[1].split(), "--total-steps", "8192", "--quiet")
+    assert again.returncode == 0, again.stderr
+    assert json.loads((run_dir / "progress.jsonl").read_text().splitlines()[-1])["update"] == 2

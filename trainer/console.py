@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 
+from operant.shared import runs
 from operant.shared.record import RunSummary
 from operant.trainer.checkpoint import Checkpointer
 from operant.trainer.progress import number_or_dash
@@ -104,9 +105,18 @@ class Console(Service):
             what = "model.pt" if outcome.checkpoint else "the final checkpoint"
         else:
             what = "the run's records (progress.jsonl)"
+        if self.checkpointer.last_path is None:
+            again = runs.command_hint(
+                "operant-train", "--resume", "auto", "--run-id", self.plan.run_id,
+                root=self.run_dir.parent,
+            )  # fmt: skip
+            return (
+                f"{what} cannot be written: {why}; the run has no checkpoint to continue from: "
+                f"free space, then start it again (with the config it started with): {again}"
+            )
         return (
             f"{what} cannot be written: {why}; the last checkpoint is "
-            f"{self.checkpointer.last_path or 'none'}; free space, then {resume}"
+            f"{self.checkpointer.last_path}; free space, then {resume}"
         )
 
     def close(self) -> None:
