@@ -36,8 +36,13 @@ def run_train(*args, runs_dir, timeout=240):
         (["--config", "/nonexistent/x.toml"], "config file /nonexistent/x.toml does not exist"),
         (["--total-steps", "ten"], "argument --total-steps: invalid int value"),
         (["--env", "Acrobot-v1", "--set", "env.workers=2"], "env.workers = 2 is for Python envs"),
+        (["--set", "foo.bar=1"],
+         "config (with --set): unknown section `foo` (sections: env, policy, normalize, ppo, "
+         "train, checkpoint)"),
+        (["--set", "train.dist_backend=foo"],
+         "train.dist_backend: Invalid enum value 'foo' (choices: auto, gloo, nccl)"),
     ],
-)
+)  # fmt: skip
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     result = run_train(*args, runs_dir=tmp_path)
     assert result.returncode == 2
@@ -129,3 +134,21 @@ def test_learns_cartpole_on_a_short_budget():
     last = Trainer(config).run()
     assert last.global_step == 81920
     assert last.episode_return_mean >= 140, last
+
+
+def test_none_clears_an_optional_key_and_a_string_key_keeps_the_word():
+    # TOML has no null, so a resumed run's saved target could not be taken away: a solved run
+    # resumed to train further stopped again after one update
+    config = load_config(
+        "configs/CartPole-v1.toml",
+        [
+            "train.target_return=none",
+            "checkpoint.every_seconds=null",
+            "ppo.target_kl=none",
+            "env.info_mode=none",
+            "train.run_id=none",
+        ],
+    )
+    assert config.train.target_return is None and config.checkpoint.every_seconds is None
+    assert config.ppo.target_kl is None
+    assert config.env.info_mode == "none" and config.train.run_id == "none"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import tomllib
+import typing
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
@@ -343,10 +344,28 @@ def _describe(error: msgspec.ValidationError, source: str) -> str:
     text = str(error)
     message, _, where = text.rpartition(" - at `")
     if not message:
-        return f"{source}: {text}"
+        sections = ", ".join(Config.__struct_fields__)
+        text = text.replace("Object contains unknown field", "unknown section")
+        return f"{source}: {text} (sections: {sections})"
     path = where.rstrip("`").removeprefix("$").lstrip(".")
     message = message.replace("Object contains unknown field", "unknown key")
+    if message.startswith("Invalid enum value"):
+        choices = _choices(path.split("."))
+        message += f" (choices: {', '.join(choices)})" if choices else ""
     return f"{source}: {path or 'top level'}: {message}"
+
+
+def _choices(parts: list[str]) -> list[str]:
+    """The values a section.key of Literal type takes."""
+    if len(parts) != 2:
+        return []
+    section = typing.get_type_hints(Config).get(parts[0])
+    hint = typing.get_type_hints(section).get(parts[1]) if section is not None else None
+    return (
+        [str(value) for value in typing.get_args(hint)]
+        if typing.get_origin(hint) is Literal
+        else []
+    )
 
 
 def _parse_value(text: str) -> Any:
@@ -377,7 +396,23 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
         if not isinstance(table, dict):
             kind = "a section" if depth == 0 else "a table"
             raise ConfigError(f"--set {assignment!r}: {'.'.join(parts[: depth + 1])} is not {kind}")
-    table[parts[-1]] = _parse_value(value.strip())
+    text = value.strip()
+    table[parts[-1]] = None if text in NONE_WORDS and _clearable(parts) else _parse_value(text)
+
+
+NONE_WORDS = ("none", "null")
+"""`--set section.key=none` (or null) gives an optional key no value (TOML has no null: in a
+file, leave the key out), where the key takes no string (a string key keeps the word)."""
+
+
+def _clearable(parts: list[str]) -> bool:
+    """Whether section.key may be None and takes no string."""
+    if len(parts) != 2:
+        return False
+    section = typing.get_type_hints(Config).get(parts[0])
+    hint = typing.get_type_hints(section).get(parts[1]) if section is not None else None
+    args = typing.get_args(hint)
+    return type(None) in args and str not in args
 
 
 def env_kwargs(config: Config) -> dict[str, Any]:
