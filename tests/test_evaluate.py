@@ -185,7 +185,11 @@ def _corrupt_checkpoint(tmp_path, stopped):
         (lambda tmp, stopped: "nosuchrun", [], "no run 'nosuchrun' under "),
         (lambda tmp, stopped: _not_a_model(tmp), [], "is not an operant model or checkpoint"),
         (lambda tmp, stopped: _empty(tmp), [], "is not an operant model or checkpoint"),
-        (lambda tmp, stopped: "/etc/hostname", [], "is not an operant model or checkpoint"),
+        (
+            lambda tmp, stopped: "/etc/hostname",
+            [],
+            "is not an operant model or checkpoint (not a file torch.save wrote); give model.pt",
+        ),
         (lambda tmp, stopped: _foreign_torch_file(tmp), [], "holds no policy and config"),
         (lambda tmp, stopped: _corrupt_checkpoint(tmp, stopped), [], "is corrupt (its content"),
         (lambda tmp, stopped: "missing/model.pt", [], "missing/model.pt: no such file"),

@@ -123,9 +123,22 @@ def load_policy_file(path: Path) -> LoadedPolicy:
             payload = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise EvalInputError(f"{path}: no such file") from None
-    except Exception as error:  # any failure to parse an untrusted file: it is not ours
+    except IsADirectoryError:
         raise EvalInputError(
-            f"{path} is not an operant model or checkpoint ({_first_line(error)})"
+            f"{path} is a directory but not a run's (it has no run.json): give a run id, a "
+            "run directory, or a model or checkpoint file"
+        ) from None
+    except Exception as error:  # any failure to parse an untrusted file: it is not ours
+        import zipfile
+
+        why = (
+            "a torch file holding objects other than tensors and plain values"
+            if zipfile.is_zipfile(path) and "weights_only" in str(error)
+            else "not a file torch.save wrote"
+        )
+        raise EvalInputError(
+            f"{path} is not an operant model or checkpoint ({why}); give model.pt, best.pt or "
+            "a checkpoint (checkpoints/ckpt-*.pt)"
         ) from None
     if isinstance(payload, dict) and payload.get("format") == checkpoint.FORMAT:
         try:
