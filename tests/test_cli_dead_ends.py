@@ -205,6 +205,20 @@ def test_a_budget_between_updates_is_rounded_up_and_said(finished, root):
         assert reader.snapshot().gauges["total_steps"] == 20_480
 
 
+def test_a_resumed_runs_summary_says_which_steps_this_process_trained(tmp_path):
+    # "done: 40,960 steps in 0.1s" read as the whole run trained in this process's seconds
+    args = ["--runs-dir", str(tmp_path), "--quiet", "--set", "train.target_return=none"]
+    first = run("operant-train", "--run-id", "twice", "--total-steps", "20480", *args)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.startswith("done: 20,480 steps in ")
+    again = run("operant-train", "--resume", "twice", "--total-steps", "40960", *args)
+    assert again.returncode == 0, again.stderr
+    assert (
+        again.stdout.startswith("done: 40,960 steps (20,480 of them in this process's ")
+        and " steps/s over the run), mean return of the last 100 episodes " in again.stdout
+    )
+
+
 def test_a_budget_counts_agent_rows_where_agents_are_rows(root):
     # Grid-v0's config: 32 worlds of 8 agents, 32 steps an update: 8,192 rows, not the 1,024
     # that env.num_envs x ppo.num_steps alone would give (the plan was once rounded that way

@@ -36,6 +36,7 @@ class Console(Service):
         self.args, self.plan, self.trainer, self.run_dir = args, plan, trainer, run_dir
         self.checkpointer, self.best = checkpointer, best
         self.started = 0.0
+        self.start_step = 0
         self.outcome: Outcome | None = None
 
     def on_start(self) -> None:
@@ -61,6 +62,7 @@ class Console(Service):
                 flush=True,
             )
         self.started = time.perf_counter()
+        self.start_step = trainer.global_step  # a resumed run's steps before this process
 
     def on_stop(self, outcome: Outcome) -> None:
         self.outcome = outcome
@@ -153,9 +155,17 @@ class Console(Service):
             )
             return
         solved = f", solved in {trainer.solved_at:.2f}s" if trainer.solved_at is not None else ""
+        # A resumed run's total, and what this process trained of it in its seconds.
+        here = summary.global_step - self.start_step
+        rate = number_or_dash(summary.sps_mean, ",.0f")
+        steps = (
+            f"{summary.global_step:,} steps ({here:,} of them in this process's "
+            f"{summary.elapsed_s:.1f}s; {rate} steps/s over the run)"
+            if self.start_step
+            else f"{summary.global_step:,} steps in {summary.elapsed_s:.1f}s ({rate} steps/s)"
+        )
         print(
-            f"done: {summary.global_step:,} steps in {summary.elapsed_s:.1f}s "
-            f"({number_or_dash(summary.sps_mean, ',.0f')} steps/s), mean return of the last 100 "
+            f"done: {steps}, mean return of the last 100 "
             f"episodes {number_or_dash(summary.episode_return_mean, '.1f')}{solved} -> "
             f"{self.run_dir}",
             flush=True,
