@@ -440,3 +440,17 @@ def test_a_non_finite_loss_on_one_rank_stops_every_rank_with_the_reason(tmp_path
     assert all(
         bool(torch.isfinite(tensor).all()) for tensor in payload["trainer"]["policy"].values()
     )
+
+
+def test_gloos_sign_off_stays_out_of_a_groups_error():
+    from operant.trainer.distributed import _first_line
+
+    error = RuntimeError(
+        "[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
+        "[127.0.0.1]:40512. Check the logs of the remote worker before reporting an error. "
+        "GLHF! \N{UMBRELLA ON GROUND}\nmore"
+    )
+    assert _first_line(error) == (
+        "[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
+        "[127.0.0.1]:40512"
+    )

@@ -254,5 +254,9 @@ def parameter_crc(param: torch.Tensor) -> int:
 
 
 def _first_line(error: BaseException) -> str:
+    """An error's first line, without gloo's sign-off ("Check the logs of the remote worker
+    before reporting an error. GLHF!" and an emoji), which reached run reasons and the
+    monitor."""
     text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
+    line = text.splitlines()[0] if text else type(error).__name__
+    return line.split(" Check the logs of the remote worker")[0].rstrip(". ") or line
