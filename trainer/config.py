@@ -313,10 +313,13 @@ def derive(config: Config, agents_per_env: int = 1, world_size: int | None = Non
             f"or drop overlap"
         )
     if config.env.overlap and (config.env.num_envs // world) % 2:
-        each = f" / {world} ranks = {config.env.num_envs // world} each" if world > 1 else ""
         raise ConfigError(
-            f"env.overlap = true splits each rank's envs into two halves: env.num_envs "
-            f"must give an even share, got {config.env.num_envs}{each}"
+            f"env.overlap = true splits the envs into two halves: env.num_envs must be even, "
+            f"got {config.env.num_envs}"
+            if world == 1
+            else f"env.overlap = true splits each rank's envs into two halves: env.num_envs "
+            f"must give an even share, got {config.env.num_envs} / {world} ranks = "
+            f"{config.env.num_envs // world} each"
         )
     if config.env.workers > config.env.num_envs // world:
         each = f" / {world} ranks" if world > 1 else ""
