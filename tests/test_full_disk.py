@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from signal_defaults import default_signals
 from user_runs import ENDLESS, command, run
 
@@ -203,3 +204,33 @@ def test_a_full_disk_before_any_checkpoint_says_how_to_start_the_run_again(small
     again = run(*last.split("started with): ")[1].split(), "--total-steps", "8192", "--quiet")
     assert again.returncode == 0, again.stderr
     assert json.loads((run_dir / "progress.jsonl").read_text().splitlines()[-1])["update"] == 2
+
+
+def test_a_full_disk_at_the_end_of_the_budget_keeps_the_finished_policy(small_disk):
+    # Room for model.pt (about 40 KiB here) but not for a checkpoint (about 170 KiB): the final
+    # checkpoint was tried first and the finished policy was never written.
+    root, log = small_disk / "runs", small_disk.parent / "stderr.txt"
+    run_dir = root / "ends"
+    with open(log, "w") as err:
+        trainer = subprocess.Popen(
+            command(["operant-train", "--runs-dir", str(root), "--run-id", "ends", *SLOW,
+                     "--total-steps", str(20 * 4096), "--set", "checkpoint.every_updates=1000",
+                     "--set", "train.target_return=none", "--quiet"]),
+            stdout=subprocess.DEVNULL, stderr=err, preexec_fn=default_signals,
+        )  # fmt: skip
+    try:
+        wait_for((run_dir / "progress.jsonl").exists, "no first update")
+        fill(small_disk, leave=100 << 10)
+        status = trainer.wait(timeout=120)
+    finally:
+        if trainer.poll() is None:
+            trainer.kill()
+    (line,) = log.read_text().splitlines()
+    assert status == EXIT_NO_SPACE, line
+    assert line.startswith(
+        f"operant-train: the run finished and {run_dir / 'model.pt'} holds its policy, but the "
+        "final checkpoint cannot be written: No space left on device"
+    )
+    assert "to train it further, free space, then start it again" in line
+    model = torch.load(run_dir / "model.pt", weights_only=True)
+    assert model["global_step"] == 20 * 4096

@@ -104,21 +104,27 @@ class Console(Service):
             return f"cannot start run {self.plan.run_id}: {why}; {after}"
         why = describe_storage_error(outcome.error, self.run_dir, self.checkpointer.last_size)
         if outcome.ending:
-            what = "model.pt" if outcome.checkpoint else "the final checkpoint"
+            what = outcome.writing or "the final checkpoint"
         else:
             what = "the run's records (progress.jsonl)"
+        # A finished run whose policy is written lost only what training further needs.
+        done = (
+            f"the run finished and {outcome.model} holds its policy, but " if outcome.model else ""
+        )
+        further = "to train it further, " if outcome.model else ""
         if self.checkpointer.last_path is None:
             again = runs.command_hint(
                 "operant-train", "--resume", "auto", "--run-id", self.plan.run_id,
                 root=self.run_dir.parent,
             )  # fmt: skip
             return (
-                f"{what} cannot be written: {why}; the run has no checkpoint to continue from: "
-                f"free space, then start it again (with the config it started with): {again}"
+                f"{done}{what} cannot be written: {why}; the run has no checkpoint to continue "
+                f"from: {further}free space, then start it again (with the config it started "
+                f"with): {again}"
             )
         return (
-            f"{what} cannot be written: {why}; the last checkpoint is "
-            f"{self.checkpointer.last_path}; free space, then {resume}"
+            f"{done}{what} cannot be written: {why}; the last checkpoint is "
+            f"{self.checkpointer.last_path}; {further}free space, then {resume}"
         )
 
     def close(self) -> None:

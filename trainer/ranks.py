@@ -240,7 +240,9 @@ class GroupCheckpoints(Checkpoints):
         return stop
 
     def on_stopping(self, outcome: Outcome) -> None:
+        outcome.writing = "the final checkpoint"
         outcome.checkpoint = self.checkpoint()
+        outcome.writing = ""
 
     def checkpoint(self) -> Path | None:
         from operant.trainer.state import capture_global_rng

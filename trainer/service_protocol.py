@@ -78,6 +78,11 @@ class Outcome:
     ending: bool = False
     """The end hooks' writes had begun (on_stopping was called): an error now is one of
     theirs (the final checkpoint, model.pt), not the training's."""
+    writing: str = ""
+    """What an end hook is writing ("model.pt", "the final checkpoint"): after an error, the
+    write it failed."""
+    model: Path | None = None
+    """model.pt, once the finished run's policy is written."""
 
     @property
     def kind(

@@ -323,7 +323,9 @@ class Checkpoints(Service):
         return path
 
     def on_stopping(self, outcome: Outcome) -> None:
+        outcome.writing = "the final checkpoint"
         outcome.checkpoint = self.checkpoint()
+        outcome.writing = ""
 
     def checkpoint(self) -> Path | None:
         """A checkpoint of the current update, or the newest one if it has one already."""
@@ -334,7 +336,9 @@ class Checkpoints(Service):
 
 
 class SaveModel(Service):
-    """model.pt, the policy with what it needs to act, when the run has finished."""
+    """model.pt, the policy with what it needs to act, when the run has finished. A lone
+    trainer writes it before the final checkpoint (operant.trainer.session.compose): on a disk
+    with room for one of them, the finished policy is what is kept."""
 
     def __init__(self, trainer: Any, run_dir: Path):
         self.trainer, self.run_dir = trainer, run_dir
@@ -343,8 +347,10 @@ class SaveModel(Service):
         from operant.trainer.disk import storage_errors
 
         if outcome.kind == "finished":
+            outcome.writing = "model.pt"
             with storage_errors():
                 self.trainer.save_model(self.run_dir / "model.pt")
+            outcome.writing, outcome.model = "", self.run_dir / "model.pt"
 
 
 class NotifySystemd(Service):

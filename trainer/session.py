@@ -176,6 +176,9 @@ def compose(
         progress,
         *tensorboard,
         NotifySystemd(notifier, checkpointer, trainer, trainer.derived.num_updates),
+        # model.pt before the final checkpoint where the disk has room for one only; under
+        # torchrun after it (the checkpoint is a collective every rank must reach)
+        *([SaveModel(trainer, run_dir)] if group is None else []),
         _checkpoints(
             trainer,
             checkpointer,
@@ -185,7 +188,7 @@ def compose(
             group,
             plan,
         ),
-        SaveModel(trainer, run_dir),
+        *([SaveModel(trainer, run_dir)] if group is not None else []),
         best,
         ReleaseRunLock(plan),
         Console(args, plan, trainer, run_dir, checkpointer, best),
