@@ -357,6 +357,27 @@ def test_a_second_ctrl_c_after_the_stop_is_written_keeps_exit_0(root, tmp_path):
     assert "Traceback" not in log.read_text()
 
 
+def test_a_stop_signal_during_the_last_update_leaves_a_finished_run(root, tmp_path):
+    # The budget's last update completes whatever arrives during it: the run was marked
+    # interrupted, "stopped by SIGTERM", with no model.pt, and resuming trained 0 updates.
+    slow = ["--set", "env.num_envs=64", "--set", "ppo.num_steps=256", "--set",
+            "ppo.update_epochs=64", "--set", "train.target_return=none"]  # fmt: skip
+    log = tmp_path / "out"
+    trainer = start_trainer("--runs-dir", str(root), "--run-id", "last", *slow,
+                            "--total-steps", str(2 * 64 * 256), log=log)  # fmt: skip
+    try:
+        wait_for_updates(root / "last", 1)
+        assert stop(trainer) == 0
+    finally:
+        kill_quietly(trainer.pid)
+    text = log.read_text()
+    assert "done: 32,768 steps in " in text and "stopped by" not in text, text
+    assert (root / "last" / "model.pt").exists()
+    rows = {row["run_id"]: row for row in json.loads(
+        run("operant", "runs", "--json", "--runs-dir", str(root)).stdout)}  # fmt: skip
+    assert (rows["last"]["status"], rows["last"]["interrupted"]) == ("finished", False)
+
+
 def test_a_run_ended_by_a_second_ctrl_c_is_listed_as_interrupted(root, finished, tmp_path):
     # Updates of over a second (about 1.4 s on the 2-core development VM) with a checkpoint
     # after each, so both signals land inside one update, as two quick Ctrl-Cs do, even on a

@@ -243,7 +243,8 @@ class Session:
             self.started = True
             self.trainer.log = self.on_update
             outcome.last_record = self.trainer.run(should_stop=self.should_stop)
-            outcome.stopped_by = self.signals.name
+            # A signal that came while the last update ran stopped nothing: the run finished.
+            outcome.stopped_by = "" if self.trainer.finished else self.signals.name
             outcome.ending = True
             self._call("on_stopping", outcome)
             self._call("on_stop", outcome)

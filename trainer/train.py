@@ -277,6 +277,12 @@ class Trainer:
                 break
         return self.last_record
 
+    @property
+    def finished(self) -> bool:
+        """The run trained its whole budget, or stopped at train.target_return as asked."""
+        solved = self.solved_at is not None and self.config.train.target_return is not None
+        return self.update >= self.derived.num_updates or solved
+
     def elapsed_s(self) -> float:
         """Seconds this run has trained, across resumes."""
         if self.started is None:
