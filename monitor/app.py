@@ -135,7 +135,9 @@ class RunPicker(ModalScreen[str | None]):
             table.add_row(
                 row.run_id,
                 row.env_id or "-",
-                status_text(shown_status(row.status, row.interrupted), row.status_ranks),
+                status_text(
+                    shown_status(row.status, row.interrupted), row.status_ranks, row.unread_ranks
+                ),
                 fmt.count(row.global_step),
                 fmt.compact(row.sps),
                 fmt.duration(row.age_s),

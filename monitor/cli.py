@@ -129,7 +129,8 @@ def json_document(
 ) -> dict[str, object]:
     """The `--json` document: the contract keys first (null when the run does not publish
     them), then the run's state, then every metric by name, then `world_size`,
-    `status_ranks` (the ranks that make the status crashed, failed or stalled) and `ranks`
+    `status_ranks` (the ranks that make the status crashed, failed or stalled),
+    `unread_ranks` (those whose file could not be read: the totals are the others') and `ranks`
     (one object per rank: a single process is rank 0 of 1), then `frame`: a pixel run's
     latest frame (`frame_document`), null for other runs. A run of several ranks is one
     run here: its keys hold the ranks' values combined (operant.shared.ranks.RULES). NaN and
@@ -161,6 +162,7 @@ def json_document(
         document.update(
             world_size=run.world_size,
             status_ranks=list(run.status_ranks),
+            unread_ranks=list(run.unread_ranks),
             ranks=[msgspec.to_builtins(row) for row in run.ranks],
         )
     document["frame"] = None if snapshot.frame is None else frame_document(snapshot.frame)
@@ -245,7 +247,9 @@ def human_report(
     """`--once`: the run's status, reason and every metric; a pixel run's latest frame; a
     run of several ranks adds a table of its ranks below."""
     distributed = run is not None and run.world_size > 1
-    status = status_text(snapshot.status, run.status_ranks) if run else snapshot.status
+    status = (
+        status_text(snapshot.status, run.status_ranks, run.unread_ranks) if run else snapshot.status
+    )
     if snapshot.interrupted:
         status += " (interrupted)"
     if run is not None and distributed:

@@ -45,6 +45,8 @@ class RunRow(msgspec.Struct, kw_only=True):
     """How many processes (ranks) train the run; its steps and SPS are their sums."""
     status_ranks: tuple[int, ...] = ()
     """The ranks that make a distributed run failed, crashed or stalled."""
+    unread_ranks: tuple[int, ...] = ()
+    """The ranks whose file could not be read: the steps and SPS are the others' alone."""
 
 
 def list_runs(root: Path) -> list[RunRow]:
@@ -74,6 +76,7 @@ def describe_run(run_dir: Path) -> RunRow:
     snapshot = run.total
     row.world_size = run.world_size
     row.status_ranks = run.status_ranks
+    row.unread_ranks = run.unread_ranks
     metrics = snapshot.metrics()
     row.env_id = snapshot.env_id
     row.status = snapshot.status

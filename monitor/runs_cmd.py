@@ -79,7 +79,9 @@ def render_table(rows: list[RunRow]) -> str:
         (
             row.run_id,
             row.env_id or "-",
-            status_text(shown_status(row.status, row.interrupted), row.status_ranks),
+            status_text(
+                shown_status(row.status, row.interrupted), row.status_ranks, row.unread_ranks
+            ),
             format_value(row.global_step),
             _format_rate(row.sps),
             format_age(row.age_s if row.age_s is not None else -1.0),

@@ -101,6 +101,8 @@ class RunView(msgspec.Struct, frozen=True, kw_only=True):
     ranks: tuple[RankRow, ...] = ()
     status_ranks: tuple[int, ...] = ()
     """The ranks that make a distributed run failed, crashed or stalled."""
+    unread_ranks: tuple[int, ...] = ()
+    """The ranks whose file could not be read: `metrics` holds the others' alone."""
     frame: Frame | None = None
     """A pixel run's latest frame (env 0 of rank 0); None for other runs."""
     problem: str = ""
@@ -329,6 +331,7 @@ class ReaderSource:
             world_size=run.world_size,
             ranks=run.ranks,
             status_ranks=run.status_ranks,
+            unread_ranks=run.unread_ranks,
             frame=snapshot.frame,
             following=self._follow,
         )

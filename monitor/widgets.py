@@ -111,7 +111,7 @@ def title_text(view: RunView, paused: bool) -> Text:
     text.append(f" {view.run_id}", style="bold")
     if view.env_id:
         text.append(f"  {view.env_id}")
-    status = status_text(view.status, view.status_ranks)
+    status = status_text(view.status, view.status_ranks, view.unread_ranks)
     status += " (unreadable)" if view.problem and view.columns else ""
     text.append("  ● ", style=STATUS_STYLES.get(view.status, "bold"))
     text.append(status, style=STATUS_STYLES.get(view.status, "bold"))

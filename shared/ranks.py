@@ -198,15 +198,23 @@ class RunSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     status_ranks: tuple[int, ...] = ()
     """The ranks that make a distributed run's status failed, crashed or stalled; empty
     otherwise (and always for a single process: there is no other rank to tell it from)."""
+    unread_ranks: tuple[int, ...] = ()
+    """The ranks whose file could not be read (not there yet, or not readable: on a node
+    without the run's other ranks' files, all but its own): the run's totals and status are
+    the other ranks' alone."""
 
 
-def status_text(status: str, status_ranks: Sequence[int]) -> str:
-    """A run's status with the ranks that make it so: `crashed (rank 1)`, `stalled (ranks 1,
-    3)`; just the status when no rank is named."""
-    if not status_ranks:
-        return status
-    noun = "rank" if len(status_ranks) == 1 else "ranks"
-    return f"{status} ({noun} {', '.join(map(str, status_ranks))})"
+def _ranks(ranks: Sequence[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+
+
+def status_text(status: str, status_ranks: Sequence[int], unread: Sequence[int] = ()) -> str:
+    """A run's status with the ranks that make it so, and those it could not read: `crashed
+    (rank 1)`, `stalled (ranks 1, 3)`, `finished (rank 1 unread)`; just the status when no
+    rank is named."""
+    named = [_ranks(status_ranks)] if status_ranks else []
+    named += [f"{_ranks(unread)} unread"] if unread else []
+    return f"{status} ({'; '.join(named)})" if named else status
 
 
 def rank_row(snapshot: Snapshot, path: str) -> RankRow:
@@ -326,6 +334,7 @@ def combine_snapshots(
         world_size=world_size,
         per_rank=tuple(snapshots),
         status_ranks=status_ranks,
+        unread_ranks=tuple(row.rank for row in rows if row.status in (RANK_WAITING, RANK_UNKNOWN)),
     )
 
 

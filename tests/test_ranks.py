@@ -21,7 +21,16 @@ from operant.monitor.listing import describe_run
 from operant.monitor.runs_cmd import render_table
 from operant.shared import metrics_layout as fmt
 from operant.shared import runs
-from operant.shared.ranks import POOLED, RULES, SUM, RunReader, combine, return_window, rule_of
+from operant.shared.ranks import (
+    POOLED,
+    RULES,
+    SUM,
+    RunReader,
+    combine,
+    return_window,
+    rule_of,
+    status_text,
+)
 from operant.shared.record import RECORD_METRICS, RETURN_WINDOW, RUN_METRICS
 
 WRITER = Path(__file__).with_name("metrics_writer_proc.py")
@@ -284,6 +293,13 @@ def test_a_missing_rank_waits_and_an_old_single_file_still_reads(tmp_path):
         (2, "waiting"),
     ]
     assert run.total.status == "running" and run.total.counters["global_step"] == 10
+    # ... and says so wherever its totals are shown: they are rank 0's alone
+    assert run.unread_ranks == (1, 2)
+    assert status_text(run.total.status, run.status_ranks, run.unread_ranks) == (
+        "running (ranks 1, 2 unread)"
+    )
+    assert describe_run(run_dir).unread_ranks == (1, 2)
+    assert status_text("crashed", (1,), (2,)) == "crashed (rank 1; rank 2 unread)"
 
     # A file left by an earlier start with another world size is not one of this world's.
     restarted = runs.create_run_dir(tmp_path, "restarted")
