@@ -281,6 +281,22 @@ def test_resuming_a_missing_run_is_refused_before_ranks_start(tmp_path):
     )
 
 
+def test_a_ranks_refusal_is_its_one_line(tmp_path):
+    # What only rank 0 can find (here: a checkpoint written by one process) is its one line
+    # and exit 2, without torchrun's "rank 0 (exit status 2), rank 1 ... failed" after it.
+    root = tmp_path / "runs"
+    alone = run("operant-train", "--total-steps", "2048", "--run-id", "alone", "--runs-dir",
+                str(root), "--quiet")  # fmt: skip
+    assert alone.returncode == 0, alone.stderr
+    result = run("operant-train", "--nproc-per-node", "2", "--resume", "alone", "--runs-dir",
+                 str(root), env=_environ())  # fmt: skip
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (
+        "operant-train: ckpt-000000001.pt was written by 1 rank(s) and this is 2: resume it "
+        f"with operant-train --resume alone --runs-dir {root}\n"
+    )
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="refusals of a machine without CUDA")
 @pytest.mark.parametrize(
     ("overrides", "start"),

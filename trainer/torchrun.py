@@ -31,12 +31,13 @@ def main(argv: list[str] | None = None) -> int:
         run(args)
     except ChildFailedError as error:
         failures = sorted(error.failures.items())
-        named = ", ".join(
-            f"rank {rank} (exit status {failure.exitcode})" for rank, failure in failures
-        )
-        print(f"operant-train: torchrun: {named} failed", file=sys.stderr, flush=True)
         # The first rank that exited by itself (the others were then stopped by torchrun).
         codes = [failure.exitcode for _, failure in failures if 0 < failure.exitcode < 256]
+        if codes[:1] != [2]:  # bad input (2) is one line, which the rank has said
+            named = ", ".join(
+                f"rank {rank} (exit status {failure.exitcode})" for rank, failure in failures
+            )
+            print(f"operant-train: torchrun: {named} failed", file=sys.stderr, flush=True)
         return codes[0] if codes else 1
     except SignalException as stop:
         # torchrun itself was signalled (systemd stopping a unit whose main process it is, or
