@@ -207,3 +207,26 @@ def test_what_names_no_policy_is_one_line_and_exit_2(
     assert (result.returncode, result.stdout) == (2, "")
     assert message in result.stderr and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_damaged_model_is_refused_by_its_digest(trained, root, tmp_path):
+    # model.pt and best.pt had no digest: a flipped bit in a weight was evaluated as it was
+    model = torch.load(trained / "model.pt", weights_only=True)
+    tensor = max(model["policy"].values(), key=lambda value: value.numel())
+    data = bytearray((trained / "model.pt").read_bytes())
+    at = data.find(tensor.numpy().tobytes()[:64])
+    assert at > 0 and "digest" in model
+    data[at] ^= 0x01
+    damaged = tmp_path / "model.pt"
+    damaged.write_bytes(bytes(data))
+    result = run("operant", "eval", str(damaged), "--runs-dir", str(root))
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (
+        f"operant eval: {damaged}: is corrupt (its content does not match its digest); evaluate "
+        "another model (best.pt, model.pt) or a checkpoint of the run\n"
+    )
+    # a model.pt without one (written before it had a digest) is evaluated as before
+    del model["digest"]
+    older = tmp_path / "older.pt"
+    torch.save(model, older)
+    assert evaluate(older, root=root)["global_step"] == 40960

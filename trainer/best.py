@@ -103,6 +103,8 @@ class TrackBest(Service):
     def _snapshot(self) -> dict[str, Any]:
         """best.pt's content for the policy as it is now (model.pt's format, plus the mean
         return it is the best for)."""
+        from operant.trainer.train import with_digest
+
         trainer = self.trainer
         model = trainer.model_payload()
         model["policy"] = {
@@ -115,7 +117,7 @@ class TrackBest(Service):
                     for name, value in model[key].items()
                 }
         model["episode_return_mean"] = self.best_return
-        return model
+        return with_digest(model)
 
     def write(self) -> None:
         """best.pt from the pending copy; a disk that refuses it is one warning line (the
@@ -185,8 +187,12 @@ def _read_best(path: Path) -> tuple[float, int] | None:
     """(mean return, step) of a best.pt a previous process wrote; None if there is none."""
     import torch
 
+    from operant.trainer.checkpoint_format import content_digest
+
     try:
         model = torch.load(path, map_location="cpu", weights_only=True)
+        if "digest" in model and model["digest"] != content_digest(model):
+            return None  # damaged: the next best replaces it
         return float(model["episode_return_mean"]), int(model["global_step"])
     except FileNotFoundError:
         return None

@@ -162,6 +162,14 @@ def load_policy_file(path: Path) -> LoadedPolicy:
         raise EvalInputError(
             f"{path} is not an operant model or checkpoint (it holds no policy and config)"
         )
+    from operant.trainer.checkpoint_format import content_digest
+
+    if "digest" in payload and payload["digest"] != content_digest(payload):
+        # (a file written before model.pt had a digest is taken as it is)
+        raise EvalInputError(
+            f"{path}: is corrupt (its content does not match its digest); evaluate another "
+            "model (best.pt, model.pt) or a checkpoint of the run"
+        )
     step = payload.get("global_step")
     return LoadedPolicy(
         path,

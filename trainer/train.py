@@ -329,9 +329,18 @@ class Trainer:
         return model
 
     def save_model(self, path: Path) -> None:
-        """Write `model_payload()` to `path`, whole or not at all."""
-        model = self.model_payload()
+        """Write `model_payload()` to `path`, whole or not at all, with its digest."""
+        model = with_digest(self.model_payload())
         atomic.write_with(path, lambda handle: torch.save(model, handle))
+
+
+def with_digest(model: dict[str, Any]) -> dict[str, Any]:
+    """model.pt's (or best.pt's) content with `digest`: SHA-256 of the rest, as a checkpoint
+    has (operant.trainer.checkpoint_format), so a reader finds a damaged file instead of
+    acting with damaged weights (a zip's own checks miss a flipped byte in a tensor)."""
+    from operant.trainer.checkpoint_format import content_digest
+
+    return {**model, "digest": content_digest(model)}
 
 
 def run_metadata(config: Config, run_id: str, impl: str) -> dict[str, Any]:
