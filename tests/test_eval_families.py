@@ -12,6 +12,7 @@ from user_runs import run
 from operant.envs import make_env
 from operant.envs.minatar_env import rgb_frame
 from operant.trainer import evaluate
+from operant.trainer.checkpoint_format import content_digest
 from operant.trainer.eval_video import MIN_VIDEO_SIDE, enlarged
 
 
@@ -44,6 +45,7 @@ def runs(tmp_path_factory):
     model = torch.load(root / "sq" / "model.pt", weights_only=True)
     model["policy"]["actor.weight"].zero_()
     model["policy"]["actor.bias"].copy_(torch.tensor([1.0, 0, 0, 0, 0, 0]))
+    model["digest"] = content_digest(model)  # an edited model, its digest made again
     torch.save(model, root / "noop.pt")
     return root
 

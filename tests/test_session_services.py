@@ -46,6 +46,8 @@ class Silent(Service):
 class FakeTrainer:
     def __init__(self, updates: int = 2, error: BaseException | None = None):
         self.updates, self.error, self.log = updates, error, None
+        self.finished = False
+        """Trained the whole budget (a stop signal during the last update stops nothing)."""
 
     def run(self, should_stop):
         record = {}
@@ -54,6 +56,8 @@ class FakeTrainer:
                 break
             record = {"update": update}
             self.log(record)
+        else:
+            self.finished = True
         if self.error is not None:
             raise self.error
         return record
