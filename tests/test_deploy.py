@@ -257,7 +257,7 @@ def test_example_config_parses():
     tomllib = pytest.importorskip("tomllib")
     config = tomllib.loads((DEPLOY / "cartpole.toml").read_text())
     assert config["env"]["id"] == "CartPole-v1"
-    assert config["train"]["total_steps"] == 10_000_000
+    assert config["train"]["total_steps"] == 10_000_384
     assert config["train"]["run_id"] == "cartpole"  # stable, so --resume auto finds it
 
 

@@ -24,7 +24,7 @@ import torch
 from operant.shared import metrics_layout as fmt
 from operant.shared.reader import MetricsReader
 from operant.trainer import checkpoint, checkpoint_format
-from operant.trainer.config import load_config
+from operant.trainer.config import derive, load_config
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 STEPS_PER_UPDATE = 8 * 32
@@ -121,7 +121,9 @@ def wait_for_records(run_dir: Path, count: int, timeout: float = 60.0) -> None:
 def test_deploy_example_config_decodes_with_a_fixed_run_id():
     config = load_config(DEPLOY / "cartpole.toml")
     assert config.train.run_id == "cartpole"  # what --resume auto needs
-    assert config.env.id == "CartPole-v1" and config.train.total_steps == 10_000_000
+    assert config.env.id == "CartPole-v1" and config.train.total_steps == 10_000_384
+    # whole updates: no rounding notice on stderr ahead of the JSON lines in the journal
+    assert derive(config).rounding_note(config) is None
     assert config.checkpoint.every_seconds == 600.0 and config.checkpoint.keep == 3
 
 
