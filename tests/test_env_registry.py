@@ -105,6 +105,17 @@ def test_unknown_or_unavailable_impl_names_what_was_asked():
         make_env("Taxi-v4", 2, impl="reference")
 
 
+def test_a_device_torch_cannot_use_is_an_env_error():
+    # (torch's own AssertionError "Torch not compiled with CUDA enabled" on a CPU-only build)
+    import torch
+
+    if not torch.cuda.is_available():
+        with pytest.raises(EnvError, match=r"^device='cuda' is not usable here \(.*\); use "):
+            make_env("Pendulum-v1", 2, impl="torch", device="cuda")
+    with pytest.raises(EnvError, match=r"^device='blah' is not usable here"):
+        make_env("Acrobot-v1", 2, impl="torch", device="blah")
+
+
 def _env(env_id, impl, num_envs=3):
     env = make_env(env_id, num_envs, impl=impl)
     env.reset(seed=0)

@@ -81,6 +81,7 @@ from operant.envs.contract import (
 )
 from operant.envs.registry import (
     EnvEntry,
+    EnvError,
     EpisodeStats,
     InvalidActionError,
     check_action_batch,
@@ -114,6 +115,23 @@ def _mix(z: torch.Tensor) -> torch.Tensor:
     z = (z ^ _shift_right(z, 30)) * _i64(_MIX1)
     z = (z ^ _shift_right(z, 27)) * _i64(_MIX2)
     return z ^ _shift_right(z, 31)
+
+
+def usable_device(device: torch.device | str | None) -> torch.device:
+    """`device` (default the CPU) once torch can put a tensor on it; EnvError in one line
+    otherwise (torch's own is an AssertionError on a CPU-only build)."""
+    if device is None:
+        return torch.device("cpu")
+    try:
+        chosen = torch.device(device)
+        torch.empty(1, device=chosen)
+    except (RuntimeError, AssertionError) as error:
+        text = str(error).strip().splitlines()
+        raise EnvError(
+            f"device={str(device)!r} is not usable here ({text[0] if text else 'no such device'}"
+            '); use device="cpu", or install a torch built for that device'
+        ) from None
+    return chosen
 
 
 def seed_streams(seed: int, num_envs: int, device: torch.device) -> torch.Tensor:
@@ -179,7 +197,7 @@ class TorchVectorEnv(RenderFace, VectorEnv):
         self.entry = entry
         self.num_envs = num_envs
         self.copy = copy
-        self.device = torch.device(device if device is not None else "cpu")
+        self.device = usable_device(device)
         if action_checks == "auto":
             action_checks = "every_step" if self.device.type == "cpu" else "deferred"
         self.action_checks = action_checks
