@@ -193,7 +193,7 @@ def test_record_module_imports_without_torch():
 
 
 def test_progress_tail_reads_records_up_to_a_damaged_line(tmp_path):
-    from operant.trainer.resume import progress_tail
+    from operant.trainer.progress import progress_tail
 
     path = tmp_path / "progress.jsonl"
     lines = [encode_progress_line(make_record(updates=n)) for n in (1, 2, 3, 4)]

@@ -423,7 +423,7 @@ def _flip_tensor_byte(path: Path) -> None:
     ],
 )
 def test_progress_is_cut_to_whole_lines(tmp_path, content, length, kept):
-    from operant.trainer.resume import cut_progress
+    from operant.trainer.progress import cut_progress
 
     path = tmp_path / "progress.jsonl"
     path.write_bytes(content)

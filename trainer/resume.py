@@ -7,7 +7,8 @@
   `--set` and the dedicated flags apply on top either way;
 - `--resume auto`: what a service restart needs. The config must name the run
   (`train.run_id`): if that run has a checkpoint, continue it; if not (no directory yet, or a
-  crash before its first checkpoint), start it, in the same directory.
+  crash before its first checkpoint), start it, in the same directory. Without `--config`, an
+  existing run's own config is used (its checkpoint's, else the one its run.json recorded).
 
 A resumed config may differ from the checkpoint's only in keys that do not change what the
 saved state means (checkpoint.RESUMABLE_CHANGES: the step budget, logging, checkpoint
@@ -29,10 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from operant.shared import runs
-from operant.shared.record import UpdateRecord, decode_progress_line
 from operant.trainer.config import Config, ConfigError, derive, load_config
 
 AUTO = "auto"
@@ -337,76 +335,3 @@ def create(plan: RunPlan) -> Path:
         plan.run_dir = runs.create_run_dir(plan.root, plan.run_id)
         plan.lock_fd = lock_run_dir(plan.run_dir)
     return plan.run_dir
-
-
-# --- progress.jsonl on resume --------------------------------------------------------------
-
-
-def cut_progress(path: Path, length: int) -> int:
-    """Drop what `path` holds past `length` bytes (records of updates the resumed run redoes,
-    or a line cut short by a crash); returns the bytes dropped. A file shorter than `length`
-    (lost records) keeps its whole lines: a last line cut short (the file's end lost with the
-    power) is dropped, so the next record starts a line of its own."""
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError:
-        return 0
-    keep = min(size, length)
-    with open(path, "r+b") as handle:
-        if 0 < keep < length:
-            keep = _whole_lines(handle, keep)
-        if keep == size:
-            return 0
-        handle.truncate(keep)
-        handle.flush()
-        os.fsync(handle.fileno())
-    return size - keep
-
-
-def _whole_lines(handle: Any, size: int) -> int:
-    """The length of the file's first `size` bytes without a last line that has no newline."""
-    end = size
-    while end > 0:
-        start = max(0, end - 4096)
-        handle.seek(start)
-        newline = handle.read(end - start).rfind(b"\n")
-        if newline >= 0:
-            return start + newline + 1
-        end = start
-    return 0
-
-
-def progress_tail(path: Path, count: int) -> list[UpdateRecord]:
-    """The last `count` records of a progress log, oldest first: the newest contiguous run of
-    updates (a damaged line, or one that is not a record, ends it), read from the end of the
-    file."""
-    try:
-        handle = open(path, "rb")  # noqa: SIM115 (only open's FileNotFoundError is caught)
-    except FileNotFoundError:
-        return []
-    with handle:
-        handle.seek(0, os.SEEK_END)
-        position = handle.tell()
-        chunks: list[bytes] = []
-        newlines = 0
-        while position > 0 and newlines <= count:
-            size = min(1 << 16, position)
-            position -= size
-            handle.seek(position)
-            chunk = handle.read(size)
-            chunks.append(chunk)
-            newlines += chunk.count(b"\n")
-    lines = b"".join(reversed(chunks)).split(b"\n")
-    if position > 0:
-        lines = lines[1:]  # the first may be the end of an older line
-    records: list[UpdateRecord] = []
-    for line in reversed([line for line in lines if line.strip()][-count:]):
-        try:
-            record = decode_progress_line(line)
-        except msgspec.DecodeError:
-            break
-        if records and record.updates != records[-1].updates - 1:
-            break
-        records.append(record)
-    records.reverse()
-    return records

@@ -19,8 +19,8 @@ from operant.shared import atomic, runs
 from operant.shared.record import UpdateRecord
 from operant.trainer.checkpoint import Checkpointer
 from operant.trainer.config import to_dict
-from operant.trainer.progress import ProgressLog, number_or_dash
-from operant.trainer.resume import RunPlan, cut_progress, progress_tail
+from operant.trainer.progress import ProgressLog, cut_progress, number_or_dash, progress_tail
+from operant.trainer.resume import RunPlan
 from operant.trainer.sdnotify import SystemdNotifier
 from operant.trainer.service_protocol import Outcome, Rank, Role, Service
 from operant.trainer.signals import StopSignals
