@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from operant.envs.render import repeat_pixels
-from operant.trainer.evaluate import EvalInputError
+from operant.trainer.eval_load import EvalInputError
 
 MIN_VIDEO_SIDE = 160
 """Frames with a side under this many pixels are enlarged (by a whole factor) to reach it."""
