@@ -18,7 +18,8 @@ differs:
   truncation is not mistaken for failure (CleanRL's ppo.py leaves this out).
 - Episode returns come from Gymnasium's vector RecordEpisodeStatistics wrapper, printed as
   CleanRL prints them: `global_step=..., episodic_return=...`. No TensorBoard or W&B here.
-- Flags are parsed from the Args dataclass with argparse (CleanRL uses tyro): same names.
+- Flags are parsed from the Args dataclass with argparse (CleanRL uses tyro): same names, and
+  one more, `--torch-threads` (default 1: a small MLP on a busy CPU is fastest on one thread).
 - Any observation shape: the MLP flattens it (MinAtar's frames, the grid's tokens), and an env
   whose rows are agents (operant/Grid-v0) gives num_envs x agents rows, each trained as an env.
 """
@@ -50,6 +51,9 @@ class Args:
     """if toggled, `torch.backends.cudnn.deterministic=False`"""
     cuda: bool = True
     """if toggled, cuda will be enabled by default"""
+    torch_threads: int = 1
+    """torch's CPU threads (not CleanRL's: its 64-unit MLP runs fastest on one, and torch's
+    default of one per core crawls on a busy machine); 0 keeps torch's default"""
     env_id: str = "operant/CartPole-v1"
     """the id of the environment"""
     env_impl: str = "auto"
@@ -261,6 +265,8 @@ def main() -> None:
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
+    if args.torch_threads > 0:
+        torch.set_num_threads(args.torch_threads)
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
 
     # One Operant vector env holds all num_envs envs (SAME_STEP autoreset).
