@@ -254,30 +254,34 @@ def plan_run(
         run_dir = root / given.train.run_id
         if not run_dir.is_dir():
             return _finish(given, root, given.train.run_id)
-        fd, path, payload = _read_checkpoint(run_dir, required=False)
-        try:
-            if config_path is None:
-                # The run's own config (its checkpoint's, else the one its run.json recorded
-                # when it started), as `--resume RUN` takes it: not the default config, which
-                # would retrain another env inside this run's directory.
-                given = _own_config(run_dir, path, payload, overrides, flags) or given
-            plan = _finish(given, root, run_dir.name)
-        except BaseException:
-            os.close(fd)
-            raise
-        return _attach(plan, run_dir, fd, path, payload)
+        return _continue(run_dir, False, given if config_path else None, overrides, flags)
     run_dir = runs.resolve_run(root, None if resume == runs.LATEST_NAME else resume)
     if given.train.run_id and given.train.run_id != run_dir.name:
         raise ConfigError(
             f"train.run_id = {given.train.run_id!r} names another run than "
             f"--resume {resume} ({run_dir.name!r})"
         )
-    fd, path, payload = _read_checkpoint(run_dir, required=True)
+    return _continue(run_dir, True, given if config_path else None, overrides, flags)
+
+
+def _continue(
+    run_dir: Path,
+    required: bool,
+    given: Config | None,
+    overrides: list[str],
+    flags: dict[str, dict[str, Any]],
+) -> RunPlan:
+    """The plan that continues the run in `run_dir` (locked) from its newest checkpoint (none
+    yet, unless `required`: it starts again there), with the config `given` by --config, else
+    the run's own (its checkpoint's, else the one its run.json recorded at its start: never
+    the default config, which would train another env inside this run's directory), the flags
+    and --set on top."""
+    fd, path, payload = _read_checkpoint(run_dir, required=required)
     try:
-        if config_path is None:
-            # The run's own config, from its checkpoint, with the flags and --set on top.
-            given = _own_config(run_dir, path, payload, overrides, flags) or given
-        plan = _finish(given, root, run_dir.name)
+        config = given or _own_config(run_dir, path, payload, overrides, flags)
+        if config is None:  # neither a checkpoint nor a readable run.json: the flags alone
+            config = load_config(None, overrides, flags)
+        plan = _finish(config, run_dir.parent, run_dir.name)
     except BaseException:
         os.close(fd)
         raise
