@@ -46,7 +46,7 @@ from operant.monitor.widgets import (
 from operant.shared.ranks import status_text
 from operant.shared.reader import shown_status
 from operant.shared.record import label
-from operant.shared.runs import command_hint
+from operant.shared.runs import command_hint, resume_command
 
 # History fields drawn as curves when the run records them, in this order, with their titles
 # (operant.shared.record's labels).
@@ -425,10 +425,8 @@ def detach_message(run_id: str, view: RunView | None, root: Path) -> str:
     status = view.status if view is not None and view.run_id == run_id else "running"
     # a run of K ranks resumes with K ranks (its checkpoints hold each rank's state)
     ranks = view.world_size if view is not None and view.run_id == run_id else 1
-    resume = command_hint(
-        "operant-train", *(("--nproc-per-node", str(ranks)) if ranks > 1 else ()), "--resume",
-        run_id, root=root,
-    )  # fmt: skip
+    nodes = len({row.node for row in view.ranks}) if view is not None and ranks > 1 else 1
+    resume = resume_command(run_id, root, ranks_per_node=ranks // max(1, nodes), nodes=nodes)
     if status == "finished" and view.interrupted:
         return (
             f"detached from {run_id}, which was stopped before the end of its budget. "

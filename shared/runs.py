@@ -59,6 +59,25 @@ def command_hint(command: str, *args: str, root: str | os.PathLike[str]) -> str:
     return shlex.join(words)
 
 
+def resume_command(
+    run_id: str,
+    root: str | os.PathLike[str],
+    ranks_per_node: int = 1,
+    nodes: int = 1,
+    auto: bool = False,
+) -> str:
+    """The command that continues run `run_id` (`auto`: or starts it again in its directory,
+    with its own config), pasteable as printed: with its ranks a node where it has several (its
+    checkpoints hold each rank's state); a multi-node run's also needs the job's rendezvous,
+    which the hint says rather than guesses."""
+    words = ["--nproc-per-node", str(ranks_per_node)] if ranks_per_node > 1 or nodes > 1 else []
+    words += ["--resume", "auto", "--run-id", run_id] if auto else ["--resume", run_id]
+    hint = command_hint("operant-train", *words, root=root)
+    return hint + (
+        " (on every node, with the job's --nnodes and --rdzv-* flags)" if nodes > 1 else ""
+    )
+
+
 def root_problem(root: Path) -> str | None:
     """Why `root` cannot hold runs (it, or the nearest part of it that exists, is not a
     directory); None when it can, or may once created."""
@@ -130,13 +149,13 @@ def resolve_run(root: Path, run: str | None) -> Path:
         except OSError as error:
             raise RunNotFoundError(
                 f"{link} is not a run pointer ({error.strerror}): move it away, and name a run "
-                "instead (operant runs lists them)"
+                f"instead (see `{command_hint('operant runs', root=root)}`)"
             ) from None
         path = root / target
         if not path.is_dir():
             raise RunNotFoundError(
                 f"{link} points to {target!r}, which no longer exists: name a run instead "
-                "(operant runs lists them)"
+                f"(see `{command_hint('operant runs', root=root)}`)"
             )
         return path
     if not valid_run_id(run):

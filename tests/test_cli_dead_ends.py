@@ -331,7 +331,9 @@ def test_a_latest_that_is_a_directory_does_not_stop_a_run(tmp_path):
     watched = run("operant", "monitor", "--latest", "--once", "--runs-dir", str(tmp_path))
     assert watched.returncode == 2 and len(watched.stderr.splitlines()) == 1
     assert "is not a run pointer" in watched.stderr
-    assert watched.stderr.endswith("name a run instead (operant runs lists them)\n")
+    assert watched.stderr.endswith(
+        f"name a run instead (see `operant runs --runs-dir {tmp_path}`)\n"
+    )
 
 
 # --- interrupted runs -----------------------------------------------------------------------------

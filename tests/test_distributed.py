@@ -197,6 +197,34 @@ def test_sigterm_to_torchrun_itself_is_a_clean_stop(tmp_path):
     assert find_checkpoint(root / "cut" / "checkpoints") is not None
 
 
+def test_a_signal_to_torchrun_that_kills_the_ranks_is_not_a_clean_stop(tmp_path):
+    """SIGHUP to torchrun: it passes SIGHUP on, which the ranks do not catch (no checkpoint);
+    "stopped" and exit 0 would tell systemd a clean stop."""
+    import psutil
+
+    root = tmp_path / "runs"
+    log = tmp_path / "log"
+    with open(log, "w") as out:
+        launcher = subprocess.Popen(
+            command(_train(root, "hup", updates=400)),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=_environ(),
+        )
+    wait_for_updates(root / "hup", 3)
+    (torchrun,) = [
+        child
+        for child in psutil.Process(launcher.pid).children()
+        if "operant.trainer.torchrun" in " ".join(child.cmdline())
+    ]
+    torchrun.send_signal(signal.SIGHUP)
+    assert launcher.wait(timeout=120) == 128 + signal.SIGHUP
+    assert log.read_text().endswith(
+        "operant-train: torchrun: ended by SIGHUP; local rank 0 (exit status -1), local rank 1 "
+        "(exit status -1) did not stop with a checkpoint\n"
+    )
+
+
 def test_two_torchrun_launchers_form_one_multi_node_run(tmp_path):
     """`--nnodes 2` with a c10d rendezvous: two launchers (one rank each) train one run."""
     endpoint = f"localhost:{_free_port()}"

@@ -222,7 +222,7 @@ def test_a_damaged_model_is_refused_by_its_digest(trained, root, tmp_path):
     result = run("operant", "eval", str(damaged), "--runs-dir", str(root))
     assert (result.returncode, result.stdout) == (2, "")
     assert result.stderr == (
-        f"operant eval: {damaged}: is corrupt (its content does not match its digest); evaluate "
+        f"operant eval: {damaged} is corrupt (its content does not match its digest); evaluate "
         "another model (best.pt, model.pt) or a checkpoint of the run\n"
     )
     # a model.pt without one (written before it had a digest) is evaluated as before

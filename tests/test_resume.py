@@ -444,7 +444,10 @@ def test_resume_hints_name_the_ranks_the_checkpoints_need(tmp_path, monkeypatch)
     monkeypatch.setenv("WORLD_SIZE", "4")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     monkeypatch.setenv("GROUP_WORLD_SIZE", "2")
-    assert resume_hint("r", tmp_path) == "operant-train --nproc-per-node 2 --nnodes 2 --resume r"
+    assert resume_hint("r", tmp_path) == (
+        "operant-train --nproc-per-node 2 --resume r (on every node, with the job's --nnodes "
+        "and --rdzv-* flags)"
+    )
     # a lone process given a 2-rank checkpoint: the refusal's command resumes it
     monkeypatch.delenv("WORLD_SIZE")
     path = tmp_path / "r" / "checkpoints" / "ckpt-000000003.pt"

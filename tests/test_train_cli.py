@@ -142,7 +142,7 @@ def test_none_clears_an_optional_key_and_a_string_key_keeps_the_word():
     config = load_config(
         "configs/CartPole-v1.toml",
         [
-            "train.target_return=none",
+            "train.target_return=None",
             "checkpoint.every_seconds=null",
             "ppo.target_kl=none",
             "env.info_mode=none",

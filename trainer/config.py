@@ -400,12 +400,14 @@ def apply_override(data: dict[str, Any], assignment: str) -> None:
             kind = "a section" if depth == 0 else "a table"
             raise ConfigError(f"--set {assignment!r}: {'.'.join(parts[: depth + 1])} is not {kind}")
     text = value.strip()
-    table[parts[-1]] = None if text in NONE_WORDS and _clearable(parts) else _parse_value(text)
+    clears = text.lower() in NONE_WORDS and _clearable(parts)
+    table[parts[-1]] = None if clears else _parse_value(text)
 
 
 NONE_WORDS = ("none", "null")
-"""`--set section.key=none` (or null) gives an optional key no value (TOML has no null: in a
-file, leave the key out), where the key takes no string (a string key keeps the word)."""
+"""`--set section.key=none` (or null, in any case) gives an optional key no value (TOML has
+no null: in a file, leave the key out), where the key takes no string (a string key keeps the
+word)."""
 
 
 def _clearable(parts: list[str]) -> bool:

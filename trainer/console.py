@@ -12,7 +12,6 @@ from typing import Any
 
 import msgspec
 
-from operant.shared import runs
 from operant.shared.record import RunSummary
 from operant.trainer.checkpoint import Checkpointer
 from operant.trainer.progress import number_or_dash
@@ -113,10 +112,7 @@ class Console(Service):
         )
         further = "to train it further, " if outcome.model else ""
         if self.checkpointer.last_path is None:
-            again = runs.command_hint(
-                "operant-train", "--resume", "auto", "--run-id", self.plan.run_id,
-                root=self.run_dir.parent,
-            )  # fmt: skip
+            again = resume_hint(self.plan.run_id, self.run_dir.parent, auto=True)
             return (
                 f"{done}{what} cannot be written: {why}; the run has no checkpoint to continue "
                 f"from: {further}free space, then start it again (with the config it started "

@@ -94,7 +94,7 @@ def load_policy_file(path: Path) -> LoadedPolicy:
     if "digest" in payload and payload["digest"] != content_digest(payload):
         # (a file written before model.pt had a digest is taken as it is)
         raise EvalInputError(
-            f"{path}: is corrupt (its content does not match its digest); evaluate another "
+            f"{path} is corrupt (its content does not match its digest); evaluate another "
             "model (best.pt, model.pt) or a checkpoint of the run"
         )
     step = payload.get("global_step")

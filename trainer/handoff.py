@@ -7,9 +7,11 @@ arguments>` and waits for it, passing stop signals to the ranks (`hand_off`). Wi
 (`--nnodes`, `--rdzv-backend c10d`, `--rdzv-endpoint HOST:PORT`, `--rdzv-id`).
 
 Checked first, one line and exit 2 each, nothing started: K >= 1; the config loads and its
-env.num_envs (and minibatches) divide over K x nnodes ranks; another machine's rendezvous
-endpoint answers within train.dist_timeout_s (torchrun itself would retry for ten minutes
-and then print pages of stack traces).
+env.num_envs (and minibatches) divide over K x nnodes ranks; its device exists, nccl has a GPU
+for each of the K ranks, env.workers and env.overlap fit the env (preflight.check_launch); on
+one node, a `--resume RUN` names a run; another machine's rendezvous endpoint answers within
+train.dist_timeout_s (torchrun itself would retry for ten minutes and then print pages of
+stack traces).
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ def refusal(args: argparse.Namespace, flags: dict[str, Any]) -> str | None:
         return f"--max-restarts must be 0 or more, got {args.max_restarts}"
     if nnodes > 1 and not args.rdzv_endpoint:
         return "--nnodes > 1 needs --rdzv-endpoint HOST:PORT (the same on every node)"
-    timeout_s, runs_dir = 300.0, flags.get("train", {}).get("runs_dir")
+    timeout_s = 300.0
     if args.resume is None or args.config is not None:
         try:
             config = load_config(args.config, args.overrides, flags)
@@ -77,10 +79,10 @@ def refusal(args: argparse.Namespace, flags: dict[str, Any]) -> str | None:
             )
         except (ConfigError, EnvError) as error:
             return str(error)
-        timeout_s, runs_dir = config.train.dist_timeout_s, config.train.runs_dir
+        timeout_s = config.train.dist_timeout_s
     if args.resume not in (None, "auto") and nnodes == 1:
         # (one node: rank 0 reads the run here; other nodes of a job may not hold it)
-        problem = _missing_run(args.resume, runs_dir)
+        problem = _missing_run(args.resume, args.overrides, flags)
         if problem is not None:
             return problem
     if args.rdzv_endpoint:
@@ -88,12 +90,17 @@ def refusal(args: argparse.Namespace, flags: dict[str, Any]) -> str | None:
     return None
 
 
-def _missing_run(resume: str, runs_dir: str | None) -> str | None:
+def _missing_run(resume: str, overrides: list[str], flags: dict[str, Any]) -> str | None:
     """Why `--resume RUN` names no run, in one line (rank 0 would find the same, after
-    torchrun started, and a `--max-restarts` group would try again); None if it does."""
+    torchrun started, and a `--max-restarts` group would try again); None if it does. The
+    runs root as rank 0's plan finds it: --runs-dir, a --set of train.runs_dir, the default."""
     from operant.shared import runs
+    from operant.trainer.config import ConfigError, load_config
 
-    root = runs.runs_root(runs_dir)
+    try:
+        root = runs.runs_root(load_config(None, overrides, flags).train.runs_dir)
+    except ConfigError as error:
+        return str(error)
     try:
         runs.resolve_run(root, None if resume == runs.LATEST_NAME else resume)
     except runs.RunNotFoundError as error:
@@ -181,7 +188,8 @@ def hand_off(args: argparse.Namespace, argv: list[str]) -> int:
     systemd or kill, SIGINT from Ctrl-C, SIGUSR1 for a checkpoint) go to the ranks, not to
     torchrun: each rank then stops at the group's next update boundary with one checkpoint and
     exits 0, and torchrun, seeing every rank succeed, exits 0 too (a signal sent to torchrun
-    itself stops the ranks the same way, but torchrun reports it as its own failure). If this
+    itself stops the ranks the same way, and operant.trainer.torchrun then exits 0 when every
+    rank did). If this
     process dies, the kernel sends torchrun SIGTERM (PR_SET_PDEATHSIG): nothing outlives it.
     """
     import signal

@@ -43,27 +43,37 @@ def default_run_id(env_id: str, launch: Launch) -> str:
 
 def run_rank(args: Any, launch: Launch, signals: StopSignals, flags: dict[str, Any]) -> int:
     """operant-train as rank `launch.rank` of a torchrun group; its exit status."""
-    signals.announce = launch.rank == 0
     from operant.envs import EnvError
     from operant.trainer import preflight
     from operant.trainer.config import ConfigError, load_config
 
+    # Each node's journal says once that a stop was taken (its local rank 0 says it).
+    signals.announce = launch.local_rank == 0
     try:
         given = load_config(args.config, args.overrides, flags)
-        # what a lone trainer's preflight refuses, before the group uses the device
+    except (ConfigError, EnvError) as error:
+        _say(launch, str(error))  # the same on every rank: rank 0 says it
+        return EXIT_USAGE
+    try:
+        # what a lone trainer's preflight refuses, before the group uses the device: this
+        # node's, this rank's GPU (each rank that finds it says so)
         preflight.check_device(given.train.device)
         backend = choose_backend(given.train.dist_backend, given.train.device)
         problem = backend_problem(backend, launch.local_rank)
         if problem is not None:
             raise ConfigError(problem)
-    except (ConfigError, EnvError) as error:
-        _say(launch, str(error))
+    except ConfigError as error:
+        _say(launch, str(error), every_rank=launch.rank != 0)
         return EXIT_USAGE
+    # Until the group has formed there is nothing to save: a stop signal (torchrun ending the
+    # ranks because one refused) ends this rank at once instead of after its rendezvous.
+    signals.restore()
     try:
         group = Group(launch, backend, given.train.dist_timeout_s, given.train.device)
     except GroupError as error:
         _say(launch, str(error), every_rank=True)
         return EXIT_FAILED
+    signals.install()
     try:
         return _run_in_group(args, launch, group, signals, flags, given)
     except GroupError as error:

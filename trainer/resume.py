@@ -138,10 +138,7 @@ def _read_checkpoint(run_dir: Path, required: bool) -> tuple[int, Path | None, d
         path = checkpoint.find_checkpoint(run_dir / runs.CHECKPOINT_DIR)
         if path is None:
             if required:
-                again = runs.command_hint(
-                    "operant-train", "--resume", "auto", "--run-id", run_dir.name,
-                    root=run_dir.parent,
-                )  # fmt: skip
+                again = resume_hint(run_dir.name, run_dir.parent, auto=True)
                 raise CheckpointError(
                     f"run {run_dir.name!r} has no checkpoint to resume from (it stopped before "
                     f"writing one); start it again, with the config it started with: {again}"
@@ -198,16 +195,18 @@ def _check_world(path: Path, payload: dict[str, Any]) -> None:
         )
 
 
-def resume_hint(run_id: str, root: Path) -> str:
-    """The command that continues this run as it is being trained: under torchrun, with as
-    many ranks a node (and nodes) as now, which its checkpoints need."""
-    words: list[str] = []
+def resume_hint(run_id: str, root: Path, auto: bool = False) -> str:
+    """The command that continues this run as it is being trained (shared.runs.resume_command):
+    under torchrun with as many ranks a node, and nodes, as now."""
     local, nodes = os.environ.get("LOCAL_WORLD_SIZE"), os.environ.get("GROUP_WORLD_SIZE")
-    if "WORLD_SIZE" in os.environ and local:
-        words += ["--nproc-per-node", local]
-        if nodes and nodes != "1":
-            words += ["--nnodes", nodes]
-    return runs.command_hint("operant-train", *words, "--resume", run_id, root=root)
+    launched = "WORLD_SIZE" in os.environ and local
+    return runs.resume_command(
+        run_id,
+        root,
+        ranks_per_node=int(local) if launched and local else 1,
+        nodes=int(nodes) if launched and nodes else 1,
+        auto=auto,
+    )
 
 
 def _merge(base: dict[str, Any], flags: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:

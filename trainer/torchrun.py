@@ -8,6 +8,7 @@ for bad input, 1 for a failed run, 75 for a full disk: operant-train's codes) ra
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,27 +28,64 @@ def main(argv: list[str] | None = None) -> int:
     # Its "Received 15 death signal, shutting down workers": the ranks and the line below say it.
     logging.getLogger("torch.distributed.elastic.agent.server.api").setLevel(logging.ERROR)
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    ended = _record_shutdown()
     try:
         run(args)
     except ChildFailedError as error:
         failures = sorted(error.failures.items())
         # The first rank that exited by itself (the others were then stopped by torchrun).
         codes = [failure.exitcode for _, failure in failures if 0 < failure.exitcode < 256]
-        if codes[:1] != [2]:  # bad input (2) is one line, which the rank has said
+        first = error.failures.get(0)
+        if first is None or first.exitcode != 2:  # rank 0's bad input (2): it said why
             named = ", ".join(
                 f"rank {rank} (exit status {failure.exitcode})" for rank, failure in failures
             )
             print(f"operant-train: torchrun: {named} failed", file=sys.stderr, flush=True)
         return codes[0] if codes else 1
     except SignalException as stop:
-        # torchrun itself was signalled (systemd stopping a unit whose main process it is, or
-        # a kill of its pid): it has passed the signal on to the ranks and waited for them
-        # (30 s), and they stop as they do on their own signal, at an update boundary with a
-        # checkpoint, each saying so. Not a failure, as for operant-train: one line, exit 0.
-        name = signal.Signals(stop.sigval).name
-        print(f"operant-train: torchrun: stopped by {name}", file=sys.stderr, flush=True)
-        return 0 if stop.sigval in (signal.SIGTERM, signal.SIGINT) else 128 + int(stop.sigval)
+        return _stopped(signal.Signals(stop.sigval), ended)
     return 0
+
+
+def _record_shutdown() -> dict[int, int | None]:
+    """Where torchrun's agent, signalled itself, ends its ranks (it passes the signal on, waits
+    up to 30 s, then SIGKILLs those left): their exit statuses by local rank, recorded as it
+    ends them (its own exception carries none)."""
+    from torch.distributed.elastic.multiprocessing.api import SubprocessContext
+
+    ended: dict[int, int | None] = {}
+    close = SubprocessContext._close
+
+    def recording_close(self: Any, death_sig: Any, timeout: int = 30) -> None:
+        close(self, death_sig=death_sig, timeout=timeout)
+        for rank, handler in getattr(self, "subprocess_handlers", {}).items():
+            ended[int(rank)] = handler.proc.poll()
+
+    SubprocessContext._close = recording_close  # type: ignore[method-assign]
+    return ended
+
+
+def _stopped(sig: Any, ended: dict[int, int | None]) -> int:
+    """torchrun itself was signalled (systemd stopping a unit whose main process it is, or a
+    kill of its pid). SIGTERM and SIGINT stop the ranks as their own signal does, at an update
+    boundary with a checkpoint, each saying so: when every rank then exited 0, one line and
+    exit 0, as operant-train's own stop. Otherwise the ranks that did not stop so are named."""
+    import signal
+
+    unclean = {rank: code for rank, code in sorted(ended.items()) if code != 0}
+    clean = sig in (signal.SIGTERM, signal.SIGINT) and ended and not unclean
+    if clean:
+        print(f"operant-train: torchrun: stopped by {sig.name}", file=sys.stderr, flush=True)
+        return 0
+    named = ", ".join(f"local rank {rank} (exit status {code})" for rank, code in unclean.items())
+    print(
+        f"operant-train: torchrun: ended by {sig.name}"
+        + (f"; {named} did not stop with a checkpoint" if named else ""),
+        file=sys.stderr,
+        flush=True,
+    )
+    codes = [code for code in unclean.values() if code is not None and 0 < code < 256]
+    return codes[0] if codes else 128 + int(sig)
 
 
 if __name__ == "__main__":
