@@ -106,21 +106,15 @@ class Console(Service):
             what = outcome.writing or "the final checkpoint"
         else:
             what = "the run's records (progress.jsonl)"
-        # A finished run whose policy is written lost only what training further needs.
-        done = (
-            f"the run finished and {outcome.model} holds its policy, but " if outcome.model else ""
-        )
-        further = "to train it further, " if outcome.model else ""
         if self.checkpointer.last_path is None:
             again = resume_hint(self.plan.run_id, self.run_dir.parent, auto=True)
             return (
-                f"{done}{what} cannot be written: {why}; the run has no checkpoint to continue "
-                f"from: {further}free space, then start it again (with the config it started "
-                f"with): {again}"
+                f"{what} cannot be written: {why}; the run has no checkpoint to continue from: "
+                f"free space, then start it again (with the config it started with): {again}"
             )
         return (
-            f"{done}{what} cannot be written: {why}; the last checkpoint is "
-            f"{self.checkpointer.last_path}; {further}free space, then {resume}"
+            f"{what} cannot be written: {why}; the last checkpoint is "
+            f"{self.checkpointer.last_path}; free space, then {resume}"
         )
 
     def close(self) -> None:

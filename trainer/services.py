@@ -323,9 +323,36 @@ class Checkpoints(Service):
         return path
 
     def on_stopping(self, outcome: Outcome) -> None:
+        if outcome.model is not None:
+            # The run finished and its policy is written (model.pt first, SaveModel): a disk
+            # that refuses the final checkpoint now costs only training it further, a warning
+            # as for a periodic one; the run ends finished.
+            outcome.checkpoint = self._try_final() or self.checkpointer.last_path
+            return
         outcome.writing = "the final checkpoint"
         outcome.checkpoint = self.checkpoint()
         outcome.writing = ""
+
+    def _try_final(self) -> Path | None:
+        from operant.trainer.disk import describe_storage_error, is_storage_error
+
+        try:
+            return self.checkpoint()
+        except OSError as error:
+            if not is_storage_error(error):
+                raise
+            self.checkpointer.failed()
+            why = describe_storage_error(
+                error, self.checkpointer.directory, self.checkpointer.last_size
+            )
+            last = self.checkpointer.last_path
+            text = (
+                f"the final checkpoint not written: {why}; model.pt holds the finished policy; "
+                + (f"a resume continues from {last}" if last else "the run has no checkpoint")
+            )
+            self.warn(text)
+            print(f"operant-train: warning: {text}", file=sys.stderr, flush=True)
+            return None
 
     def checkpoint(self) -> Path | None:
         """A checkpoint of the current update, or the newest one if it has one already."""
