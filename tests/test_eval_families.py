@@ -171,3 +171,23 @@ def test_a_frame_stacked_runs_video_is_recorded(tmp_path):
     video = tmp_path / "breakout.gif"
     report = _eval(tmp_path, "stacked", "--episodes", "2", "--video", video, "--seed", "1")
     assert report["episodes"] == 2 and report["video_frames"] > 4 and video.stat().st_size
+
+
+def test_a_grid_runs_newer_checkpoint_is_its_last_policy(tmp_path):
+    # A grid update is num_envs x num_steps x agents rows: model.pt's update was taken as its
+    # step count over num_envs x num_steps (8 times too many), so a newer checkpoint lost to it.
+    result = run("operant-train", "--config", "configs/Grid-v0.toml", "--total-steps", "16384",
+                 "--set", "ppo.update_epochs=1", "--run-id", "g", "--quiet", "--runs-dir",
+                 tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    checkpoints = tmp_path / "g" / "checkpoints"
+    assert torch.load(tmp_path / "g" / "model.pt", weights_only=True)["update"] == 2
+    # (a later checkpoint, as a resumed run stopped at update 3 leaves beside model.pt)
+    (checkpoints / "ckpt-000000003.pt").write_bytes(
+        (checkpoints / "ckpt-000000002.pt").read_bytes()
+    )
+    report = _eval(tmp_path, "g", "--episodes", "1")
+    assert (report["kind"], report["model"]) == (
+        "checkpoint",
+        str(checkpoints / "ckpt-000000003.pt"),
+    )

@@ -151,3 +151,22 @@ def test_a_resumed_run_keeps_a_better_best(tmp_path):
     assert re.search(
         r"^best mean return 1000\.0 at step 20,480 -> ", resumed.stdout, re.MULTILINE
     ), resumed.stdout
+
+
+def test_a_resume_replaces_a_damaged_best(tmp_path):
+    # best.pt's content no longer matches its digest (here its mean edited, as a damaged file
+    # would read): the resumed run does not take that mean as the best to beat.
+    root = tmp_path / "runs"
+    args = ["--runs-dir", str(root), "--run-id", "dent", "--quiet"]
+    first = run("operant-train", *args, "--total-steps", "20480", timeout=240)
+    assert first.returncode == 0, first.stderr
+    path = root / "dent" / "best.pt"
+    damaged = torch.load(path, map_location="cpu", weights_only=True)
+    damaged["episode_return_mean"] = 1000.0
+    torch.save(damaged, path)
+    resumed = run("operant-train", "--resume", "dent", *args[:2], "--total-steps", "40960",
+                  "--quiet", timeout=240)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    kept = torch.load(path, map_location="cpu", weights_only=True)
+    assert kept["episode_return_mean"] < 1000.0
+    assert kept["digest"] == content_digest(kept)

@@ -360,15 +360,18 @@ def _describe(error: msgspec.ValidationError, source: str) -> str:
 
 def _choices(parts: list[str]) -> list[str]:
     """The values a section.key of Literal type takes."""
-    if len(parts) != 2:
+    hint = _key_hint(parts)
+    if typing.get_origin(hint) is not Literal:
         return []
+    return [str(value) for value in typing.get_args(hint)]
+
+
+def _key_hint(parts: list[str]) -> Any:
+    """The type of section.key (None for anything else)."""
+    if len(parts) != 2:
+        return None
     section = typing.get_type_hints(Config).get(parts[0])
-    hint = typing.get_type_hints(section).get(parts[1]) if section is not None else None
-    return (
-        [str(value) for value in typing.get_args(hint)]
-        if typing.get_origin(hint) is Literal
-        else []
-    )
+    return typing.get_type_hints(section).get(parts[1]) if section is not None else None
 
 
 def _parse_value(text: str) -> Any:
@@ -412,11 +415,7 @@ word)."""
 
 def _clearable(parts: list[str]) -> bool:
     """Whether section.key may be None and takes no string."""
-    if len(parts) != 2:
-        return False
-    section = typing.get_type_hints(Config).get(parts[0])
-    hint = typing.get_type_hints(section).get(parts[1]) if section is not None else None
-    args = typing.get_args(hint)
+    args = typing.get_args(_key_hint(parts))
     return type(None) in args and str not in args
 
 

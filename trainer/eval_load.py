@@ -30,6 +30,9 @@ class LoadedPolicy:
     """The policy's state dict."""
     obs_normalizer: dict[str, Any] | None
     global_step: int | None
+    update: int | None = None
+    """The update it is from (model.pt holds it since the grid's agent rows made the step
+    count alone ambiguous)."""
 
 
 def first_line(error: BaseException) -> str:
@@ -97,7 +100,7 @@ def load_policy_file(path: Path) -> LoadedPolicy:
             f"{path} is corrupt (its content does not match its digest); evaluate another "
             "model (best.pt, model.pt) or a checkpoint of the run"
         )
-    step = payload.get("global_step")
+    step, update = payload.get("global_step"), payload.get("update")
     return LoadedPolicy(
         path,
         "model",
@@ -105,6 +108,7 @@ def load_policy_file(path: Path) -> LoadedPolicy:
         payload["policy"],
         payload.get("obs_normalizer"),
         int(step) if step is not None else None,
+        int(update) if update is not None else None,
     )
 
 
@@ -143,7 +147,9 @@ def load_run_policy(run_dir: Path, best: bool) -> LoadedPolicy:
     model = load_policy_file(run_dir / MODEL_FILE)
     if newest is None or model.global_step is None:
         return model
-    model_update = model.global_step // _batch_size(model.config)
+    model_update = model.update
+    if model_update is None:  # written before model.pt held its update: one row per env
+        model_update = model.global_step // _batch_size(model.config)
     return load_policy_file(newest) if checkpoint.update_of(newest) > model_update else model
 
 

@@ -321,6 +321,7 @@ class Trainer:
             "policy": self.policy.state_dict(),
             "config": to_dict(self.config),
             "global_step": self.global_step,
+            "update": self.update,
         }
         if self.obs_normalizer is not None:
             model["obs_normalizer"] = self.obs_normalizer.state_dict()
