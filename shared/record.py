@@ -442,9 +442,10 @@ class RunSummary(msgspec.Struct, kw_only=True):
 
     run_id: str
     global_step: int
+    """The run's steps, a resumed run's earlier processes' included."""
     episode_return_mean: float | None
     elapsed_s: float
-    """Wall-clock seconds this process trained."""
+    """Wall-clock seconds this process trained (its steps: steps_this_process)."""
     sps_mean: float | None
     solved_at_s: float | None
     run_dir: str
@@ -465,3 +466,5 @@ class RunSummary(msgspec.Struct, kw_only=True):
     best_at_step: int | None = None
     best_model: str | None = None
     """best.pt, the policy of that best mean, when it was written."""
+    steps_this_process: int | None = None
+    """The steps this process trained, in elapsed_s (fewer than global_step after a resume)."""

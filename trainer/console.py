@@ -137,6 +137,7 @@ class Console(Service):
             run_dir=str(self.run_dir),
             stopped_by=stopped_by or None,
             checkpoint=str(path) if path else None,
+            steps_this_process=trainer.global_step - self.start_step,
             **verdict,
         )
         if self.args.log_format == "json":
