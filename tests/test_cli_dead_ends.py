@@ -217,6 +217,11 @@ def test_a_resumed_runs_summary_says_which_steps_this_process_trained(tmp_path):
         again.stdout.startswith("done: 40,960 steps (20,480 of them in this process's ")
         and " steps/s over the run), mean return of the last 100 episodes " in again.stdout
     )
+    third = run("operant-train", "--resume", "twice", "--total-steps", "61440", *args,
+                "--log-format", "json")  # fmt: skip
+    assert third.returncode == 0, third.stderr
+    summary = json.loads(third.stdout.splitlines()[-1])["summary"]
+    assert (summary["global_step"], summary["steps_this_process"]) == (61_440, 20_480)
 
 
 def test_a_budget_counts_agent_rows_where_agents_are_rows(root):
