@@ -165,61 +165,49 @@ def test_sigterm_then_resume_continues_bit_for_bit(two_ranks, tmp_path):
         assert torch.equal(tensor, ours[name]), name
 
 
-def test_sigterm_to_torchrun_itself_is_a_clean_stop(tmp_path):
-    """systemd stopping a unit whose main process is torchrun (or a kill of torchrun's pid):
-    torchrun passes SIGTERM to the ranks, which checkpoint and stop; its own SignalException
-    was a traceback and exit 1 (a unit left failed)."""
+def _signal_torchrun(tmp_path: Path, run_id: str, sig: int) -> tuple[int, str]:
+    """A 2-rank run whose torchrun process itself gets `sig` after 3 updates (as systemd's
+    stop does to a unit whose main process it is): the launcher's exit status and output."""
     import psutil
 
     root = tmp_path / "runs"
     log = tmp_path / "log"
     with open(log, "w") as out:
         launcher = subprocess.Popen(
-            command(_train(root, "cut", updates=400)),
+            command(_train(root, run_id, updates=400)),
             stdout=out,
             stderr=subprocess.STDOUT,
             env=_environ(),
         )
-    wait_for_updates(root / "cut", 3)
+    wait_for_updates(root / run_id, 3)
     (torchrun,) = [
         child
         for child in psutil.Process(launcher.pid).children()
         if "operant.trainer.torchrun" in " ".join(child.cmdline())
     ]
-    torchrun.send_signal(signal.SIGTERM)
-    assert launcher.wait(timeout=120) == 0
-    text = log.read_text()
+    torchrun.send_signal(sig)
+    return launcher.wait(timeout=120), log.read_text()
+
+
+def test_sigterm_to_torchrun_itself_is_a_clean_stop(tmp_path):
+    """torchrun passes SIGTERM to the ranks, which checkpoint and stop; its own
+    SignalException was a traceback and exit 1 (a unit left failed)."""
+    status, text = _signal_torchrun(tmp_path, "cut", signal.SIGTERM)
+    assert status == 0
     assert "Traceback" not in text and "death signal" not in text, text[-3000:]
     assert text.count("SIGTERM: stopping at the next update boundary") == 1, text[-3000:]
     assert text.endswith("operant-train: torchrun: stopped by SIGTERM\n"), text[-3000:]
     stopped = [json.loads(line) for line in text.splitlines() if line.startswith('{"summary"')]
     assert stopped[0]["summary"]["stopped_by"] == "SIGTERM"
-    assert find_checkpoint(root / "cut" / "checkpoints") is not None
+    assert find_checkpoint(tmp_path / "runs" / "cut" / "checkpoints") is not None
 
 
 def test_a_signal_to_torchrun_that_kills_the_ranks_is_not_a_clean_stop(tmp_path):
     """SIGHUP to torchrun: it passes SIGHUP on, which the ranks do not catch (no checkpoint);
     "stopped" and exit 0 would tell systemd a clean stop."""
-    import psutil
-
-    root = tmp_path / "runs"
-    log = tmp_path / "log"
-    with open(log, "w") as out:
-        launcher = subprocess.Popen(
-            command(_train(root, "hup", updates=400)),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=_environ(),
-        )
-    wait_for_updates(root / "hup", 3)
-    (torchrun,) = [
-        child
-        for child in psutil.Process(launcher.pid).children()
-        if "operant.trainer.torchrun" in " ".join(child.cmdline())
-    ]
-    torchrun.send_signal(signal.SIGHUP)
-    assert launcher.wait(timeout=120) == 128 + signal.SIGHUP
-    assert log.read_text().endswith(
+    status, text = _signal_torchrun(tmp_path, "hup", signal.SIGHUP)
+    assert status == 128 + signal.SIGHUP
+    assert text.endswith(
         "operant-train: torchrun: ended by SIGHUP; local rank 0 (exit status -1), local rank 1 "
         "(exit status -1) did not stop with a checkpoint\n"
     )

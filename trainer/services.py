@@ -293,21 +293,26 @@ class Checkpoints(Service):
                 )
         return self.signals.stop_requested  # a signal during that checkpoint stops here too
 
-    def _try_checkpoint(self) -> Path | None:
+    def _refused(self, error: OSError) -> str:
+        """Why the disk refused a checkpoint (the space free, the size needed), the refusal
+        counted; an error that is not a full disk propagates."""
         from operant.trainer.disk import describe_storage_error, is_storage_error
 
+        if not is_storage_error(error):
+            raise error
+        self.checkpointer.failed()
+        return describe_storage_error(
+            error, self.checkpointer.directory, self.checkpointer.last_size
+        )
+
+    def _try_checkpoint(self) -> Path | None:
         try:
             path = self.checkpoint()
         except OSError as error:
-            if not is_storage_error(error):
-                raise
-            self.checkpointer.failed()
-            why = describe_storage_error(
-                error, self.checkpointer.directory, self.checkpointer.last_size
-            )
             text = (
-                f"checkpoint of update {self.trainer.update} not written: {why}; training "
-                "goes on, the next checkpoint interval tries again"
+                f"checkpoint of update {self.trainer.update} not written: "
+                f"{self._refused(error)}; training goes on, the next checkpoint interval tries "
+                "again"
             )
             self.warn(text)
             if not self.failing:
@@ -334,20 +339,13 @@ class Checkpoints(Service):
         outcome.writing = ""
 
     def _try_final(self) -> Path | None:
-        from operant.trainer.disk import describe_storage_error, is_storage_error
-
         try:
             return self.checkpoint()
         except OSError as error:
-            if not is_storage_error(error):
-                raise
-            self.checkpointer.failed()
-            why = describe_storage_error(
-                error, self.checkpointer.directory, self.checkpointer.last_size
-            )
             last = self.checkpointer.last_path
             text = (
-                f"the final checkpoint not written: {why}; model.pt holds the finished policy; "
+                f"the final checkpoint not written: {self._refused(error)}; model.pt holds the "
+                "finished policy; "
                 + (f"a resume continues from {last}" if last else "the run has no checkpoint")
             )
             self.warn(text)
