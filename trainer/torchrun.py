@@ -35,8 +35,9 @@ def main(argv: list[str] | None = None) -> int:
         failures = sorted(error.failures.items())
         # The first rank that exited by itself (the others were then stopped by torchrun).
         codes = [failure.exitcode for _, failure in failures if 0 < failure.exitcode < 256]
-        first = error.failures.get(0)
-        if first is None or first.exitcode != 2:  # rank 0's bad input (2): it said why
+        # Bad input (2) is one line, which the rank that found it has said (rank 0 for the
+        # config and the plan, each rank for its own device); the others were then stopped.
+        if codes[:1] != [2]:
             named = ", ".join(
                 f"rank {rank} (exit status {failure.exitcode})" for rank, failure in failures
             )
