@@ -30,6 +30,9 @@ setup(
     ext_modules=cythonize(
         extensions,
         include_path=["cext"],
+        # OPERANT_BUILD_JOBS=N: translate the .pyx files in N processes (with
+        # `setup.py build_ext -j N` compiling in parallel too); unset, one at a time.
+        nthreads=int(os.environ.get("OPERANT_BUILD_JOBS", "0")),
         compiler_directives={"language_level": "3", "cdivision": True, "initializedcheck": False},
     )
 )

@@ -371,12 +371,23 @@ def compute_bound(config, seconds: float = 1.0) -> dict[str, Any]:
 
     trainer = _trainer_after_one_rollout(config)
     ppo, derived, storage = config.ppo, trainer.derived, trainer.storage
-    generator = torch.Generator().manual_seed(0)
+    # The trainer's own two: sampling draws on the policy's device, minibatch orders on the CPU.
+    generator, cpu_generator = trainer.generator, trainer.cpu_generator
+
+    # On a GPU each call waits for its kernels, as the trainer does when it copies the
+    # actions to the host each step (else the rounds would time the launches alone).
+    finish = torch.cuda.synchronize if trainer.device.type == "cuda" else None
 
     def rate(work: Callable[[], None], samples: int) -> float:
         """The best of 5 rounds (a ceiling: this VM's speed drifts by 20-30% within
         seconds), after warm-up calls that make the buffers the work allocates."""
-        return max(_timed_rounds(work, samples, 5, seconds / 5))
+
+        def call() -> None:
+            work()
+            if finish is not None:
+                finish()
+
+        return max(_timed_rounds(call, samples, 5, seconds / 5))
 
     obs, out = storage.obs[0], (storage.actions[0], storage.logprobs[0], storage.values[0])
 
@@ -398,7 +409,7 @@ def compute_bound(config, seconds: float = 1.0) -> dict[str, Any]:
             all_epochs,
             **flat_batch,
             minibatch_size=derived.minibatch_size,
-            generator=generator,
+            generator=cpu_generator,
             native=trainer.native,
         )
 
@@ -416,9 +427,13 @@ def compute_bound(config, seconds: float = 1.0) -> dict[str, Any]:
 def arithmetic_bound(config, seconds: float = 0.02) -> dict[str, Any] | None:
     """The config's arithmetic bound (operant.trainer.bench.arithmetic): its policy's FLOPs at
     the rates this CPU's arithmetic reaches for their shapes; None for a policy it cannot
-    count. `seconds`: the length of each timed call of its rate loops."""
+    count or a policy on a GPU (a CPU's rates say nothing of it). `seconds`: the length of
+    each timed call of its rate loops."""
     from operant.trainer.bench.arithmetic import arithmetic_bound as bound
     from operant.trainer.train import Trainer
+
+    if not config.train.device.startswith("cpu"):
+        return None
 
     trainer = Trainer(config)
     trainer.env.close()
