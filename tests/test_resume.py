@@ -399,6 +399,50 @@ def test_bad_resumes_are_one_line_exit_2_and_overwrite_nothing(server, tmp_path)
     assert code == 0, err
 
 
+def test_a_run_written_on_a_gpu_continues_on_a_cpu(server, tmp_path):
+    """A checkpoint as a CUDA run writes it (train.device = "cuda"; its sampling generator's
+    state a seed and an offset, 16 bytes, where the CPU's is 5,056) resumes on a CPU with
+    --set train.device=cpu: the weights, Adam and the envs carry over, the sampling generator
+    is re-seeded, and the run says so (on a real H200, benchmarks/gpu_check.sh)."""
+    code, _, err = server.run(
+        ["--runs-dir", tmp_path, "--run-id", "gpu", "--total-steps", 2 * STEPS_PER_UPDATE]
+        + [*SMALL, "--quiet"],
+        tmp_path / "first",
+    )
+    assert code == 0, err
+    ckpt = tmp_path / "gpu" / "checkpoints" / "ckpt-000000002.pt"
+    payload = torch.load(ckpt, weights_only=True)
+    payload["config"]["train"]["device"] = "cuda"
+    payload["trainer"]["generator"] = torch.tensor([7, 0, 0, 0, 0, 0, 0, 0] + [0] * 8).to(
+        torch.uint8
+    )
+    kept_weights = {name: value.clone() for name, value in payload["trainer"]["policy"].items()}
+    _rewrite(ckpt, config=payload["config"], trainer=payload["trainer"])
+
+    common = ["--runs-dir", tmp_path, "--resume", "gpu", "--quiet"]
+    code, _, err = server.run(common, tmp_path / "same")
+    assert code == 2 and "train.device" in err  # the run's own config asks for CUDA
+    steps = ["--total-steps", 3 * STEPS_PER_UPDATE]
+    code, _, err = server.run([*common, *steps, "--set", "train.device=cpu"], tmp_path / "cpu")
+    assert code == 0, err
+    lines = err.strip().splitlines()
+    assert lines[:2] == [
+        f"operant-train: run gpu resumed at update 2 from {ckpt}",
+        "operant-train: warning: ckpt-000000002.pt was written with train.device = 'cuda' and "
+        "this run trains on 'cpu': the weights, the optimizer and the envs carry over, action "
+        "sampling starts from a new seed, so the run goes on but not as it would have on "
+        "'cuda'",
+    ]
+    resumed = checkpoint_format.load(tmp_path / "gpu" / "checkpoints" / "ckpt-000000003.pt")
+    assert resumed["config"]["train"]["device"] == "cpu"
+    assert resumed["trainer"]["counters"]["update"] == 3
+    assert resumed["trainer"]["generator"].numel() == torch.Generator().get_state().numel()
+    # One update from the carried weights: moved, but not far (not a fresh network).
+    for name, before in kept_weights.items():
+        after = resumed["trainer"]["policy"][name]
+        assert after.shape == before.shape and 0 < (after - before).abs().max() < 0.1, name
+
+
 def _flip_tensor_byte(path: Path) -> None:
     """Change one byte of tensor data inside the zip archive, which torch.load does not
     notice (it does not check the archive's CRCs): only the digest can."""

@@ -56,6 +56,12 @@ RESUMABLE_CHANGES = (
     # Who computes the update (torch autograd or the native kernel): the same state, the
     # same arithmetic up to float32 rounding.
     "ppo.update_impl",
+    # Where the policy runs (a run trained on a GPU continued on a CPU, or on another GPU):
+    # weights, Adam's moments and the env's state load onto the new device as they are; only
+    # the action-sampling generator cannot follow a change of device type (a CUDA generator's
+    # state is a seed and an offset, the CPU's a Mersenne Twister), so it is re-seeded
+    # (Trainer.load_state_dict) and the resume says so.
+    "train.device",
 )
 
 

@@ -60,8 +60,23 @@ class Console(Service):
                 file=sys.stderr,
                 flush=True,
             )
+        if trainer.reseeded:
+            self._warn_reseeded()
         self.started = time.perf_counter()
         self.start_step = trainer.global_step  # a resumed run's steps before this process
+
+    def _warn_reseeded(self) -> None:
+        """A run resumed on another kind of device: its sampling could not continue as is."""
+        plan = self.plan
+        saved = plan.payload["config"]["train"]["device"] if plan.payload else "?"
+        print(
+            f"operant-train: warning: {plan.checkpoint.name} was written with train.device = "
+            f"{saved!r} and this run trains on {plan.config.train.device!r}: the weights, the "
+            "optimizer and the envs carry over, action sampling starts from a new seed, so the "
+            f"run goes on but not as it would have on {saved!r}",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def on_stop(self, outcome: Outcome) -> None:
         self.outcome = outcome

@@ -98,11 +98,11 @@ def load_trainer_state_dict(trainer: Any, state: dict[str, Any]) -> None:
     try:
         for name, module in _modules(trainer).items():
             module.load_state_dict(state[name])
-        for name in GENERATORS:
-            getattr(trainer, name).set_state(state[name])
         counters = state["counters"]
-        trainer.global_step = int(counters["global_step"])
         trainer.update = int(counters["update"])
+        for name in GENERATORS:
+            _restore_generator(trainer, name, state[name])
+        trainer.global_step = int(counters["global_step"])
         trainer.episodes = int(counters["episodes"])
         trainer.solved_at = counters["solved_at"]
         trainer.elapsed_offset_s = float(counters["elapsed_s"])
@@ -112,6 +112,19 @@ def load_trainer_state_dict(trainer: Any, state: dict[str, Any]) -> None:
         ) from None
     seed = trainer.config.train.seed
     restore_env_state(trainer.env, state[ENV], reseed=(seed + 7919 * trainer.update) % 2**32)
+
+
+def _restore_generator(trainer: Any, name: str, saved: torch.Tensor) -> None:
+    """Put a generator's state back; a state of another device type (a run that trained on a
+    GPU resumed on a CPU, or the reverse: train.device may change on resume) cannot be, so
+    the generator is re-seeded from the rank's seed and the update instead, and
+    `trainer.reseeded` names it."""
+    generator = getattr(trainer, name)
+    if saved.numel() == generator.get_state().numel():
+        generator.set_state(saved)
+        return
+    generator.manual_seed((trainer.rank_seed + 7919 * trainer.update) % 2**63)
+    trainer.reseeded = (*trainer.reseeded, name)
 
 
 def _first_line(error: BaseException) -> str:

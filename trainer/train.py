@@ -87,9 +87,11 @@ class Trainer:
         if config.train.torch_threads and self.device.type == "cpu":
             torch.set_num_threads(config.train.torch_threads)
         # Each rank samples and shuffles with its own streams; rank 0's are a lone trainer's.
-        rank_seed = config.train.seed + RANK_SEED_STRIDE * self.rank
-        self.generator = torch.Generator(device=self.device).manual_seed(rank_seed)
-        self.cpu_generator = torch.Generator().manual_seed(rank_seed + 1)
+        self.rank_seed = config.train.seed + RANK_SEED_STRIDE * self.rank
+        self.generator = torch.Generator(device=self.device).manual_seed(self.rank_seed)
+        self.cpu_generator = torch.Generator().manual_seed(self.rank_seed + 1)
+        self.reseeded: tuple[str, ...] = ()
+        """Generators a resume could not restore (a checkpoint of another device type)."""
 
         self.env = self._make_env(config.env.num_envs // world)
         # Rank r's envs are envs r * n .. r * n + n - 1 of a lone trainer's, seeds included.
