@@ -95,11 +95,15 @@ def root_problem(root: Path) -> str | None:
     return None
 
 
+def env_slug(env_id: str) -> str:
+    """The env part of a default run id: `operant/MinAtar-Breakout-v1` -> `minatar-breakout-v1`."""
+    return re.sub(r"[^A-Za-z0-9.-]+", "-", env_id.split("/")[-1]).strip("-").lower()
+
+
 def make_run_id(env_id: str, now: float | None = None) -> str:
     """`<env>-<UTC timestamp>-<4 hex>`: sorts by time within an env, unique across hosts."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(time.time() if now is None else now))
-    env = re.sub(r"[^A-Za-z0-9.-]+", "-", env_id.split("/")[-1]).strip("-").lower()
-    return f"{env}-{stamp}-{secrets.token_hex(2)}"
+    return f"{env_slug(env_id)}-{stamp}-{secrets.token_hex(2)}"
 
 
 def valid_run_id(run_id: str) -> bool:

@@ -376,3 +376,17 @@ def test_the_live_monitor_shows_a_row_per_rank(two_ranks):
         ["0", "node-0", "101", "running", "3,000"],
         ["1", "node-1", "102", "crashed", "1,234"],
     ]
+
+
+def test_a_torchrun_run_id_names_its_env_as_a_lone_run_does():
+    """`<env>-<rendezvous id>` with the env part of a lone run's id (lower case, the
+    namespace dropped), so `operant runs` lists both kinds of run alike."""
+    from types import SimpleNamespace
+
+    from operant.trainer.ranks import default_run_id
+
+    launch = SimpleNamespace(run_id="job/7")
+    assert default_run_id("operant/MinAtar-Breakout-v1", launch) == "minatar-breakout-v1-job-7"
+    assert default_run_id("CartPole-v1", SimpleNamespace(run_id=None)) == "cartpole-v1-torchrun"
+    assert runs.make_run_id("operant/MinAtar-Breakout-v1").startswith("minatar-breakout-v1-")
+    assert runs.valid_run_id(default_run_id("CartPole-v1", launch))

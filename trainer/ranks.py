@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from operant.shared import runs
 from operant.trainer.distributed import Group, Launch, backend_problem, choose_backend
 from operant.trainer.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from operant.trainer.resume import AUTO, RunPlan
@@ -37,8 +38,10 @@ def _say(launch: Launch, text: str, every_rank: bool = False) -> None:
 
 
 def default_run_id(env_id: str, launch: Launch) -> str:
-    """A run id every rank (and every restart of the group) derives alike."""
-    return re.sub(r"[^A-Za-z0-9._-]", "-", f"{env_id}-{launch.run_id or 'torchrun'}")
+    """A run id every rank (and every restart of the group) derives alike: the env's part as a
+    lone run's (runs.env_slug), then the rendezvous id."""
+    rendezvous = re.sub(r"[^A-Za-z0-9._-]", "-", launch.run_id or "torchrun")
+    return f"{runs.env_slug(env_id)}-{rendezvous}"
 
 
 def run_rank(args: Any, launch: Launch, signals: StopSignals, flags: dict[str, Any]) -> int:
