@@ -40,6 +40,7 @@ from typing import Any
 
 import torch
 
+from operant.trainer.errors import first_line
 from operant.trainer.resume import ResumeError
 
 FORMAT = "operant-checkpoint"
@@ -153,12 +154,6 @@ def migrate(path: Path, payload: dict[str, Any]) -> dict[str, Any]:
 # --- reading -------------------------------------------------------------------------------
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    line = text.splitlines()[0] if text else type(error).__name__
-    return line if len(line) <= 160 else line[:157] + "..."
-
-
 def _read(path: Path) -> Any:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
@@ -170,7 +165,7 @@ def _read(path: Path) -> Any:
         raise CheckpointError(f"{path}: is a directory, not a checkpoint") from None
     except Exception as error:  # any failure to parse an untrusted file means it is unusable
         raise CheckpointError(
-            f"{path}: is corrupt or not a checkpoint ({_first_line(error)}); "
+            f"{path}: is corrupt or not a checkpoint ({first_line(error, limit=160)}); "
             "delete it to resume from an older one"
         ) from None
 

@@ -42,6 +42,7 @@ import torch
 import torch.distributed as dist
 
 from operant.trainer.config import ConfigError
+from operant.trainer.errors import first_line
 from operant.trainer.service_protocol import GroupError
 
 # torchrun's variables (torch.distributed.run): which process of which group this is.
@@ -257,6 +258,5 @@ def _first_line(error: BaseException) -> str:
     """An error's first line, without gloo's sign-off ("Check the logs of the remote worker
     before reporting an error. GLHF!" and an emoji), which reached run reasons and the
     monitor."""
-    text = str(error).strip()
-    line = text.splitlines()[0] if text else type(error).__name__
+    line = first_line(error)
     return line.split(" Check the logs of the remote worker")[0].rstrip(". ") or line

@@ -35,11 +35,6 @@ class LoadedPolicy:
     count alone ambiguous)."""
 
 
-def first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
-
-
 def load_policy_file(path: Path) -> LoadedPolicy:
     """A model file or a checkpoint, told apart by content, not by name."""
     import torch

@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from operant.trainer.config import MAX_SEED
-from operant.trainer.eval_load import EvalInputError, LoadedPolicy, first_line, resolve
+from operant.trainer.errors import first_line
+from operant.trainer.eval_load import EvalInputError, LoadedPolicy, resolve
 
 EXIT_OK, EXIT_USAGE = 0, 2
 EVAL_STEP_LIMIT = 27_000

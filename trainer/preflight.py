@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from operant.trainer.config import ConfigError
+from operant.trainer.errors import first_line
 
 
 class UnavailableError(ConfigError):
@@ -73,7 +74,7 @@ def check_device(device: str) -> None:
     except RuntimeError as error:
         raise UnavailableError(
             f"train.device = {device!r} is not usable here "
-            f'({_first_line(error)}); set train.device = "cpu"'
+            f'({first_line(error)}); set train.device = "cpu"'
         ) from None
 
 
@@ -100,7 +101,7 @@ def probe_env(
         env = make_env(env_id, 1, impl=impl, copy=False, **kwargs)
     except (gymnasium.error.DependencyNotInstalled, ImportError) as error:
         raise UnavailableError(
-            f"env.id = {env_id!r} needs a package that is not installed: {_first_line(error)}"
+            f"env.id = {env_id!r} needs a package that is not installed: {first_line(error)}"
         ) from None
     try:
         return EnvShape(env.obs_spec, env.act_spec, env.layout.agents_per_env)
@@ -157,8 +158,3 @@ def check(config: Any, impl: str) -> EnvShape:
     if refusal is not None:
         raise UnavailableError(refusal)
     return shape
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__

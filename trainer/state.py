@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from operant.trainer.checkpoint_format import CheckpointError
+from operant.trainer.errors import first_line
 
 MODULES = ("policy", "optimizer")
 OPTIONAL_MODULES = ("obs_normalizer", "reward_normalizer")
@@ -108,7 +109,7 @@ def load_trainer_state_dict(trainer: Any, state: dict[str, Any]) -> None:
         trainer.elapsed_offset_s = float(counters["elapsed_s"])
     except (RuntimeError, ValueError, TypeError) as error:
         raise CheckpointError(
-            f"the checkpoint does not fit this trainer: {_first_line(error)}"
+            f"the checkpoint does not fit this trainer: {first_line(error)}"
         ) from None
     seed = trainer.config.train.seed
     restore_env_state(trainer.env, state[ENV], reseed=(seed + 7919 * trainer.update) % 2**32)
@@ -125,11 +126,6 @@ def _restore_generator(trainer: Any, name: str, saved: torch.Tensor) -> None:
         return
     generator.manual_seed((trainer.rank_seed + 7919 * trainer.update) % 2**63)
     trainer.reseeded = (*trainer.reseeded, name)
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else repr(error)
 
 
 # --- env state -----------------------------------------------------------------------------
@@ -187,7 +183,7 @@ def restore_env_state(env: Any, state: dict[str, Any], reseed: int) -> None:
         env.load_state_dict(restored)
     except ValueError as error:
         raise CheckpointError(
-            f"the checkpoint's env state does not fit this env: {_first_line(error)}"
+            f"the checkpoint's env state does not fit this env: {first_line(error)}"
         ) from None
 
 
