@@ -163,20 +163,10 @@ def _run_as_rank(args: argparse.Namespace, signals: Any) -> int | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from operant.trainer import handoff
-
     launching = args.detach or args.monitor
-    problem = _flag_problem(args)
-    if problem is not None:
-        print(f"operant-train: {problem}", file=sys.stderr)
-        return EXIT_USAGE
-    if handoff.wanted(args):
-        problem = handoff.refusal(args, _flag_values(args))
-        if problem is not None:
-            print(f"operant-train: {problem}", file=sys.stderr)
-            return EXIT_USAGE
-        if not launching:  # else the background operant-train hands off (same arguments)
-            return handoff.hand_off(args, sys.argv[1:] if argv is None else argv)
+    status = _refuse_or_hand_off(args, argv, launching)
+    if status is not None:
+        return status
     # The trainer's handlers go in first (not for a launcher, whose Ctrl-C must just work):
     # a SIGTERM during the slow imports below still ends in a clean stop.
     from operant.trainer.signals import StopSignals
@@ -190,28 +180,9 @@ def main(argv: list[str] | None = None) -> int:
             status = _run_as_rank(args, signals)
             if status is not None:
                 return status
-        # Heavy imports after argument parsing, so --help and usage errors are instant.
-        from operant.envs import EnvError
-        from operant.shared import runs
-        from operant.trainer.config import ConfigError
-        from operant.trainer.resume import ResumeError, plan_run
-
-        try:
-            plan = plan_run(args.resume, args.config, args.overrides, _flag_values(args))
-            # What this machine must offer (device, the env's packages, memory), before
-            # anything is created or launched.
-            from operant.trainer import preflight
-
-            plan.settle(preflight.check(plan.config, plan.impl).agents_per_env)
-            if plan.config.train.tensorboard:
-                from operant.trainer import tensorboard
-
-                tensorboard.require()
-        except (ConfigError, EnvError, ResumeError, runs.RunNotFoundError) as error:
-            print(f"operant-train: {error}", file=sys.stderr)
+        plan = _planned(args)
+        if plan is None:
             return EXIT_USAGE
-        for note in plan.notes:
-            print(f"operant-train: {note}", file=sys.stderr, flush=True)
         if launching:
             from operant.launch import launch
 
@@ -219,15 +190,7 @@ def main(argv: list[str] | None = None) -> int:
             return launch(
                 sys.argv[1:] if argv is None else argv, plan.root, plan.run_id, monitor=args.monitor
             )
-        from operant.trainer import session
-
-        try:
-            return session.run(args, plan, signals)
-        except (ConfigError, EnvError) as error:
-            # What only the built env can tell (its specs against policy.kind and
-            # normalize.obs) is refused while the trainer is built, before the run starts.
-            print(f"operant-train: {error}", file=sys.stderr)
-            return EXIT_USAGE
+        return _trained(args, plan, signals)
     except KeyboardInterrupt:
         print(_interrupted_line(plan), file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -240,6 +203,64 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGINT, lambda signum, frame: os._exit(EXIT_OK))
         if plan is not None:
             plan.release()
+
+
+def _refuse_or_hand_off(args: Any, argv: list[str] | None, launching: bool) -> int | None:
+    """The exit status where the flags are refused or torchrun takes over (--nproc-per-node
+    in the foreground); None where this process goes on to train or launch."""
+    from operant.trainer import handoff
+
+    problem = _flag_problem(args)
+    if problem is None and handoff.wanted(args):
+        problem = handoff.refusal(args, _flag_values(args))
+        if problem is None and not launching:  # else the background operant-train hands off
+            return handoff.hand_off(args, sys.argv[1:] if argv is None else argv)
+    if problem is not None:
+        print(f"operant-train: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    return None
+
+
+def _planned(args: Any) -> Any:
+    """The run's plan, checked against what this machine offers (device, the env's packages,
+    memory) before anything is created or launched; None, said why, for bad input."""
+    # Heavy imports after argument parsing, so --help and usage errors are instant.
+    from operant.envs import EnvError
+    from operant.shared import runs
+    from operant.trainer import preflight
+    from operant.trainer.config import ConfigError
+    from operant.trainer.resume import ResumeError, plan_run
+
+    plan = None
+    try:
+        plan = plan_run(args.resume, args.config, args.overrides, _flag_values(args))
+        plan.settle(preflight.check(plan.config, plan.impl).agents_per_env)
+        if plan.config.train.tensorboard:
+            from operant.trainer import tensorboard
+
+            tensorboard.require()
+    except (ConfigError, EnvError, ResumeError, runs.RunNotFoundError) as error:
+        print(f"operant-train: {error}", file=sys.stderr)
+        if plan is not None:
+            plan.release()  # a resumed run's lock
+        return None
+    for note in plan.notes:
+        print(f"operant-train: {note}", file=sys.stderr, flush=True)
+    return plan
+
+
+def _trained(args: Any, plan: Any, signals: Any) -> int:
+    from operant.envs import EnvError
+    from operant.trainer import session
+    from operant.trainer.config import ConfigError
+
+    try:
+        return session.run(args, plan, signals)
+    except (ConfigError, EnvError) as error:
+        # What only the built env can tell (its specs against policy.kind and
+        # normalize.obs) is refused while the trainer is built, before the run starts.
+        print(f"operant-train: {error}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 def _interrupted_line(plan: Any) -> str:
