@@ -18,6 +18,7 @@ along the first axis, oldest first, a new episode's first observation k times.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -78,28 +79,11 @@ def record(
     which of them a time limit cut, and the number of frames written. `env_options`: make_env's
     keywords for the run's env (from operant.trainer.evaluate.build_policy)."""
     import torch
-    from gymnasium import spaces
-    from gymnasium.vector import AutoresetMode
 
-    from operant.envs import EnvError, make_env
-
-    unstacked = {key: value for key, value in env_options.items() if key != "frame_stack"}
-    try:
-        env = make_env(
-            config.env.id,
-            1,
-            impl=config.env.impl,
-            copy=False,
-            render_mode="rgb_array",
-            autoreset_mode=AutoresetMode.NEXT_STEP,
-            **unstacked,
-        )
-    except EnvError as error:
-        raise EvalInputError(_cannot_record(config, unstacked, error)) from None
-    stack = Stack(int(env_options.get("frame_stack", 1)))
+    env = _rendering_env(config, env_options)
     writer = open_video(path, float(env.metadata.get("render_fps", 30)))
-    space = env.single_action_space
-    generator = torch.Generator().manual_seed(seed)
+    act = _actor(policy, normalizer, env, torch.Generator().manual_seed(seed), stochastic)
+    stack = Stack(int(env_options.get("frame_stack", 1)))
     returns: list[float] = []
     cut: list[bool] = []
     episode_return, frames, ended = 0.0, 0, False
@@ -110,16 +94,7 @@ def record(
         frames += 1
         with torch.inference_mode():
             while len(returns) < episodes:
-                seen = torch.as_tensor(obs)
-                seen = seen if normalizer is None else normalizer(seen)
-                chosen = policy.act(seen, generator)[0] if stochastic else policy.greedy(seen)
-                if isinstance(space, spaces.Box):
-                    chosen = torch.clamp(
-                        chosen, torch.as_tensor(space.low), torch.as_tensor(space.high)
-                    )
-                obs, reward, terminated, truncated, _ = env.step(
-                    chosen if env.impl == "torch" else chosen.numpy()
-                )
+                obs, reward, terminated, truncated, _ = env.step(act(obs))
                 # (the step after an ending one is the reset: its observation starts a stack)
                 obs = stack.start(obs) if ended else stack.push(obs)
                 writer.append_data(enlarged(env.render()[0]))
@@ -134,6 +109,48 @@ def record(
         writer.close()
         env.close()
     return returns, cut, frames
+
+
+def _rendering_env(config: Any, env_options: dict[str, Any]) -> Any:
+    """The run's env, one of it, drawing frames, unstacked (Stack stacks as FrameStackEnv
+    does), resetting on the step after an ending one."""
+    from gymnasium.vector import AutoresetMode
+
+    from operant.envs import EnvError, make_env
+
+    unstacked = {key: value for key, value in env_options.items() if key != "frame_stack"}
+    try:
+        return make_env(
+            config.env.id,
+            1,
+            impl=config.env.impl,
+            copy=False,
+            render_mode="rgb_array",
+            autoreset_mode=AutoresetMode.NEXT_STEP,
+            **unstacked,
+        )
+    except EnvError as error:
+        raise EvalInputError(_cannot_record(config, unstacked, error)) from None
+
+
+def _actor(
+    policy: Any, normalizer: Any, env: Any, generator: Any, stochastic: bool
+) -> Callable[[Any], Any]:
+    """The action the policy takes on an observation, as `env.step` takes it."""
+    import torch
+    from gymnasium import spaces
+
+    space = env.single_action_space
+
+    def act(obs: Any) -> Any:
+        seen = torch.as_tensor(obs)
+        seen = seen if normalizer is None else normalizer(seen)
+        chosen = policy.act(seen, generator)[0] if stochastic else policy.greedy(seen)
+        if isinstance(space, spaces.Box):
+            chosen = torch.clamp(chosen, torch.as_tensor(space.low), torch.as_tensor(space.high))
+        return chosen if env.impl == "torch" else chosen.numpy()
+
+    return act
 
 
 class Stack:
