@@ -37,15 +37,36 @@ class LoadedPolicy:
 
 def load_policy_file(path: Path) -> LoadedPolicy:
     """A model file or a checkpoint, told apart by content, not by name."""
-    import torch
-
     from operant.trainer import checkpoint
+
+    payload = _torch_file(path)
+    if isinstance(payload, dict) and payload.get("format") == checkpoint.FORMAT:
+        try:
+            payload = checkpoint.load(path)  # again, with its version and digest checked
+        except checkpoint.CheckpointError as error:
+            raise EvalInputError(str(error)) from None
+        state = payload["trainer"]
+        return LoadedPolicy(
+            path,
+            "checkpoint",
+            payload["config"],
+            state["policy"],
+            state.get("obs_normalizer"),
+            int(state["counters"]["global_step"]),
+        )
+    return _model(path, payload)
+
+
+def _torch_file(path: Path) -> Any:
+    """What torch.save wrote into `path` (tensors and plain values only); EvalInputError, said
+    why, for anything else."""
+    import torch
 
     try:
         with warnings.catch_warnings():
             # torch warns about a foreign pickle before refusing it: the refusal says it all.
             warnings.simplefilter("ignore")
-            payload = torch.load(path, map_location="cpu", weights_only=True)
+            return torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise EvalInputError(f"{path}: no such file") from None
     except IsADirectoryError:
@@ -65,20 +86,12 @@ def load_policy_file(path: Path) -> LoadedPolicy:
             f"{path} is not an operant model or checkpoint ({why}); give model.pt, best.pt or "
             "a checkpoint (checkpoints/ckpt-*.pt)"
         ) from None
-    if isinstance(payload, dict) and payload.get("format") == checkpoint.FORMAT:
-        try:
-            payload = checkpoint.load(path)  # again, with its version and digest checked
-        except checkpoint.CheckpointError as error:
-            raise EvalInputError(str(error)) from None
-        state = payload["trainer"]
-        return LoadedPolicy(
-            path,
-            "checkpoint",
-            payload["config"],
-            state["policy"],
-            state.get("obs_normalizer"),
-            int(state["counters"]["global_step"]),
-        )
+
+
+def _model(path: Path, payload: Any) -> LoadedPolicy:
+    """A model file's (model.pt, best.pt) policy, its digest checked where it has one."""
+    from operant.trainer.checkpoint_format import content_digest
+
     if not (
         isinstance(payload, dict)
         and isinstance(payload.get("policy"), dict)
@@ -87,8 +100,6 @@ def load_policy_file(path: Path) -> LoadedPolicy:
         raise EvalInputError(
             f"{path} is not an operant model or checkpoint (it holds no policy and config)"
         )
-    from operant.trainer.checkpoint_format import content_digest
-
     if "digest" in payload and payload["digest"] != content_digest(payload):
         # (a file written before model.pt had a digest is taken as it is)
         raise EvalInputError(
