@@ -286,6 +286,27 @@ def derive(config: Config, agents_per_env: int = 1, world_size: int | None = Non
     env.num_envs and every minibatch are split evenly between them."""
     world = launched_world_size() if world_size is None else world_size
     batch = config.env.num_envs * agents_per_env * config.ppo.num_steps
+    _check_batch(config, batch, agents_per_env, world)
+    _check_env_split(config, world)
+    if not config.policy.hidden_sizes:
+        raise ConfigError("policy.hidden_sizes must name at least one layer width")
+    if config.train.target_return is not None and not math.isfinite(config.train.target_return):
+        raise ConfigError("train.target_return must be a finite number or left out")
+    # Rounded up, as a budget is "at least this many steps" (SB3's learn() does the same);
+    # a run never stops part-way through an update.
+    num_updates = -(-config.train.total_steps // batch)
+    return Derived(
+        batch_size=batch,
+        minibatch_size=batch // config.ppo.num_minibatches,
+        num_updates=num_updates,
+        total_steps=num_updates * batch,
+        world_size=world,
+        rows_per_env=agents_per_env * config.ppo.num_steps,
+    )
+
+
+def _check_batch(config: Config, batch: int, agents_per_env: int, world: int) -> None:
+    """The batch splits into whole minibatches, for the run and for each rank's share."""
     if config.env.num_envs % world:
         raise ConfigError(
             f"env.num_envs = {config.env.num_envs} is the run's total over {world} ranks, "
@@ -304,8 +325,11 @@ def derive(config: Config, agents_per_env: int = 1, world_size: int | None = Non
             f"ppo.num_minibatches = {config.ppo.num_minibatches} must divide each of the "
             f"{world} ranks' share of the batch ({batch // world})"
         )
-    if not config.policy.hidden_sizes:
-        raise ConfigError("policy.hidden_sizes must name at least one layer width")
+
+
+def _check_env_split(config: Config, world: int) -> None:
+    """A rank's envs split as env.overlap (two halves) and env.workers (one env at least
+    each) ask."""
     if config.env.overlap and config.env.impl in ("torch", "reference"):
         raise ConfigError(
             f'env.overlap = true needs env.impl = "native" (its second thread '
@@ -327,19 +351,6 @@ def derive(config: Config, agents_per_env: int = 1, world_size: int | None = Non
             f"env.workers = {config.env.workers} is more than env.num_envs = "
             f"{config.env.num_envs}{each}: each worker steps at least one env"
         )
-    if config.train.target_return is not None and not math.isfinite(config.train.target_return):
-        raise ConfigError("train.target_return must be a finite number or left out")
-    # Rounded up, as a budget is "at least this many steps" (SB3's learn() does the same);
-    # a run never stops part-way through an update.
-    num_updates = -(-config.train.total_steps // batch)
-    return Derived(
-        batch_size=batch,
-        minibatch_size=batch // config.ppo.num_minibatches,
-        num_updates=num_updates,
-        total_steps=num_updates * batch,
-        world_size=world,
-        rows_per_env=agents_per_env * config.ppo.num_steps,
-    )
 
 
 def _describe(error: msgspec.ValidationError, source: str) -> str:
