@@ -250,7 +250,7 @@ def test_two_torchrun_launchers_form_one_multi_node_run(tmp_path):
     outputs = [launcher.communicate(timeout=240)[0] for launcher in launchers]
     assert [launcher.returncode for launcher in launchers] == [0, 0], outputs
     (run_dir,) = [p for p in root.iterdir() if not p.is_symlink()]
-    assert run_dir.name == "CartPole-v1-multi"  # the run id follows the rendezvous id
+    assert run_dir.name == "cartpole-v1-multi"  # the run id follows the rendezvous id
     records = _progress(run_dir)
     assert records[-1]["global_step"] == 8 * BATCH and len(records) == 8
     payload = checkpoint_format.load(find_checkpoint(run_dir / "checkpoints"))
