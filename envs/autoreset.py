@@ -165,10 +165,14 @@ class NextStepFace:
                 self._copy(saved, item.array)
                 if item.during_step is not None:
                     self._put(item.array, item.during_step, mask)
-        env.step_bound()
-        if hold:
-            for item, saved, mask in self._held:
-                self._put(item.array, saved, mask)
+        try:
+            env.step_bound()
+        finally:
+            # A refused step (an invalid action: no env moved) puts the held rows back too,
+            # else a pending env kept its held length and played past its time limit.
+            if hold:
+                for item, saved, mask in self._held:
+                    self._put(item.array, saved, mask)
         if self.torch:
             self._ended.copy_(env.terminated | env.truncated)
         else:

@@ -231,6 +231,29 @@ def test_next_step_ignores_any_action_on_a_reset_step(impl):
         env.step(np.array([7, 0]))
 
 
+@pytest.mark.parametrize("impl", ["native", "torch"])
+def test_a_refused_step_leaves_a_pending_env_as_it_was(impl):
+    """Env 0 ends; the next step, refused for env 1's action, must not keep env 0's held
+    rows (its length held far from the limit): its next episodes end at the limit."""
+    env = make_env("CartPole-v1", 2, impl=impl, autoreset_mode="NextStep", max_episode_steps=30)
+    env.reset(seed=0)
+    step = 0
+    while True:  # env 0 pushes right until its pole falls; env 1 balances
+        _, _, terminated, truncated, _ = env.step(np.array([1, step % 2]))
+        step += 1
+        if _host(terminated)[0] or _host(truncated)[0]:
+            break
+    with pytest.raises(operant.envs.InvalidActionError):
+        env.step(np.array([1, 7]))  # env 0's reset step; env 1's action refused
+    ends = []
+    for step in range(62):
+        _, _, terminated, truncated, _ = env.step(np.array([step % 2, step % 2]))
+        if _host(truncated)[0]:
+            ends.append(step)
+    # the reset step, then 30 steps to the limit, twice
+    assert ends == [30, 61]
+
+
 def test_next_step_native_step_allocates_nothing_with_copy_false():
     env = make_env(
         "CartPole-v1", 64, impl="native", copy=False, autoreset_mode="NextStep", max_episode_steps=5
