@@ -46,6 +46,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from operant.envs.contract import EpisodeStats, ObsSpec, check_state
+from operant.envs.forwarding import EnvLayer
 from operant.envs.registry import EnvError
 
 STACK_KEY = "frame_stack.obs"
@@ -89,8 +90,9 @@ def _slot_bytes(array: np.ndarray) -> np.ndarray:
     return array.reshape(*array.shape[:2], -1).view(np.uint8)
 
 
-class FrameStackEnv:
-    """The last `depth` observations of `env`'s rows, stacked along the first axis."""
+class FrameStackEnv(EnvLayer):
+    """The last `depth` observations of `env`'s rows, stacked along the first axis. A
+    Gymnasium VectorEnv (EnvLayer), so Gymnasium's vector wrappers take it."""
 
     binds_obs = True  # the stacks it writes into observation slots are whole
 
@@ -106,7 +108,8 @@ class FrameStackEnv:
         mode = env.metadata.get("autoreset_mode", AutoresetMode.SAME_STEP)
         if mode != AutoresetMode.SAME_STEP:
             raise EnvError(f"env.frame_stack = {depth} needs SAME_STEP autoreset, got {mode}")
-        self.env, self.depth = env, depth
+        self._layer_over(env)
+        self.depth = depth
         self.impl, self.resumable, self.layout = env.impl, env.resumable, env.layout
         self.act_spec = env.act_spec
         shape = (depth * inner.shape[0], *inner.shape[1:])
@@ -262,12 +265,3 @@ class FrameStackEnv:
         np.copyto(self.obs, state[STACK_KEY])
         # The stacks hold their padding as frames: every position reads its own slot.
         self.kernel.load(_bytes(self.obs))
-
-    def close(self, **kwargs: Any) -> None:
-        self.env.close(**kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        # What a family declares beyond the contract (a game's channels, step_timing, ...).
-        if name == "env":
-            raise AttributeError(name)
-        return getattr(self.env, name)

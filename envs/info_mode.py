@@ -6,10 +6,14 @@
   reduced in the kernel and read with `drain_episode_stats()` / `recent_returns(k)`, never
   through per-env Python objects. The trainer reads them so in every mode.
 - `"full"`: `InfoModeEnv` adds Gymnasium's `RecordEpisodeStatistics` keys for the envs whose
-  episode ended: `info["episode"] = {"r": float32 (N,), "l": int32 (N,)}` and the mask
-  `info["_episode"]` (bool (N,)), tracked with a few numpy operations per step.
-- `"none"`: `InfoModeEnv` returns an empty `info`, without the terminal observations'
-  copy: the fastest Gymnasium step, for loops that need nothing but the arrays.
+  episode ended, counted as that wrapper counts them in either autoreset mode:
+  `info["episode"] = {"r": float64 (N,), "l": int64 (N,), "t": float64 (N,) seconds}` and
+  the mask `info["_episode"]` (bool (N,)), tracked with a few numpy operations per step (a
+  torch env's outputs come to the host for it).
+- `"none"`: `InfoModeEnv` returns an empty `info`; a host env that autoresets SAME_STEP
+  steps without the terminal observations' copy: the fastest Gymnasium step, for loops that
+  need nothing but the arrays (under NEXT_STEP, with frames, or on torch, the env's own
+  `step()` runs and its info is dropped).
 
 `step_bound()`, what the trainer calls, builds no `info` at all, so the mode changes nothing
 there. docs/envs.md ("info_mode") has the measured cost of each.
@@ -17,10 +21,13 @@ there. docs/envs.md ("info_mode") has the measured cost of each.
 
 from __future__ import annotations
 
+import time
 from typing import Any, Literal
 
 import numpy as np
+from gymnasium.vector import AutoresetMode
 
+from operant.envs.forwarding import EnvLayer
 from operant.envs.registry import EnvError
 
 InfoMode = Literal["full", "stats", "none"]
@@ -37,50 +44,99 @@ def with_info_mode(env: Any, info_mode: str) -> Any:
     return env if info_mode == "stats" else InfoModeEnv(env, info_mode)
 
 
-class InfoModeEnv:
-    """`env` with `step()`'s info as `info_mode` says; everything else is `env`'s."""
+class InfoModeEnv(EnvLayer):
+    """`env` with `step()`'s info as `info_mode` says; everything else is `env`'s. A
+    Gymnasium VectorEnv (EnvLayer), so Gymnasium's vector wrappers take it."""
 
     def __init__(self, env: Any, info_mode: str):
-        self.env, self.info_mode = env, info_mode
+        self._layer_over(env)
+        self.info_mode = info_mode
         rows = env.layout.num_rows
         self._returns = np.zeros(rows, np.float64)
         self._lengths = np.zeros(rows, np.int64)
-        self._done = np.zeros(rows, np.bool_)
+        self._started = np.zeros(rows, np.float64)
+        self._prev_done = np.zeros(rows, np.bool_)
+        self._next_step_mode = env.metadata.get("autoreset_mode") == AutoresetMode.NEXT_STEP
+        # The step without info, through the core where nothing needs the env's own step():
+        # a host env that autoresets SAME_STEP and draws no frames.
+        self._bare = (
+            getattr(env, "_next_step", False) is None
+            and getattr(env, "render_mode", None) is None
+            and isinstance(env.actions, np.ndarray)
+            and callable(getattr(env, "_load_actions", None))
+        )
 
     def reset(self, *, seed: Any = None, options: dict[str, Any] | None = None):
         self._returns[:] = 0.0
         self._lengths[:] = 0
+        self._started[:] = time.perf_counter()
+        self._prev_done[:] = False
         return self.env.reset(seed=seed, options=options)
 
     def step(self, actions: Any) -> tuple[Any, ...]:
-        env = self.env
         if self.info_mode == "none":
-            if actions is not env.actions:
-                np.copyto(env.actions, np.asarray(actions), casting="same_kind")
-            env.step_bound()
-            copy = getattr(env, "copy", False)
-            outputs = (env.obs, env.rewards, env.terminated, env.truncated)
-            if copy:
-                outputs = tuple(array.copy() for array in outputs)
-            return (*outputs, {})
-        obs, rewards, terminated, truncated, info = env.step(actions)
-        self._returns += rewards
-        self._lengths += 1
-        done = np.logical_or(terminated, truncated, out=self._done)
-        if done.any():
-            info = {
-                **info,
-                "episode": {
-                    "r": np.where(done, self._returns, 0.0).astype(np.float32),
-                    "l": np.where(done, self._lengths, 0).astype(np.int32),
-                },
-                "_episode": done.copy(),
-            }
-            self._returns[done] = 0.0
-            self._lengths[done] = 0
-        return obs, rewards, terminated, truncated, info
+            return self._step_without_info(actions)
+        obs, rewards, terminated, truncated, info = self.env.step(actions)
+        return (
+            obs,
+            rewards,
+            terminated,
+            truncated,
+            self._with_episodes(info, _host(rewards), _host(terminated), _host(truncated)),
+        )
 
-    def __getattr__(self, name: str) -> Any:
-        if name == "env":
-            raise AttributeError(name)
-        return getattr(self.env, name)
+    def _step_without_info(self, actions: Any) -> tuple[Any, ...]:
+        env = self.env
+        if not self._bare:
+            obs, rewards, terminated, truncated, _ = env.step(actions)
+            return obs, rewards, terminated, truncated, {}
+        if actions is not env.actions:
+            env._load_actions(actions)  # refused in one line, as by step()
+        env.step_bound()
+        outputs = (env.obs, env.rewards, env.terminated, env.truncated)
+        if getattr(env, "copy", False):
+            outputs = tuple(array.copy() for array in outputs)
+        return (*outputs, {})
+
+    def _with_episodes(
+        self, info: dict[str, Any], rewards: Any, terminated: Any, truncated: Any
+    ) -> dict[str, Any]:
+        """Gymnasium's RecordEpisodeStatistics keys, counted as it counts them: under
+        NEXT_STEP the reset step (the one after an episode's end) is no episode's."""
+        returns, lengths, started = self._returns, self._lengths, self._started
+        if self._next_step_mode:
+            ongoing = ~self._prev_done
+            returns[self._prev_done] = 0.0
+            lengths[self._prev_done] = 0
+            started[self._prev_done] = time.perf_counter()
+            returns[ongoing] += rewards[ongoing]
+            lengths[ongoing] += 1
+        else:
+            returns += rewards
+            lengths += 1
+        done = np.logical_or(terminated, truncated, out=self._prev_done)
+        if not done.any():
+            return info
+        now = time.perf_counter()
+        info = {
+            **info,
+            "episode": {
+                "r": np.where(done, returns, 0.0),
+                "l": np.where(done, lengths, 0),
+                "t": np.where(done, np.round(now - started, 6), 0.0),
+            },
+            "_episode": done.copy(),
+        }
+        if not self._next_step_mode:
+            returns[done] = 0.0
+            lengths[done] = 0
+            started[done] = now
+        return info
+
+
+def _host(values: Any) -> np.ndarray:
+    """A numpy view or copy of a step's output (a torch env's tensors come to the host: "full"
+    builds per-step Python objects anyway)."""
+    if isinstance(values, np.ndarray):
+        return values
+    return values.detach().cpu().numpy()
