@@ -23,6 +23,7 @@ Importing this module imports numpy and Gymnasium's spaces, never torch.
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
@@ -177,6 +178,29 @@ class EpisodeStats:
     @property
     def length_mean(self) -> float:
         return self.length_sum / self.episodes if self.episodes else float("nan")
+
+
+MAX_COUNT = 2**62
+"""The largest env count or time limit an env takes (past it the kernels' int64 counters,
+and NEXT_STEP's held length, -2**62, would not hold)."""
+
+
+def positive_count(name: str, value: Any) -> int:
+    """`value` as an int where it is a positive integer (a numpy integer too, as Gymnasium
+    takes; not a bool, a float or a string); ValueError naming `name` otherwise."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    count = int(value)
+    if not 0 < count <= MAX_COUNT:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return count
+
+
+def time_limit(value: Any, default: int | None) -> int | None:
+    """A `max_episode_steps` option checked: None keeps `default` (the env's registered
+    limit), else a positive integer (0, 2.5 or "7" are refused, as Gymnasium's TimeLimit
+    refuses them)."""
+    return default if value is None else positive_count("max_episode_steps", value)
 
 
 def cleared_stats() -> np.ndarray:

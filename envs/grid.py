@@ -30,7 +30,14 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from operant.envs.contract import ActSpec, ObsSpec, RowLayout, check_state, clear_stats
+from operant.envs.contract import (
+    ActSpec,
+    ObsSpec,
+    RowLayout,
+    check_state,
+    clear_stats,
+    positive_count,
+)
 from operant.envs.grid_config import GridConfig, GridConfigError
 from operant.envs.native import load_actions, recent_from_ring, step_outputs
 from operant.envs.registry import (
@@ -77,8 +84,7 @@ class GridVectorEnv(VectorEnv):
     ):
         from operant.cext.grid import PHASES, GridKernel
 
-        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs <= 0:
-            raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
+        num_envs = positive_count("num_envs", num_envs)
         unknown = sorted(set(config) - set(CONFIG_FIELDS))
         if unknown:
             raise GridConfigError(

@@ -42,7 +42,15 @@ from operant.envs.autoreset import (
     with_autoreset_mode,
 )
 from operant.envs.autoreset import autoreset_mode as parse_autoreset_mode
-from operant.envs.contract import ActSpec, ObsSpec, RowLayout, check_state, clear_stats
+from operant.envs.contract import (
+    ActSpec,
+    ObsSpec,
+    RowLayout,
+    check_state,
+    clear_stats,
+    positive_count,
+    time_limit,
+)
 from operant.envs.native import allocate_buffers, load_actions, recent_from_ring, step_outputs
 from operant.envs.registry import (
     EnvError,
@@ -79,21 +87,15 @@ def _layout(game: str) -> dict[str, Any]:
 
 def _check_options(num_envs: int, sticky_action_prob: float, max_episode_steps: int | None) -> int:
     """The checked time limit (NO_TIME_LIMIT for None); ValueError naming a bad option."""
-    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs <= 0:
-        raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
+    positive_count("num_envs", num_envs)
     if not 0.0 <= float(sticky_action_prob) <= 1.0:
         raise ValueError(f"sticky_action_prob must be in [0, 1], got {sticky_action_prob!r}")
-    if max_episode_steps is None:
-        return NO_TIME_LIMIT
-    if (
-        isinstance(max_episode_steps, bool)
-        or not isinstance(max_episode_steps, int)
-        or not 0 < max_episode_steps <= NO_TIME_LIMIT
-    ):
+    limit = time_limit(max_episode_steps, NO_TIME_LIMIT)
+    if limit is None or limit > NO_TIME_LIMIT:
         raise ValueError(
             f"max_episode_steps must be a positive integer or None, got {max_episode_steps!r}"
         )
-    return max_episode_steps
+    return limit
 
 
 class _MinAtarFace(VectorEnv):
@@ -205,6 +207,7 @@ class MinAtarVectorEnv(SlotBinding, _MinAtarFace):
         from operant.cext.minatar import MinAtarKernel
 
         limit = _check_options(num_envs, sticky_action_prob, max_episode_steps)
+        num_envs = int(num_envs)
         self._declare(
             game, num_envs, copy, full_action_set, autoreset_mode, render_mode, max_episode_steps
         )

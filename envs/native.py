@@ -44,7 +44,15 @@ from operant.envs.autoreset import (
     with_autoreset_mode,
 )
 from operant.envs.autoreset import autoreset_mode as parse_autoreset_mode
-from operant.envs.contract import ActSpec, ObsSpec, RowLayout, check_state, clear_stats
+from operant.envs.contract import (
+    ActSpec,
+    ObsSpec,
+    RowLayout,
+    check_state,
+    clear_stats,
+    positive_count,
+    time_limit,
+)
 from operant.envs.registry import (
     EnvEntry,
     EpisodeStats,
@@ -165,8 +173,7 @@ class NativeVectorEnv(SlotBinding, RenderFace, VectorEnv):
     ):
         if entry.native is None:
             raise ValueError(f"{entry.id} has no native implementation")
-        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs <= 0:
-            raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
+        num_envs = positive_count("num_envs", num_envs)
         self.entry = entry
         self.num_envs = num_envs
         self.copy = copy
@@ -181,7 +188,7 @@ class NativeVectorEnv(SlotBinding, RenderFace, VectorEnv):
         self._done = np.zeros(num_envs, dtype=np.bool_)
         # The flags as eight bools a word, for step(): OR-ing and testing 8x fewer elements.
         self._done_words = _as_words(self.terminated, self.truncated, self._done)
-        self.max_episode_steps = max_episode_steps or entry.max_episode_steps
+        self.max_episode_steps = time_limit(max_episode_steps, entry.max_episode_steps)
         self.kernels = self._bind_kernels()
         # Episodes each kernel has ended so far, for step() (load_state_dict copies into these
         # same arrays).

@@ -340,3 +340,23 @@ def test_the_grid_world_is_a_vector_env_and_gymnasium_make_says_so():
     assert envs.num_envs == 6 and type(envs).__name__ == "GridVectorEnv"
     with pytest.raises(EnvError, match=r"many agents per world.*make_vec.*GridParallelEnv"):
         gymnasium.make("operant/Grid-v0")
+
+
+@pytest.mark.parametrize(
+    ("env_id", "impl"),
+    [("CartPole-v1", "native"), ("CartPole-v1", "torch"), ("MinAtar-Breakout-v1", "native")],
+)
+def test_counts_take_numpy_integers_and_refuse_what_gymnasium_refuses(env_id, impl):
+    """num_envs from a numpy sweep array is a count, as Gymnasium takes it; a time limit of 0,
+    2.5, "7" or True is refused in one line (native once read 0 as the default and 2.5 as 2,
+    torch 2.5 as 3)."""
+    env = make_env(env_id, np.int64(3), impl=impl, max_episode_steps=np.int32(5))
+    assert env.num_envs == 3 and type(env.num_envs) is int
+    for bad in (0, 2.5, "7", True, -1):
+        with pytest.raises(
+            ValueError, match=r"^max_episode_steps must be a positive integer, got "
+        ):
+            make_env(env_id, 2, impl=impl, max_episode_steps=bad)
+    for bad in (0, 2.0, True):
+        with pytest.raises(ValueError, match=r"^num_envs must be a positive integer, got "):
+            make_env(env_id, bad, impl=impl)

@@ -78,6 +78,8 @@ from operant.envs.contract import (
     RowLayout,
     check_state,
     cleared_stats,
+    positive_count,
+    time_limit,
 )
 from operant.envs.registry import (
     EnvEntry,
@@ -190,8 +192,7 @@ class TorchVectorEnv(RenderFace, VectorEnv):
         autoreset_mode: AutoresetMode | str = AutoresetMode.SAME_STEP,
         render_mode: str | None = None,
     ):
-        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs <= 0:
-            raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
+        num_envs = positive_count("num_envs", num_envs)
         if action_checks not in ACTION_CHECKS:
             raise ValueError(f"action_checks must be one of {ACTION_CHECKS}, got {action_checks!r}")
         self.entry = entry
@@ -208,7 +209,7 @@ class TorchVectorEnv(RenderFace, VectorEnv):
         self.act_spec = ActSpec.from_space(self.single_action_space)
         self.layout = RowLayout(num_envs)
         self.spec = None
-        self.max_episode_steps = max_episode_steps or entry.max_episode_steps
+        self.max_episode_steps = time_limit(max_episode_steps, entry.max_episode_steps)
         self.discrete = isinstance(self.single_action_space, spaces.Discrete)
         options = {"device": self.device}
         self._allocate_buffers(num_envs, options)
