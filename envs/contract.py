@@ -203,6 +203,17 @@ def time_limit(value: Any, default: int | None) -> int | None:
     return default if value is None else positive_count("max_episode_steps", value)
 
 
+def refuse_reset_options(options: dict[str, Any] | None, what: str, instead: str = "") -> None:
+    """Envs whose kernels draw their start states one way take no reset options: a non-empty
+    `options` (Gymnasium's classic-control `low`/`high`, `x_init`/`y_init`, a `reset_mask`)
+    is refused in one line rather than ignored."""
+    if options:
+        raise ValueError(
+            f"reset(options={options!r}): {what} takes no reset options (its start states are "
+            f"drawn as Gymnasium's defaults){instead}"
+        )
+
+
 def cleared_stats() -> np.ndarray:
     """A fresh statistics record (what a drain leaves behind)."""
     record = np.zeros((), dtype=EPISODE_STATS_DTYPE)

@@ -37,6 +37,7 @@ from operant.envs.contract import (
     check_state,
     clear_stats,
     positive_count,
+    refuse_reset_options,
 )
 from operant.envs.grid_config import GridConfig, GridConfigError
 from operant.envs.native import load_actions, recent_from_ring, step_outputs
@@ -141,6 +142,7 @@ class GridVectorEnv(VectorEnv):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         """New episodes in every env. A seed re-seeds env e's stream from (seed, e); no seed
         on the first reset draws one from the OS; later resets without one continue."""
+        refuse_reset_options(options, "Grid-v0")
         if seed is not None:
             if (
                 isinstance(seed, (bool, np.bool_))

@@ -49,6 +49,7 @@ from operant.envs.contract import (
     check_state,
     clear_stats,
     positive_count,
+    refuse_reset_options,
     time_limit,
 )
 from operant.envs.native import allocate_buffers, load_actions, recent_from_ring, step_outputs
@@ -289,6 +290,7 @@ class MinAtarVectorEnv(SlotBinding, _MinAtarFace):
         """Reset every env: an int seed re-seeds env i's stream from (seed, i), a list env i's
         from (seed[i], 0) (operant.envs.seeding); no seed on the first reset draws one from the
         OS, later resets without one continue the streams."""
+        refuse_reset_options(options, "a MinAtar game")
         seed = check_seed(seed, self.num_envs)
         if isinstance(seed, list):
             streams = per_env_streams(seed, None if self._seeded else secrets.randbits(64))

@@ -79,7 +79,7 @@ class MinAtarEnv(gymnasium.Env):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
-        obs, _ = self._vec.reset(seed=seed)
+        obs, _ = self._vec.reset(seed=seed, options=options)
         self._ended = False
         return obs[0].copy(), {}
 

@@ -51,6 +51,7 @@ from operant.envs.contract import (
     check_state,
     clear_stats,
     positive_count,
+    refuse_reset_options,
     time_limit,
 )
 from operant.envs.registry import (
@@ -250,6 +251,11 @@ class NativeVectorEnv(SlotBinding, RenderFace, VectorEnv):
         per-env seeds env i's from (seed[i], 0), keeping it where seed[i] is None
         (operant.envs.seeding). No seed on the first reset seeds from the OS's entropy; later
         resets without one continue."""
+        refuse_reset_options(
+            options,
+            f"the native {self.entry.id}",
+            "; impl=\"reference\" (Gymnasium's own env) takes Gymnasium's options",
+        )
         seed = check_seed(seed, self.num_envs)
         if isinstance(seed, list):
             streams = per_env_streams(seed, None if self._seeded else secrets.randbits(64))

@@ -360,3 +360,28 @@ def test_counts_take_numpy_integers_and_refuse_what_gymnasium_refuses(env_id, im
     for bad in (0, 2.0, True):
         with pytest.raises(ValueError, match=r"^num_envs must be a positive integer, got "):
             make_env(env_id, bad, impl=impl)
+
+
+@pytest.mark.parametrize(
+    ("env_id", "impl"),
+    [
+        ("CartPole-v1", "native"),
+        ("Pendulum-v1", "torch"),
+        ("MinAtar-Breakout-v1", "native"),
+        ("Grid-v0", "native"),
+    ],
+)
+def test_reset_options_the_kernels_cannot_honour_are_refused_not_ignored(env_id, impl):
+    """Gymnasium's classic-control options (low/high, x_init/y_init) were accepted and
+    ignored: a run narrowed its start states and got the default ones."""
+    env = make_env(env_id, 2, impl=impl)
+    env.reset(seed=0, options={})  # nothing asked: nothing refused
+    env.reset(seed=0, options=None)
+    with pytest.raises(ValueError, match=r"^reset\(options=\{'low': -0\.01\}\): .* takes no reset"):
+        env.reset(seed=0, options={"low": -0.01})
+
+
+def test_the_reference_impl_honours_gymnasiums_reset_options():
+    env = make_env("CartPole-v1", 64, impl="reference")
+    obs, _ = env.reset(seed=0, options={"low": -0.001, "high": 0.001})
+    assert np.abs(obs).max() <= 0.001

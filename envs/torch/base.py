@@ -79,6 +79,7 @@ from operant.envs.contract import (
     check_state,
     cleared_stats,
     positive_count,
+    refuse_reset_options,
     time_limit,
 )
 from operant.envs.registry import (
@@ -298,6 +299,11 @@ class TorchVectorEnv(RenderFace, VectorEnv):
         """Reset every env, seeding as the native kernels do (operant.envs.seeding): env i's
         stream from (seed, i) for an int, from (seed[i], 0) for a list (kept where None); no
         seed on the first reset seeds from the OS's entropy; later resets continue."""
+        refuse_reset_options(
+            options,
+            f"the torch {self.entry.id}",
+            "; impl=\"reference\" (Gymnasium's own env) takes Gymnasium's options",
+        )
         self.check_actions()
         seed = check_seed(seed, self.num_envs)
         if isinstance(seed, list):
