@@ -90,6 +90,12 @@ class OperantVecEnv(VecEnv):
     """
 
     def __init__(self, vector_env: VectorEnv):
+        if getattr(vector_env, "info_mode", None) == "none":
+            raise ValueError(
+                "OperantVecEnv needs the terminal observations in info (SB3's "
+                'terminal_observation): make the env with info_mode "stats" (the default) or '
+                '"full", not "none"'
+            )
         mode = vector_env.metadata.get("autoreset_mode")
         if mode != AutoresetMode.SAME_STEP:
             raise ValueError(

@@ -164,6 +164,7 @@ class GridVectorEnv(VectorEnv):
         if self.truncated.any():
             info["final_obs"] = self.final_obs.copy()
             info["_final_obs"] = self.truncated.copy()
+            info["final_info"], info["_final_info"] = {}, info["_final_obs"]
         return step_outputs(self, info)
 
     def step_bound(self) -> None:

@@ -2,7 +2,8 @@
 `env.info_mode`.
 
 - `"stats"` (the default): the env as it is. `info` holds only what SAME_STEP autoreset needs
-  (`final_obs` and its mask `_final_obs` where an episode ended); episode statistics are
+  (`final_obs` and its mask `_final_obs` where an episode ended, with Gymnasium's
+  `final_info`, `{}`, and `_final_info` beside them); episode statistics are
   reduced in the kernel and read with `drain_episode_stats()` / `recent_returns(k)`, never
   through per-env Python objects. The trainer reads them so in every mode.
 - `"full"`: `InfoModeEnv` adds Gymnasium's `RecordEpisodeStatistics` keys for the envs whose

@@ -174,6 +174,7 @@ class _MinAtarFace(VectorEnv):
         if done.any():
             info["final_obs"] = self.final_obs.copy() if self.copy else self.final_obs
             info["_final_obs"] = done
+            info["final_info"], info["_final_info"] = {}, done
         return self._showing(step_outputs(self, info))
 
     def step_bound(self) -> None:

@@ -15,7 +15,8 @@ moves, and this raises InvalidActionError naming the env and the value.
 
 Autoreset is Gymnasium's SAME_STEP mode: an env that ends on a step already holds its next
 episode's first observation in `obs`; the terminal observation is in `final_obs` (and in
-`info["final_obs"]`, masked by `info["_final_obs"]`). `autoreset_mode=AutoresetMode.NEXT_STEP`
+`info["final_obs"]`, masked by `info["_final_obs"]`, beside Gymnasium's `final_info` and
+`_final_info`). `autoreset_mode=AutoresetMode.NEXT_STEP`
 makes `step()` (not `step_bound()`) follow Gymnasium's NEXT_STEP mode instead
 (operant.envs.autoreset). `reset(seed=...)` takes an int or a list of per-env seeds
 (operant.envs.seeding); `render_mode="rgb_array"` or `"human"` draws with Gymnasium's renderer
@@ -299,6 +300,8 @@ class NativeVectorEnv(SlotBinding, RenderFace, VectorEnv):
             copy = self.copy
             info["final_obs"] = self.final_obs.copy() if copy else self.final_obs
             info["_final_obs"] = self._done.copy() if copy else self._done
+            # Gymnasium's SAME_STEP keys beside them: the ended envs' own infos (none here)
+            info["final_info"], info["_final_info"] = {}, info["_final_obs"]
         if self.render_mode is not None:
             self._rendered_step(~self._done, np.zeros_like(self._done), None)
         if not self.copy:

@@ -62,7 +62,8 @@ def test_torch_impl_through_make_vec_takes_a_device_and_returns_tensors_there():
     obs, _ = env.reset(seed=0)
     obs, rewards, terminated, truncated, info = env.step(torch.zeros(4, 1))
     assert all(t.device == torch.device("cpu") for t in (obs, rewards, terminated, truncated))
-    assert set(info) == {"final_obs", "_final_obs"}
+    assert set(info) == {"final_obs", "_final_obs", "final_info", "_final_info"}
+    assert info["final_info"] == {} and info["_final_info"] is info["_final_obs"]
     assert rewards.dtype == torch.float32 and terminated.dtype == torch.bool
 
 

@@ -37,7 +37,8 @@ def test_the_three_modes_step_the_same_episodes_and_differ_only_in_info():
             np.testing.assert_array_equal(x, z)
     assert all(info == {} for info in none_infos)
     ended = [info for info in stats_infos if info]
-    assert ended and all(set(info) == {"final_obs", "_final_obs"} for info in ended)
+    keys = {"final_obs", "_final_obs", "final_info", "_final_info"}
+    assert ended and all(set(info) == keys for info in ended)
     # "full": Gymnasium's RecordEpisodeStatistics keys, the same episodes the kernel reduced.
     episodes = [info for info in full_infos if "episode" in info]
     returns = np.concatenate([info["episode"]["r"][info["_episode"]] for info in episodes])

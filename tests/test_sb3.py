@@ -233,6 +233,13 @@ def test_refuses_a_next_step_vector_env():
         OperantVecEnv(next_step)
 
 
+def test_refuses_an_env_without_terminal_observations():
+    """info_mode="none" drops final_obs: the adapter crashed at the first episode end,
+    mid-learn(); it is refused when built."""
+    with pytest.raises(ValueError, match=r"terminal observations in info .* not .none."):
+        make_vec_env("CartPole-v1", n_envs=2, info_mode="none")
+
+
 def test_torch_impl_gives_numpy():
     pytest.importorskip("torch")
     env = make_vec_env("CartPole-v1", n_envs=NUM_ENVS, seed=0, impl="torch", monitor=False)

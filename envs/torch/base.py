@@ -37,7 +37,8 @@ with it replaced by a valid one (clamped, or 0.0 for a non-finite value), and ra
 Gymnasium's vector API (`reset`, `step`) takes actions as tensors on any device, numpy arrays or
 lists, and returns torch tensors on the env's device: clones with `copy=True` (the default, as
 in Gymnasium), the live buffers with `copy=False`. `info` always holds "final_obs" and its mask
-"_final_obs" (whether any env ended is a tensor value, so it is not tested on the host).
+"_final_obs", and "final_info" ({}) with "_final_info" (whether any env ended is a tensor value,
+so it is not tested on the host).
 `autoreset_mode=AutoresetMode.NEXT_STEP` makes `step()` Gymnasium's NEXT_STEP mode
 (operant.envs.autoreset; `info` is then empty), `reset(seed=[...])` takes per-env seeds
 (operant.envs.seeding), and `render_mode` draws with Gymnasium's renderer (operant.envs.render).
@@ -338,7 +339,12 @@ class TorchVectorEnv(RenderFace, VectorEnv):
             return step_next_step_face(self)
         self.step_bound()
         done = self.terminated | self.truncated
-        info = {"final_obs": self.final_obs, "_final_obs": done}
+        info = {
+            "final_obs": self.final_obs,
+            "_final_obs": done,
+            "final_info": {},
+            "_final_info": done,
+        }
         if self.render_mode is not None:
             self._rendered_step(~done, torch.zeros_like(done), None)
         if self.copy:
