@@ -57,7 +57,8 @@ class Args:
     env_id: str = "operant/CartPole-v1"
     """the id of the environment"""
     env_impl: str = "auto"
-    """Operant's implementation: auto, native or reference (numpy envs)"""
+    """Operant's implementation: auto, native or reference (numpy envs: CleanRL's
+    RecordEpisodeStatistics counts in numpy)"""
     total_timesteps: int = 500000
     """total timesteps of the experiments"""
     learning_rate: float = 2.5e-4
@@ -111,10 +112,25 @@ def parse_args() -> Args:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=field.default)
         else:
             kind = {"int": int, "float": float, "str": str, "float | None": float}[field.type]
-            parser.add_argument(flag, type=kind, default=field.default)
+            choices = IMPLS if field.name == "env_impl" else None
+            parser.add_argument(flag, type=kind, default=field.default, choices=choices)
     args = Args(**vars(parser.parse_args()))
+    args.env_id = operant_id(parser, args.env_id)
     derive_sizes(args, args.num_envs)
     return args
+
+
+IMPLS = ("auto", "native", "reference")
+
+
+def operant_id(parser: argparse.ArgumentParser, env_id: str) -> str:
+    """The operant/ id for `env_id`: CleanRL's own ids (CartPole-v1) name Operant's env of the
+    same name; an id Operant does not register is refused in one line."""
+    for candidate in (env_id, f"operant/{env_id}"):
+        if candidate.startswith("operant/") and candidate in gym.registry:
+            return candidate
+    known = ", ".join(sorted(key for key in gym.registry if key.startswith("operant/")))
+    parser.error(f"--env-id {env_id}: not one of Operant's envs ({known})")
 
 
 def derive_sizes(args: Args, rows: int) -> None:

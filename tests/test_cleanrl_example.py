@@ -73,3 +73,20 @@ def test_the_example_reads_frames_and_agent_rows():
     # 8,192 steps of 32 rows a step (num_steps 128: two updates) are 256 steps of the worlds:
     # two 128-step episodes of each agent, each ending at a global_step that counts rows
     assert len(rows) == 64 and {step for step, _ in rows} == {128 * 32, 256 * 32}
+
+
+def test_cleanrls_own_env_ids_name_operants_envs():
+    """`--env-id CartPole-v1`, CleanRL's default id, was a traceback (Gymnasium's own CartPole
+    takes no impl=): it names Operant's env of that name; an id Operant lacks, or an impl the
+    numpy wrappers cannot take, is one usage line, exit 2."""
+    episodes = _episodes("--env-id", "CartPole-v1", "--total-timesteps", "2048")
+    assert len(episodes) > 20 and all(0 < value <= 500 for _, value in episodes)
+    for flags, message in (
+        (["--env-id", "Foo-v0"], "--env-id Foo-v0: not one of Operant's envs (operant/Acrobot-v1"),
+        (["--env-impl", "torch"], "argument --env-impl: invalid choice: 'torch'"),
+    ):
+        result = subprocess.run(
+            [sys.executable, str(EXAMPLE), *flags], capture_output=True, text=True, check=False
+        )
+        assert result.returncode == 2 and message in result.stderr.splitlines()[-1], result.stderr
+        assert "Traceback" not in result.stderr
