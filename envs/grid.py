@@ -30,6 +30,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from operant.envs.autoreset import autoreset_mode
 from operant.envs.contract import (
     ActSpec,
     ObsSpec,
@@ -46,6 +47,7 @@ from operant.envs.registry import (
     EpisodeStats,
     InvalidActionError,
 )
+from operant.envs.seeding import check_seed, per_env_streams
 
 NUM_ACTIONS = 9
 ACTION_NAMES = (
@@ -64,6 +66,20 @@ CONFIG_FIELDS = tuple(field.name for field in fields(GridConfig))
 
 def _switch(name: str, value: bool | None) -> bool:
     return bool(value) if value is not None else os.environ.get(name, "") == "1"
+
+
+def _gymnasium_options(config: dict[str, Any]) -> None:
+    """Take Gymnasium's vector options out of `config`: what Grid-v0 does anyway is accepted
+    (SAME_STEP autoreset, no render mode), anything else refused in one line saying so."""
+    if "autoreset_mode" in config:
+        mode = autoreset_mode(config.pop("autoreset_mode"))
+        if mode != AutoresetMode.SAME_STEP:
+            raise GridConfigError(
+                f"Grid-v0 autoresets SAME_STEP only (a world's agents restart in the step that "
+                f"ends it), got autoreset_mode={mode}"
+            )
+    if config.pop("render_mode", None) is not None:
+        raise GridConfigError("Grid-v0 draws no frames: render_mode must be None")
 
 
 class GridVectorEnv(VectorEnv):
@@ -86,6 +102,7 @@ class GridVectorEnv(VectorEnv):
         from operant.cext.grid import PHASES, GridKernel
 
         num_envs = positive_count("num_envs", num_envs)
+        _gymnasium_options(config)
         unknown = sorted(set(config) - set(CONFIG_FIELDS))
         if unknown:
             raise GridConfigError(
@@ -139,19 +156,26 @@ class GridVectorEnv(VectorEnv):
         """Nanoseconds per step phase since construction (zeros unless profiling)."""
         return {phase: int(ns) for phase, ns in zip(self._phases, self.kernel.timing)}
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        """New episodes in every env. A seed re-seeds env e's stream from (seed, e); no seed
+    def reset(
+        self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
+    ):
+        """New episodes in every env (world). An int seed re-seeds world e's stream from
+        (seed, e); a list, one seed per world (not per row: a world's agents share its
+        stream), world e's from (seed[e], 0), kept where None (operant.envs.seeding); no seed
         on the first reset draws one from the OS; later resets without one continue."""
         refuse_reset_options(options, "Grid-v0")
-        if seed is not None:
-            if (
-                isinstance(seed, (bool, np.bool_))
-                or not isinstance(seed, (int, np.integer))
-                or not 0 <= int(seed) < 2**64
-            ):
-                raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
-            seed = int(seed)
-        elif not self._seeded:
+        worlds = self.layout.num_envs
+        try:
+            seed = check_seed(seed, worlds)
+        except ValueError as error:
+            raise ValueError(f"Grid-v0 ({worlds} worlds): {error}") from None
+        if isinstance(seed, list):
+            streams = per_env_streams(seed, None if self._seeded else secrets.randbits(64))
+            for world, stream in enumerate(streams):
+                if stream is not None:
+                    self.kernel.rng_state[world] = stream
+            seed = None
+        elif seed is None and not self._seeded:
             seed = secrets.randbits(64)
         self.kernel.reset(seed)
         self._seeded = True

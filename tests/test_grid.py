@@ -297,3 +297,37 @@ def test_stepping_allocates_nothing_after_warm_up():
         tracemalloc.stop()
     grown = [stat for stat in after.compare_to(before, "filename") if stat.size_diff > 0]
     assert grown == []
+
+
+def test_a_list_of_seeds_seeds_each_world_as_the_other_families_do():
+    """Gymnasium's per-env seed list, one seed a world: world e seeded with s plays as world 0
+    of reset(seed=s) (it was refused); a None entry keeps the world's stream; a list of the
+    wrong length is one line naming the worlds."""
+    from operant.envs import make_env
+
+    three, one = make_env("Grid-v0", 3), make_env("Grid-v0", 1)
+    agents = three.layout.agents_per_env
+    obs, _ = three.reset(seed=[5, None, 9])
+    np.testing.assert_array_equal(obs[:agents], one.reset(seed=5)[0])
+    np.testing.assert_array_equal(obs[2 * agents :], one.reset(seed=9)[0])
+    with pytest.raises(ValueError, match=r"^Grid-v0 \(3 worlds\): a list of seeds needs one"):
+        three.reset(seed=[1, 2])
+
+
+def test_gymnasiums_vector_options_say_what_the_grid_does():
+    """make_vec's autoreset_mode and render_mode read as a typo ("no option
+    'autoreset_mode'"): SAME_STEP and None are taken, the others refused saying why."""
+    import gymnasium
+
+    import operant.envs  # noqa: F401
+
+    def make(**options):
+        return gymnasium.make_vec(
+            "operant/Grid-v0", num_envs=2, vectorization_mode="vector_entry_point", **options
+        )
+
+    assert make(autoreset_mode="SameStep", render_mode=None).num_envs > 2
+    with pytest.raises(ValueError, match=r"^Grid-v0 autoresets SAME_STEP only"):
+        make(autoreset_mode="NextStep")
+    with pytest.raises(ValueError, match=r"^Grid-v0 draws no frames: render_mode must be None"):
+        make(render_mode="rgb_array")
