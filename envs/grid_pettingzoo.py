@@ -11,6 +11,7 @@ PettingZoo's API asks.
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import numpy as np
@@ -46,14 +47,18 @@ class GridParallelEnv(ParallelEnv):
         return self._by_agent(self.vector.obs), {agent: {} for agent in self.agents}
 
     def step(self, actions: dict[str, int]):
-        """Every live agent's action by name (all of them: the world steps them together)."""
-        missing = sorted(set(self.agents) - set(actions))
-        if missing:
-            raise ValueError(
-                f"actions are missing for {', '.join(missing)}; every live agent acts at every step"
-            )
+        """Every live agent's action by name (all of them: the world steps them together).
+        After the episode's end (`agents` empty) an empty dict steps nothing, as PettingZoo's
+        own envs do, and actions are refused: the world waits for `reset()`."""
+        if not self.agents:
+            if actions:
+                raise ValueError(
+                    "no agent is live (the episode ended, or reset() was not called): call "
+                    "reset() before stepping"
+                )
+            return {}, {}, {}, {}, {}
         vector = self.vector
-        vector.step(np.array([int(actions[agent]) for agent in self.possible_agents]))
+        vector.step(self._actions(actions))
         ended = bool(vector.truncated[0])
         obs = self._by_agent(vector.final_obs if ended else vector.obs)
         rewards = {agent: float(vector.rewards[k]) for k, agent in enumerate(self.agents)}
@@ -63,3 +68,33 @@ class GridParallelEnv(ParallelEnv):
         if ended:
             self.agents = []
         return obs, rewards, terminations, truncations, infos
+
+    def _actions(self, actions: dict[str, Any]) -> np.ndarray:
+        """Every agent's action as an integer, in row order; one line for a missing agent, a
+        name that is no agent's, or a value that is not an integer (1.7 is not taken as 1)."""
+        unknown = sorted(map(str, set(actions) - set(self.possible_agents)))
+        if unknown:
+            raise ValueError(
+                f"actions for {', '.join(unknown)}, which are no agents of this world "
+                f"(agent_0 .. agent_{len(self.possible_agents) - 1})"
+            )
+        missing = sorted(set(self.agents) - set(actions))
+        if missing:
+            raise ValueError(
+                f"actions are missing for {', '.join(missing)}; every live agent acts at every step"
+            )
+        try:
+            return np.array([operator.index(actions[agent]) for agent in self.possible_agents])
+        except TypeError:
+            bad = next(a for a in self.possible_agents if not _is_index(actions[a]))
+            raise ValueError(
+                f"the action of {bad} must be an integer in 0 .. 8, got {actions[bad]!r}"
+            ) from None
+
+
+def _is_index(value: Any) -> bool:
+    try:
+        operator.index(value)
+    except TypeError:
+        return False
+    return True

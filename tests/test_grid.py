@@ -331,3 +331,29 @@ def test_gymnasiums_vector_options_say_what_the_grid_does():
         make(autoreset_mode="NextStep")
     with pytest.raises(ValueError, match=r"^Grid-v0 draws no frames: render_mode must be None"):
         make(render_mode="rgb_array")
+
+
+def test_the_pettingzoo_face_refuses_what_it_once_stepped_silently():
+    """After the episode's end an empty action dict steps nothing (a KeyError before) and
+    actions are refused (they stepped the world that had already autoreset); a float action
+    is not truncated to an integer, an unknown agent not ignored."""
+    pytest.importorskip("pettingzoo")
+    from operant.envs.grid_pettingzoo import GridParallelEnv
+
+    env = GridParallelEnv(max_episode_steps=3)
+    env.reset(seed=0)
+    acts = {agent: np.int64(0) for agent in env.agents}
+    for bad, message in (
+        ({**acts, "agent_99": 1}, r"^actions for agent_99, which are no agents of this world"),
+        ({**acts, "agent_0": 1.7}, r"^the action of agent_0 must be an integer in 0 \.\. 8, got 1"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            env.step(bad)
+    for _ in range(3):
+        _, _, _, truncations, _ = env.step(acts)
+    assert env.agents == [] and all(truncations.values())
+    assert env.step({}) == ({}, {}, {}, {}, {})
+    with pytest.raises(ValueError, match=r"^no agent is live .*: call reset\(\) before stepping"):
+        env.step(acts)
+    env.reset()
+    assert len(env.step(acts)[0]) == len(env.possible_agents)
