@@ -89,6 +89,13 @@ class MinAtarEnv(gymnasium.Env):
         # action that is not a plain integer goes through the vector env's checks, and the
         # kernel refuses one out of range: one line either way (InvalidActionError).
         vec = self._vec
+        if self._ended:
+            # as Gymnasium's classic-control envs say it (they too play on, undefined)
+            gymnasium.logger.warn(
+                "You are calling 'step()' even though this environment has already returned "
+                "terminated = True or truncated = True. You should always call 'reset()' once "
+                "you receive it: this MinAtar env plays on into its next episode."
+            )
         if type(action) is int or isinstance(action, np.integer):
             if not 0 <= action < self._num_actions:
                 raise InvalidActionError(invalid_action_message(self.action_space, 0, int(action)))

@@ -176,3 +176,17 @@ def test_stable_baselines3_takes_it():
         )
         model.learn(256)
     assert model.num_timesteps == 256
+
+
+def test_a_step_after_the_end_warns_as_gymnasiums_envs_do():
+    env = gymnasium.make("operant/MinAtar-Breakout-v1")
+    env.reset(seed=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        while True:
+            _, _, terminated, truncated, _ = env.step(0)
+            if terminated or truncated:
+                break
+        assert not caught
+        env.step(0)
+    assert len(caught) == 1 and "You should always call 'reset()'" in str(caught[0].message)
