@@ -330,11 +330,14 @@ def _make_env(
                 f"env.overlap = true needs the native kernels, and env.impl = "
                 f'"{impl}" resolved to {chosen!r} (is the extension built?)'
             )
+        from operant.envs.native import NativeVectorEnv
         from operant.envs.overlap import SplitNativeVectorEnv
 
+        _check_keywords((SplitNativeVectorEnv, NativeVectorEnv), kwargs, f"{key} (native)")
         return SplitNativeVectorEnv(lookup(key), num_envs, copy=copy, **kwargs)
     if chosen == "torch":
         entry = lookup(key)
+        _check_keywords(entry.torch, kwargs, f"{key} (torch)")
         return entry.torch(entry, num_envs, device=device, copy=copy, **kwargs)
     if device is not None and str(device) != "cpu":
         raise EnvError(
@@ -344,6 +347,7 @@ def _make_env(
     if chosen == "native":
         from operant.envs.native import NativeVectorEnv
 
+        _check_keywords(NativeVectorEnv, kwargs, f"{key} (native)")
         return NativeVectorEnv(lookup(key), num_envs, copy=copy, **kwargs)
     if workers != 1:
         from operant.envs.workers import WorkerVectorEnv
@@ -352,6 +356,24 @@ def _make_env(
     from operant.envs.reference import ReferenceVectorEnv
 
     return ReferenceVectorEnv(key, num_envs, copy=copy, **kwargs)
+
+
+def _check_keywords(factories: Any, kwargs: dict[str, Any], what: str) -> None:
+    """A keyword none of `factories` takes (a class, or a class and the one its **keywords go
+    to) is refused in one line listing those they do (rather than Python's TypeError naming
+    the class)."""
+    import inspect
+
+    taken = dict.fromkeys(
+        name
+        for factory in (factories if isinstance(factories, tuple) else (factories,))
+        for name, parameter in inspect.signature(factory).parameters.items()
+        if name not in ("self", "entry", "num_envs", "copy", "device")
+        and parameter.kind is not inspect.Parameter.VAR_KEYWORD
+    )
+    unknown = sorted(set(kwargs) - set(taken))
+    if unknown:
+        raise EnvError(f"{what} has no option {unknown[0]!r}; its options: {', '.join(taken)}")
 
 
 def workers_refusal(env_id: str, impl: str, chosen: str, workers: int) -> str | None:

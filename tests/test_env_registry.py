@@ -386,3 +386,19 @@ def test_the_reference_impl_honours_gymnasiums_reset_options():
     env = make_env("CartPole-v1", 64, impl="reference")
     obs, _ = env.reset(seed=0, options={"low": -0.001, "high": 0.001})
     assert np.abs(obs).max() <= 0.001
+
+
+@pytest.mark.parametrize(
+    ("impl", "overlap", "listed"),
+    [
+        ("native", False, "max_episode_steps, autoreset_mode, render_mode"),
+        ("torch", False, "max_episode_steps, action_checks, autoreset_mode, render_mode"),
+        ("native", True, "max_episode_steps, spin_us, autoreset_mode, render_mode"),
+    ],
+)
+def test_an_unknown_keyword_is_one_line_listing_the_options(impl, overlap, listed):
+    with pytest.raises(EnvError, match=rf"^CartPole-v1 \({impl}\) has no option 'foo'; its "):
+        make_env("CartPole-v1", 2, impl=impl, overlap=overlap, foo=1)
+    with pytest.raises(EnvError) as error:
+        make_env("CartPole-v1", 2, impl=impl, overlap=overlap, foo=1)
+    assert str(error.value).endswith(f"its options: {listed}")
