@@ -184,7 +184,10 @@ class MetricsReader:
                 "(the metrics file is little-endian)"
             )
         try:
-            self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            # O_NONBLOCK: a FIFO (or a device) named metrics.bin is refused below as "not a
+            # regular file" instead of blocking this open, and with it an exporter's every
+            # scrape, forever; a regular file reads as without it.
+            self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
         except FileNotFoundError:
             raise MetricsFileError(
                 f"{self.path}: no such file; is the run id right, or has the "

@@ -82,6 +82,28 @@ def test_missing_empty_and_not_a_file(tmp_path):
     expect_error(tmp_path, "not a regular file")
 
 
+def test_a_fifo_is_refused_at_once_not_waited_on(tmp_path):
+    """A FIFO named metrics.bin blocked the reader's open(): the exporter's scrapes hung for
+    good (and with them its SIGTERM), `operant runs` and the monitor too."""
+    import os
+    import subprocess
+    import sys
+
+    fifo = tmp_path / "run" / "metrics.bin"
+    fifo.parent.mkdir()
+    os.mkfifo(fifo)
+    expect_error(fifo, "not a regular file")
+    listed = subprocess.run(
+        [sys.executable, "-m", "operant.cli", "runs", "--runs-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert listed.returncode == 0 and "Traceback" not in listed.stderr
+    assert f"run: {fifo}: not a regular file" in listed.stdout + listed.stderr
+
+
 def test_truncated_at_every_region_boundary(valid, tmp_path):
     data, layout = valid
     cuts = {
