@@ -9,7 +9,9 @@ q detaches, r picks another run, p pauses the screen, ? shows help; the command 
 
 from __future__ import annotations
 
+import asyncio
 import os
+import signal
 from functools import partial
 from pathlib import Path
 
@@ -46,7 +48,7 @@ from operant.monitor.widgets import (
 from operant.shared.ranks import status_text
 from operant.shared.reader import shown_status
 from operant.shared.record import label
-from operant.shared.runs import command_hint, resume_command
+from operant.shared.runs import command_hint, has_checkpoint, resume_command
 
 # History fields drawn as curves when the run records them, in this order, with their titles
 # (operant.shared.record's labels).
@@ -216,6 +218,7 @@ class RunScreen(Screen):
         app = self.app
         if isinstance(app, MonitorApp):
             app.source.start(app)
+            app.detach_on_signals()
 
     def on_unmount(self) -> None:
         app = self.app
@@ -374,6 +377,18 @@ class MonitorApp(App[str | None]):
     def action_detach(self) -> None:
         self.exit(self.view.run_id if self.view is not None else None)
 
+    async def action_quit(self) -> None:
+        """ctrl+q, Textual's own quit: a detach like q's, with its parting line."""
+        self.action_detach()
+
+    def detach_on_signals(self) -> None:
+        """SIGTERM and SIGHUP (a kill, a timeout, a closed ssh session) detach as q does, so
+        Textual restores the terminal (alternate screen, mouse reporting, cursor) on the way
+        out: killed outright it left them as they were, and the shell unusable."""
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            loop.add_signal_handler(signum, self.action_detach)
+
     def action_toggle_pause(self) -> None:
         self.paused = not self.paused
         if not self.paused and self.pending is not None:
@@ -415,18 +430,30 @@ def run_app(root: Path, run: str | None, *, follow: bool = False, refresh_s: flo
     if app.return_code:
         return app.return_code
     if watched:
-        print(detach_message(watched, app.view, root))
+        try:
+            print(detach_message(watched, app.view, root), flush=True)
+        except OSError:
+            pass  # the terminal went with the ssh session (SIGHUP): nobody to tell
     return 0
 
 
 def detach_message(run_id: str, view: RunView | None, root: Path) -> str:
     """What `q` leaves on the terminal: the run's state in words, and the command (pasteable
     as printed) that does the next thing a user wants with a run in that state."""
-    status = view.status if view is not None and view.run_id == run_id else "running"
+    read = view is not None and view.run_id == run_id
+    status = view.status if read else "unread"
+    reattach = command_hint("operant monitor", run_id, root=root)
+    if status not in ("running", "stalled", "finished", "failed", "crashed"):
+        # never read (a file being created, corrupt, or none): nothing to say of training
+        return f"detached from {run_id}. Reattach: {reattach}"
     # a run of K ranks resumes with K ranks (its checkpoints hold each rank's state)
-    ranks = view.world_size if view is not None and view.run_id == run_id else 1
-    nodes = len({row.node for row in view.ranks}) if view is not None and ranks > 1 else 1
-    resume = resume_command(run_id, root, ranks_per_node=ranks // max(1, nodes), nodes=nodes)
+    ranks = view.world_size if read else 1
+    nodes = len({row.node for row in view.ranks}) if read and ranks > 1 else 1
+    # without a checkpoint, `--resume RUN` is refused: start it again in its directory
+    restart = not has_checkpoint(root / run_id)
+    resume = resume_command(
+        run_id, root, ranks_per_node=ranks // max(1, nodes), nodes=nodes, auto=restart
+    )
     if status == "finished" and view.interrupted:
         return (
             f"detached from {run_id}, which was stopped before the end of its budget. "
@@ -439,11 +466,10 @@ def detach_message(run_id: str, view: RunView | None, root: Path) -> str:
         )
     if status in ("failed", "crashed"):
         why = f": {view.reason}" if view.reason else ""
-        return (
-            f"detached from {run_id}, whose trainer {status}{why}. Continue from its last "
-            f"checkpoint: {resume}"
+        how = (
+            "It wrote no checkpoint; start it again with its own config"
+            if restart
+            else "Continue from its last checkpoint"
         )
-    return (
-        f"detached from {run_id}; training goes on. Reattach: "
-        f"{command_hint('operant monitor', run_id, root=root)}"
-    )
+        return f"detached from {run_id}, whose trainer {status}{why}. {how}: {resume}"
+    return f"detached from {run_id}; training goes on. Reattach: {reattach}"

@@ -78,6 +78,18 @@ def resume_command(
     )
 
 
+_CHECKPOINT = re.compile(r"^ckpt-\d{9,}\.pt$")
+
+
+def has_checkpoint(run_dir: Path) -> bool:
+    """Whether `run_dir/checkpoints` holds a checkpoint (a name the trainer gives only to
+    whole files), read without opening any: `--resume RUN` needs one."""
+    try:
+        return any(_CHECKPOINT.match(name) for name in os.listdir(run_dir / "checkpoints"))
+    except OSError:
+        return False
+
+
 def root_problem(root: Path) -> str | None:
     """Why `root` cannot hold runs (it, or the nearest part of it that exists, is not a
     directory); None when it can, or may once created."""

@@ -490,10 +490,41 @@ def test_leaving_a_finished_run_says_it_finished_and_how_to_evaluate_it(root, fi
         ),
     ],
 )
-def test_leaving_a_run_says_what_became_of_it(root, fields, expected):
+def test_leaving_a_run_says_what_became_of_it(tmp_path, fields, expected):
     from operant.monitor.app import detach_message
 
+    root = tmp_path
+    (root / "r" / "checkpoints").mkdir(parents=True)
+    (root / "r" / "checkpoints" / "ckpt-000000003.pt").write_bytes(b"")
     assert detach_message("r", _view("r", root, **fields), root) == expected.format(root=root)
+
+
+@pytest.mark.parametrize(
+    "fields, expected",
+    [
+        (  # `--resume r` is refused without a checkpoint: the hint restarts it in its directory
+            dict(status="crashed"),
+            "detached from r, whose trainer crashed. It wrote no checkpoint; start it again "
+            "with its own config: operant-train --resume auto --run-id r --runs-dir {root}",
+        ),
+        (
+            dict(status="crashed", world_size=2),
+            "detached from r, whose trainer crashed. It wrote no checkpoint; start it again "
+            "with its own config: operant-train --nproc-per-node 2 --resume auto --run-id r "
+            "--runs-dir {root}",
+        ),
+        (  # never read (a corrupt file, or none yet): nothing is said of its training
+            dict(status="unknown"),
+            "detached from r. Reattach: operant monitor r --runs-dir {root}",
+        ),
+    ],
+)
+def test_leaving_a_run_without_checkpoints_gives_a_hint_that_works(tmp_path, fields, expected):
+    from operant.monitor.app import detach_message
+
+    (tmp_path / "r").mkdir()
+    message = detach_message("r", _view("r", tmp_path, **fields), tmp_path)
+    assert message == expected.format(root=tmp_path)
 
 
 def test_leaving_the_default_root_needs_no_runs_dir(tmp_path, monkeypatch):

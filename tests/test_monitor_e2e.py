@@ -255,6 +255,30 @@ def test_operant_monitor_latest_in_tmux(training):
         tmux.close()
 
 
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+@pytest.mark.parametrize("how", ["SIGTERM", "ctrl+q"])
+def test_a_killed_or_quit_monitor_gives_the_terminal_back(training, how):
+    """Killed (SIGTERM: a kill, a timeout, systemd) it left the alternate screen, mouse
+    reporting and a hidden cursor behind, the shell unusable until `reset`; ctrl+q, Textual's
+    quit, left without the detach line. Both now leave as q does."""
+    tmux = Tmux(operant("monitor", "--latest", "--runs-dir", str(training.root)))
+    try:
+        tmux.until(training.run_id, "global_step", "q Detach")
+        if how == "SIGTERM":
+            shell = psutil.Process(int(tmux.tmux("display", "-p", "-t", "monitor", "#{pane_pid}")))
+            (monitor,) = shell.children()
+            monitor.send_signal(signal.SIGTERM)
+        else:
+            tmux.keys("C-q")
+        done = tmux.until("MONITOR-EXIT=0")
+        assert f"detached from {training.run_id}; training goes on" in done
+        modes = tmux.tmux("display", "-p", "-t", "monitor", "#{alternate_on} #{mouse_any_flag}")
+        assert modes.split() == ["0", "0"]
+        assert training.trainer_alive()
+    finally:
+        tmux.close()
+
+
 # --- crash isolation -------------------------------------------------------------------------
 
 
