@@ -46,7 +46,7 @@ from operant.monitor.widgets import (
     title_text,
 )
 from operant.shared.ranks import status_text
-from operant.shared.reader import shown_status
+from operant.shared.reader import shown_sps, shown_status
 from operant.shared.record import label
 from operant.shared.runs import command_hint, has_checkpoint, resume_command
 
@@ -300,7 +300,7 @@ class MonitorApp(App[str | None]):
         steps = metrics.get("global_step")
         # The trainer's own steps/s over its last update (a gauge), never re-derived here
         # from step deltas between two looks, which would mix in the monitor's timing.
-        sps = metrics.get("sps")
+        sps = shown_sps(metrics, view.status)
         total = metrics.get("total_steps")
         self.main.query_one("#steps", BigNumber).show(
             fmt.count(steps),
@@ -309,7 +309,9 @@ class MonitorApp(App[str | None]):
             if fmt.is_number(steps) and fmt.is_number(total) and total > 0
             else "",
         )
-        self.main.query_one("#sps", BigNumber).show(fmt.count(sps), fmt.compact(sps))
+        self.main.query_one("#sps", BigNumber).show(
+            fmt.count(sps), fmt.compact(sps), "" if sps is metrics.get("sps") else "run's mean"
+        )
         length = metrics.get("episode_length_mean")
         self.main.query_one("#episodes", BigNumber).show(
             fmt.count(metrics.get("episodes")),

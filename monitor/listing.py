@@ -16,7 +16,7 @@ from typing import TypeVar
 import msgspec
 
 from operant.shared.ranks import RunReader
-from operant.shared.reader import MetricsFileError
+from operant.shared.reader import MetricsFileError, shown_sps
 from operant.shared.runs import list_run_dirs, metrics_files
 
 STATUS_UNKNOWN = "unknown"
@@ -82,7 +82,7 @@ def describe_run(run_dir: Path) -> RunRow:
     row.status = snapshot.status
     row.interrupted = snapshot.interrupted
     row.global_step = _number(metrics.get("global_step"), int)
-    row.sps = _number(metrics.get("sps"), float)
+    row.sps = _number(shown_sps(metrics, snapshot.status), float)
     row.episode_return_mean = _number(metrics.get("episode_return_mean"), float)
     row.age_s = max(0.0, time.time() - snapshot.created_wall_ns / 1e9)
     row.heartbeat_age_s = snapshot.heartbeat_age_s

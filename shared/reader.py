@@ -68,6 +68,15 @@ def shown_status(status: str, interrupted: bool) -> str:
     return SHOWN_INTERRUPTED if status == STATUS_FINISHED and interrupted else status
 
 
+def shown_sps(metrics: dict[str, Any], status: str) -> Any:
+    """The steps/s a listing shows people: a running run's last update's; a run that has
+    ended (finished, failed, crashed) its mean over the run, as its summary line says (its
+    last update's rate alone is noise: one short update read 556K where the run made 394K)."""
+    mean = metrics.get("sps_mean")
+    ended = status in (STATUS_FINISHED, STATUS_FAILED, STATUS_CRASHED)
+    return mean if ended and isinstance(mean, (int, float)) else metrics.get("sps")
+
+
 class MetricsFileError(Exception):
     """Any problem with a metrics file. The message is one line: the file, what is wrong with
     it, and what to do."""

@@ -181,3 +181,16 @@ def test_shares_and_allocate():
     assert sum(cells) == 78 and cells[4] == max(cells)
     assert fmt.allocate([0.5, 0.5], 0) == [0, 0]
     assert fmt.allocate([0.0, 0.0], 10) == [0, 0]
+
+
+def test_an_ended_run_shows_its_mean_steps_per_second():
+    """A finished run's last update's rate is noise (556K read where the run made 394K):
+    listings show the run's mean once it has ended, the last update's while it runs."""
+    from operant.shared.reader import shown_sps
+
+    metrics = {"sps": 556_403.0, "sps_mean": 393_706.0}
+    assert shown_sps(metrics, "running") == 556_403.0
+    assert shown_sps(metrics, "stalled") == 556_403.0
+    for status in ("finished", "failed", "crashed"):
+        assert shown_sps(metrics, status) == 393_706.0
+    assert shown_sps({"sps": 5.0}, "finished") == 5.0  # a file without the mean
