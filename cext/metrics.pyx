@@ -180,13 +180,16 @@ cdef class MetricsWriter:
         self.heartbeat_running = False
 
     @classmethod
-    def create(cls, path, schema, history_capacity=8192, heartbeat_interval_s=1.0):
+    def create(cls, path, schema, history_capacity=8192, heartbeat_interval_s=1.0,
+               prepare=None):
         """Create the metrics file at `path` for `schema` and return its writer.
 
         The file is built under a temporary name in the same directory, sized once (and its
         blocks allocated, so a full disk fails here rather than as SIGBUS later), initialised
-        (state initializing, counters 0, gauges and snapshot NaN, one heartbeat), flushed, and
-        only then renamed onto `path`: a reader sees no file or a whole one. The caller then
+        (state initializing, counters 0, gauges and snapshot NaN, one heartbeat), given its
+        first values by `prepare(writer)` where one is passed (a resumed run's replayed
+        history and its counters: a reader never sees them climb from 0), flushed, and only
+        then renamed onto `path`: a reader sees no file or a whole one. The caller then
         updates the runs root's `latest` pointer (operant.shared.runs.update_latest).
         """
         import psutil
@@ -229,6 +232,8 @@ cdef class MetricsWriter:
                 writer = MetricsWriter.__new__(MetricsWriter)
                 writer._attach(fd, path, schema, layout, heartbeat_interval_s)
                 writer.heartbeat()
+                if prepare is not None:
+                    prepare(writer)
         except BaseException:
             if writer is not None:
                 writer.close()

@@ -501,3 +501,44 @@ def test_resume_hints_name_the_ranks_the_checkpoints_need(tmp_path, monkeypatch)
         "ckpt-000000003.pt was written by 2 rank(s) and this is 1: resume it with "
         "operant-train --nproc-per-node 2 --resume r"
     )
+
+
+def test_a_resumed_runs_counters_never_step_back_for_a_reader(server, tmp_path):
+    """A resume builds its new metrics file whole before it appears: its replayed history and
+    the checkpoint's counters. The file used to appear at 0 and replay its records one by
+    one, so a reader (the exporter: a Prometheus counter reset) saw steps fall from the
+    run's total and climb back."""
+    import threading
+
+    from operant.shared.reader import MetricsFileError, MetricsReader
+
+    updates = 600
+    common = ["--runs-dir", tmp_path, "--run-id", "long", *SMALL, "--quiet"]
+    first = ["--total-steps", updates * STEPS_PER_UPDATE]
+    code, _, err = server.run([*common, *first], tmp_path / "first")
+    assert code == 0, err
+    path = tmp_path / "long" / "metrics.bin"
+    seen: list[tuple[int, int]] = []
+    done = threading.Event()
+
+    def poll() -> None:
+        while not done.is_set():
+            try:
+                with MetricsReader(path) as reader:
+                    seen.append((os.stat(path).st_ino, reader.snapshot().counters["global_step"]))
+            except (MetricsFileError, FileNotFoundError, KeyError):
+                pass
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    try:
+        more = ["--resume", "long", "--total-steps", (updates + 40) * STEPS_PER_UPDATE]
+        code, _, err = server.run(["--runs-dir", tmp_path, *more, "--quiet"], tmp_path / "more")
+    finally:
+        done.set()
+        poller.join()
+    assert code == 0, err
+    steps = [step for _, step in seen]
+    assert len({inode for inode, _ in seen}) == 2  # the old file, then the resumed run's
+    assert steps[0] == updates * STEPS_PER_UPDATE and steps[-1] == (updates + 40) * STEPS_PER_UPDATE
+    assert all(a <= b for a, b in zip(steps, steps[1:])), sorted(set(steps))[:5]

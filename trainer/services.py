@@ -153,16 +153,28 @@ class PublishMetrics(Service):
             local_rank=self.rank.local_rank,
             node=socket.gethostname() if world_size > 1 else "",
             frame=frame_source(env) if env is not None else None,
+            prepare=self._first_values,
         )
-        self.publisher.set_elapsed_before(self.trainer.elapsed_offset_s)
+        self.publisher.start()
+
+    def _first_values(self, publisher: Any) -> None:
+        """A resumed run's file, before it appears: its history replayed and this process's
+        own counters at the checkpoint (a reader saw them climb from 0, or a rank's file
+        holding the run's pooled ones, and took it for a counter reset)."""
+        trainer = self.trainer
+        publisher.set_elapsed_before(trainer.elapsed_offset_s)
+        counters = {
+            "updates": trainer.update,
+            "global_step": trainer.global_step // trainer.derived.world_size,
+            "episodes": trainer.episodes,
+        }
         if self.history.records:
-            self.publisher.resume(self.history.records)
-        elif self.trainer.update:
+            publisher.resume(self.history.records, counters)
+        elif trainer.update:
             # A resumed run's rank other than 0: the run's records are rank 0's to replay
             # (ContinueRecords runs there), but its file's records keep the run's numbers,
             # so readers combine the ranks' record n (operant.shared.ranks).
-            self.publisher.continue_history(self.trainer.update)
-        self.publisher.start()
+            publisher.continue_history(trainer.update, counters)
 
     def warn(self, text: str) -> None:
         """The metrics file's warning text (empty clears it)."""

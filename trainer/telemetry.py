@@ -16,6 +16,7 @@ publishes env 0's latest observation once per update into the file's frame regio
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -180,8 +181,11 @@ class Publisher:
         local_rank: int = 0,
         node: str = "",
         frame: FrameSource | None = None,
+        prepare: Callable[[Publisher], None] | None = None,
     ):
-        """`frame` (`frame_source(env)`): publish env 0's latest observation each update."""
+        """`frame` (`frame_source(env)`): publish env 0's latest observation each update.
+        `prepare(publisher)`, where passed, gives the file its first values (a resumed run's:
+        `resume`, `continue_history`, `set_elapsed_before`) before it appears under `path`."""
         from operant.cext.metrics import MetricsWriter
 
         self.schema = build_schema(
@@ -195,12 +199,6 @@ class Publisher:
             frame=frame.spec if frame is not None else None,
         )
         self.frame = frame
-        self.writer = MetricsWriter.create(
-            path,
-            self.schema,
-            history_capacity=HISTORY_CAPACITY,
-            heartbeat_interval_s=HEARTBEAT_INTERVAL_S,
-        )
         slot = self.schema.slot
         self._counter_slots = [(name, slot(name)) for name, _, _ in COUNTERS]
         self._gauge_slots = [(d.name, slot(d.name)) for d in _PUBLISHED if d.kind == names.GAUGE]
@@ -214,10 +212,23 @@ class Publisher:
         self._process = psutil.Process()
         self._process.cpu_percent()  # primes psutil's CPU-time baseline
         self._last_resources = 0.0
-        self.writer.set_gauge(slot(names.TOTAL_STEPS.name), float(total_steps))
-        self.writer.set_text(slot(names.ENV_ID.name), env_id)
-        self.writer.set_text(slot(names.ENV_IMPL.name), impl)
-        self.writer.set_text(slot(names.DEVICE.name), device)
+
+        def first_values(writer: Any) -> None:
+            self.writer = writer
+            writer.set_gauge(slot(names.TOTAL_STEPS.name), float(total_steps))
+            writer.set_text(slot(names.ENV_ID.name), env_id)
+            writer.set_text(slot(names.ENV_IMPL.name), impl)
+            writer.set_text(slot(names.DEVICE.name), device)
+            if prepare is not None:
+                prepare(self)
+
+        self.writer = MetricsWriter.create(
+            path,
+            self.schema,
+            history_capacity=HISTORY_CAPACITY,
+            heartbeat_interval_s=HEARTBEAT_INTERVAL_S,
+            prepare=first_values,
+        )
 
     def set_elapsed_before(self, seconds: float) -> None:
         """Seconds the run trained before this process (a resumed run's), for the monitor's
@@ -263,22 +274,31 @@ class Publisher:
             writer.set_gauge(self._cpu_slot, self._process.cpu_percent())
             writer.set_gauge(self._rss_slot, float(self._process.memory_info().rss))
 
-    def resume(self, records: list[UpdateRecord]) -> None:
-        """Continue a resumed run in this new file: number the history from the first of
-        `records` (the run's newest progress records, oldest first, at most HISTORY_CAPACITY),
-        replay them, and so show the last one's values, as if this file had been written all
-        along. Readers of the run's previous file see it replaced and reopen."""
-        if not records:
-            return
-        self.writer.skip_history(records[0].updates - 1)
-        for record in records:
-            self.publish(record)
+    def resume(self, records: list[UpdateRecord], counters: dict[str, int]) -> None:
+        """Continue a resumed run in this new file (from `prepare`, before it appears):
+        number the history from the first of `records` (the run's newest progress records,
+        oldest first, at most HISTORY_CAPACITY), replay them, and so show the last one's
+        values, as if this file had been written all along; the counters are `counters`
+        (this process's own at the checkpoint: under torchrun a rank's, where the records
+        hold the run's pooled ones), so no reader sees a counter step back. Readers of the
+        run's previous file see it replaced and reopen."""
+        if records:
+            self.writer.skip_history(records[0].updates - 1)
+            for record in records:
+                self.publish(record)
+        self.set_counters(counters)
 
-    def continue_history(self, updates: int) -> None:
+    def continue_history(self, updates: int, counters: dict[str, int]) -> None:
         """Number this file's history from record `updates` on, replaying nothing: a resumed
         run's rank that has no progress records to replay (under torchrun only rank 0 reads
-        progress.jsonl) still numbers record n as update n + 1, as every file of the run."""
+        progress.jsonl) still numbers record n as update n + 1, as every file of the run; its
+        counters start from `counters`, its own at the checkpoint."""
         self.writer.skip_history(updates)
+        self.set_counters(counters)
+
+    def set_counters(self, counters: dict[str, int]) -> None:
+        for name, slot in self._counter_slots:
+            self.writer.set_counter(slot, int(counters[name]))
 
     def finish(self, interrupted: bool = False, reason: str = "") -> None:
         self.writer.set_state(layout.STATE_FINISHED, reason, interrupted=interrupted)
