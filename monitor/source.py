@@ -28,6 +28,7 @@ import psutil
 from textual.message import Message
 from textual.message_pump import MessagePump
 
+from operant.monitor.backfill import older_points
 from operant.monitor.listing import RunRow, list_runs
 from operant.shared import metrics_layout as fmt
 from operant.shared import record
@@ -296,7 +297,7 @@ class ReaderSource:
             self._close_reader()
             self._wake.set()
             return self._stale(str(error))
-        self._add_history(history)
+        self._add_history(history, run_dir)
         return self._finish(self._view(run_dir, run, history.head))
 
     def _view(self, run_dir: Path, run: RunSnapshot, history_head: int) -> RunView:
@@ -372,8 +373,17 @@ class ReaderSource:
                 self._process = None
         return reader
 
-    def _add_history(self, history) -> None:
+    def _add_history(self, history, run_dir: Path) -> None:
         names = list(self._curves)
+        if self._history_head == 0 and history.records and history.records[0].index > 0:
+            # Attached late to a run whose ring has lapped its first records: the curves
+            # start from progress.jsonl's, up to MAX_CURVE_POINTS in all, as a monitor
+            # attached from the start draws them.
+            room = MAX_CURVE_POINTS - len(history.records)
+            first = history.records[0].index + 1  # record n is update n + 1
+            for point in older_points(run_dir, names, first, room):
+                for name, value in zip(names, point):
+                    self._curves[name].append(value)
         for entry in history.records:
             for name, value in zip(names, entry.values):
                 self._curves[name].append(value)

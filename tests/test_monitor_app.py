@@ -718,3 +718,36 @@ async def test_real_command_palette_attaches_to_a_run_by_name(tmp_path):
     finally:
         first.close()
         second.close()
+
+
+def test_a_late_monitor_draws_the_start_its_ring_has_lapped_from_progress_jsonl(tmp_path):
+    """A monitor attached after a run's ring lapped its first records (the trainer's ring
+    holds 8,192; here 512) drew curves from update 1,489 on, the learning phase gone: the
+    older points come from progress.jsonl, as a monitor attached from the start has them."""
+    import json
+
+    from monitor_fixtures import values_at
+
+    from operant.shared.runs import PROGRESS_FILE
+
+    run = Run(tmp_path, history_capacity=512)
+    updates = 2000
+    with open(run.dir / PROGRESS_FILE, "w") as progress:
+        for update in range(1, updates + 1):
+            values = values_at(update)
+            line = {"update": update, **{k: v for k, v in values.items() if k != "updates"}}
+            line["phase_s"] = {"env": 0.5, "update": 0.25}
+            progress.write(json.dumps(line) + "\n")
+    run.publish(updates)
+    source = ReaderSource(tmp_path, run.run_id)
+    try:
+        view = source.poll()
+        steps = view.history["global_step"]
+        assert steps == tuple(float(u * 1024) for u in range(1, updates + 1))
+        expected = tuple(values_at(u)["episode_return_mean"] for u in range(1, updates + 1))
+        assert view.history["episode_return_mean"] == pytest.approx(expected)
+        run.publish(1)
+        assert source.poll().history["global_step"][-1] == (updates + 1) * 1024.0
+    finally:
+        source.stop()
+        run.close()
