@@ -212,6 +212,28 @@ def test_a_resumed_run_continues_its_events_and_redone_updates_replace_the_lost_
     assert [redone[step] for step in steps] != [lost[step] for step in steps]
 
 
+def test_a_resume_after_a_kill_writes_again_what_the_killed_process_never_flushed(
+    server, tmp_path
+):
+    """A SIGKILL within the writer's flush interval of the checkpoint left the updates before
+    it out of the event files for good (progress.jsonl had them): the resumed run writes the
+    checkpoint's last records again. Here the killed process flushed nothing at all."""
+    run_dir = tmp_path / "killed"
+    every_4 = ["--set", "checkpoint.every_updates=4"]
+    code, _, err = server.run(
+        training(tmp_path, "killed", 8, "--tensorboard", *every_4), tmp_path / "first"
+    )
+    assert code == 0, err
+    for events in (run_dir / "tensorboard").glob("events.out.tfevents.*"):
+        events.unlink()
+    more = ["--total-steps", 12 * STEPS_PER_UPDATE, "--tensorboard", "--quiet"]
+    code, _, err = server.run(
+        ["--runs-dir", tmp_path, "--resume", "killed", *more], tmp_path / "second"
+    )
+    assert code == 0, err
+    assert_same_scalars(run_dir, 12)
+
+
 def test_without_the_tensorboard_package_it_says_which_extra_and_starts_nothing(tmp_path):
     hidden = tmp_path / "hide"
     (hidden / "tensorboard").mkdir(parents=True)

@@ -163,7 +163,9 @@ def compose(
         else []
     )
     tensorboard = (
-        [WriteTensorBoard(run_dir / TENSORBOARD_DIR, trainer)] if config.train.tensorboard else []
+        [WriteTensorBoard(run_dir / TENSORBOARD_DIR, trainer, records)]
+        if config.train.tensorboard
+        else []
     )
     best = TrackBest(trainer, run_dir, records)
     services: list[Service] = [

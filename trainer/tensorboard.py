@@ -55,6 +55,10 @@ QUEUE_EVENTS = 1000
 """Events (one per update) the FileWriter's queue holds before the service's thread waits."""
 DRAIN_SECONDS = 1.0
 """How often the service's thread turns the updates queued since into events."""
+REDO_SECONDS = 2 * (FLUSH_SECONDS + DRAIN_SECONDS)
+"""A resumed run writes again its records of the last this many seconds before its
+checkpoint: at most FLUSH_SECONDS + DRAIN_SECONDS of them can be unwritten, twice that for a
+writer's thread that lagged."""
 
 
 def _scalars() -> tuple[tuple[str, str, bool], ...]:
@@ -107,6 +111,23 @@ def use_compiled_checksum() -> None:
         record_writer.masked_crc32c = masked_crc32c
 
 
+def unflushed(records: list[UpdateRecord]) -> list[UpdateRecord]:
+    """The newest of a resumed run's records that its earlier process may have left
+    unwritten (the FileWriter flushes every FLUSH_SECONDS after the service's thread queued
+    them): those of the last REDO_SECONDS of its training, oldest first."""
+    if not records:
+        return []
+    newest = records[-1].elapsed_s
+    first = len(records) - 1
+    while (
+        first > 0
+        and records[first - 1].elapsed_s <= records[first].elapsed_s  # not an earlier process
+        and newest - records[first - 1].elapsed_s <= REDO_SECONDS
+    ):
+        first -= 1
+    return records[first:]
+
+
 def require() -> None:
     """Refuse, before anything starts, a run that asks for event files without the writer:
     ConfigError naming the setting and the extra to install."""
@@ -128,8 +149,10 @@ class WriteTensorBoard(Service):
 
     role = Role.RANK_ZERO
 
-    def __init__(self, directory: Path, trainer: Any):
-        self.directory, self.trainer = directory, trainer
+    def __init__(self, directory: Path, trainer: Any, resumed: Any = None):
+        """`resumed` (ContinueRecords, on before this): a resumed run's records, the newest
+        of which the earlier process may not have flushed."""
+        self.directory, self.trainer, self.resumed = directory, trainer, resumed
         self.writer: Any = None
         self._pending: collections.deque[UpdateRecord] = collections.deque()
         self._wake = threading.Event()
@@ -145,12 +168,16 @@ class WriteTensorBoard(Service):
             self.writer = FileWriter(
                 self.directory, max_queue=QUEUE_EVENTS, flush_secs=FLUSH_SECONDS
             )
-            # TensorBoard's sign of a restart: what an earlier process wrote past this step
-            # (the updates a resumed run redoes after its checkpoint) is dropped.
+            # TensorBoard's sign of a restart: what an earlier process wrote from this step on
+            # is dropped: the updates a resumed run redoes after its checkpoint, and the
+            # checkpoint's last records, which a killed process may not have flushed (they
+            # are written again from progress.jsonl; a SIGKILL left a hole there for good).
+            again = unflushed(self.resumed.records if self.resumed is not None else [])
+            start = again[0].global_step if again else self.trainer.global_step + 1
             self.writer.add_event(
-                Event(session_log=SessionLog(status=SessionLog.START)),
-                step=self.trainer.global_step + 1,
+                Event(session_log=SessionLog(status=SessionLog.START)), step=start
             )
+            self._pending.extend(again)
         except OSError as error:
             self._give_up(error)
             return
