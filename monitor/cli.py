@@ -23,7 +23,7 @@ from operant.shared import frame as frames
 from operant.shared import metrics_layout as fmt
 from operant.shared.ranks import RankRow, RunReader, RunSnapshot, status_text
 from operant.shared.reader import Frame, MetricsFileError, Snapshot, shown_status
-from operant.shared.runs import RunNotFoundError, resolve_run, runs_root
+from operant.shared.runs import RunNotFoundError, resolve_run, root_problem, runs_root
 
 PROG = "operant monitor"
 # Top-level keys of `--json` besides the run's own metrics, which also appear under "metrics".
@@ -101,9 +101,13 @@ def interactive(args: argparse.Namespace) -> int:
         return _error(f"--refresh {args.refresh:g}: give a number of seconds from 0.05 to 3600")
     root = runs_root(args.runs_dir)
     try:
-        run_dir = resolve_run(root, args.run)
+        run_dir: Path | None = resolve_run(root, args.run)
     except RunNotFoundError as error:
-        return _error(str(error))
+        # --follow on a root with no run yet (the monitor opened before the first run is
+        # started, in a pane beside it) waits for one; a root that cannot hold runs cannot
+        if not (args.follow and root_problem(root) is None):
+            return _error(str(error))
+        run_dir = None
     if not sys.stdout.isatty() and WEB_DRIVER_ENV not in os.environ:
         print(
             f"{PROG}: the interactive view needs a terminal; use --once or --json for scripts",
@@ -112,9 +116,8 @@ def interactive(args: argparse.Namespace) -> int:
         return 2
     from operant.monitor.app import run_app
 
-    return run_app(
-        root, None if args.follow else run_dir.name, follow=args.follow, refresh_s=args.refresh
-    )
+    watched = None if args.follow or run_dir is None else run_dir.name
+    return run_app(root, watched, follow=args.follow, refresh_s=args.refresh)
 
 
 def _error(message: str) -> int:

@@ -264,6 +264,15 @@ class ReaderSource:
         try:
             run_dir = self._resolve()
         except RunNotFoundError as error:
+            if self._follow and self._last is None:
+                # `--latest --follow` opened before the root's first run: wait for it
+                waiting = RunView(
+                    run_id=LATEST_NAME,
+                    run_dir=str(self.root),
+                    following=True,
+                    problem=f"no run under {self.root} yet; the first one started is shown",
+                )
+                return self._finish(waiting, remember=False)
             return self._stale(str(error))
         if run_dir != self._run_dir:
             if self._run_dir is not None and self._follow:
@@ -279,7 +288,7 @@ class ReaderSource:
                             run_id=run_dir.name,
                             run_dir=str(run_dir),
                             following=self._follow,
-                            problem=f"waiting for the trainer to create {path}",
+                            problem=f"the trainer has not created {path} yet",
                         ),
                         remember=False,
                     )

@@ -356,14 +356,14 @@ async def test_waiting_for_a_metrics_file():
         history={},
         process=None,
         pid=0,
-        problem="waiting for the trainer to create /runs/r/metrics.bin",
+        problem="the trainer has not created /runs/r/metrics.bin yet",
     )
     app = MonitorApp(FakeSource(waiting))
     async with app.run_test(size=(120, 30)) as pilot:
         await until(pilot, lambda: app.view is not None)
         await pilot.pause()
         text = screen_text(app)
-        assert "Waiting: waiting for the trainer to create /runs/r/metrics.bin." in text
+        assert "Waiting: the trainer has not created /runs/r/metrics.bin yet." in text
         assert big(app, "steps") == "-" and "episode return  no data yet" in text
         assert "update phases: not timed yet" in text
 
@@ -612,7 +612,7 @@ async def test_real_run_directory_without_metrics_file_waits(tmp_path):
     app = reader_app(tmp_path)
     async with app.run_test(size=(120, 30)) as pilot:
         await until(pilot, lambda: app.view is not None)
-        assert "Waiting: waiting for the trainer to create" in banner(app)
+        assert "Waiting: the trainer has not created" in banner(app)
         assert app.view.status == "waiting"
 
 
@@ -751,3 +751,31 @@ def test_a_late_monitor_draws_the_start_its_ring_has_lapped_from_progress_jsonl(
     finally:
         source.stop()
         run.close()
+
+
+def test_following_an_empty_root_waits_for_its_first_run(tmp_path):
+    """`operant monitor --latest --follow`, opened before the first run (the pane beside the
+    one that starts it), exited 2 with "no runs yet": it waits, then shows the run."""
+    source = ReaderSource(tmp_path, None, follow=True)
+    try:
+        view = source.poll()
+        assert (view.status, view.following) == ("waiting", True)
+        assert view.problem == f"no run under {tmp_path} yet; the first one started is shown"
+        run = Run(tmp_path)
+        run.publish(3)
+        view = source.poll()
+        assert (view.run_id, view.metrics["global_step"]) == (run.run_id, 3072)
+        run.close()
+    finally:
+        source.stop()
+    # The command gets past the root (to what a pipe lacks), where it said "no runs yet".
+    empty = tmp_path / "empty"
+    result = subprocess.run(
+        [sys.executable, "-m", "operant.cli", "monitor", "--latest", "--follow"]
+        + ["--runs-dir", str(empty)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2 and "the interactive view needs a terminal" in result.stderr
