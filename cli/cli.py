@@ -6,6 +6,7 @@ Each subcommand's module is imported only when that subcommand runs, so `operant
 
 from __future__ import annotations
 
+import errno
 import importlib
 import os
 import sys
@@ -44,6 +45,14 @@ def main(argv: list[str] | None = None) -> int:
         # /dev/null first, or the interpreter's final flush would fail again and say so.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
+    except OSError as error:
+        if error.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EIO):
+            raise
+        # The output's file or device is full or gone (`operant runs > /dev/full`): one line,
+        # not a traceback; stdout to /dev/null so the interpreter's final flush is quiet.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print(f"operant: cannot write the output: {error.strerror}", file=sys.stderr)
+        return 1
 
 
 def _dispatch(args: list[str]) -> int:

@@ -222,7 +222,8 @@ def units(schema: fmt.Schema) -> dict[str, str]:
 
 
 def format_value(value: object) -> str:
-    """Counters with thousands separators, floats to 6 significant digits, unset gauges '-'."""
+    """Counters, and gauges holding whole numbers (a step budget, bytes), with thousands
+    separators and every digit; other floats to 6 significant digits; unset gauges '-'."""
     if isinstance(value, bool) or value is None:
         return "-" if value is None else str(value)
     if isinstance(value, int):
@@ -230,6 +231,8 @@ def format_value(value: object) -> str:
     if isinstance(value, float):
         if math.isnan(value):
             return "-"
+        if value.is_integer() and abs(value) < 2**53:
+            return f"{int(value):,}"  # 20,000,768 steps, not 2.00008e+07
         return f"{value:,.6g}" if abs(value) < 1e15 else f"{value:.6g}"
     return str(value)
 

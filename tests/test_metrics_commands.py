@@ -276,3 +276,26 @@ def test_reader_commands_never_import_torch(runs):
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1] == "False"
+
+
+def test_whole_number_gauges_print_every_digit_and_a_full_output_is_one_line(runs):
+    """`--once` printed a 20,000,768-step budget as 2.00008e+07; `> /dev/full` was a
+    traceback."""
+    from operant.monitor.cli import format_value
+
+    assert format_value(20_000_768.0) == "20,000,768"
+    assert format_value(258_752_512.0) == "258,752,512"
+    assert format_value(330_584.25) == "330,584"
+    assert format_value(0.125) == "0.125"
+    with open("/dev/full", "w") as full:
+        result = subprocess.run(
+            [sys.executable, "-m", "operant.cli", "monitor", "--runs-dir", str(runs)]
+            + ["pendulum-b", "--once"],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert result.returncode == 1
+    assert result.stderr == "operant: cannot write the output: No space left on device\n"
