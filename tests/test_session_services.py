@@ -190,10 +190,14 @@ def test_each_rank_publishes_its_own_metrics_file(tmp_path):
         ("cartpole-ranks", 0, 1, ""),
     ]
     # Resumed at update 7, rank 1 replays no records (rank 0 does) but numbers its next
-    # record 7, as every file of the run does.
-    trainer.update = 7
+    # record 7, as every file of the run does, and its file appears with its own counters
+    # (half the run's 14,000 steps), not 0.
+    trainer.update, trainer.global_step, trainer.episodes = 7, 14_000, 300
+    trainer.derived = SimpleNamespace(world_size=2)
     service = services.PublishMetrics(plan, tmp_path, trainer, history, rank=Rank(1, 2))
     service.on_start()
     with MetricsReader(tmp_path / "metrics/rank-00001.bin") as reader:
-        assert reader.snapshot().history_head == 7
+        snapshot = reader.snapshot()
+        assert snapshot.history_head == 7
+        assert snapshot.counters == {"updates": 7, "global_step": 7_000, "episodes": 300}
     service.close()

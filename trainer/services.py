@@ -163,6 +163,8 @@ class PublishMetrics(Service):
         holding the run's pooled ones, and took it for a counter reset)."""
         trainer = self.trainer
         publisher.set_elapsed_before(trainer.elapsed_offset_s)
+        if not (self.history.records or trainer.update):
+            return  # a new run: its counters start at 0
         counters = {
             "updates": trainer.update,
             "global_step": trainer.global_step // trainer.derived.world_size,
@@ -170,7 +172,7 @@ class PublishMetrics(Service):
         }
         if self.history.records:
             publisher.resume(self.history.records, counters)
-        elif trainer.update:
+        else:
             # A resumed run's rank other than 0: the run's records are rank 0's to replay
             # (ContinueRecords runs there), but its file's records keep the run's numbers,
             # so readers combine the ranks' record n (operant.shared.ranks).
