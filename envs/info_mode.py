@@ -106,15 +106,15 @@ class InfoModeEnv(EnvLayer):
         NEXT_STEP the reset step (the one after an episode's end) is no episode's."""
         returns, lengths, started = self._returns, self._lengths, self._started
         if self._next_step_mode:
-            ongoing = ~self._prev_done
-            returns[self._prev_done] = 0.0
-            lengths[self._prev_done] = 0
-            started[self._prev_done] = time.perf_counter()
-            returns[ongoing] += rewards[ongoing]
-            lengths[ongoing] += 1
-        else:
-            returns += rewards
-            lengths += 1
+            # the reset step (after an episode's end) starts the counts afresh
+            reset = self._prev_done
+            if reset.any():
+                np.copyto(returns, 0.0, where=reset)
+                np.copyto(lengths, 0, where=reset)
+                np.copyto(started, time.perf_counter(), where=reset)
+                lengths -= reset  # (and its reward is 0: the += below adds nothing)
+        returns += rewards
+        lengths += 1
         done = np.logical_or(terminated, truncated, out=self._prev_done)
         if not done.any():
             return info
@@ -129,9 +129,9 @@ class InfoModeEnv(EnvLayer):
             "_episode": done.copy(),
         }
         if not self._next_step_mode:
-            returns[done] = 0.0
-            lengths[done] = 0
-            started[done] = now
+            np.copyto(returns, 0.0, where=done)
+            np.copyto(lengths, 0, where=done)
+            np.copyto(started, now, where=done)
         return info
 
 
