@@ -71,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     if args.run and args.latest:
         return _error("give a RUN_ID or --latest, not both")
+    _take_run_directory(args)
     if not (args.once or args.json):
         return interactive(args)
     root = runs_root(args.runs_dir)
@@ -90,6 +91,15 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(human_report(run.total, schema, run_dir, run))
     return 0
+
+
+def _take_run_directory(args: argparse.Namespace) -> None:
+    """A run directory given as RUN_ID (`runs/cp1/`, from tab completion; `operant eval`
+    takes one too) is its run id under its parent as the runs root."""
+    run = args.run
+    if run and ("/" in run or run in (".", "..")) and os.path.isdir(run):
+        path = Path(run).resolve()
+        args.run, args.runs_dir = path.name, str(path.parent)
 
 
 def interactive(args: argparse.Namespace) -> int:

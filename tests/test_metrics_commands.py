@@ -299,3 +299,13 @@ def test_whole_number_gauges_print_every_digit_and_a_full_output_is_one_line(run
         )
     assert result.returncode == 1
     assert result.stderr == "operant: cannot write the output: No space left on device\n"
+
+
+def test_a_run_directory_names_its_run(runs, tmp_path):
+    """`operant monitor runs/pendulum-b/` (tab completion's form; eval takes it) was refused
+    as "not a run id": it is the run under its parent directory."""
+    by_path = operant("monitor", str(runs / "pendulum-b") + "/", "--once")
+    by_id = operant("monitor", "--runs-dir", str(runs), "pendulum-b", "--once")
+    assert by_path.returncode == 0, by_path.stderr
+    assert by_path.stdout.splitlines()[0] == by_id.stdout.splitlines()[0]
+    assert "pendulum-b" in by_path.stdout.splitlines()[0]
