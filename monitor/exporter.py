@@ -305,22 +305,33 @@ def _describe(item: fmt.Metric | fmt.Field | None, name: str) -> str:
 
 
 def wants_openmetrics(accept: str | None) -> bool:
-    """Whether an Accept header asks for OpenMetrics (any q > 0)."""
+    """Whether an Accept header prefers OpenMetrics to the Prometheus text format: its
+    highest q for application/openmetrics-text is above 0 and not below text/plain's (or a
+    wildcard's, where text/plain is not named). Prometheus's own header asks for OpenMetrics
+    first; one that ranks text/plain higher gets text."""
+    best = {"openmetrics": 0.0, "text": 0.0}
     for part in (accept or "").split(","):
         media, *params = [piece.strip() for piece in part.split(";")]
-        if media.lower() != "application/openmetrics-text":
-            continue
-        quality = 1.0
-        for param in params:
-            key, _, value = param.partition("=")
-            if key.strip().lower() == "q":
-                try:
-                    quality = float(value)
-                except ValueError:
-                    quality = 0.0
-        if quality > 0:
-            return True
-    return False
+        kind = {
+            "application/openmetrics-text": "openmetrics",
+            "text/plain": "text",
+            "text/*": "text",
+            "*/*": "text",
+        }.get(media.lower())
+        if kind is not None:
+            best[kind] = max(best[kind], _quality(params))
+    return best["openmetrics"] > 0 and best["openmetrics"] >= best["text"]
+
+
+def _quality(params: list[str]) -> float:
+    for param in params:
+        key, _, value = param.partition("=")
+        if key.strip().lower() == "q":
+            try:
+                return float(value)
+            except ValueError:
+                return 0.0
+    return 1.0
 
 
 # --- collection ----------------------------------------------------------------------------
@@ -559,7 +570,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_KEEP_FINISHED_S,
         metavar="SECONDS",
         help="keep exporting a finished, failed or crashed run this long after "
-        f"its last heartbeat (default {DEFAULT_KEEP_FINISHED_S:.0f})",
+        f"its last heartbeat (default {DEFAULT_KEEP_FINISHED_S:.0f}; inf: as long as its "
+        "files stay)",
     )
     return parser
 
@@ -572,8 +584,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         print(f"{PROG}: {error}", file=sys.stderr)
         return 2
-    if not math.isfinite(args.keep_finished) or args.keep_finished < 0:
-        print(f"{PROG}: --keep-finished must be a non-negative number of seconds", file=sys.stderr)
+    if math.isnan(args.keep_finished) or args.keep_finished < 0:
+        print(
+            f"{PROG}: --keep-finished must be a non-negative number of seconds (inf: forever)",
+            file=sys.stderr,
+        )
         return 2
     root = runs.runs_root(args.runs_dir)
     problem = runs.root_problem(root)

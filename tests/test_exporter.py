@@ -256,6 +256,7 @@ def test_exporter_serves_a_live_run_that_matches_the_reader(tmp_path, exporter, 
 
     # A finished run stays for --keep-finished seconds after its last heartbeat, then goes.
     assert [run_id for run_id, _ in Collector(tmp_path, 600).collect()] == ["live"]
+    assert [run_id for run_id, _ in Collector(tmp_path, math.inf).collect()] == ["live"]
     assert Collector(tmp_path, 0).collect() == []
 
     process.send_signal(signal.SIGTERM)
@@ -268,6 +269,14 @@ def test_accept_header_negotiation():
     assert not wants_openmetrics("application/openmetrics-text;q=0, text/plain")
     assert not wants_openmetrics("text/plain;version=0.0.4")
     assert not wants_openmetrics(None)
+    # relative q-values: text preferred, text served (OpenMetrics was, for any q > 0)
+    assert not wants_openmetrics("text/plain;version=0.0.4;q=1,application/openmetrics-text;q=0.1")
+    # Prometheus's own header (3.x)
+    assert wants_openmetrics(
+        "application/openmetrics-text;version=1.0.0;q=0.6,application/openmetrics-text;"
+        "version=0.0.1;q=0.5,text/plain;version=1.0.0;q=0.4,text/plain;version=0.0.4;q=0.3,"
+        "*/*;q=0.2"
+    )
 
 
 def test_bad_listen_address_is_one_line_exit_2(tmp_path):
@@ -285,3 +294,19 @@ def test_bad_listen_address_is_one_line_exit_2(tmp_path):
         )
         assert result.returncode == 2 and message in result.stderr
         assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_keep_finished_takes_inf_and_refuses_what_is_no_duration(tmp_path):
+    operant = str(Path(sys.executable).with_name("operant"))
+    for keep in ("-1", "nan"):
+        result = subprocess.run(
+            [operant, "exporter", "--keep-finished", keep, "--runs-dir", str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert result.returncode == 2
+        assert result.stderr.strip().splitlines() == [
+            "operant exporter: --keep-finished must be a non-negative number of seconds "
+            "(inf: forever)"
+        ]
