@@ -212,9 +212,7 @@ def test_a_resumed_run_continues_its_events_and_redone_updates_replace_the_lost_
     assert [redone[step] for step in steps] != [lost[step] for step in steps]
 
 
-def test_a_resume_after_a_kill_writes_again_what_the_killed_process_never_flushed(
-    server, tmp_path
-):
+def test_a_resume_after_a_kill_writes_again_what_the_killed_process_never_flushed(server, tmp_path):
     """A SIGKILL within the writer's flush interval of the checkpoint left the updates before
     it out of the event files for good (progress.jsonl had them): the resumed run writes the
     checkpoint's last records again. Here the killed process flushed nothing at all."""
