@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     except MetricsFileError as error:
         return _error(f"{error} (run {run_dir.name})")
     if args.json:
-        document = json_document(run.total, schema, run)
+        document = json_document(run.total, schema, run, run_id=run_dir.name)
         sys.stdout.write(msgspec.json.encode(document).decode() + "\n")
     else:
         print(human_report(run.total, schema, run_dir, run))
@@ -138,7 +138,10 @@ def _error(message: str) -> int:
 
 
 def json_document(
-    snapshot: Snapshot, schema: fmt.Schema, run: RunSnapshot | None = None
+    snapshot: Snapshot,
+    schema: fmt.Schema,
+    run: RunSnapshot | None = None,
+    run_id: str | None = None,
 ) -> dict[str, object]:
     """The `--json` document: the contract keys first (null when the run does not publish
     them), then the run's state, then every metric by name, then `world_size`,
@@ -147,10 +150,11 @@ def json_document(
     (one object per rank: a single process is rank 0 of 1), then `frame`: a pixel run's
     latest frame (`frame_document`), null for other runs. A run of several ranks is one
     run here: its keys hold the ranks' values combined (operant.shared.ranks.RULES). NaN and
-    infinities become null."""
+    infinities become null. `run_id`: the run's directory name, what commands take (a copied
+    or renamed run's differs from the id its trainer wrote into the file)."""
     metrics = snapshot.metrics()
     document: dict[str, object] = {
-        "run_id": snapshot.run_id,
+        "run_id": run_id or snapshot.run_id,
         "status": snapshot.status,
     }
     for name in CONTRACT_METRICS:
@@ -274,7 +278,7 @@ def human_report(
     else:
         where = f"pid {snapshot.pid} on {snapshot.hostname or '?'}"
     lines = [
-        f"run     {snapshot.run_id}  {snapshot.env_id}".rstrip(),
+        f"run     {run_dir.name}  {snapshot.env_id}".rstrip(),
         f"status  {status}: {where}, heartbeat "
         f"{snapshot.heartbeat_age_s:.1f} s ago (every {snapshot.heartbeat_interval_s:g} s), "
         f"started {format_age(time.time() - snapshot.created_wall_ns / 1e9)} ago",

@@ -321,7 +321,9 @@ class ReaderSource:
             metrics.get(ELAPSED_BEFORE),
         )
         return RunView(
-            run_id=snapshot.run_id or run_dir.name,
+            # the directory's name, as `operant runs` and the exporter name it and commands
+            # take it (a copied run's file still names the run it was copied from)
+            run_id=run_dir.name,
             run_dir=str(run_dir),
             env_id=snapshot.env_id,
             status=snapshot.status,

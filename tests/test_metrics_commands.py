@@ -309,3 +309,18 @@ def test_a_run_directory_names_its_run(runs, tmp_path):
     assert by_path.returncode == 0, by_path.stderr
     assert by_path.stdout.splitlines()[0] == by_id.stdout.splitlines()[0]
     assert "pendulum-b" in by_path.stdout.splitlines()[0]
+
+
+def test_a_copied_run_is_named_by_its_directory_everywhere(runs):
+    """A run copied to a new directory was `pendulum-b` in --once/--json (the id its trainer
+    wrote into the file) and the directory's name in `operant runs` and the exporter: every
+    reader now says the name commands take."""
+    import shutil
+
+    shutil.copytree(runs / "pendulum-b", runs / "pendulum-copy")
+    once = operant("monitor", "--runs-dir", str(runs), "pendulum-copy", "--once")
+    document = json.loads(
+        operant("monitor", "--runs-dir", str(runs), "pendulum-copy", "--json").stdout
+    )
+    assert once.stdout.splitlines()[0].split()[:2] == ["run", "pendulum-copy"]
+    assert document["run_id"] == "pendulum-copy"
