@@ -33,7 +33,7 @@ from operant.monitor.listing import RunRow, list_runs
 from operant.shared import metrics_layout as fmt
 from operant.shared import record
 from operant.shared.ranks import RankRow, RunReader, RunSnapshot
-from operant.shared.reader import Frame, MetricsFileError
+from operant.shared.reader import STATUS_RUNNING, STATUS_STALLED, Frame, MetricsFileError
 from operant.shared.runs import (
     LATEST_NAME,
     RunNotFoundError,
@@ -459,7 +459,21 @@ class ReaderSource:
             )
         else:
             view = msgspec.structs.replace(self._last, problem=problem, following=self._follow)
+            if view.status in (STATUS_RUNNING, STATUS_STALLED) and self._trainer_gone():
+                # its file unreadable and its trainer exited: "running" would stay forever
+                view = msgspec.structs.replace(
+                    view,
+                    status=STATUS_UNKNOWN,
+                    problem=f"{problem}; its trainer (pid {view.pid}) has exited",
+                )
         return self._finish(view, remember=False)
+
+    def _trainer_gone(self) -> bool:
+        """Whether the trainer this monitor watched on this host has exited."""
+        try:
+            return self._process is not None and not self._process.is_running()
+        except psutil.Error:
+            return True
 
     def _finish(self, view: RunView, remember: bool = True) -> RunView:
         view = msgspec.structs.replace(view, taken_at=self.clock(), notice=self._notice)

@@ -779,3 +779,36 @@ def test_following_an_empty_root_waits_for_its_first_run(tmp_path):
         check=False,
     )
     assert result.returncode == 2 and "the interactive view needs a terminal" in result.stderr
+
+
+def test_a_run_whose_file_is_deleted_is_not_running_once_its_trainer_exits(tmp_path):
+    """`rm metrics.bin` under a running trainer, which then exits: the monitor said
+    `running (unreadable)` forever, heartbeat frozen; once the trainer is gone it says so."""
+    import signal
+
+    writer = Path(__file__).with_name("metrics_writer_proc.py")
+    run_dir = tmp_path / "rmrun"
+    run_dir.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, str(writer), "live", str(run_dir / "metrics.bin"), "0.1"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    source = ReaderSource(tmp_path, "rmrun")
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        assert source.poll().status == "running"
+        (run_dir / "metrics.bin").unlink()
+        view = source.poll()
+        assert view.status == "running" and "removed" in view.problem  # the trainer lives on
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        view = source.poll()
+        assert view.status == "unknown"
+        assert view.problem.endswith(f"its trainer (pid {proc.pid}) has exited")
+    finally:
+        source.stop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
