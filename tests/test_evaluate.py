@@ -230,3 +230,37 @@ def test_a_damaged_model_is_refused_by_its_digest(trained, root, tmp_path):
     older = tmp_path / "older.pt"
     torch.save(model, older)
     assert evaluate(older, root=root)["global_step"] == 40960
+
+
+def test_each_env_gives_its_own_first_episodes_however_many_envs_step():
+    """The first `episodes` episodes to finish over many envs are the short ones: 256 envs
+    read 292 where one env read 406 for the same CartPole policy. Env i now gives its first
+    (episodes + i) // num_envs, as SB3's evaluate_policy counts."""
+    import torch
+
+    from operant.envs import make_env
+    from operant.trainer.evaluate import play
+
+    class Lean:  # pushes the way the pole falls: first episodes of 142 to 279 steps
+        def greedy(self, obs):
+            return (obs[:, 3] > 0).long()
+
+    envs = 64
+    env = make_env("CartPole-v1", envs, copy=False)
+    returns, cut = play(env, Lean(), None, envs // 2, seed=7, stochastic=False)
+    # each env's first episode, counted here from the same batch's rewards and flags
+    batch = make_env("CartPole-v1", envs, copy=False)
+    batch.reset(seed=7)
+    totals, first = [0.0] * envs, [None] * envs
+    while None in first:
+        batch.actions[:] = Lean().greedy(torch.from_numpy(batch.obs)).numpy()
+        batch.step_bound()
+        for i in range(envs):
+            totals[i] += float(batch.rewards[i])
+            if first[i] is None and (batch.terminated[i] or batch.truncated[i]):
+                first[i] = totals[i]
+            if batch.terminated[i] or batch.truncated[i]:
+                totals[i] = 0.0
+    # half as many episodes as envs: envs 32 .. 63 give one each (not the 32 shortest)
+    assert sorted(returns) == sorted(first[envs // 2 :])
+    assert len(cut) == envs // 2 and max(returns) > 1.5 * min(returns)

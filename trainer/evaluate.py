@@ -134,8 +134,11 @@ def build_policy(
 def play(
     env: Any, policy: Any, normalizer: Any, episodes: int, seed: int, stochastic: bool
 ) -> tuple[list[float], list[bool] | None]:
-    """Returns of the first `episodes` episodes to finish, and which of them a time limit cut
-    (None where the env's statistics do not line up with its rows: agents as rows)."""
+    """Returns of `episodes` episodes, and which of them a time limit cut (None where the
+    env's statistics do not line up with its rows: agents as rows). Env i contributes its
+    first (episodes + i) // num_envs, as SB3's evaluate_policy counts them: the first
+    `episodes` to finish over many envs are the short ones (256 envs read 292 where one env
+    read 406 for the same CartPole policy)."""
     import torch
 
     act_spec = env.act_spec
@@ -146,10 +149,9 @@ def play(
     actions = (
         env.actions if isinstance(env.actions, torch.Tensor) else torch.from_numpy(env.actions)
     )
-    returns: list[float] = []
-    cut: list[bool] | None = []
+    tally = _Tally(env, episodes)
     with torch.inference_mode():
-        while len(returns) < episodes:
+        while not tally.done():
             seen = obs if normalizer is None else normalizer(obs)
             chosen = policy.act(seen, generator)[0] if stochastic else policy.greedy(seen)
             if not act_spec.discrete:
@@ -160,21 +162,48 @@ def play(
             env.step_bound()
             finished = env.drain_episode_stats().episodes
             if finished:
-                returns.extend(env.recent_returns(finished).tolist())
-                cut = _cut(env, finished, cut)
-    return returns[:episodes], None if cut is None else cut[:episodes]
+                tally.add(env, finished)
+    return tally.returns[:episodes], None if tally.cut is None else tally.cut[:episodes]
 
 
-def _cut(env: Any, finished: int, cut: list[bool] | None) -> list[bool] | None:
-    """`cut` with this step's `finished` episodes appended: truncated and not terminated, in
-    env order (the order the statistics record them)."""
-    import torch
+class _Tally:
+    """The episodes `play` keeps: row i's first (episodes + i) // rows while the statistics
+    line up with the rows (an episode for each row that ended), else, from the first step
+    where they do not, the first `episodes` to finish."""
 
-    if cut is None:
-        return None
-    terminated, truncated = torch.as_tensor(env.terminated), torch.as_tensor(env.truncated)
-    flags = (truncated & ~terminated)[terminated | truncated].tolist()
-    return cut + flags if len(flags) == finished else None
+    def __init__(self, env: Any, episodes: int):
+        rows = env.num_envs
+        self.episodes = episodes
+        self.quota: list[int] | None = [(episodes + i) // rows for i in range(rows)]
+        self.counts = [0] * rows
+        self.returns: list[float] = []
+        self.cut: list[bool] | None = []
+
+    def done(self) -> bool:
+        if self.quota is None:
+            return len(self.returns) >= self.episodes
+        return self.counts == self.quota
+
+    def add(self, env: Any, finished: int) -> None:
+        """This step's `finished` episodes (their returns in env order, as the statistics
+        record them)."""
+        import torch
+
+        values = env.recent_returns(finished).tolist()
+        terminated, truncated = torch.as_tensor(env.terminated), torch.as_tensor(env.truncated)
+        rows = torch.nonzero(terminated | truncated).flatten().tolist()
+        if self.quota is None or len(rows) != finished:
+            self.returns.extend(values)
+            self.cut = None
+            self.quota = None
+            return
+        flags = (truncated & ~terminated)[rows].tolist()
+        for row, value, was_cut in zip(rows, values, flags):
+            if self.counts[row] < self.quota[row]:
+                self.counts[row] += 1
+                self.returns.append(value)
+                assert self.cut is not None
+                self.cut.append(was_cut)
 
 
 def main(argv: list[str] | None = None) -> int:
