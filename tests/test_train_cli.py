@@ -30,6 +30,10 @@ def run_train(*args, runs_dir, timeout=240):
         (["--set", "env.num_envs=many"], "env.num_envs: Expected `int`, got `str`"),
         (["--set", "ppo.gamma=1.5"], "ppo.gamma: Expected `float` <= 1"),
         (["--set", "env.num_envs=0"], "env.num_envs: Expected `int` >= 1"),
+        # accepted once, then a run that failed (inf), or a segfault (100,000 threads)
+        (["--set", "ppo.learning_rate=inf"], "ppo.learning_rate: Expected a finite `float`"),
+        (["--set", "policy.log_std_init=1e30"], "policy.log_std_init: Expected `float` <= 20"),
+        (["--set", "train.torch_threads=100000"], "train.torch_threads: Expected `int` <= 1024"),
         (["--env", "NoSuchEnv-v0"], "unknown env id 'NoSuchEnv-v0'"),
         (["--set", "ppo.num_minibatches=7"], "ppo.num_minibatches = 7 must divide the batch"),
         (["--set", "nonsense"], "expected section.key=value"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import tomllib
 import typing
 from collections.abc import Sequence
@@ -20,8 +21,11 @@ from msgspec import Meta, Struct
 
 Positive = Annotated[int, Meta(gt=0)]
 PositiveFloat = Annotated[float, Meta(gt=0)]
+"""Positive, infinity included: where it means "no limit" (a clip, a checkpoint interval)."""
+FinitePositive = Annotated[float, Meta(gt=0, lt=sys.float_info.max)]
+"""Positive and finite: a learning rate of inf trained NaNs after the run had started."""
 Fraction = Annotated[float, Meta(ge=0, le=1)]
-NonNegative = Annotated[float, Meta(ge=0)]
+NonNegative = Annotated[float, Meta(ge=0, lt=sys.float_info.max)]
 
 MAX_SEED = 2**62
 """The largest train.seed (and `operant eval --seed`): seeds derived from it by adding a rank's
@@ -91,7 +95,7 @@ class PolicyConfig(Struct, forbid_unknown_fields=True, kw_only=True):
     arithmetic per sample for the same widths."""
     activation: Literal["tanh", "relu"] = "tanh"
     """Hidden-layer nonlinearity."""
-    log_std_init: float = 0.0
+    log_std_init: Annotated[float, Meta(ge=-20, le=20)] = 0.0
     """Continuous actions: initial log standard deviation of the Gaussian (state-independent,
     learned). Larger explores more."""
     conv_channels: list[Positive] = msgspec.field(default_factory=lambda: [16])
@@ -121,7 +125,7 @@ class PPOConfig(Struct, forbid_unknown_fields=True, kw_only=True):
 
     num_steps: Positive = 16
     """Steps each env takes per rollout; the batch is num_steps x env.num_envs."""
-    learning_rate: PositiveFloat = 3e-3
+    learning_rate: FinitePositive = 3e-3
     """Adam step size (at the start, when annealed)."""
     anneal_lr: bool = True
     """Decay the learning rate linearly to 0 over train.total_steps."""
@@ -135,7 +139,7 @@ class PPOConfig(Struct, forbid_unknown_fields=True, kw_only=True):
     """Passes over each batch (the update's cost is proportional to it)."""
     norm_adv: bool = True
     """Normalise advantages per minibatch."""
-    clip_coef: PositiveFloat = 0.2
+    clip_coef: FinitePositive = 0.2
     """Policy ratio clip range."""
     clip_vloss: bool = True
     """Clip the value loss around the old values, as in the PPO paper's implementation."""
@@ -147,7 +151,7 @@ class PPOConfig(Struct, forbid_unknown_fields=True, kw_only=True):
     """Global gradient-norm clip."""
     target_kl: PositiveFloat | None = None
     """Stop an update's epochs early once the approximate KL exceeds this; None never does."""
-    adam_eps: PositiveFloat = 1e-5
+    adam_eps: FinitePositive = 1e-5
     """Adam epsilon."""
     update_impl: Literal["auto", "native", "torch"] = "auto"
     """Who computes the update's minibatch steps and the rollout's policy forward: "torch"
@@ -173,7 +177,7 @@ class TrainConfig(Struct, forbid_unknown_fields=True, kw_only=True):
     for the whole budget."""
     device: str = "cpu"
     """Torch device for the policy (and for env.impl = "torch"): cpu, cuda, cuda:1, ..."""
-    torch_threads: Annotated[int, Meta(ge=0)] = 1
+    torch_threads: Annotated[int, Meta(ge=0, le=1024)] = 1
     """Intra-op threads for torch on CPU; 0 keeps torch's default. One is the steady choice
     on a 2-core machine: a second speeds the update up ~1.2x but competes with the trainer's
     own threads, and end-to-end steps/s then varied by 18% (docs/performance.md)."""
@@ -194,7 +198,7 @@ class TrainConfig(Struct, forbid_unknown_fields=True, kw_only=True):
     dist_backend: Literal["auto", "gloo", "nccl"] = "auto"
     """Under torchrun (docs/distributed.md): the torch.distributed backend; auto is gloo for
     a CPU policy and nccl for a CUDA one."""
-    dist_timeout_s: PositiveFloat = 300.0
+    dist_timeout_s: FinitePositive = 300.0
     """Under torchrun: seconds a collective may wait for the other ranks before the run ends
     with a message naming the wait (a rank that stopped, hung or died), instead of hanging."""
 
@@ -363,6 +367,8 @@ def _describe(error: msgspec.ValidationError, source: str) -> str:
         return f"{source}: {text} (sections: {sections})"
     path = where.rstrip("`").removeprefix("$").lstrip(".")
     message = message.replace("Object contains unknown field", "unknown key")
+    # FinitePositive's bound, said as what it means
+    message = message.replace(f"`float` < {sys.float_info.max!r}", "a finite `float`")
     if message.startswith("Invalid enum value"):
         choices = _choices(path.split("."))
         message += f" (choices: {', '.join(choices)})" if choices else ""
