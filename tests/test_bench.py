@@ -96,6 +96,10 @@ def test_enforced_target_below_fails_with_1():
             "baseline /nonexistent.json does not exist",
         ),
         (["nonsense"], "invalid choice"),
+        # checked before measuring (a traceback after it, the results lost)
+        (["env_only", "--output", "/nonexistent/x.json"], "no folder /nonexistent; create it"),
+        (["env_only", "--output", "/tmp"], "--output /tmp is a folder: give a file name"),
+        (["env_only", "--plot", "/etc/hostname"], "is a file: give a folder for the plots"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, message):
@@ -345,3 +349,35 @@ def test_shadow_check_passes_for_every_env(env_id, impl):
     report = shadow_check(env_id, impl, num_envs=32, steps=120, seed=3)
     assert report.ok, report.mismatch
     assert report.compared == 32 * 120
+
+
+def test_env_only_measures_torch_and_envs_without_a_gymnasium_vector_entry_point(tmp_path):
+    """`--impl native,torch` (the docs' synopsis) was a TypeError; Pendulum, Acrobot and
+    MountainCar, which Gymnasium vectorises only with its SyncVectorEnv, were a traceback
+    after measuring."""
+    for env_id, impls in (("CartPole-v1", "native,torch"), ("Pendulum-v1", "native")):
+        out = tmp_path / f"{env_id}.json"
+        result = bench(
+            "env_only", "--env", env_id, "--impl", impls, "--num-envs", "64",
+            "--rounds", "1", "--round-seconds", "0.05", "--output", str(out),
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        (row,) = json.loads(out.read_text())["results"]
+        for impl in (*impls.split(","), "gymnasium"):
+            assert row[impl]["median"] > 0, (env_id, impl)
+
+
+def test_the_bound_of_a_grid_counts_its_agents_rows(monkeypatch):
+    """The trainer bench's forward rate counted a grid world as one sample where it steps 8
+    agents' rows: a bound 8x too low, the trainer at "358% of it"."""
+    from operant.trainer.bench import measure
+    from operant.trainer.config import load_config
+
+    counted = []
+    monkeypatch.setattr(
+        measure, "_timed_rounds", lambda work, samples, *a, **k: counted.append(samples) or [1.0]
+    )
+    config = load_config(str(CONFIGS / "Grid-v0.toml"), [])
+    measure.compute_bound(config, seconds=0.01)
+    agents = 8  # configs/Grid-v0.toml's default world
+    assert counted[0] == config.env.num_envs * agents

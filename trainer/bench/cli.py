@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -248,6 +249,27 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
             import matplotlib  # noqa: F401
         except ImportError:
             return "--plot needs matplotlib: pip install 'operant-rl[bench]'"
+    return _path_problem(args)
+
+
+def _path_problem(args: argparse.Namespace) -> str | None:
+    """Where --output and --plot would write, checked before anything is measured (a bad one
+    was a traceback after minutes of measuring, the results lost)."""
+    if args.output:
+        output = Path(args.output)
+        if output.is_dir():
+            return f"--output {output} is a folder: give a file name, e.g. {output / 'bench.json'}"
+        if not output.parent.is_dir():
+            return f"--output {output}: no folder {output.parent}; create it first"
+        if not os.access(output.parent, os.W_OK):
+            return f"--output {output}: cannot write into {output.parent}"
+    if args.plot:
+        folder = Path(args.plot)
+        if folder.exists() and not folder.is_dir():
+            return f"--plot {folder} is a file: give a folder for the plots"
+        existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
+        if existing is not None and not os.access(existing, os.W_OK):
+            return f"--plot {folder}: cannot write into {existing}"
     return None
 
 

@@ -126,12 +126,17 @@ def bench_env_only(args: argparse.Namespace) -> dict[str, Any]:
         for impl in impls:
             env = make_env(args.env, num_envs, impl=impl, copy=False, **profiling)
             env.reset(seed=0)
-            env.actions[:] = random_actions(env, rng)
+            env.actions[:] = _on_device(random_actions(env, rng), env.actions)
             row[impl] = summarize(_measured_rounds(env, args, row if profiling else None))
             env.close()
         if not (args.no_gymnasium or env_checks.has_own_family(args.env)):
+            # Gymnasium's own vector env for the id (CartPole's), else its SyncVectorEnv
+            # (Pendulum, Acrobot, MountainCar have none: the make_vec call was a traceback)
+            has_own = gymnasium.spec(args.env).vector_entry_point is not None
             reference = gymnasium.make_vec(
-                args.env, num_envs=num_envs, vectorization_mode="vector_entry_point"
+                args.env,
+                num_envs=num_envs,
+                vectorization_mode="vector_entry_point" if has_own else "sync",
             )
             reference.reset(seed=0)
             actions = random_actions(reference, rng)
@@ -153,6 +158,17 @@ def bench_env_only(args: argparse.Namespace) -> dict[str, Any]:
     record["results"] = results
     record["mem_delta_mb"] = round(_rss_mb() - before, 2)
     return record
+
+
+def _on_device(actions: Any, like: Any) -> Any:
+    """A numpy batch of actions as `like` holds them: a torch env's actions are a tensor."""
+    import numpy as np
+
+    if isinstance(like, np.ndarray):
+        return actions
+    import torch
+
+    return torch.as_tensor(actions, device=like.device, dtype=like.dtype)
 
 
 def _measured_rounds(env, args: argparse.Namespace, row: dict[str, Any] | None) -> list[float]:
@@ -413,7 +429,7 @@ def compute_bound(config, seconds: float = 1.0) -> dict[str, Any]:
             native=trainer.native,
         )
 
-    forward_sps = rate(forward, config.env.num_envs)
+    forward_sps = rate(forward, obs.shape[0])  # rows: a grid world's agents each a sample
     train_sps = rate(train_update, derived.batch_size * epochs)
     bound = 1.0 / (1.0 / forward_sps + epochs / train_sps)
     return {
