@@ -197,6 +197,11 @@ def _corrupt_checkpoint(tmp_path, stopped):
         (lambda tmp, stopped: "s", ["--best"], "run 's' has no best.pt"),
         (lambda tmp, stopped: checkpoints(stopped)[0], ["--best"], "--best picks a run's best.pt"),
         (lambda tmp, stopped: "s", ["--episodes", "0"], "--episodes and --num-envs must be"),
+        (  # a MemoryError traceback (train and bench refused the same size)
+            lambda tmp, stopped: "s",
+            ["--num-envs", "1000000000000"],
+            "--num-envs 1000000000000: this machine has not the memory for so many envs",
+        ),
     ],
 )
 def test_what_names_no_policy_is_one_line_and_exit_2(

@@ -118,6 +118,11 @@ def build_policy(
         policy = build_registered_policy(config, env.obs_spec, env.act_spec)
     except (EnvError, ConfigError) as error:
         raise EvalInputError(str(error)) from None
+    except MemoryError:
+        raise EvalInputError(
+            f"--num-envs {num_envs}: this machine has not the memory for so many envs; "
+            "give fewer"
+        ) from None
     normalizer = None
     try:
         policy.load_state_dict(loaded.policy)
