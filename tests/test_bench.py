@@ -100,6 +100,12 @@ def test_enforced_target_below_fails_with_1():
         (["env_only", "--output", "/nonexistent/x.json"], "no folder /nonexistent; create it"),
         (["env_only", "--output", "/tmp"], "--output /tmp is a folder: give a file name"),
         (["env_only", "--plot", "/etc/hostname"], "is a file: give a folder for the plots"),
+        # taken before: 0 or -1 seconds, a negative or NaN CV, no impl at all (exit 0)
+        (["env_only", "--round-seconds", "0"], "--round-seconds 0: give seconds above 0"),
+        (["env_only", "--round-seconds", "inf"], "--round-seconds inf: give seconds above 0"),
+        (["env_only", "--max-cv", "nan"], "--max-cv nan: give a coefficient of variation"),
+        (["env_only", "--impl", ","], "--impl names no implementation"),
+        (["trainer", "--seeds", "-1"], "expected integers of at least 0, got '-1'"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, message):

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -58,16 +59,22 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"operant bench: {message} (see operant bench --help)\n")
 
 
-def _int_list(text: str) -> list[int]:
+def _int_list(text: str, least: int = 1) -> list[int]:
     try:
         values = [int(part) for part in text.split(",") if part]
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"expected comma-separated integers, got {text!r}"
         ) from None
-    if not values or min(values) <= 0:
-        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    if not values or min(values) < least:
+        kind = "positive integers" if least == 1 else f"integers of at least {least}"
+        raise argparse.ArgumentTypeError(f"expected {kind}, got {text!r}")
     return values
+
+
+def _seed_list(text: str) -> list[int]:
+    """Seeds as training takes them: 0 included."""
+    return _int_list(text, least=0)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -182,7 +189,7 @@ def _add_measurement_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--seeds",
-        type=_int_list,
+        type=_seed_list,
         default=[1, 2, 3],
         help="trainer: comma-separated seeds, one run each (a round)",
     )
@@ -230,6 +237,12 @@ def _add_config_and_output_arguments(parser: argparse.ArgumentParser) -> None:
 def _usage_problem(args: argparse.Namespace) -> str | None:
     if args.rounds < 1:
         return "--rounds must be at least 1"
+    if not 0 < args.round_seconds < 3600:
+        return f"--round-seconds {args.round_seconds:g}: give seconds above 0 and below 3600"
+    if not 0 <= args.max_cv < math.inf:
+        return f"--max-cv {args.max_cv:g}: give a coefficient of variation of 0 or more"
+    if not [part for part in args.impl.split(",") if part]:
+        return "--impl names no implementation: give native, torch or reference (comma-separated)"
     if args.warmup < 0:
         return "--warmup must be 0 or more"
     if args.profile and args.mode != "env_only":
