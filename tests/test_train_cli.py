@@ -34,6 +34,7 @@ def run_train(*args, runs_dir, timeout=240):
         (["--set", "ppo.learning_rate=inf"], "ppo.learning_rate: Expected a finite `float`"),
         (["--set", "policy.log_std_init=1e30"], "policy.log_std_init: Expected `float` <= 20"),
         (["--set", "train.torch_threads=100000"], "train.torch_threads: Expected `int` <= 1024"),
+        (["--env", ""], "env.id: Expected `str` of length >= 1"),  # said as a bad run id
         (["--env", "NoSuchEnv-v0"], "unknown env id 'NoSuchEnv-v0'"),
         (["--set", "ppo.num_minibatches=7"], "ppo.num_minibatches = 7 must divide the batch"),
         (["--set", "nonsense"], "expected section.key=value"),

@@ -39,7 +39,7 @@ class ConfigError(ValueError):
 class EnvConfig(Struct, forbid_unknown_fields=True, kw_only=True):
     """Which environment, how it is implemented, and how many copies step together."""
 
-    id: str = "CartPole-v1"
+    id: Annotated[str, Meta(min_length=1)] = "CartPole-v1"
     """Environment id: one of Operant's (CartPole-v1, ...) or, with impl = "reference", any
     installed Gymnasium id."""
     impl: Literal["auto", "native", "torch", "reference"] = "auto"
