@@ -66,6 +66,13 @@ def test_env_only_record_and_baseline_ratio(tmp_path):
     compared = json.loads(second.read_text())["baselines"][0]
     assert compared["baseline"] == str(first) and set(compared["ratios"]) == {"native N=64"}
     assert f"vs {first}: native N=64" in result.stdout
+    # another env's record gives no ratio (an Acrobot run read "1.07x" a CartPole record)
+    result = bench(
+        "env_only", "--env", "Acrobot-v1", "--num-envs", "64", "--rounds", "1",
+        "--round-seconds", "0.05", "--no-gymnasium", "--baseline", str(first),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert f"vs {first}: it measured CartPole-v1, this run Acrobot-v1: no ratio" in result.stdout
 
 
 def test_enforced_target_below_fails_with_1():

@@ -53,7 +53,13 @@ def compare(
     """This run's medians over each baseline's, for every measurement both have."""
     ours = _comparable(record)
     comparisons = []
+    env = measured_env(record)
     for path, baseline in baselines:
+        if measured_env(baseline) not in (None, env):
+            # an Acrobot run "1.07x" a CartPole record: no ratio of different envs
+            print(f"vs {path}: it measured {measured_env(baseline)}, this run {env}: no ratio")
+            comparisons.append({"baseline": path, "ratios": {}, "env": measured_env(baseline)})
+            continue
         theirs = _comparable(baseline)
         ratios = {
             key: round(ours[key] / theirs[key], 3)
@@ -66,6 +72,18 @@ def compare(
         )
         print(f"vs {path}: {text}", flush=True)
     return comparisons
+
+
+def measured_env(record: dict[str, Any]) -> str | None:
+    """The env a record measured: env_only's --env, a trainer mode's runs' env id (None for
+    a record that does not say)."""
+    if record.get("mode") == "env_only":
+        return record.get("args", {}).get("env")
+    for cell in record.get("cells", ()):
+        for run in cell.get("runs", ()):
+            if run.get("env_id"):
+                return str(run["env_id"])
+    return None
 
 
 def _status(record: dict[str, Any], args: argparse.Namespace) -> int:
