@@ -176,7 +176,7 @@ class _Tally:
     where they do not, the first `episodes` to finish."""
 
     def __init__(self, env: Any, episodes: int):
-        rows = env.num_envs
+        rows = env.layout.num_rows  # the BatchEnv contract's (a family env may have no num_envs)
         self.episodes = episodes
         self.quota: list[int] | None = [(episodes + i) // rows for i in range(rows)]
         self.counts = [0] * rows
