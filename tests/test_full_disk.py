@@ -187,7 +187,9 @@ def test_a_full_disk_before_any_checkpoint_says_how_to_start_the_run_again(small
     trainer = start(root, log, every_updates=1000)
     try:
         wait_for((run_dir / "progress.jsonl").exists, "no first update")
-        filler = fill(small_disk, leave=128 << 10)
+        # Under the checkpoint's 165 KB even with best.pt's 41 KB freed: a fill made while a
+        # new best.pt and the old one both existed left room for the checkpoint (seen in CI).
+        filler = fill(small_disk, leave=96 << 10)
         trainer.send_signal(signal.SIGTERM)
         status = trainer.wait(timeout=120)
     finally:
