@@ -195,12 +195,16 @@ def main(argv: list[str] | None = None) -> int:
         print(_interrupted_line(plan), file=sys.stderr)
         return EXIT_INTERRUPTED
     finally:
-        signals.restore()
         if argv is None and signals.settled:
             # operant-train's process, its run's outcome written (a finished or stopped run:
             # exit 0), is ending (torch's teardown takes about half a second): a Ctrl-C now
             # ends it at once, still with 0, rather than turning the clean stop into 130.
+            # SIGINT goes from the settled handler (which ignores it) straight to this one:
+            # restored first, a Ctrl-C in between killed the process (seen in CI).
+            signals.restore(keep=(signal.SIGINT,))
             signal.signal(signal.SIGINT, lambda signum, frame: os._exit(EXIT_OK))
+        else:
+            signals.restore()
         if plan is not None:
             plan.release()
 

@@ -59,9 +59,12 @@ class StopSignals:
             self._previous[signum] = signal.signal(signum, self._handle)
         return True
 
-    def restore(self) -> None:
+    def restore(self, keep: tuple[int, ...] = ()) -> None:
+        """The handlers from before `install`, but for the signals in `keep`, which stay
+        this object's until their caller replaces them."""
         for signum, previous in self._previous.items():
-            signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
+            if signum not in keep:
+                signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
         self._previous.clear()
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
