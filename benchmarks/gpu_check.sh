@@ -9,6 +9,7 @@
 set -u
 DEV=${1:-cuda}
 RUNS=${RUNS:-$(mktemp -d)}
+mkdir -p "$RUNS"
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
 
 check() {  # check NAME TIMEOUT CMD...: run CMD, keep its last lines and its exit status
