@@ -235,8 +235,6 @@ def test_trainer_eval_matrix_picks_the_best_cell(tmp_path):
         "1",
         "--max-cv",
         "10",
-        "--bound-seconds",
-        "0.001",
         "--output",
         str(out),
         "--plot",

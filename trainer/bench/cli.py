@@ -23,7 +23,8 @@ printed and, with --output, written to a file; --baseline FILE... prints this ru
 as ratios to earlier records of the same mode; --plot DIR draws the PNGs docs/performance.md
 shows. Exit codes: 0 ok; 1 a measurement was unstable (CV above --max-cv), below an enforced
 --target-sps, or grew memory by more than --max-mem-delta after warm-up; 2 bad input, or a
---validate parity mismatch. A benchmark never runs inside the test suite.
+--validate parity mismatch, or an option the mode does not read (refused, not ignored). A
+benchmark never runs inside the test suite.
 """
 
 from __future__ import annotations
@@ -190,8 +191,8 @@ def _add_measurement_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--seeds",
         type=_seed_list,
-        default=[1, 2, 3],
-        help="trainer: comma-separated seeds, one run each (a round)",
+        help="trainer: comma-separated seeds, one run each (a round), default 1,2,3; "
+        "trainer_eval: the one seed of its env and policy, default 1",
     )
     parser.add_argument(
         "--target-return",
@@ -234,6 +235,49 @@ def _add_config_and_output_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+# The options each mode reads beyond those every mode reads (--max-cv, --target-sps,
+# --enforce-target, --output): one given to a mode that does not read it is refused, not
+# ignored (`env_only --config x.toml` measured the default env as if no config was given).
+_EVERY_MODE = {"mode", "max_cv", "target_sps", "enforce_target", "output"}
+_MEASURED = {"env", "num_envs", "max_mem_delta", "plot", "baseline"}
+_TRAINER_CELLS = {"num_steps", "minibatches", "matrix", "warmup", "config", "overrides"}
+_MODE_OPTIONS = {
+    "env_only": _MEASURED
+    | {"impl", "validate", "validate_steps", "profile", "rounds", "round_seconds", "no_gymnasium"},
+    "trainer": _MEASURED
+    | _TRAINER_CELLS
+    | {"total_steps", "seeds", "target_return", "no_bound", "bound_seconds", "nproc_per_node"},
+    "trainer_eval": _MEASURED | _TRAINER_CELLS | {"rounds", "round_seconds", "seeds"},
+    # trainer --nproc-per-node: whole operant-train runs under torchrun, in other processes
+    "ranks": {"env", "num_envs", "num_steps", "minibatches", "config", "overrides"}
+    | {"total_steps", "seeds", "target_return", "nproc_per_node", "weak_scaling"},
+}
+
+
+def _foreign_option(args: argparse.Namespace) -> str | None:
+    """The first option given that this mode would not read, as a one-line refusal."""
+    parser = build_parser()
+    mode = "ranks" if args.mode == "trainer" and args.nproc_per_node else args.mode
+    allowed = _EVERY_MODE | _MODE_OPTIONS[mode]
+    for action in parser._actions:
+        dest = action.dest
+        if dest in allowed or dest == "help" or getattr(args, dest) == action.default:
+            continue
+        flag = max(action.option_strings, key=len)
+        if mode == "ranks":
+            return (
+                f"{flag} is not an option of trainer --nproc-per-node (its runs are whole "
+                "operant-train processes under torchrun)"
+            )
+        readers = [name for name in MODES if dest in _MODE_OPTIONS[name]]
+        if not readers:
+            return f"{flag} goes with trainer --nproc-per-node"
+        return f"{flag} is not an option of {args.mode} (it is for {' and '.join(readers)})"
+    if args.mode == "trainer_eval" and args.seeds and len(args.seeds) > 1:
+        return "trainer_eval measures one seed's rollouts: give --seeds with one seed"
+    return None
+
+
 def _usage_problem(args: argparse.Namespace) -> str | None:
     if args.rounds < 1:
         return "--rounds must be at least 1"
@@ -257,6 +301,9 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
         return "--nproc-per-node is a trainer option, without --matrix"
     if args.total_steps is not None and args.total_steps < 1:
         return "--total-steps must be positive"
+    foreign = _foreign_option(args)
+    if foreign:
+        return foreign
     if args.plot:
         try:
             import matplotlib  # noqa: F401
@@ -286,6 +333,26 @@ def _path_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
+def _main_ranks(args: argparse.Namespace, record: dict[str, Any]) -> int:
+    """`trainer --nproc-per-node K,...`: the runs under torchrun, judged as a trainer record
+    is (--max-cv and an enforced --target-sps over every K's median)."""
+    from operant.envs import EnvError
+    from operant.trainer.bench.ranks import RunFailed, bench_ranks
+    from operant.trainer.config import ConfigError
+
+    try:
+        record.update(bench_ranks(args))
+    except (ConfigError, EnvError, ValueError) as error:
+        print(f"operant bench: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except RunFailed as error:
+        print(f"operant bench: {error}", file=sys.stderr)
+        return 1
+    if args.output:
+        atomic.write_text(args.output, json.dumps(record, indent=2) + "\n")
+    return _status(record, args)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     problem = _usage_problem(args)
@@ -296,6 +363,8 @@ def main(argv: list[str] | None = None) -> int:
         args.num_envs = ENV_ONLY_NUM_ENVS
     if args.mode == "env_only" and args.env is None:
         args.env = "CartPole-v1"
+    if args.seeds is None:
+        args.seeds = [1] if args.mode == "trainer_eval" else [1, 2, 3]
     try:
         baselines = _load_baselines(args.baseline, args.mode)
     except ValueError as error:
@@ -311,17 +380,7 @@ def main(argv: list[str] | None = None) -> int:
         "time": time.time(),
     }
     if args.nproc_per_node:
-        from operant.trainer.bench.ranks import bench_ranks
-
-        try:
-            record.update(bench_ranks(args))
-        except ValueError as error:
-            print(f"operant bench: {error}", file=sys.stderr)
-            return 1
-        text = json.dumps(record, indent=2)
-        if args.output:
-            atomic.write_text(args.output, text + "\n")
-        return 0
+        return _main_ranks(args, record)
     run = {
         "env_only": bench_env_only,
         "trainer": bench_trainer,

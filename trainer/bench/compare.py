@@ -104,7 +104,15 @@ def _status(record: dict[str, Any], args: argparse.Namespace) -> int:
         status = EXIT_UNSTABLE
     if args.max_mem_delta is not None:
         grown = _mem_delta(record)
-        if grown is not None and grown > args.max_mem_delta:
+        if grown is None:  # no run trained past --warmup: a limit nothing was held to
+            print(
+                f"operant bench: --max-mem-delta {args.max_mem_delta:g}: nothing measured (no "
+                f"run trained past --warmup {args.warmup} updates); lower --warmup or raise "
+                "--total-steps",
+                file=sys.stderr,
+            )
+            status = EXIT_UNSTABLE
+        elif grown > args.max_mem_delta:
             print(
                 f"operant bench: resident memory grew by {grown:.1f} MB after warm-up "
                 f"(--max-mem-delta {args.max_mem_delta:g})",
@@ -128,6 +136,8 @@ def _mem_delta(record: dict[str, Any]) -> float | None:
 def _medians(record: dict[str, Any]) -> list[tuple[float, float]]:
     """(median, cv) of what decides the exit status: every env_only measurement; the best
     configuration of a trainer mode (with --matrix, unstable cells are simply not chosen)."""
+    if "ranks" in record:  # trainer --nproc-per-node: every K
+        return [(row["sps"]["median"], row["sps"]["cv"]) for row in record["ranks"].values()]
     if record["mode"] != "env_only":
         return [(record["summary"]["sps"]["median"], record["summary"]["sps"]["cv"])]
     impls = [part for part in record["args"]["impl"].split(",") if part]
