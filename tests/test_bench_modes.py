@@ -45,7 +45,7 @@ def test_an_option_of_another_mode_is_refused_in_one_line(args, message):
 
 def test_ranks_runs_train_the_given_env_and_batch_and_are_judged(tmp_path):
     # --env, --num-envs, --num-steps reach the torchrun run (it trained Acrobot, 4 x 32 a
-    # rollout: 16 updates of 2,048 steps); an enforced target it misses exits 1, the record
+    # rollout: 16 updates of 128 steps); an enforced target it misses exits 1, the record
     # written first.
     out = tmp_path / "ranks.json"
     result = bench(

@@ -538,3 +538,15 @@ def test_leaving_the_default_root_needs_no_runs_dir(tmp_path, monkeypatch):
     assert detach_message("r", _view("r", tmp_path, status="running"), tmp_path) == (
         "detached from r; training goes on. Reattach: operant monitor r"
     )
+
+
+def test_counts_of_one_read_singular():
+    from operant.trainer.config import Config, derive
+    from operant.trainer.errors import counted
+
+    assert [counted(n, "update") for n in (0, 1, 2, 4096)] == [
+        "0 updates", "1 update", "2 updates", "4,096 updates"
+    ]  # fmt: skip
+    config = Config()
+    config.train.total_steps = 100
+    assert derive(config).rounding_note(config).endswith("training 2,048 steps (1 update)")

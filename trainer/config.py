@@ -19,6 +19,8 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta, Struct
 
+from operant.trainer.errors import counted
+
 Positive = Annotated[int, Meta(gt=0)]
 PositiveFloat = Annotated[float, Meta(gt=0)]
 """Positive, infinity included: where it means "no limit" (a clip, a checkpoint interval)."""
@@ -268,7 +270,7 @@ class Derived(Struct, frozen=True):
         return (
             f"train.total_steps = {config.train.total_steps:,} is not a whole number of "
             f"updates of {self.batch_size:,} steps ({rows}): training "
-            f"{self.total_steps:,} steps ({self.num_updates:,} updates)"
+            f"{self.total_steps:,} steps ({counted(self.num_updates, 'update')})"
         )
 
 

@@ -14,6 +14,7 @@ import msgspec
 
 from operant.shared.record import RunSummary
 from operant.trainer.checkpoint import Checkpointer
+from operant.trainer.errors import counted
 from operant.trainer.progress import number_or_dash
 from operant.trainer.resume import RunPlan, resume_hint
 from operant.trainer.service_protocol import Outcome, Service
@@ -49,7 +50,8 @@ class Console(Service):
             )
             print(
                 f"run {plan.run_id}: {plan.config.env.id} ({trainer.impl}), "
-                f"{plan.config.env.num_envs} envs, {derived.num_updates} updates of "
+                f"{counted(plan.config.env.num_envs, 'env')}, "
+                f"{counted(derived.num_updates, 'update')} of "
                 f"{derived.batch_size} steps{origin} -> {self.run_dir}",
                 flush=True,
             )

@@ -1,4 +1,4 @@
-"""What a one-line refusal or run reason quotes of an exception: its first line."""
+"""The wording of one-line messages: an exception's first line, a count with its noun."""
 
 
 def first_line(error: BaseException, limit: int | None = None) -> str:
@@ -8,3 +8,8 @@ def first_line(error: BaseException, limit: int | None = None) -> str:
     if limit is not None and len(line) > limit:
         return line[: limit - 3] + "..."
     return line
+
+
+def counted(count: int, noun: str) -> str:
+    """`count` and its noun, singular for one: "1 update", "4,096 updates"."""
+    return f"{count:,} {noun}" + ("" if count == 1 else "s")

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from operant.trainer.config import MAX_SEED
-from operant.trainer.errors import first_line
+from operant.trainer.errors import counted, first_line
 from operant.trainer.eval_load import EvalInputError, LoadedPolicy, resolve
 
 EXIT_OK, EXIT_USAGE = 0, 2
@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_OK
     step = f" at step {loaded.global_step:,}" if loaded.global_step is not None else ""
     print(
-        f"{config.env.id}: {len(returns)} episodes, return {result['return_mean']:.1f} "
+        f"{config.env.id}: {counted(len(returns), 'episode')}, return {result['return_mean']:.1f} "
         f"± {result['return_std']:.1f} (min {result['return_min']:.1f}, max "
         f"{result['return_max']:.1f}), {'greedy' if not args.stochastic else 'stochastic'}; "
         f"{loaded.kind} {loaded.path}{step}"

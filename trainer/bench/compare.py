@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from operant.trainer.bench.measure import _label
+from operant.trainer.errors import counted
 
 EXIT_OK, EXIT_UNSTABLE = 0, 1
 
@@ -107,8 +108,8 @@ def _status(record: dict[str, Any], args: argparse.Namespace) -> int:
         if grown is None:  # no run trained past --warmup: a limit nothing was held to
             print(
                 f"operant bench: --max-mem-delta {args.max_mem_delta:g}: nothing measured (no "
-                f"run trained past --warmup {args.warmup} updates); lower --warmup or raise "
-                "--total-steps",
+                f"run trained past --warmup {counted(args.warmup, 'update')}); lower --warmup "
+                "or raise --total-steps",
                 file=sys.stderr,
             )
             status = EXIT_UNSTABLE

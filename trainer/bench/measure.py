@@ -345,7 +345,9 @@ def _train_once(args: argparse.Namespace, cell: dict[str, int], seed: int) -> di
     final = run["final_return_mean"]
     print(
         f"  seed {seed}: {run['global_step']:,} steps, {run['sps_mean']:,.0f} steps/s, {solved}, "
-        f"last-100 mean {final if final is None else round(final, 1)}",
+        f"last-100 mean {round(final, 1)}"
+        if final is not None
+        else "no episode finished",
         flush=True,
     )
     return run
