@@ -110,6 +110,21 @@ def test_a_checkpoint_file_is_evaluated_as_its_policy(stopped, root):
     assert report["global_step"] == 3 * 256  # the first periodic checkpoint: update 3
 
 
+def test_the_latest_pointer_is_evaluated_as_the_checkpoint_it_names(stopped, root):
+    # checkpoints/latest is the file a user finds beside the checkpoints (it was refused as
+    # "not an operant model or checkpoint")
+    named = stopped / "checkpoints" / (stopped / "checkpoints" / "latest").read_text().strip()
+    report = evaluate(stopped / "checkpoints" / "latest", root=root)
+    assert (report["model"], report["kind"]) == (str(named), "checkpoint")
+
+
+def _bad_pointer(tmp_path, stopped):
+    copy = tmp_path / "copied"
+    shutil.copytree(stopped, copy)
+    (copy / "checkpoints" / "latest").write_text("ckpt-000000999.pt\n")
+    return copy / "checkpoints" / "latest"
+
+
 def test_best_picks_best_pt_and_the_last_policy_is_the_default(stopped, root):
     # best.pt has model.pt's format; make one from an older checkpoint, as the trainer would
     # have saved it when that update was the best.
@@ -195,6 +210,7 @@ def _corrupt_checkpoint(tmp_path, stopped):
         (lambda tmp, stopped: "missing/model.pt", [], "missing/model.pt: no such file"),
         (lambda tmp, stopped: tmp, [], "holds no model.pt and no checkpoint"),
         (lambda tmp, stopped: "s", ["--best"], "run 's' has no best.pt"),
+        (lambda tmp, stopped: _bad_pointer(tmp, stopped), [], "names ckpt-000000999.pt, which"),
         (lambda tmp, stopped: checkpoints(stopped)[0], ["--best"], "--best picks a run's best.pt"),
         (lambda tmp, stopped: "s", ["--episodes", "0"], "--episodes and --num-envs must be"),
         (  # a MemoryError traceback (train and bench refused the same size)

@@ -1,7 +1,8 @@
 """What `operant eval` evaluates, named as the user names it: a run (its id, `latest`, its
-directory: its last policy, or `--best`), a model file (`model.pt`, `best.pt`) or a checkpoint,
-each checked against its digest; every refusal an EvalInputError of one line
-(operant.trainer.evaluate runs what this loads)."""
+directory: its last policy, or `--best`), a model file (`model.pt`, `best.pt`) or a checkpoint
+(a run's `checkpoints/latest` pointer: the checkpoint it names), each checked against its
+digest; every refusal an EvalInputError of one line (operant.trainer.evaluate runs what this
+loads)."""
 
 from __future__ import annotations
 
@@ -159,6 +160,21 @@ def load_run_policy(run_dir: Path, best: bool) -> LoadedPolicy:
     return load_policy_file(newest) if checkpoint.update_of(newest) > model_update else model
 
 
+def _followed(path: Path) -> Path:
+    """The checkpoint a run's `checkpoints/latest` pointer names, for that file; any other
+    path as it is."""
+    from operant.shared import runs
+    from operant.trainer import checkpoint
+
+    if path.name != checkpoint.POINTER or path.parent.name != runs.CHECKPOINT_DIR:
+        return path
+    try:
+        named = checkpoint.read_pointer(path.parent)
+    except checkpoint.CheckpointError as error:
+        raise EvalInputError(str(error)) from None
+    return named if named is not None else path
+
+
 def resolve(target: str, runs_dir: str | None, best: bool) -> LoadedPolicy:
     """What `operant eval TARGET` evaluates (see the module docstring)."""
     from operant.shared import runs
@@ -173,7 +189,7 @@ def resolve(target: str, runs_dir: str | None, best: bool) -> LoadedPolicy:
                 f"--best picks a run's {BEST_FILE}: name the run (its id, "
                 f"'latest' or its directory), not the file {path}"
             )
-        return load_policy_file(path)
+        return load_policy_file(_followed(path))
     if "/" in target or target.endswith(".pt"):
         raise EvalInputError(f"{path}: no such file")
     try:
