@@ -43,6 +43,7 @@ except ModuleNotFoundError as error:
     ) from None
 
 from operant.envs import make_env
+from operant.envs.vector_spec import single_spec
 
 __all__ = ["OperantVecEnv", "make_vec_env"]
 
@@ -195,8 +196,11 @@ class OperantVecEnv(VecEnv):
     # -- SB3's per-env calls, on one vector env that holds every env ---------------------------
     def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
         """The vector env's attribute, once per index; `observation_space` and `action_space`
-        are the single env's, as DummyVecEnv's envs report them. AttributeError if absent."""
+        are the single env's, as DummyVecEnv's envs report them, and so is `spec` (the id's
+        EnvSpec, as `gymnasium.make` gives it). AttributeError if absent."""
         value = getattr(self.vector_env, _SINGLE_ENV_ATTRIBUTES.get(attr_name, attr_name))
+        if attr_name == "spec":
+            value = single_spec(value)
         return [value for _ in self._get_indices(indices)]
 
     def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:

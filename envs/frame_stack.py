@@ -157,7 +157,7 @@ class FrameStackEnv(EnvLayer):
         self.num_envs = env.num_envs
         self.metadata = env.metadata
         self.render_mode = None
-        self.spec = None
+        self.spec = getattr(env, "spec", None)
         single = env.single_observation_space
         self.single_observation_space = spaces.Box(
             np.concatenate([np.broadcast_to(single.low, single.shape)] * depth),

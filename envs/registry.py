@@ -283,7 +283,11 @@ def make_env(
             f"env.frame_stack = {frame_stack} and env.overlap = true do not combine (the "
             "overlapped rollout steps the kernel's halves itself): drop one"
         )
+    from operant.envs.vector_spec import vector_spec
+
     env = _make_env(env_id, num_envs, impl, copy, device, overlap, options, workers, kwargs)
+    if getattr(env, "spec", None) is None:
+        env.spec = vector_spec(_key(env_id), env, num_envs)
     return with_info_mode(stack_env(env, frame_stack), info_mode)
 
 

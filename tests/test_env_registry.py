@@ -402,3 +402,18 @@ def test_an_unknown_keyword_is_one_line_listing_the_options(impl, overlap, liste
     with pytest.raises(EnvError) as error:
         make_env("CartPole-v1", 2, impl=impl, overlap=overlap, foo=1)
     assert str(error.value).endswith(f"its options: {listed}")
+
+
+def test_make_env_gives_its_vector_env_a_spec_as_make_vec_does():
+    # None before: env.spec.id and env.spec.max_episode_steps are what Gymnasium users read
+    from operant.envs import make_env
+
+    env = make_env("CartPole-v1", 3)
+    assert (env.spec.id, env.spec.max_episode_steps, env.spec.kwargs["num_envs"]) == (
+        "CartPole-v1", 500, 3,
+    )  # fmt: skip
+    assert env.spec.reward_threshold == gymnasium.spec("CartPole-v1").reward_threshold
+    assert make_env("Acrobot-v1", 2, max_episode_steps=100).spec.max_episode_steps == 100
+    stacked = make_env("MinAtar-Breakout-v1", 2, frame_stack=4, info_mode="full")
+    assert stacked.spec.id == "operant/MinAtar-Breakout-v1"
+    assert make_env("Grid-v0", 2).spec.kwargs["num_envs"] == 2  # worlds, as make_vec counts

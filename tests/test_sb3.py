@@ -195,6 +195,14 @@ def test_per_env_calls_on_one_vector_env():
     for name in ("observation_space", "action_space", "render_mode"):
         assert ours.get_attr(name) == theirs.get_attr(name)
     assert ours.get_attr("num_envs", indices=[1, 2]) == [NUM_ENVS, NUM_ENVS]
+    # the single env's EnvSpec, as DummyVecEnv's envs give it (None before); theirs carries
+    # SB3's Monitor and render_mode besides
+    for spec, their_spec in zip(ours.get_attr("spec"), theirs.get_attr("spec"), strict=True):
+        assert (spec.id, spec.max_episode_steps, spec.reward_threshold, spec.entry_point) == (
+            their_spec.id, their_spec.max_episode_steps, their_spec.reward_threshold,
+            their_spec.entry_point,
+        )  # fmt: skip
+        assert "num_envs" not in spec.kwargs
     for env in (ours, theirs):
         with pytest.raises(AttributeError):
             env.get_attr("no_such_attribute")
