@@ -23,7 +23,13 @@ from operant.shared import frame as frames
 from operant.shared import metrics_layout as fmt
 from operant.shared.ranks import RankRow, RunReader, RunSnapshot, status_text
 from operant.shared.reader import Frame, MetricsFileError, Snapshot, shown_status
-from operant.shared.runs import RunNotFoundError, resolve_run, root_problem, runs_root
+from operant.shared.runs import (
+    LATEST_NAME,
+    RunNotFoundError,
+    resolve_run,
+    root_problem,
+    runs_root,
+)
 
 PROG = "operant monitor"
 # Top-level keys of `--json` besides the run's own metrics, which also appear under "metrics".
@@ -71,6 +77,13 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     if args.run and args.latest:
         return _error("give a RUN_ID or --latest, not both")
+    if args.run == LATEST_NAME:  # `operant monitor latest` is --latest, as `operant eval latest`
+        args.run, args.latest = None, True
+    if args.follow and (args.once or args.json):
+        return _error(
+            "--follow keeps the live view on the newest run; --once and --json read one "
+            "snapshot: drop --follow (or --once/--json)"
+        )
     _take_run_directory(args)
     if not (args.once or args.json):
         return interactive(args)

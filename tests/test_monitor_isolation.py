@@ -123,6 +123,8 @@ def test_the_monitor_never_writes_into_a_run_directory(tmp_path):
         (["--latest", "--refresh", "0"], "--refresh 0: give a number of seconds"),
         (["--latest"], "no runs yet under"),
         (["nope"], "no run 'nope'"),
+        (["--latest", "--follow", "--once"], "--follow keeps the live view on the newest run"),
+        (["--follow", "--json"], "drop --follow (or --once/--json)"),  # --follow was ignored
     ],
 )
 def test_interactive_mistakes_fail_in_one_line_before_textual(
@@ -144,3 +146,12 @@ def test_interactive_without_a_terminal_points_to_once(tmp_path, capsys, monkeyp
         run.close()
     err = capsys.readouterr().err
     assert "needs a terminal; use --once or --json" in err and err.count("\n") == 1
+
+
+def test_latest_as_the_run_is_the_latest_flag(tmp_path, capsys, monkeypatch):
+    # `operant monitor latest --follow` was refused as "not a RUN_ID"; it is --latest, as
+    # `operant eval latest` takes it (here it gets as far as wanting a terminal)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: False)
+    monkeypatch.delenv(cli.WEB_DRIVER_ENV, raising=False)
+    assert cli.main(["latest", "--follow", "--runs-dir", str(tmp_path)]) == 2
+    assert "needs a terminal; use --once or --json" in capsys.readouterr().err
