@@ -34,7 +34,10 @@ over a per-rank family stays right (Prometheus's rule that a sum or average over
 labels must mean something). A rank that died keeps its series, its `operant_run_status`
 saying `crashed`; `sum by (run) (operant_run_status{status="crashed"})` counts such ranks.
 The exporter's own: `operant_exporter_runs`, `operant_exporter_read_errors_total` (metrics
-files that could not be read) and `operant_exporter_bad_requests_total`.
+files that could not be read, one per file per scrape), `operant_exporter_unreadable_files`
+(those of the last scrape: an alert on it clears once a bad file is mended or removed, where
+`increase()` of the counter stays above 0 while one stale bad directory remains) and
+`operant_exporter_bad_requests_total`.
 
 Anything but `GET`/`HEAD` of `/metrics` or `/` gets a 4xx answer (404 unknown path, 405 other
 methods, 400 a malformed request); a client that stalls is dropped after 10 s. It listens on
@@ -279,7 +282,8 @@ def _add_totals(add: _Add, run_id: str, run: RunSnapshot) -> None:
 
 
 def _add_exporter(add: _Add, files: int, exporter_stats: dict[str, int]) -> None:
-    """Add the exporter's own samples: files scraped, read errors, bad requests."""
+    """Add the exporter's own samples: files scraped, read errors (ever, and in this
+    scrape), bad requests."""
     add(PREFIX + "exporter_runs", "gauge", "Metrics files in this scrape.", {}, files)
     add(
         PREFIX + "exporter_read_errors",
@@ -287,6 +291,13 @@ def _add_exporter(add: _Add, files: int, exporter_stats: dict[str, int]) -> None
         "Metrics files the exporter could not read (missing, corrupt, foreign).",
         {},
         exporter_stats["read_errors"],
+    )
+    add(
+        PREFIX + "exporter_unreadable_files",
+        "gauge",
+        "Metrics files this scrape could not read: 0 again once they are mended or removed.",
+        {},
+        exporter_stats.get("unreadable", 0),
     )
     add(
         PREFIX + "exporter_bad_requests",
@@ -343,6 +354,7 @@ class Collector:
     def __init__(self, root: Path, keep_finished_s: float):
         self.root, self.keep_finished_s = root, keep_finished_s
         self.read_errors = 0
+        self.unreadable = 0  # in the last scrape
         self.bad_requests = 0
         self.lock = threading.Lock()
         self._readers: dict[Path, RunReader] = {}
@@ -354,6 +366,7 @@ class Collector:
         """(run id, the run's snapshots) of every run to export now."""
         found: list[tuple[str, RunSnapshot]] = []
         seen: set[Path] = set()
+        self.unreadable = 0
         try:
             run_dirs = runs.list_run_dirs(self.root)
         except OSError:  # the root vanished or changed while being listed
@@ -406,10 +419,14 @@ class Collector:
                 self._forget(run_dir)
                 continue
             # A rank whose file cannot be read is one read error, as a run's file is.
-            self.read_errors += sum(1 for row in run.ranks if row.status == RANK_UNKNOWN)
+            self._unreadable(sum(1 for row in run.ranks if row.status == RANK_UNKNOWN))
             return run
-        self.read_errors += 1
+        self._unreadable(1)
         return None
+
+    def _unreadable(self, files: int) -> None:
+        self.read_errors += files
+        self.unreadable += files
 
     def _forget(self, run_dir: Path) -> None:
         reader = self._readers.pop(run_dir, None)
@@ -421,7 +438,11 @@ class Collector:
             found = self.collect()
             return exposition(
                 found,
-                {"read_errors": self.read_errors, "bad_requests": self.bad_requests},
+                {
+                    "read_errors": self.read_errors,
+                    "unreadable": self.unreadable,
+                    "bad_requests": self.bad_requests,
+                },
                 openmetrics,
             )
 

@@ -310,3 +310,30 @@ def test_keep_finished_takes_inf_and_refuses_what_is_no_duration(tmp_path):
             "operant exporter: --keep-finished must be a non-negative number of seconds "
             "(inf: forever)"
         ]
+
+
+def test_unreadable_files_is_the_last_scrapes_count(tmp_path):
+    # The counter grows by one a scrape for as long as a bad file stays (so `increase() > 0`
+    # never clears for one stale directory); the gauge says how many this scrape could not
+    # read, and is 0 again once the file is removed.
+    from monitor_fixtures import Run
+
+    from operant.shared.runs import METRICS_FILE, create_run_dir
+
+    good = Run(tmp_path, "good")
+    bad = create_run_dir(tmp_path, "bad") / METRICS_FILE
+    bad.write_bytes(b"not a metrics file" * 100)
+    collector = Collector(tmp_path, math.inf)
+    try:
+        for scraped in (1, 2):
+            samples, _ = parse(collector.scrape(openmetrics=False), openmetrics=False)
+            assert value(samples, "operant_exporter_unreadable_files") == 1
+            assert value(samples, "operant_exporter_read_errors_total") == scraped
+        bad.unlink()
+        samples, _ = parse(collector.scrape(openmetrics=False), openmetrics=False)
+        assert value(samples, "operant_exporter_unreadable_files") == 0
+        assert value(samples, "operant_exporter_read_errors_total") == 2
+        assert value(samples, "operant_exporter_runs") == 1
+    finally:
+        collector.close()
+        good.close()
