@@ -214,6 +214,16 @@ def refuse_reset_options(options: dict[str, Any] | None, what: str, instead: str
         )
 
 
+def to_host(value: Any) -> np.ndarray:
+    """A step's output as numpy: an array as it is, a torch env's tensor copied to the host
+    (duck-typed: this module does not import torch)."""
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "detach"):
+        value = value.detach().cpu()
+    return np.asarray(value)
+
+
 def cleared_stats() -> np.ndarray:
     """A fresh statistics record (what a drain leaves behind)."""
     record = np.zeros((), dtype=EPISODE_STATS_DTYPE)

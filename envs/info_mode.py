@@ -28,6 +28,7 @@ from typing import Any, Literal
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
+from operant.envs.contract import to_host
 from operant.envs.forwarding import EnvLayer
 from operant.envs.registry import EnvError
 
@@ -83,7 +84,7 @@ class InfoModeEnv(EnvLayer):
             rewards,
             terminated,
             truncated,
-            self._with_episodes(info, _host(rewards), _host(terminated), _host(truncated)),
+            self._with_episodes(info, to_host(rewards), to_host(terminated), to_host(truncated)),
         )
 
     def _step_without_info(self, actions: Any) -> tuple[Any, ...]:
@@ -133,11 +134,3 @@ class InfoModeEnv(EnvLayer):
             np.copyto(lengths, 0, where=done)
             np.copyto(started, now, where=done)
         return info
-
-
-def _host(values: Any) -> np.ndarray:
-    """A numpy view or copy of a step's output (a torch env's tensors come to the host: "full"
-    builds per-step Python objects anyway)."""
-    if isinstance(values, np.ndarray):
-        return values
-    return values.detach().cpu().numpy()

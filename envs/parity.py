@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from operant.envs.contract import to_host
+
 RTOL = ATOL = 1e-5
 
 
@@ -61,13 +63,9 @@ def random_actions(env, rng: np.random.Generator) -> np.ndarray:
     return rng.uniform(space.low, space.high, size=(env.num_envs, *space.shape)).astype(np.float32)
 
 
-def _host(value) -> np.ndarray:
-    return value.cpu().numpy() if hasattr(value, "cpu") else np.asarray(value)
-
-
 def _state(env) -> np.ndarray:
     """The (state_dim, N) float64 state of a native or torch env."""
-    return _host(env.kernel.state if env.impl == "native" else env.state)
+    return to_host(env.kernel.state if env.impl == "native" else env.state)
 
 
 def _gymnasium_env(env_id: str):
@@ -99,11 +97,11 @@ def _first_mismatch(checks: tuple[tuple[str, np.ndarray, np.ndarray, bool], ...]
 
 def _step_mismatch(env: Any, results: list[Any], elapsed: np.ndarray) -> tuple[str, Any]:
     """Compare one step of `env` with its shadows' `results`: the first mismatch and `done`."""
-    obs, final_obs = _host(env.obs), _host(env.final_obs)
+    obs, final_obs = to_host(env.obs), to_host(env.final_obs)
     rewards, terminated, truncated = (
-        _host(env.rewards),
-        _host(env.terminated),
-        _host(env.truncated),
+        to_host(env.rewards),
+        to_host(env.terminated),
+        to_host(env.truncated),
     )
     expected_obs = np.stack([np.asarray(r[0], dtype=np.float32) for r in results])
     expected_reward = np.array([r[1] for r in results], dtype=np.float32)

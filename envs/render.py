@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from operant.envs.contract import to_host
 from operant.envs.registry import EnvError
 
 RENDER_MODES = ("rgb_array", "human")
@@ -168,9 +169,9 @@ class RenderFace:
         `terminal`, the envs showing their terminal observation (`shown_obs`)."""
         if self._renderer is None:
             return
-        self._acted[:] = _host(acted)
-        self._terminal[:] = _host(terminal)
-        self._terminal_obs = _host(shown_obs) if self._terminal.any() else None
+        self._acted[:] = to_host(acted)
+        self._terminal[:] = to_host(terminal)
+        self._terminal_obs = to_host(shown_obs) if self._terminal.any() else None
         if self.render_mode == "human":
             self.render()
 
@@ -185,7 +186,7 @@ class RenderFace:
             )
             return None
         states = self._render_states()
-        actions = _host(self.actions).reshape(self.num_envs, -1)
+        actions = to_host(self.actions).reshape(self.num_envs, -1)
         count = 1 if self.render_mode == "human" else self.num_envs
         frames = []
         for i in range(count):
@@ -206,7 +207,3 @@ def repeat_pixels(image: np.ndarray, factor: int) -> np.ndarray:
     if factor == 1:
         return image
     return np.repeat(np.repeat(image, factor, axis=0), factor, axis=1)
-
-
-def _host(value: Any) -> np.ndarray:
-    return value.cpu().numpy() if hasattr(value, "cpu") else np.asarray(value)
