@@ -170,3 +170,17 @@ def test_a_resume_replaces_a_damaged_best(tmp_path):
     kept = torch.load(path, map_location="cpu", weights_only=True)
     assert kept["episode_return_mean"] < 1000.0
     assert kept["digest"] == content_digest(kept)
+
+
+def test_a_run_with_no_finished_episode_says_so(tmp_path):
+    # Pendulum's episodes last 200 steps: one update of 8 envs x 128 steps ends none. The
+    # summary said "mean return of the last 100 episodes -"
+    root = tmp_path / "runs"
+    result = run(
+        "operant-train", "--env", "Pendulum-v1", "--runs-dir", str(root), "--run-id", "none",
+        "--total-steps", "1024", "--set", "env.num_envs=8", "--set", "ppo.num_steps=128",
+        "--set", "ppo.num_minibatches=4", timeout=240,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    (done,) = [line for line in result.stdout.splitlines() if line.startswith("done: ")]
+    assert done.endswith(f", no episode finished -> {root / 'none'}")

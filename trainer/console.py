@@ -178,12 +178,13 @@ class Console(Service):
             if self.start_step
             else f"{summary.global_step:,} steps in {summary.elapsed_s:.1f}s ({rate} steps/s)"
         )
-        print(
-            f"done: {steps}, mean return of the last 100 "
-            f"episodes {number_or_dash(summary.episode_return_mean, '.1f')}{solved} -> "
-            f"{self.run_dir}",
-            flush=True,
+        mean = summary.episode_return_mean
+        returns = (
+            f"mean return of the last 100 episodes {number_or_dash(mean, '.1f')}"
+            if mean is not None
+            else "no episode finished"
         )
+        print(f"done: {steps}, {returns}{solved} -> {self.run_dir}", flush=True)
         for line in (best.verdict(), best.best_line()) if best is not None else ():
             if line is not None:
                 print(line, flush=True)

@@ -343,11 +343,10 @@ def _train_once(args: argparse.Namespace, cell: dict[str, int], seed: int) -> di
     if trainer.config.train.target_return is None:
         solved = "no target return"
     final = run["final_return_mean"]
+    returns = f"last-100 mean {round(final, 1)}" if final is not None else "no episode finished"
     print(
         f"  seed {seed}: {run['global_step']:,} steps, {run['sps_mean']:,.0f} steps/s, {solved}, "
-        f"last-100 mean {round(final, 1)}"
-        if final is not None
-        else "no episode finished",
+        f"{returns}",
         flush=True,
     )
     return run
