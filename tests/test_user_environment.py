@@ -97,11 +97,11 @@ OTHER_CORPUS = [
     (["operant", "eval", "nope", "--runs-dir", "{base}/runs"], ["no run 'nope'"]),
     (["operant", "eval", "not-a-run", "--best", "--runs-dir", "{base}/runs"], ["best.pt"]),
     (
-        ["operant", "bench", "trainer", "--set", "train.device=cuda:99", "--rounds", "1"],
+        ["operant", "bench", "trainer", "--set", "train.device=cuda:99", "--seeds", "1"],
         ["train.device = 'cuda:99'"],
     ),
     (
-        ["operant", "bench", "trainer", "--set", "env.num_envs=200000000", "--rounds", "1"],
+        ["operant", "bench", "trainer", "--set", "env.num_envs=200000000", "--seeds", "1"],
         ["needs about", "of memory", "available"],
     ),
     (
@@ -109,7 +109,7 @@ OTHER_CORPUS = [
         ["--num-envs 2,000,000,000", "needs about", "available"],
     ),
     (
-        ["operant", "bench", "trainer", "--config", "{base}/cut.toml", "--rounds", "1"],
+        ["operant", "bench", "trainer", "--config", "{base}/cut.toml", "--seeds", "1"],
         ["cut.toml: not valid TOML"],
     ),
     (["operant", "exporter", "--listen", "127.0.0.1:99999"], ["between 0 and 65535"]),
@@ -123,7 +123,7 @@ OTHER_CORPUS = [
 if not box2d_installed():
     OTHER_CORPUS.append(
         (
-            ["operant", "bench", "trainer", "--set", "env.id=LunarLander-v3", "--rounds", "1"],
+            ["operant", "bench", "trainer", "--set", "env.id=LunarLander-v3", "--seeds", "1"],
             ["not installed", "box2d"],
         )
     )
