@@ -107,7 +107,17 @@ class ActSpec:
                 np.asarray(space.low, dtype=np.float32),
                 np.asarray(space.high, dtype=np.float32),
             )
-        raise TypeError(f"operant trains Discrete and Box action spaces, got {space}")
+        raise TypeError(
+            f"operant trains Discrete and Box action spaces, got {space}: map it onto one "
+            "with a gymnasium.ActionWrapper (MultiDiscrete([a, b]) onto Discrete(a * b), "
+            "say) and register the wrapped env"
+        )
+
+
+FLAT_BOX_HINT = (
+    "operant trains on flat Box observations: wrap it in gymnasium.wrappers.FlattenObservation "
+    "and register the wrapped env"
+)
 
 
 @dataclass(frozen=True)

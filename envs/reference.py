@@ -24,7 +24,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 
 from operant.envs.autoreset import autoreset_mode as parse_autoreset_mode
 from operant.envs.autoreset import with_autoreset_mode
-from operant.envs.contract import ActSpec, ObsSpec, RowLayout
+from operant.envs.contract import FLAT_BOX_HINT, ActSpec, ObsSpec, RowLayout
 from operant.envs.episodes import AccountedPythonEnv, EpisodeAccounting
 from operant.envs.native import allocate_buffers, load_actions, step_outputs
 from operant.envs.registry import EnvError
@@ -92,12 +92,14 @@ class ReferenceVectorEnv(AccountedPythonEnv, VectorEnv):
         self.action_space = self.inner.action_space
         if not isinstance(self.single_observation_space, spaces.Box):
             raise EnvError(
-                f"{env_id} has {self.single_observation_space} observations; "
-                "operant trains on flat Box observations"
+                f"{env_id} has {self.single_observation_space} observations; {FLAT_BOX_HINT}"
             )
         self.obs_spec = ObsSpec((int(np.prod(self.single_observation_space.shape)),), np.float32)
         allocate_buffers(self, num_envs, self.obs_spec)
-        self.act_spec = ActSpec.from_space(self.single_action_space)
+        try:
+            self.act_spec = ActSpec.from_space(self.single_action_space)
+        except TypeError as error:  # a space no policy here acts in: one line, not a traceback
+            raise EnvError(f"{env_id}: {error}") from None
         self.layout = RowLayout(num_envs)
         self.episodes = EpisodeAccounting(self.layout, RECENT_CAPACITY)
         self._resetting = np.zeros(num_envs, dtype=np.bool_)

@@ -61,7 +61,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 
 from operant.envs.autoreset import autoreset_mode as parse_autoreset_mode
-from operant.envs.contract import ActSpec, ObsSpec, RowLayout
+from operant.envs.contract import FLAT_BOX_HINT, ActSpec, ObsSpec, RowLayout
 from operant.envs.episodes import AccountedPythonEnv, EpisodeAccounting
 from operant.envs.native import load_actions, step_outputs
 from operant.envs.registry import (
@@ -218,9 +218,7 @@ class WorkerVectorEnv(AccountedPythonEnv, VectorEnv):
         except gymnasium.error.Error as error:
             raise EnvError(f'unknown env id {env_id!r} for env.impl "reference": {error}') from None
         if not isinstance(obs_space, spaces.Box):
-            raise EnvError(
-                f"{env_id} has {obs_space} observations; operant trains on flat Box observations"
-            )
+            raise EnvError(f"{env_id} has {obs_space} observations; {FLAT_BOX_HINT}")
         self.num_envs = num_envs
         self.workers = workers
         self.copy = copy
@@ -229,7 +227,10 @@ class WorkerVectorEnv(AccountedPythonEnv, VectorEnv):
         self.observation_space = gymnasium.vector.utils.batch_space(obs_space, num_envs)
         self.action_space = gymnasium.vector.utils.batch_space(act_space, num_envs)
         self.obs_spec = ObsSpec((int(np.prod(obs_space.shape)),), np.dtype(np.float32))
-        self.act_spec = ActSpec.from_space(act_space)
+        try:
+            self.act_spec = ActSpec.from_space(act_space)
+        except TypeError as error:  # a space no policy here acts in: one line, not a traceback
+            raise EnvError(f"{env_id}: {error}") from None
         self.discrete = isinstance(act_space, spaces.Discrete)
         self.layout = RowLayout(num_envs)
         self.episodes = EpisodeAccounting(self.layout, RECENT_CAPACITY)

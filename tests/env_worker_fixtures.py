@@ -4,6 +4,8 @@ worker imports it for the id "env_worker_fixtures:CrashingCartPole-v0")."""
 from __future__ import annotations
 
 import gymnasium
+import numpy as np
+from gymnasium import spaces
 from gymnasium.envs.classic_control import CartPoleEnv
 
 
@@ -32,4 +34,28 @@ class CrashingCartPole(CartPoleEnv):
 
 gymnasium.register(
     "CrashingCartPole-v0", entry_point=f"{__name__}:CrashingCartPole", max_episode_steps=500
+)
+
+
+class TwoKnobs(gymnasium.Env):
+    """An env that acts in MultiDiscrete([2, 3]), which no Operant policy acts in."""
+
+    observation_space = spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = spaces.MultiDiscrete([2, 3])
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(3, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(3, np.float32), 0.0, False, False, {}
+
+
+gymnasium.register("TwoKnobs-v0", entry_point=f"{__name__}:TwoKnobs", max_episode_steps=50)
+# CartPole under this module's name with Gymnasium's threshold: "solved" as for CartPole-v1
+gymnasium.register(
+    "ThresholdCartPole-v0",
+    entry_point="gymnasium.envs.classic_control.cartpole:CartPoleEnv",
+    max_episode_steps=500,
+    reward_threshold=475.0,
 )

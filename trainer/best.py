@@ -42,11 +42,18 @@ def env_target(config: Any) -> float | None:
     reward threshold; None when neither exists."""
     if config.train.target_return is not None:
         return float(config.train.target_return)
+    import importlib
+
     import gymnasium
 
+    # "package.module:Id" (an env registered by its module's import): Gymnasium's spec() does
+    # not import the module, as make() does, so the threshold was lost
+    module, _, env_id = config.env.id.rpartition(":")
     try:
-        threshold = gymnasium.spec(config.env.id.removeprefix("operant/")).reward_threshold
-    except gymnasium.error.Error:
+        if module:
+            importlib.import_module(module)
+        threshold = gymnasium.spec(env_id.removeprefix("operant/")).reward_threshold
+    except (gymnasium.error.Error, ImportError):
         return None
     return float(threshold) if threshold is not None else None
 

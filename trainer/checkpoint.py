@@ -62,6 +62,10 @@ RESUMABLE_CHANGES = (
     # state is a seed and an offset, the CPU's a Mersenne Twister), so it is re-seeded
     # (Trainer.load_state_dict) and the resume says so.
     "train.device",
+    # How many processes step a reference env (env.workers): the same envs, bit for bit
+    # (docs/envs.md), and a reference env is not resumable (re-seeded on resume) anyway: a
+    # run moved to a machine with more or fewer cores changes it.
+    "env.workers",
 )
 
 

@@ -1,0 +1,61 @@
+"""A user's own Gymnasium env, named as `module:Id`, through operant-train: a space no policy
+acts in is one line and exit 2; its registered reward threshold is what "solved" means; the
+number of env workers may change on resume."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from user_runs import run
+
+from operant.trainer.best import env_target
+from operant.trainer.config import Config
+
+TESTS = Path(__file__).resolve().parent
+
+
+def with_fixtures() -> dict[str, str]:
+    environ = dict(os.environ)
+    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS), environ.get("PYTHONPATH")]))
+    return environ
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_an_action_space_no_policy_acts_in_is_one_line(tmp_path, workers):
+    # a TypeError traceback and exit 1 before
+    result = run(
+        "operant-train", "--env", "env_worker_fixtures:TwoKnobs-v0", "--set", "env.impl=reference",
+        "--set", f"env.workers={workers}", "--set", "env.num_envs=2",
+        "--runs-dir", str(tmp_path), "--total-steps", "512", env=with_fixtures(),
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("operant-train: TwoKnobs-v0: operant trains Discrete and Box action ")
+    assert "got MultiDiscrete([2 3]): map it onto one with a gymnasium.ActionWrapper" in line
+    assert not list(tmp_path.iterdir())  # nothing started
+
+
+def test_a_module_ids_registered_threshold_is_its_target():
+    # gymnasium.spec() does not import the module, so the target was None: no verdict at all
+    config = Config()
+    config.env.id = "env_worker_fixtures:ThresholdCartPole-v0"
+    assert env_target(config) == 475.0
+    config.env.id = "no_such_module_here:Thing-v0"
+    assert env_target(config) is None
+
+
+def test_env_workers_may_change_on_resume(tmp_path):
+    common = ["--runs-dir", str(tmp_path), "--run-id", "w", "--quiet"]
+    first = run(
+        "operant-train", "--env", "CartPole-v1", "--set", "env.impl=reference",
+        "--set", "env.workers=2", "--total-steps", "4096", *common,
+    )  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    again = run(
+        "operant-train", "--resume", "w", "--set", "env.workers=1", "--total-steps", "8192",
+        *common,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr  # refused before: "written with env.workers = 2"
+    assert "resumed at update 2" in again.stderr
