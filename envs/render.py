@@ -54,6 +54,10 @@ STATE_FROM_OBS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 """The state a Gymnasium env draws, from one of its observations (float32 precision)."""
 
 
+class RendererMissingError(EnvError):
+    """Gymnasium's renderer (pygame) is not installed: the extra to install, in one line."""
+
+
 def check_render_mode(render_mode: str | None) -> None:
     """Refuse, in one line, a render mode Operant's envs cannot draw here: an unknown one,
     any without pygame, and "human" without a display."""
@@ -66,7 +70,7 @@ def check_render_mode(render_mode: str | None) -> None:
     try:
         import pygame  # noqa: F401
     except ImportError:
-        raise EnvError(
+        raise RendererMissingError(
             f'render_mode="{render_mode}" draws with Gymnasium\'s renderer, which '
             'needs pygame: pip install "operant-rl[render]"'
         ) from None

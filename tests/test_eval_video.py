@@ -2,6 +2,7 @@
 file, read back frame by frame; and its refusals (one line, exit 2)."""
 
 import json
+import os
 import sys
 
 import numpy as np
@@ -104,3 +105,22 @@ def test_without_the_video_extra_it_names_the_extra(root, tmp_path, monkeypatch,
     assert capsys.readouterr().err == (
         f'operant eval: --video needs {module}: pip install "operant-rl[video]"\n'
     )
+
+
+def test_without_pygame_it_names_the_extra_not_the_env(root, tmp_path):
+    # imageio there, pygame not (imageio came with another package): it said "CartPole-v1
+    # draws no frames to record". A pygame that fails to import as an absent one does.
+    stub = tmp_path / "stub" / "pygame"
+    stub.mkdir(parents=True)
+    (stub / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'pygame'\", name='pygame')\n"
+    )
+    environ = {**os.environ, "PYTHONPATH": str(tmp_path / "stub")}
+    result = run(
+        "operant", "eval", "v", "--runs-dir", str(root), "--video", str(tmp_path / "a.gif"),
+        env=environ,
+    )  # fmt: skip
+    assert result.returncode == 2
+    (line,) = result.stderr.splitlines()
+    assert line.startswith('operant eval: --video: render_mode="rgb_array" draws with ')
+    assert 'needs pygame: pip install "operant-rl[render]" (or "operant-rl[video]"' in line

@@ -185,7 +185,10 @@ def _cannot_record(config: Any, env_options: dict[str, Any], error: Exception) -
     a render mode and NEXT_STEP autoreset can be made, which means it draws no frames (the grid
     world: its options name neither)."""
     from operant.envs import EnvError, make_env
+    from operant.envs.render import RendererMissingError
 
+    if isinstance(error, RendererMissingError):  # an extra to install, not an env without frames
+        return f'--video: {error} (or "operant-rl[video]", which has it)'
     try:
         make_env(config.env.id, 1, impl=config.env.impl, copy=False, **env_options).close()
     except EnvError:
