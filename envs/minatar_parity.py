@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from operant.envs.registry import EnvError
+
 MASK64 = (1 << 64) - 1
 
 # Our game names -> MinAtar's module names (minatar.environments.<module>).
@@ -497,16 +499,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scramble-every", type=int, default=25)
     parser.add_argument("--sticky-action-prob", type=float, default=0.0)
     args = parser.parse_args(argv)
+    unknown = [game for game in args.games if game not in MINATAR_MODULES]
+    if unknown:
+        parser.exit(
+            2, f"{parser.prog}: unknown game {unknown[0]!r}: {', '.join(MINATAR_MODULES)}\n"
+        )
     failed = False
     for game in args.games:
-        report = check_game(
-            game,
-            args.envs,
-            args.steps,
-            args.seed,
-            args.scramble_every,
-            args.sticky_action_prob,
-        )
+        try:
+            report = check_game(
+                game,
+                args.envs,
+                args.steps,
+                args.seed,
+                args.scramble_every,
+                args.sticky_action_prob,
+            )
+        except EnvError as error:  # the minatar extra not installed: one line, as bench says it
+            parser.exit(2, f"{parser.prog}: {error}\n")
         print(
             f"{game}: {report.states} states checked ({report.drawing} drew from the stream, "
             f"{report.terminal} terminal), {report.mismatches} mismatches"

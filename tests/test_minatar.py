@@ -9,6 +9,7 @@ state, sticky actions' rate, the reset draws' distributions, refusals, no alloca
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tracemalloc
@@ -110,6 +111,23 @@ def test_reference_without_the_extra_is_one_line(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_minatar)
     with pytest.raises(EnvError, match=r'pip install "operant-rl\[minatar\]"'):
         make_env("MinAtar-Breakout-v1", 2, impl="reference")
+
+
+def test_the_parity_command_without_the_extra_is_one_line(tmp_path):
+    # the documented `python -m operant.envs.minatar_parity` was a traceback, exit 1
+    stub = tmp_path / "minatar"
+    stub.mkdir()
+    (stub / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'minatar'\", name='minatar')\n"
+    )
+    environ = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    result = subprocess.run(
+        [sys.executable, "-m", "operant.envs.minatar_parity", "--envs", "2", "--steps", "2"],
+        capture_output=True, text=True, timeout=120, env=environ,
+    )  # fmt: skip
+    assert result.returncode == 2
+    (line,) = result.stderr.splitlines()
+    assert line.endswith('which is not installed: pip install "operant-rl[minatar]"')
 
 
 @pytest.mark.parametrize("env_id", IDS)
