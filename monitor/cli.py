@@ -21,6 +21,7 @@ import msgspec
 
 from operant.shared import frame as frames
 from operant.shared import metrics_layout as fmt
+from operant.shared.cli_parser import OneLineParser
 from operant.shared.ranks import RankRow, RunReader, RunSnapshot, status_text
 from operant.shared.reader import Frame, MetricsFileError, Snapshot, shown_status
 from operant.shared.runs import (
@@ -39,7 +40,7 @@ WEB_DRIVER_ENV = "TEXTUAL_DRIVER"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog=PROG, description="Watch a training run: its status, counters, gauges and losses."
     )
     parser.add_argument(

@@ -65,6 +65,7 @@ from urllib.parse import urlsplit
 
 from operant.shared import metrics_layout as fmt
 from operant.shared import runs
+from operant.shared.cli_parser import OneLineParser
 from operant.shared.ranks import RANK_UNKNOWN, RunReader, RunSnapshot
 from operant.shared.reader import (
     STATUS_CRASHED,
@@ -569,7 +570,7 @@ def make_server(host: str, port: int, collector: Collector) -> ThreadingHTTPServ
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog=PROG,
         description="Serve the live metrics of every run under the runs root in "
         "the OpenMetrics / Prometheus text format, at /metrics.",

@@ -20,6 +20,7 @@ import msgspec
 
 from operant.monitor.cli import format_age, format_value
 from operant.monitor.listing import RunRow, list_runs
+from operant.shared.cli_parser import OneLineParser
 from operant.shared.ranks import status_text
 from operant.shared.reader import shown_status
 from operant.shared.runs import runs_root
@@ -28,7 +29,7 @@ PROG = "operant runs"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog=PROG, description="List training runs with their status, steps and SPS."
     )
     parser.add_argument(

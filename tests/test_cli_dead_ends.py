@@ -550,3 +550,22 @@ def test_counts_of_one_read_singular():
     config = Config()
     config.train.total_steps = 100
     assert derive(config).rounding_note(config).endswith("training 2,048 steps (1 update)")
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        ["operant", "monitor", "--latst"],
+        ["operant", "runs", "--jsn"],
+        ["operant", "exporter", "--keep-finished", "abc"],
+        ["operant", "eval", "--bset", "latest"],
+        ["operant-train", "--totl-steps", "1000"],
+    ],
+)
+def test_a_flag_typo_is_one_line_in_every_command(words):
+    # monitor, runs and exporter printed argparse's usage block before "error:"
+    result = run(*words)
+    assert result.returncode == 2 and result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    prog = " ".join(words[:2]) if words[0] == "operant" else words[0]
+    assert line.startswith(f"{prog}: ") and line.endswith(f"(see {prog} --help)")

@@ -33,6 +33,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from operant.shared.cli_parser import OneLineParser
 from operant.trainer.config import MAX_SEED
 from operant.trainer.errors import counted, first_line
 from operant.trainer.eval_load import EvalInputError, LoadedPolicy, resolve
@@ -43,13 +44,8 @@ EVAL_STEP_LIMIT = 27_000
 customary 108,000 frames at a frame skip of 4)."""
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(EXIT_USAGE, f"operant eval: {message} (see operant eval --help)\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="operant eval", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="operant eval", description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "target",
         metavar="RUN|MODEL|CHECKPOINT",

@@ -25,6 +25,7 @@ import signal
 import sys
 from typing import Any
 
+from operant.shared.cli_parser import OneLineParser
 from operant.trainer.exit_codes import (  # noqa: F401  (operant-train's documented codes)
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -38,15 +39,8 @@ from operant.trainer.progress import ProgressLog, plain_line  # noqa: F401
 from operant.trainer.progress import number_or_dash as _fmt  # noqa: F401
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (plus the usage hint) and exit 2."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(EXIT_USAGE, f"operant-train: {message} (see operant-train --help)\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = OneLineParser(
         prog="operant-train",
         description="Train a policy with PPO, headless. Config: defaults < --config FILE < "
         "dedicated flags < --set section.key=value.",

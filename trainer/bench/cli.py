@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from operant.shared import atomic
+from operant.shared.cli_parser import OneLineParser
 from operant.trainer.bench import env_checks
 from operant.trainer.bench.compare import _load_baselines, _status, compare
 from operant.trainer.bench.measure import (
@@ -53,11 +54,6 @@ EXIT_USAGE = 2
 EXIT_PARITY = 2  # a --validate mismatch: the numbers would be for the wrong dynamics
 MODES = ("env_only", "trainer", "trainer_eval")
 ENV_ONLY_NUM_ENVS = [256, 4096, 16384]
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(EXIT_USAGE, f"operant bench: {message} (see operant bench --help)\n")
 
 
 def _int_list(text: str, least: int = 1) -> list[int]:
@@ -80,7 +76,7 @@ def _seed_list(text: str) -> list[int]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The `operant bench` command line: what to measure, how, and where results go."""
-    parser = _Parser(prog="operant bench", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="operant bench", description=__doc__.split("\n\n")[0])
     _add_workload_arguments(parser)
     _add_measurement_arguments(parser)
     _add_config_and_output_arguments(parser)
