@@ -25,7 +25,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from operant.monitor import format as fmt
 from operant.monitor.frame_view import FrameView
-from operant.monitor.runs_cmd import RunRow
+from operant.monitor.listing import RunRow, listed_sps
 from operant.monitor.source import (
     ReaderSource,
     RunUpdate,
@@ -141,7 +141,7 @@ class RunPicker(ModalScreen[str | None]):
                     shown_status(row.status, row.interrupted), row.status_ranks, row.unread_ranks
                 ),
                 fmt.count(row.global_step),
-                fmt.compact(row.sps),
+                fmt.compact(listed_sps(row)),
                 fmt.duration(row.age_s),
                 key=row.run_id,
             )

@@ -34,6 +34,9 @@ class RunRow(msgspec.Struct, kw_only=True):
     """Finished early on request (SIGTERM, Ctrl-C): the table shows it as `interrupted`."""
     global_step: int | None = None
     sps: float | None = None
+    """The last update's steps/s, as `operant monitor --json`'s `sps`."""
+    sps_mean: float | None = None
+    """Steps/s over the run (`sps_mean`, what its summary line says)."""
     episode_return_mean: float | None = None
     age_s: float | None = None
     """Since the run was created."""
@@ -47,6 +50,12 @@ class RunRow(msgspec.Struct, kw_only=True):
     """The ranks that make a distributed run failed, crashed or stalled."""
     unread_ranks: tuple[int, ...] = ()
     """The ranks whose file could not be read: the steps and SPS are the others' alone."""
+
+
+def listed_sps(row: RunRow) -> float | None:
+    """The steps/s a listing shows people (operant.shared.reader.shown_sps): an ended run's
+    mean, a running run's last update's."""
+    return shown_sps({"sps": row.sps, "sps_mean": row.sps_mean}, row.status)
 
 
 def list_runs(root: Path) -> list[RunRow]:
@@ -82,7 +91,8 @@ def describe_run(run_dir: Path) -> RunRow:
     row.status = snapshot.status
     row.interrupted = snapshot.interrupted
     row.global_step = _number(metrics.get("global_step"), int)
-    row.sps = _number(shown_sps(metrics, snapshot.status), float)
+    row.sps = _number(metrics.get("sps"), float)
+    row.sps_mean = _number(metrics.get("sps_mean"), float)
     row.episode_return_mean = _number(metrics.get("episode_return_mean"), float)
     row.age_s = max(0.0, time.time() - snapshot.created_wall_ns / 1e9)
     row.heartbeat_age_s = snapshot.heartbeat_age_s

@@ -19,7 +19,7 @@ import sys
 import msgspec
 
 from operant.monitor.cli import format_age, format_value
-from operant.monitor.listing import RunRow, list_runs
+from operant.monitor.listing import RunRow, list_runs, listed_sps
 from operant.shared.cli_parser import OneLineParser
 from operant.shared.ranks import status_text
 from operant.shared.reader import shown_status
@@ -84,7 +84,7 @@ def render_table(rows: list[RunRow]) -> str:
                 shown_status(row.status, row.interrupted), row.status_ranks, row.unread_ranks
             ),
             format_value(row.global_step),
-            _format_rate(row.sps),
+            _format_rate(listed_sps(row)),
             format_age(row.age_s if row.age_s is not None else -1.0),
             str(row.world_size),
         )

@@ -324,3 +324,20 @@ def test_a_copied_run_is_named_by_its_directory_everywhere(runs):
     )
     assert once.stdout.splitlines()[0].split()[:2] == ["run", "pendulum-copy"]
     assert document["run_id"] == "pendulum-copy"
+
+
+def test_runs_json_says_sps_as_monitor_json_does_and_the_mean_beside_it(tmp_path):
+    # `operant runs --json`'s sps was an ended run's mean, monitor --json's its last update's
+    root = tmp_path / "runs"
+    trained = subprocess.run(
+        [sys.executable, "-m", "operant.trainer.main", "--runs-dir", str(root), "--run-id", "r",
+         "--total-steps", "8192", "--quiet"],
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert trained.returncode == 0, trained.stderr
+    (row,) = json.loads(operant("runs", "--json", "--runs-dir", str(root)).stdout)
+    document = json.loads(operant("monitor", "r", "--json", "--runs-dir", str(root)).stdout)
+    assert row["sps"] == document["sps"] and row["sps_mean"] == document["metrics"]["sps_mean"]
+    assert row["sps"] != row["sps_mean"]  # the last update's rate is not the run's mean
+    table = operant("runs", "--runs-dir", str(root)).stdout.splitlines()
+    assert f"{row['sps_mean']:,.0f}" in table[1].split()  # the table shows the ended run's mean
