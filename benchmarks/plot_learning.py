@@ -12,9 +12,10 @@ and the first step at which the return reached 3x the baseline (when one is give
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
+
+from operant.shared.cli_parser import OneLineParser
 
 
 def curve(run_dir: Path) -> tuple[list[int], list[float]]:
@@ -28,13 +29,16 @@ def curve(run_dir: Path) -> tuple[list[int], list[float]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="plot_learning.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--baseline", type=float)
     parser.add_argument("--baseline-label", default="random policy")
     parser.add_argument("--title", default="")
     args = parser.parse_args()
+    for run_dir in args.runs:  # checked before plotting: one line, not a traceback
+        if not (run_dir / "progress.jsonl").is_file():
+            parser.error(f"{run_dir} holds no progress.jsonl: give run directories")
 
     import matplotlib
 
@@ -44,6 +48,8 @@ def main() -> None:
     figure, axes = plt.subplots(figsize=(7, 4))
     for run_dir in args.runs:
         steps, returns = curve(run_dir)
+        if not steps:
+            parser.error(f"{run_dir}: no update with a mean return yet (no episode finished)")
         axes.plot(steps, returns, label=run_dir.name)
         crossing = None
         if args.baseline is not None:
