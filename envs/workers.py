@@ -507,8 +507,15 @@ def worker_main(index: int, parent: int, block_fd: int, command_fd: int, result_
     except Exception as error:
         # The traceback goes to the trainer's stderr (inherited), for whoever debugs the env;
         # the trainer's error names the worker and the exception in one line.
-        print(f"env worker {index} (pid {os.getpid()}):", file=sys.stderr)
-        traceback.print_exc()
+        # One write of the whole text, so two workers failing together do not interleave
+        # their tracebacks line by line (os.write of a pipe or terminal is not split below
+        # PIPE_BUF, and a worker's traceback is rarely longer).
+        text_out = f"env worker {index} (pid {os.getpid()}):\n{traceback.format_exc()}"
+        try:
+            sys.stderr.flush()
+            _write_all(2, text_out.encode(errors="replace"))
+        except OSError:
+            pass  # no stderr to write to: the trainer still gets the one line below
         text = pickle.dumps(f"{type(error).__name__}: {error}")
         try:
             _write_all(result_fd, _ERROR + _LENGTH.pack(len(text)) + text)

@@ -21,8 +21,8 @@ class CrashingCartPole(CartPoleEnv):
         self.steps = 0
 
     def reset(self, *, seed=None, options=None):
-        if seed is not None:
-            self.crashes = seed == self.crash_seed
+        if seed is not None:  # crash_seed -1: every env crashes
+            self.crashes = seed == self.crash_seed or self.crash_seed == -1
         return super().reset(seed=seed, options=options)
 
     def step(self, action):
@@ -34,6 +34,12 @@ class CrashingCartPole(CartPoleEnv):
 
 gymnasium.register(
     "CrashingCartPole-v0", entry_point=f"{__name__}:CrashingCartPole", max_episode_steps=500
+)
+gymnasium.register(  # every env raises at its 5th step: all workers fail at once
+    "AllCrashingCartPole-v0",
+    entry_point=f"{__name__}:CrashingCartPole",
+    max_episode_steps=500,
+    kwargs={"crash_seed": -1},
 )
 
 

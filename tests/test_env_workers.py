@@ -136,6 +136,37 @@ def test_a_worker_exception_is_raised_naming_the_worker():
     assert [process.returncode for process in env._processes] == [0, 1]
 
 
+BOTH_CRASH = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from operant.envs import make_env
+env = make_env("env_worker_fixtures:AllCrashingCartPole-v0", 4, impl="reference", workers=2)
+env.reset(seed=0)
+try:
+    for _ in range(10):
+        env.step_bound()
+except Exception as error:
+    print(type(error).__name__)
+env.close()
+"""
+
+
+def test_workers_failing_together_write_whole_tracebacks():
+    # each worker's header and traceback in one write: two of them interleaved line by line
+    done = subprocess.run(
+        [sys.executable, "-c", BOTH_CRASH, os.path.dirname(__file__)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.stdout.strip() == "EnvWorkerError", done.stderr
+    lines = done.stderr.splitlines()
+    headers = [i for i, line in enumerate(lines) if line.startswith("env worker ")]
+    assert headers  # (both, when the second fails before the trainer closes it)
+    for header in headers:
+        assert lines[header + 1] == "Traceback (most recent call last):"
+        end = next(i for i in range(header, len(lines)) if lines[i].startswith("ValueError: "))
+        assert not any(line.startswith("env worker ") for line in lines[header + 1 : end])
+
+
 ORPHAN_PARENT = """
 import sys, time
 from operant.envs.workers import WorkerVectorEnv
