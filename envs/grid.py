@@ -164,11 +164,18 @@ class GridVectorEnv(VectorEnv):
         stream), world e's from (seed[e], 0), kept where None (operant.envs.seeding); no seed
         on the first reset draws one from the OS; later resets without one continue."""
         refuse_reset_options(options, "Grid-v0")
-        worlds = self.layout.num_envs
+        worlds, agents = self.layout.num_envs, self.layout.agents_per_env
+        if _row_seeds(seed, worlds * agents, worlds):
+            # one seed a row, as generic vector code builds them (`range(env.num_envs)`): a
+            # world takes its first agent's
+            seed = list(seed)[::agents]
         try:
             seed = check_seed(seed, worlds)
         except ValueError as error:
-            raise ValueError(f"Grid-v0 ({worlds} worlds): {error}") from None
+            raise ValueError(
+                f"Grid-v0 ({worlds} worlds of {agents} agents): {error} (one a world, or one "
+                f"a row: {worlds * agents})"
+            ) from None
         if isinstance(seed, list):
             streams = per_env_streams(seed, None if self._seeded else secrets.randbits(64))
             for world, stream in enumerate(streams):
@@ -249,3 +256,8 @@ def no_single_env(**kwargs: Any) -> Any:
         'vectorization_mode="vector_entry_point") (agents as rows) or the PettingZoo face, '
         "operant.envs.grid_pettingzoo.GridParallelEnv"
     )
+
+
+def _row_seeds(seed: Any, rows: int, worlds: int) -> bool:
+    """Whether `seed` is a list of one seed a row (rows > worlds: a world has several)."""
+    return rows != worlds and isinstance(seed, (list, tuple, np.ndarray)) and len(seed) == rows

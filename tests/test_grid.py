@@ -310,8 +310,13 @@ def test_a_list_of_seeds_seeds_each_world_as_the_other_families_do():
     obs, _ = three.reset(seed=[5, None, 9])
     np.testing.assert_array_equal(obs[:agents], one.reset(seed=5)[0])
     np.testing.assert_array_equal(obs[2 * agents :], one.reset(seed=9)[0])
-    with pytest.raises(ValueError, match=r"^Grid-v0 \(3 worlds\): a list of seeds needs one"):
+    with pytest.raises(ValueError, match=r"^Grid-v0 \(3 worlds of \d+ agents\): a list of seeds"):
         three.reset(seed=[1, 2])
+    # one seed a row, as generic code builds them from num_envs: a world takes its first
+    # agent's (refused before, "one per env: 3 entries")
+    rows = [100 + row for row in range(three.num_envs)]
+    by_rows, _ = three.reset(seed=rows)
+    np.testing.assert_array_equal(by_rows, three.reset(seed=rows[::agents])[0])
 
 
 def test_gymnasiums_vector_options_say_what_the_grid_does():
