@@ -636,7 +636,9 @@ def main(argv: list[str] | None = None) -> int:
     bound_host, bound_port = server.socket.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     print(
-        f"{PROG}: serving http://{shown}:{bound_port}/metrics for the runs under {root}", flush=True
+        f"{PROG}: serving http://{shown}:{bound_port}/metrics for the runs under {root}"
+        + ("" if root.is_dir() else " (not there yet: runs will appear as they start)"),
+        flush=True,
     )
     started = time.monotonic()
     try:

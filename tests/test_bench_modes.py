@@ -71,3 +71,13 @@ def test_a_memory_limit_nothing_was_held_to_fails(tmp_path):
     )  # fmt: skip
     assert result.returncode == 1, result.stderr
     assert "--max-mem-delta 100: nothing measured (no run trained past --warmup 5" in result.stderr
+
+
+def test_the_cv_limit_is_said_as_given():
+    # --max-cv 0.00001 read "exceeds 0%"
+    result = bench(
+        "env_only", "--num-envs", "16", "--rounds", "3", "--round-seconds", "0.02",
+        "--no-gymnasium", "--max-cv", "0.00001",
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert "unstable: a coefficient of variation exceeds 0.001%" in result.stderr

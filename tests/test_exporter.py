@@ -337,3 +337,18 @@ def test_unreadable_files_is_the_last_scrapes_count(tmp_path):
     finally:
         collector.close()
         good.close()
+
+
+def test_a_root_that_is_not_there_yet_is_said(tmp_path):
+    # served an empty page without a word (a typo in --runs-dir looked like "no runs")
+    command = [str(Path(sys.executable).with_name("operant")), "exporter", "--listen",
+               "127.0.0.1:0", "--runs-dir", str(tmp_path / "later")]  # fmt: skip
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = process.stdout.readline()
+    finally:
+        process.kill()
+        process.wait()
+    assert line.rstrip().endswith(
+        f"for the runs under {tmp_path / 'later'} (not there yet: runs will appear as they start)"
+    )

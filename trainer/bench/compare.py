@@ -92,7 +92,7 @@ def _status(record: dict[str, Any], args: argparse.Namespace) -> int:
     medians = _medians(record)
     if any(cv > args.max_cv for _, cv in medians):
         print(
-            f"operant bench: unstable: a coefficient of variation exceeds {args.max_cv:.0%}",
+            f"operant bench: unstable: a coefficient of variation exceeds {100 * args.max_cv:g}%",
             file=sys.stderr,
         )
         status = EXIT_UNSTABLE
