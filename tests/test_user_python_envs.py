@@ -59,3 +59,18 @@ def test_env_workers_may_change_on_resume(tmp_path):
     )  # fmt: skip
     assert again.returncode == 0, again.stderr  # refused before: "written with env.workers = 2"
     assert "resumed at update 2" in again.stderr
+
+
+def test_a_nan_from_the_env_is_named_as_the_cause(tmp_path):
+    # The NaN guard named only the parameter ("non-finite values in parameter weights.0"),
+    # which points at the optimiser, not at the env that returned the NaN
+    result = run(
+        "operant-train", "--env", "nan_env:NanAfter40-v0", "--set", "env.impl=reference",
+        "--set", "env.num_envs=4", "--set", "ppo.num_steps=16", "--set", "ppo.num_minibatches=2",
+        "--runs-dir", str(tmp_path), "--total-steps", "2048", env=with_fixtures(),
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if "training failed" in line]
+    assert "non-finite values in parameter " in line
+    assert ": the env returned a non-finite reward in that update's rollout (row " in line
+    assert "fix the env, or bound it with a gymnasium wrapper" in line

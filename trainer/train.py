@@ -314,7 +314,25 @@ class Trainer:
             if not bool(torch.isfinite(parameter).all()):
                 raise FloatingPointError(
                     f"non-finite values in parameter {name} after update {self.update}"
+                    + self._env_cause()
                 )
+
+    def _env_cause(self) -> str:
+        """Where the env fed this update a NaN or an infinity (a reward or an observation
+        of its rollout), said after the NaN guard's line: the parameter is the symptom."""
+        storage = self.storage
+        for what, values in (("reward", storage.rewards), ("observation", storage.obs)):
+            if not values.dtype.is_floating_point:
+                continue
+            bad = ~torch.isfinite(values.reshape(values.shape[0], values.shape[1], -1)).all(-1)
+            if bool(bad.any()):
+                step, row = (int(index) for index in torch.nonzero(bad)[0])
+                return (
+                    f": the env returned a non-finite {what} in that update's rollout (row "
+                    f"{row}, at step {step + 1} of {values.shape[0]}); fix the env, or bound "
+                    "it with a gymnasium wrapper"
+                )
+        return ""
 
     def model_payload(self) -> dict[str, Any]:
         """model.pt's content: the policy with what it needs to act, its config and
