@@ -541,16 +541,31 @@ class _StepLoop:
     def reset(self, seeds: list[int | None], options: dict[str, Any] | None) -> None:
         for row, (env, seed) in enumerate(zip(self.envs, seeds, strict=True)):
             obs, _ = env.reset(seed=seed, options=options)
-            self.obs[row] = np.asarray(obs).reshape(-1)
+            self.obs[row] = self._flat(row, obs)
+
+    def _flat(self, row: int, obs: Any) -> np.ndarray:
+        flat = np.asarray(obs).reshape(-1)
+        if flat.size != self.obs.shape[1]:
+            raise ValueError(
+                f"its env {row} returned an observation of shape {np.shape(obs)} "
+                f"({flat.size} numbers) where its observation space has {self.obs.shape[1]}"
+            )
+        return flat
 
     def step(self) -> None:
         rewards, terminated, truncated = [], [], []
         for row, env in enumerate(self.envs):
             obs, reward, term, trunc, _ = env.step(self.actions[row])
+            shape = np.shape(np.asarray(reward))
+            if shape != ():  # numpy's own error named no field
+                raise ValueError(
+                    f"its env {row} returned the reward {reward!r}: a reward is one number "
+                    f"(shape (), not {shape})"
+                )
             if term or trunc:
-                self.final_obs[row] = np.asarray(obs).reshape(-1)
+                self.final_obs[row] = self._flat(row, obs)
                 obs, _ = env.reset()
-            self.obs[row] = np.asarray(obs).reshape(-1)
+            self.obs[row] = self._flat(row, obs)
             rewards.append(reward)
             terminated.append(term)
             truncated.append(trunc)

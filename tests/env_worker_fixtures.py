@@ -65,3 +65,23 @@ gymnasium.register(
     max_episode_steps=500,
     reward_threshold=475.0,
 )
+
+
+class RewardAsArray(CartPoleEnv):
+    """CartPole whose reward is an array of one number, a common slip in a user's env."""
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs, np.array([reward]), terminated, truncated, info
+
+
+class ObsTooLong(CartPoleEnv):
+    """CartPole whose observation carries a fifth number its space does not declare."""
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        return np.append(obs, 0.0), reward, terminated, truncated, info
+
+
+gymnasium.register("RewardAsArray-v0", entry_point=f"{__name__}:RewardAsArray")
+gymnasium.register("ObsTooLong-v0", entry_point=f"{__name__}:ObsTooLong")

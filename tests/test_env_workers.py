@@ -136,6 +136,35 @@ def test_a_worker_exception_is_raised_naming_the_worker():
     assert [process.returncode for process in env._processes] == [0, 1]
 
 
+@pytest.mark.parametrize(
+    "env_id, message",
+    [
+        (
+            "RewardAsArray-v0",
+            "its env 0 returned the reward array([1.]): a reward is one number (shape (), not "
+            "(1,))",
+        ),
+        (
+            "ObsTooLong-v0",
+            "its env 0 returned an observation of shape (5,) (5 numbers) where its observation "
+            "space has 4",
+        ),
+    ],
+)
+def test_an_output_of_the_wrong_shape_names_the_field(env_id, message):
+    # numpy's "setting an array element with a sequence" named neither the reward nor the env
+    env = make_env(f"env_worker_fixtures:{env_id}", 2, impl="reference", workers=2)
+    try:
+        env.reset(seed=0)
+        env.actions[:] = 0
+        with pytest.raises(EnvWorkerError) as raised:
+            env.step_bound()
+    finally:
+        env.close()
+    assert str(raised.value).startswith("env worker 0 (pid ")
+    assert str(raised.value).endswith(f"failed: ValueError: {message}")
+
+
 BOTH_CRASH = """
 import sys
 sys.path.insert(0, sys.argv[1])
