@@ -95,6 +95,27 @@ def test_stop_signals_set_flags_and_a_second_sigint_interrupts(sigint_as):
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
+def test_a_sigint_forwarded_with_the_keypress_is_the_same_ctrl_c():
+    # `timeout --foreground` (and task runners) forward the terminal's SIGINT: two arrive
+    # microseconds apart, and the second turned the clean stop into exit 130
+    from operant.trainer.signals import SAME_KEYPRESS_S, StopSignals
+
+    stop = StopSignals()
+    stop.announce = False
+    assert stop.install()
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.01)  # both handled
+        assert stop.name == "SIGINT"
+        time.sleep(SAME_KEYPRESS_S)
+        with pytest.raises(KeyboardInterrupt):  # a person's second Ctrl-C, later
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)
+    finally:
+        stop.restore()
+
+
 @pytest.mark.parametrize("sigint_as", [signal.SIG_IGN], indirect=True)
 def test_a_sigint_ignored_on_entry_stays_ignored(sigint_as):
     from operant.trainer.signals import StopSignals
@@ -155,6 +176,7 @@ def test_second_sigint_exits_at_once_without_a_new_checkpoint(tmp_path, trainer_
     while "SIGINT: stopping at the next update boundary" not in server.stderr.read_text():
         assert time.monotonic() < deadline, server.stderr.read_text()
         time.sleep(0.005)
+    time.sleep(0.35)  # past SAME_KEYPRESS_S: a second keypress, not the first forwarded
     os.kill(pid, signal.SIGINT)
     assert server.wait() == 130
     assert checkpoint.read_text() == kept

@@ -7,7 +7,10 @@
   finished and interrupted, tells systemd STOPPING=1, and exits 0.
 - A second SIGINT (Ctrl-C again, impatiently) raises KeyboardInterrupt where the main thread
   is: the trainer exits at once with status 130, without a new checkpoint (the previous
-  ones stay whole: they are written whole or not at all).
+  ones stay whole: they are written whole or not at all). One that arrives within
+  SAME_KEYPRESS_S of the first is the same Ctrl-C: a wrapper that forwards SIGINT (GNU
+  `timeout --foreground`, task runners) delivers the terminal's keypress twice, microseconds
+  apart, and that turned every clean stop under it into exit 130 without a checkpoint.
 - SIGUSR1 asks for a checkpoint at the next update boundary, and training goes on
   (`systemctl kill -s USR1 operant-train@NAME`).
 - A SIGINT that the trainer was started with ignored stays ignored. A shell without job
@@ -26,10 +29,14 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from types import FrameType
 from typing import Any
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+SAME_KEYPRESS_S = 0.25
+"""A SIGINT this soon after the first is the same keypress, forwarded (a person's second
+Ctrl-C comes later)."""
 CHECKPOINT_SIGNAL = signal.SIGUSR1
 
 
@@ -39,6 +46,8 @@ class StopSignals:
     def __init__(self) -> None:
         self.received: int | None = None
         """The first stop signal received, or None."""
+        self.received_at = 0.0
+        """When it arrived (time.monotonic)."""
         self.checkpoint_requested = False
         self.settled = False
         """The run's outcome is written (checkpoint, summary): later signals change nothing,
@@ -74,10 +83,14 @@ class StopSignals:
         if self.settled:
             return
         if self.received is not None:
-            if signum == signal.SIGINT:
+            forwarded = (
+                self.received == signal.SIGINT
+                and time.monotonic() - self.received_at < SAME_KEYPRESS_S
+            )
+            if signum == signal.SIGINT and not forwarded:
                 raise KeyboardInterrupt
             return
-        self.received = signum
+        self.received, self.received_at = signum, time.monotonic()
         # Said at once, so whoever pressed Ctrl-C (or an operator reading the journal) knows
         # the signal was taken; os.write, since print() may be mid-write on this thread.
         if not self.announce:
