@@ -110,6 +110,12 @@ def test_a_checkpoint_file_is_evaluated_as_its_policy(stopped, root):
     assert report["global_step"] == 3 * 256  # the first periodic checkpoint: update 3
 
 
+def test_the_report_names_the_limit_the_episodes_were_cut_at(trained, root):
+    # "max_episode_steps": null beside "episodes_cut": 20 (CartPole's own limit, unsaid)
+    report = evaluate(trained, root=root)
+    assert report["max_episode_steps"] == 500
+
+
 def test_the_latest_pointer_is_evaluated_as_the_checkpoint_it_names(stopped, root):
     # checkpoints/latest is the file a user finds beside the checkpoints (it was refused as
     # "not an operant model or checkpoint")

@@ -257,6 +257,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         returns, cut = play(env, policy, normalizer, args.episodes, args.seed, args.stochastic)
     limit = options.get("max_episode_steps")
+    if limit is None:  # the env's own limit (CartPole's 500), what the episodes were cut at
+        spec = getattr(env, "spec", None)
+        limit = getattr(env, "max_episode_steps", None) or (spec and spec.max_episode_steps)
     result = {
         "model": str(loaded.path),
         "kind": loaded.kind,
