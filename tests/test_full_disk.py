@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 from signal_defaults import default_signals
-from user_runs import ENDLESS, command, run
+from user_runs import ENDLESS, SMALL, command, run, run_hint
 
 from operant.shared.reader import MetricsReader
 from operant.trainer import checkpoint_format
@@ -240,3 +240,52 @@ def test_a_full_disk_at_the_end_of_the_budget_keeps_the_finished_policy(small_di
     with MetricsReader(run_dir / "metrics.bin") as reader:
         snapshot = reader.snapshot()
     assert snapshot.state == "finished" and not snapshot.interrupted
+
+
+def _records(run_dir: Path) -> dict[str, bytes]:
+    return {name: (run_dir / name).read_bytes() for name in ("progress.jsonl", "run.json")}
+
+
+@pytest.mark.parametrize("checkpoint", [True, False])
+def test_a_start_the_disk_refuses_leaves_a_resumed_run_as_it_was(small_disk, checkpoint):
+    # The metrics file is refused at start. progress.jsonl was cut (emptied for a run with no
+    # checkpoint) and run.json listed a resume that never happened, while the line said "the
+    # run is as it was"; for a run with no checkpoint its hint (--resume RUN) was refused.
+    root = small_disk / "runs"
+    run_dir = root / "back"
+    first = run("operant-train", "--runs-dir", str(root), "--run-id", "back", *SMALL,
+                "--total-steps", str(6 * 256), "--set", "checkpoint.every_updates=2",
+                "--set", "train.target_return=none", "--quiet", timeout=120)  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    checkpoints = run_dir / "checkpoints"
+    if checkpoint:
+        # As a crash after update 5 leaves it: the newest checkpoint is update 4's, and
+        # progress.jsonl holds records after it, which a resume cuts.
+        (checkpoints / "ckpt-000000006.pt").unlink()
+        (checkpoints / "latest").write_text("ckpt-000000004.pt\n")
+        words = ["--resume", "back"]
+        hint = f"free space, then operant-train --resume back --runs-dir {root}"
+    else:
+        shutil.rmtree(checkpoints)  # as the disk refusing every checkpoint leaves it
+        words = ["--resume", "auto", "--run-id", "back"]
+        hint = (
+            "the run is as it was (it has no checkpoint to continue from); free space, then "
+            "start it again (with the config it started with): "
+            f"operant-train --resume auto --run-id back --runs-dir {root}"
+        )
+    before = _records(run_dir)
+    assert len(before["progress.jsonl"].splitlines()) == 6
+    filler = fill(small_disk, leave=192 << 10)  # less than a metrics file
+    refused = run("operant-train", *words, "--runs-dir", str(root), "--quiet", timeout=120)
+    lines = refused.stderr.strip().splitlines()
+    assert (refused.returncode, len(lines)) == (EXIT_NO_SPACE, 1), refused.stderr
+    assert lines[0].startswith("operant-train: cannot start run back: No space left on device")
+    assert lines[0].endswith(hint), lines[0]
+    assert _records(run_dir) == before
+    filler.unlink()
+    again = run_hint(lines[0][lines[0].rindex("operant-train --resume") :], "--quiet")
+    assert again.returncode == 0, again.stderr
+    progress = [json.loads(line) for line in (run_dir / "progress.jsonl").read_text().splitlines()]
+    assert [record["update"] for record in progress] == [1, 2, 3, 4, 5, 6]
+    resumes = json.loads((run_dir / "run.json").read_text()).get("resumes", [])
+    assert [resume["update"] for resume in resumes] == [4 if checkpoint else 0]

@@ -201,3 +201,23 @@ def test_progress_tail_reads_records_up_to_a_damaged_line(tmp_path):
     tail = progress_tail(path, 10)
     assert [item.updates for item in tail] == [2, 3, 4]
     assert tail[-1] == make_record(updates=4)
+
+
+def test_a_resume_reads_the_records_it_keeps_without_cutting_the_log(tmp_path):
+    # A resume reads its history before it cuts progress.jsonl (the cut waits until the start
+    # can no longer fail): the records up to the checkpoint's length, a last line cut short
+    # by a crash left out, and the file untouched.
+    from operant.trainer.progress import kept_length, progress_tail
+
+    path = tmp_path / "progress.jsonl"
+    lines = [encode_progress_line(make_record(updates=n)) for n in (1, 2, 3, 4)]
+    content = ("\n".join(lines) + "\n").encode()
+    path.write_bytes(content)
+    at_two = len(lines[0]) + len(lines[1]) + 2
+    assert kept_length(path, at_two) == at_two
+    assert [item.updates for item in progress_tail(path, 10, end=at_two)] == [1, 2]
+    path.write_bytes(content[:-5])  # the end lost with the power; the checkpoint is update 4
+    kept = kept_length(path, len(content))
+    assert kept == len(content) - len(lines[3]) - 1
+    assert [item.updates for item in progress_tail(path, 10, end=kept)] == [1, 2, 3]
+    assert path.read_bytes() == content[:-5]

@@ -142,6 +142,7 @@ def test_rank_zero_runs_every_service_other_ranks_only_the_per_rank_ones():
     every = {services.StopOnSignal, services.PublishMetrics}
     rank_zero = {
         services.ContinueRecords,
+        services.CutRecords,
         services.RunRecord,
         services.UpdateLatest,
         services.WriteProgress,

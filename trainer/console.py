@@ -111,12 +111,16 @@ class Console(Service):
         resume = resume_hint(self.plan.run_id, self.run_dir.parent)
         if not self.started:
             why = describe_storage_error(outcome.error, self.run_dir.parent)
-            fresh = self.plan.payload is None and not self.plan.restart
-            after = (
-                "nothing was created; free space and run again"
-                if fresh
-                else f"the run is as it was; free space, then {resume}"
-            )
+            if self.plan.payload is not None:
+                after = f"the run is as it was; free space, then {resume}"
+            elif self.plan.restart:  # no checkpoint: `--resume RUN` would be refused
+                again = resume_hint(self.plan.run_id, self.run_dir.parent, auto=True)
+                after = (
+                    "the run is as it was (it has no checkpoint to continue from); free space, "
+                    f"then start it again (with the config it started with): {again}"
+                )
+            else:
+                after = "nothing was created; free space and run again"
             return f"cannot start run {self.plan.run_id}: {why}; {after}"
         why = describe_storage_error(outcome.error, self.run_dir, self.checkpointer.last_size)
         if outcome.ending:

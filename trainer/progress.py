@@ -3,8 +3,9 @@
 `ProgressLog` writes each UpdateRecord as one progress.jsonl line
 (operant.shared.record.encode_progress_line) and every `log_every`-th (and the one that solved
 the env) to stdout, either as that same JSON line (`--log-format json`) or as `plain_line`.
-On a resume, `cut_progress` drops what the resumed run trains again (and a line a crash cut
-short), and `progress_tail` reads the newest records back for the metrics file's history.
+On a resume, `progress_tail` reads back the newest records the resume keeps (`kept_length`),
+for the metrics file's history, and, once the start can no longer fail, `cut_progress` drops
+what the resumed run trains again (and a line a crash cut short).
 """
 
 from __future__ import annotations
@@ -65,21 +66,33 @@ class ProgressLog:
 # --- progress.jsonl on resume --------------------------------------------------------------
 
 
-def cut_progress(path: Path, length: int) -> int:
-    """Drop what `path` holds past `length` bytes (records of updates the resumed run redoes,
-    or a line cut short by a crash); returns the bytes dropped. A file shorter than `length`
-    (lost records) keeps its whole lines: a last line cut short (the file's end lost with the
-    power) is dropped, so the next record starts a line of its own."""
+def kept_length(path: Path, length: int) -> int:
+    """How much of `path` a resume that cuts it back to `length` bytes keeps (cut_progress):
+    `length`, or less where the file is shorter (lost records): then its whole lines, a last
+    line cut short (the file's end lost with the power) dropped."""
     try:
         size = path.stat().st_size
     except FileNotFoundError:
         return 0
     keep = min(size, length)
-    with open(path, "r+b") as handle:
-        if 0 < keep < length:
+    if 0 < keep < length:
+        with open(path, "rb") as handle:
             keep = _whole_lines(handle, keep)
-        if keep == size:
-            return 0
+    return keep
+
+
+def cut_progress(path: Path, length: int) -> int:
+    """Drop what `path` holds past `length` bytes (records of updates the resumed run redoes,
+    or a line cut short by a crash), keeping kept_length(path, length); returns the bytes
+    dropped."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return 0
+    keep = kept_length(path, length)
+    if keep == size:
+        return 0
+    with open(path, "r+b") as handle:
         handle.truncate(keep)
         handle.flush()
         os.fsync(handle.fileno())
@@ -99,17 +112,17 @@ def _whole_lines(handle: Any, size: int) -> int:
     return 0
 
 
-def progress_tail(path: Path, count: int) -> list[UpdateRecord]:
+def progress_tail(path: Path, count: int, end: int | None = None) -> list[UpdateRecord]:
     """The last `count` records of a progress log, oldest first: the newest contiguous run of
-    updates (a damaged line, or one that is not a record, ends it), read from the end of the
-    file."""
+    updates (a damaged line, or one that is not a record, ends it), read back from the file's
+    end, or from byte `end` (what a resume keeps of it, before it is cut)."""
     try:
         handle = open(path, "rb")  # noqa: SIM115 (only open's FileNotFoundError is caught)
     except FileNotFoundError:
         return []
     with handle:
         handle.seek(0, os.SEEK_END)
-        position = handle.tell()
+        position = handle.tell() if end is None else min(end, handle.tell())
         chunks: list[bytes] = []
         newlines = 0
         while position > 0 and newlines <= count:

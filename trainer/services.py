@@ -19,7 +19,13 @@ from operant.shared import atomic, runs
 from operant.shared.record import UpdateRecord
 from operant.trainer.checkpoint import Checkpointer
 from operant.trainer.config import to_dict
-from operant.trainer.progress import ProgressLog, cut_progress, number_or_dash, progress_tail
+from operant.trainer.progress import (
+    ProgressLog,
+    cut_progress,
+    kept_length,
+    number_or_dash,
+    progress_tail,
+)
 from operant.trainer.resume import RunPlan
 from operant.trainer.sdnotify import SystemdNotifier
 from operant.trainer.service_protocol import Outcome, Rank, Role, Service
@@ -44,9 +50,11 @@ class StopOnSignal(Service):
 
 
 class ContinueRecords(Service):
-    """A resumed run continues its records: progress.jsonl is cut back to the checkpoint's
-    length (the updates after it are redone), checkpoints after it and writers' leftovers are
-    deleted, and the newest records are read back for the metrics file. A run restarted
+    """A resumed run continues its records: the newest records it keeps (progress.jsonl up
+    to the checkpoint's length; the updates after it are redone) are read back for the metrics
+    file. Nothing is changed yet: `take_over` (CutRecords) cuts progress.jsonl and deletes
+    checkpoints after the resumed one and writers' leftovers, once what can fail for want of
+    space has been written, so a start that fails leaves the run as it was. A run restarted
     before its first checkpoint starts its records afresh."""
 
     def __init__(self, plan: RunPlan, progress_path: Path, checkpointer: Checkpointer):
@@ -57,13 +65,18 @@ class ContinueRecords(Service):
     def on_start(self) -> None:
         payload = self.plan.payload
         if payload is not None:
+            from operant.trainer.telemetry import HISTORY_CAPACITY
+
+            kept = kept_length(self.progress_path, payload["progress_bytes"])
+            self.records = progress_tail(self.progress_path, HISTORY_CAPACITY, end=kept)
+
+    def take_over(self) -> None:
+        payload = self.plan.payload
+        if payload is not None:
             update = payload["trainer"]["counters"]["update"]
             cut_progress(self.progress_path, payload["progress_bytes"])
             self.checkpointer.remove_leftovers(newer_than=update)
             self.checkpointer.resumed_from(self.plan.checkpoint, update)
-            from operant.trainer.telemetry import HISTORY_CAPACITY
-
-            self.records = progress_tail(self.progress_path, HISTORY_CAPACITY)
         elif self.plan.restart:
             cut_progress(self.progress_path, 0)
             self.checkpointer.remove_leftovers()
@@ -72,6 +85,18 @@ class ContinueRecords(Service):
         # A resumed run that was already complete trained nothing: its last record is the log's.
         if outcome.last_record is None and self.records:
             outcome.last_record = self.records[-1]
+
+
+class CutRecords(Service):
+    """A resumed run's records cut back to its checkpoint (ContinueRecords.take_over): after
+    the metrics file and run.json are written (a full disk refuses those), before progress.jsonl
+    is appended to."""
+
+    def __init__(self, records: ContinueRecords):
+        self.records = records
+
+    def on_start(self) -> None:
+        self.records.take_over()
 
 
 class RunRecord(Service):

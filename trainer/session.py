@@ -5,9 +5,10 @@
 1. build the trainer and, when resuming, load the checkpoint into it; then create (or take
    over) the run directory. Any refusal happens here, before the run directory is touched;
 2. compose the session's services (operant.trainer.services; their hooks and roles:
-   operant.trainer.service_protocol) and start them: the run's records continue (a resumed run's
-   progress.jsonl is cut back to its checkpoint, and its new metrics.bin continues the old
-   history), run.json, the metrics file, `latest`;
+   operant.trainer.service_protocol) and start them: the metrics file (a resumed run's new
+   metrics.bin continues the old history), run.json, then the run's records continue (a
+   resumed run's progress.jsonl is cut back to its checkpoint: only once the writes a full
+   disk can refuse are done, so a start that fails leaves the run as it was), `latest`;
 3. train: the services see every record (NaN guard, metrics, progress log, systemd) and every
    update boundary (stop signals, periodic and on-demand checkpoints);
 4. end: a final checkpoint and the model when the budget is spent; a checkpoint and
@@ -41,6 +42,7 @@ from operant.trainer.service_protocol import HOOKS, Outcome, Rank, Service
 from operant.trainer.services import (
     Checkpoints,
     ContinueRecords,
+    CutRecords,
     NotifySystemd,
     PublishMetrics,
     ReleaseRunLock,
@@ -172,8 +174,11 @@ def compose(
         # Under torchrun the stop is the group's decision, taken with the checkpoints'.
         *([StopOnSignal(signals)] if group is None else []),
         records,
-        RunRecord(plan, run_dir, trainer.impl),
+        # What a full disk refuses first (the metrics file, run.json, each written whole or
+        # not at all); then a resumed run's records are cut: a start that fails leaves them.
         *publish,  # the metrics file appears complete, then `latest` points at it
+        RunRecord(plan, run_dir, trainer.impl),
+        CutRecords(records),
         UpdateLatest(plan),
         progress,
         *tensorboard,
