@@ -42,6 +42,12 @@ def runs_root(explicit: str | os.PathLike[str] | None = None) -> Path:
     env = os.environ.get(RUNS_DIR_ENV)
     if env:
         return Path(env).expanduser()
+    return default_runs_root()
+
+
+def default_runs_root() -> Path:
+    """The runs root when neither --runs-dir nor $OPERANT_RUNS_DIR names one:
+    $XDG_STATE_HOME/operant/runs (~/.local/state/operant/runs)."""
     state_home = os.environ.get("XDG_STATE_HOME") or os.path.join(
         os.path.expanduser("~"), ".local", "state"
     )
@@ -50,11 +56,12 @@ def runs_root(explicit: str | os.PathLike[str] | None = None) -> Path:
 
 def command_hint(command: str, *args: str, root: str | os.PathLike[str]) -> str:
     """A command line a user can paste as printed: `command` (e.g. "operant monitor"), then
-    `args`, then `--runs-dir ROOT` (absolute) when `root` is not the runs root the command
-    would find on its own, all shell-quoted."""
+    `args`, then `--runs-dir ROOT` (absolute) when `root` is not the default runs root, all
+    shell-quoted. A root from $OPERANT_RUNS_DIR is named too: the line is pasted where the
+    variable may not be set (a service's journal, read in a login shell)."""
     words = [*shlex.split(command), *args]
     root_path = Path(root).expanduser().absolute()
-    if root_path.resolve() != runs_root().absolute().resolve():
+    if root_path.resolve() != default_runs_root().absolute().resolve():
         words += ["--runs-dir", str(root_path)]
     return shlex.join(words)
 

@@ -61,12 +61,40 @@ def finished(root):
 
 
 def test_a_hint_names_the_runs_root_only_when_it_is_not_the_default(tmp_path, monkeypatch):
-    monkeypatch.setenv(RUNS_DIR_ENV, str(tmp_path / "mine"))
-    assert command_hint("operant monitor", "r1", root=tmp_path / "mine") == "operant monitor r1"
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.delenv(RUNS_DIR_ENV, raising=False)
+    default = tmp_path / "state" / "operant" / "runs"
+    assert command_hint("operant monitor", "r1", root=default) == "operant monitor r1"
     assert (
         command_hint("operant-train --resume", "r1", root=tmp_path / "other dir")
         == f"operant-train --resume r1 --runs-dir {shlex.quote(str(tmp_path / 'other dir'))}"
     )
+    # A root from $OPERANT_RUNS_DIR (as the systemd unit sets it) is named too: the hint is
+    # pasted from the journal into a shell that does not have the variable.
+    monkeypatch.setenv(RUNS_DIR_ENV, str(tmp_path / "mine"))
+    assert command_hint("operant monitor", "r1", root=tmp_path / "mine") == (
+        f"operant monitor r1 --runs-dir {tmp_path / 'mine'}"
+    )
+    assert command_hint("operant monitor", "r1", root=default) == "operant monitor r1"
+
+
+def test_a_hint_from_a_trainer_under_operant_runs_dir_works_where_it_is_not_set(tmp_path):
+    # The systemd unit sets $OPERANT_RUNS_DIR; its journal's hints are pasted in a shell
+    # that does not: they named no --runs-dir and were refused ("no run ... under ~/.local").
+    under_unit = {**os.environ, RUNS_DIR_ENV: str(tmp_path)}
+    shell = {key: value for key, value in os.environ.items() if key != RUNS_DIR_ENV}
+    shell["XDG_STATE_HOME"] = str(tmp_path / "state")  # an empty default root
+    first = run("operant-train", "--run-id", "unit", *SMALL, "--total-steps", "512", "--quiet",
+                env=under_unit)  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    for path in (tmp_path / "unit" / "checkpoints").iterdir():
+        path.unlink()  # as a run stopped before its first checkpoint leaves it
+    refused = run("operant-train", "--resume", "unit", env=under_unit)
+    hint = f"operant-train --resume auto --run-id unit --runs-dir {tmp_path}"
+    assert (refused.returncode, refused.stderr.strip().split(": ")[-1]) == (2, hint)
+    again = run(*shlex.split(hint), "--quiet", env=shell)
+    assert again.returncode == 0, again.stderr
+    assert last_record(tmp_path / "unit")["update"] == 2
 
 
 def test_the_resume_hint_after_sigterm_resumes_the_run_as_printed(root, tmp_path):
@@ -534,8 +562,10 @@ def test_leaving_a_run_without_checkpoints_gives_a_hint_that_works(tmp_path, fie
 def test_leaving_the_default_root_needs_no_runs_dir(tmp_path, monkeypatch):
     from operant.monitor.app import detach_message
 
-    monkeypatch.setenv(RUNS_DIR_ENV, str(tmp_path))
-    assert detach_message("r", _view("r", tmp_path, status="running"), tmp_path) == (
+    monkeypatch.delenv(RUNS_DIR_ENV, raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    root = tmp_path / "operant" / "runs"
+    assert detach_message("r", _view("r", root, status="running"), root) == (
         "detached from r; training goes on. Reattach: operant monitor r"
     )
 

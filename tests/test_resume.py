@@ -480,21 +480,23 @@ def test_resume_hints_name_the_ranks_the_checkpoints_need(tmp_path, monkeypatch)
     from operant.trainer.checkpoint_format import CheckpointError
     from operant.trainer.resume import _check_world, resume_hint
 
-    monkeypatch.setenv(RUNS_DIR_ENV, str(tmp_path))
+    monkeypatch.delenv(RUNS_DIR_ENV, raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    root = tmp_path / "state" / "operant" / "runs"  # the default: no --runs-dir in the hints
     for name in ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
-    assert resume_hint("r", tmp_path) == "operant-train --resume r"
+    assert resume_hint("r", root) == "operant-train --resume r"
     # a rank of 2 per node on 2 nodes: the stop's "continue with" pasted as printed
     monkeypatch.setenv("WORLD_SIZE", "4")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     monkeypatch.setenv("GROUP_WORLD_SIZE", "2")
-    assert resume_hint("r", tmp_path) == (
+    assert resume_hint("r", root) == (
         "operant-train --nproc-per-node 2 --resume r (on every node, with the job's --nnodes "
         "and --rdzv-* flags)"
     )
     # a lone process given a 2-rank checkpoint: the refusal's command resumes it
     monkeypatch.delenv("WORLD_SIZE")
-    path = tmp_path / "r" / "checkpoints" / "ckpt-000000003.pt"
+    path = root / "r" / "checkpoints" / "ckpt-000000003.pt"
     with pytest.raises(CheckpointError) as refused:
         _check_world(path, {"world_size": 2})
     assert str(refused.value) == (
