@@ -140,3 +140,27 @@ def test_leftovers_of_a_dead_writer_are_removed_and_never_chosen(tmp_path):
     assert checkpoint.find_checkpoint(tmp_path).name == "ckpt-000000002.pt"
     checkpoint.Checkpointer(tmp_path, None, None, keep=3).remove_leftovers(newer_than=1)
     assert sorted(os.listdir(tmp_path)) == ["ckpt-000000001.pt"]
+
+
+def test_a_resume_refusal_says_values_as_toml_and_set_write_them(tmp_path):
+    import tomllib
+
+    from operant.trainer.checkpoint import check_compatible
+    from operant.trainer.checkpoint_format import CheckpointError
+    from operant.trainer.config import Config, to_dict, toml_value
+
+    values = [None, False, True, 3, 0.5, 'say "hi"', [64, 64], {"agents": 2, "name": "a"}]
+    assert [toml_value(value) for value in values] == [
+        "none", "false", "true", "3", "0.5", '"say \\"hi\\""', "[64, 64]",
+        '{ agents = 2, name = "a" }',
+    ]  # fmt: skip
+    # What it writes reads back (TOML has no null: --set takes none for it).
+    for value in values[1:]:
+        assert tomllib.loads(f"v = {toml_value(value)}")["v"] == value
+    changed = Config()
+    changed.normalize.obs = True
+    with pytest.raises(CheckpointError) as refused:
+        check_compatible(tmp_path / "ckpt-000000001.pt", to_dict(Config()), changed)
+    assert str(refused.value).startswith(
+        "ckpt-000000001.pt was written with normalize.obs = false, but the config says true; "
+    )

@@ -352,6 +352,22 @@ def test_bad_resumes_are_one_line_exit_2_and_overwrite_nothing(server, tmp_path)
         "was written with env.num_envs = 8, but the config says 4",
         "envs",
     )
+    # Values as the user writes them in TOML or --set (they were Python's: False, None, 'x').
+    refused(
+        ["--resume", "good", "--set", "normalize.obs=true"],
+        "was written with normalize.obs = false, but the config says true;",
+        "obs",
+    )
+    refused(
+        ["--resume", "good", "--set", "env.max_episode_steps=100"],
+        "was written with env.max_episode_steps = none, but the config says 100;",
+        "limit",
+    )
+    refused(
+        ["--resume", "good", "--set", "env.info_mode=full"],
+        'was written with env.info_mode = "stats", but the config says "full";',
+        "info",
+    )
     refused(["--resume", "auto", *SMALL], "--resume auto needs a fixed run id", "auto")
     refused(["--run-id", "good", *SMALL], "run 'good' already exists", "exists")
 

@@ -412,6 +412,43 @@ def test_a_second_ctrl_c_outside_the_session_still_names_the_checkpoint_and_run(
     (checkpoints / "latest").unlink()
     (checkpoints / "ckpt-000000003.pt").unlink()
     (checkpoints / "ckpt-000000007.pt").unlink()
-    assert _interrupted_line(fresh).endswith(
-        f"the last checkpoint is none; run directory {run_dir}"
+    # No checkpoint: said so (it read "the last checkpoint is none"), with the command that
+    # starts the run again (--resume r1 is refused for a run with no checkpoint).
+    assert _interrupted_line(fresh) == (
+        f"operant-train: interrupted; there is no checkpoint; run directory {run_dir}; start it "
+        "again (with the config it started with): operant-train --resume auto --run-id r1 "
+        f"--runs-dir {tmp_path / 'runs'}"
+    )
+
+
+def test_a_stop_before_any_checkpoint_says_there_is_none_and_how_to_start_again(tmp_path, capsys):
+    """A stop (or a second Ctrl-C) before the first update has no checkpoint: it read
+    "checkpoint none; continue with operant-train --resume r1", a command that is refused for
+    a run with no checkpoint, and "the last checkpoint is none"."""
+    from types import SimpleNamespace
+
+    from operant.trainer.console import Console
+    from operant.trainer.service_protocol import Outcome
+
+    root = tmp_path / "runs"
+    again = (
+        "start it again (with the config it started with): operant-train --resume auto "
+        f"--run-id r1 --runs-dir {root}"
+    )
+    console = Console(
+        SimpleNamespace(log_format="plain", quiet=True),
+        SimpleNamespace(run_id="r1", payload=None, restart=False),
+        SimpleNamespace(global_step=0, update=0, solved_at=None),
+        root / "r1",
+        SimpleNamespace(last_path=None),
+    )
+    console.on_stop(Outcome(stopped_by="SIGINT"))
+    console.close()
+    assert capsys.readouterr().out == (
+        f"stopped by SIGINT at step 0 (update 0); no checkpoint was written; {again}\n"
+    )
+    console.on_stop(Outcome(stopped_by="SIGINT", error=KeyboardInterrupt()))
+    assert capsys.readouterr().err == (
+        f"operant-train: interrupted; there is no checkpoint; run directory {root / 'r1'}; "
+        f"{again}\n"
     )

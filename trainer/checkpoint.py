@@ -136,7 +136,7 @@ def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 def check_compatible(path: Path, saved: dict[str, Any], config: Any) -> None:
     """Refuse to resume with a config that changes what the checkpoint's state means: any key
     outside RESUMABLE_CHANGES that differs names the field, both values and the way out."""
-    from operant.trainer.config import Config, to_dict
+    from operant.trainer.config import Config, to_dict, toml_value
 
     try:
         saved_config = msgspec.convert(saved, Config)
@@ -151,9 +151,9 @@ def check_compatible(path: Path, saved: dict[str, Any], config: Any) -> None:
             continue
         if before.get(key) != after.get(key) and not _both_nan(before.get(key), after.get(key)):
             raise CheckpointError(
-                f"{path.name} was written with {key} = {before.get(key)!r}, but the config says "
-                f"{after.get(key)!r}; resume with the run's own config, or train under a new "
-                "run id"
+                f"{path.name} was written with {key} = {toml_value(before.get(key))}, but the "
+                f"config says {toml_value(after.get(key))}; resume with the run's own config, "
+                "or train under a new run id"
             )
 
 

@@ -8,6 +8,7 @@ Cross-field rules and derived values live in `derive()`, which also names the fi
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import sys
@@ -399,6 +400,23 @@ def _parse_value(text: str) -> Any:
         return tomllib.loads(f"value = {text}")["value"]
     except tomllib.TOMLDecodeError:
         return text
+
+
+def toml_value(value: Any) -> str:
+    """`value` as a user writes it in a config file or `--set`: true/false, "quoted" strings,
+    arrays, inline tables, and none (what --set takes for no value) for None."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)  # a TOML basic string
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(toml_value(item) for item in value) + "]"
+    if isinstance(value, dict):
+        pairs = ", ".join(f"{key} = {toml_value(item)}" for key, item in value.items())
+        return "{ " + pairs + " }" if pairs else "{}"
+    return repr(value)
 
 
 def apply_override(data: dict[str, Any], assignment: str) -> None:

@@ -96,11 +96,12 @@ class Console(Service):
                 )
             print(f"operant-train: training failed: {outcome.error}{kept}", file=sys.stderr)
         elif outcome.kind == "interrupted":
-            print(
-                f"operant-train: interrupted; the last checkpoint is {last_path or 'none'}; "
-                f"run directory {self.run_dir}",
-                file=sys.stderr,
+            line = (
+                f"the last checkpoint is {last_path}; run directory {self.run_dir}"
+                if last_path
+                else f"there is no checkpoint; run directory {self.run_dir}; {self._start_again()}"
             )
+            print(f"operant-train: interrupted; {line}", file=sys.stderr)
         elif outcome.kind == "no_space":
             print(f"operant-train: {self._no_space(outcome)}", file=sys.stderr, flush=True)
 
@@ -138,6 +139,11 @@ class Console(Service):
             f"{self.checkpointer.last_path}; free space, then {resume}"
         )
 
+    def _start_again(self) -> str:
+        """What a run with no checkpoint does instead of `--resume RUN` (which is refused)."""
+        again = resume_hint(self.plan.run_id, self.run_dir.parent, auto=True)
+        return f"start it again (with the config it started with): {again}"
+
     def close(self) -> None:
         if self.outcome is not None and self.outcome.kind in ("finished", "stopped"):
             self._summary(self.outcome, time.perf_counter() - self.started)
@@ -165,10 +171,14 @@ class Console(Service):
             print(json.dumps({"summary": msgspec.to_builtins(summary)}), flush=True)
             return
         if stopped_by:
+            how = (
+                f"checkpoint {path}; continue with {resume_hint(run_id, self.run_dir.parent)}"
+                if path
+                else f"no checkpoint was written; {self._start_again()}"
+            )
             print(
                 f"stopped by {stopped_by} at step {trainer.global_step:,} (update "
-                f"{trainer.update}); checkpoint {path or 'none'}; continue with "
-                f"{resume_hint(run_id, self.run_dir.parent)}",
+                f"{trainer.update}); {how}",
                 flush=True,
             )
             return

@@ -280,7 +280,15 @@ def _interrupted_line(plan: Any) -> str:
             last = checkpoint.find_checkpoint(run_dir / runs.CHECKPOINT_DIR)
         except checkpoint.CheckpointError:
             last = None
-    return f"{line}; the last checkpoint is {last or 'none'}; run directory {run_dir}"
+    if last is not None:
+        return f"{line}; the last checkpoint is {last}; run directory {run_dir}"
+    from operant.trainer.resume import resume_hint
+
+    again = resume_hint(plan.run_id, run_dir.parent, auto=True)
+    return (
+        f"{line}; there is no checkpoint; run directory {run_dir}; start it again (with the "
+        f"config it started with): {again}"
+    )
 
 
 if __name__ == "__main__":
