@@ -27,7 +27,7 @@ from operant.envs.autoreset import with_autoreset_mode
 from operant.envs.contract import FLAT_BOX_HINT, ActSpec, ObsSpec, RowLayout
 from operant.envs.episodes import AccountedPythonEnv, EpisodeAccounting
 from operant.envs.native import allocate_buffers, load_actions, step_outputs
-from operant.envs.registry import EnvError
+from operant.envs.registry import EnvError, EnvFailedError
 from operant.envs.render import check_render_mode, init_headless_display
 from operant.envs.seeding import check_seed
 
@@ -63,13 +63,19 @@ class ReferenceVectorEnv(AccountedPythonEnv, VectorEnv):
             kwargs["max_episode_steps"] = max_episode_steps
         if render_mode is not None:
             kwargs["render_mode"] = render_mode
-        self.inner = gymnasium.make_vec(
-            spec.id,
-            num_envs=num_envs,
-            vectorization_mode="sync",
-            vector_kwargs={"autoreset_mode": self.autoreset_mode},
-            **kwargs,
-        )
+        self.env_id = env_id
+        try:
+            self.inner = gymnasium.make_vec(
+                spec.id,
+                num_envs=num_envs,
+                vectorization_mode="sync",
+                vector_kwargs={"autoreset_mode": self.autoreset_mode},
+                **kwargs,
+            )
+        except (gymnasium.error.DependencyNotInstalled, ImportError, EnvError):
+            raise  # a missing package (preflight names it) or a refused option: not a failure
+        except Exception as error:
+            raise self._failed("built", error) from error
         self.render_mode = render_mode
         if render_mode == "rgb_array":
             init_headless_display()
@@ -108,7 +114,11 @@ class ReferenceVectorEnv(AccountedPythonEnv, VectorEnv):
     def reset(
         self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
     ):
-        obs, info = self.inner.reset(seed=check_seed(seed, self.num_envs), options=options)
+        seed = check_seed(seed, self.num_envs)
+        try:
+            obs, info = self.inner.reset(seed=seed, options=options)
+        except Exception as error:
+            raise self._failed("reset", error) from error
         self._resetting[:] = False
         self.obs[:] = obs.reshape(self.num_envs, -1)
         self.episodes.reset_episodes()
@@ -128,7 +138,10 @@ class ReferenceVectorEnv(AccountedPythonEnv, VectorEnv):
             if not self.discrete
             else self.actions.astype(self.single_action_space.dtype)
         )
-        obs, rewards, terminated, truncated, info = self.inner.step(actions)
+        try:
+            obs, rewards, terminated, truncated, info = self.inner.step(actions)
+        except Exception as error:
+            raise self._failed("stepped", error) from error
         self.obs[:] = obs.reshape(self.num_envs, -1)
         self.rewards[:] = rewards
         self.terminated[:] = terminated
@@ -144,6 +157,13 @@ class ReferenceVectorEnv(AccountedPythonEnv, VectorEnv):
             for i in np.flatnonzero(mask):
                 self.final_obs[i] = np.asarray(final[i], dtype=np.float32).reshape(-1)
         return info
+
+    def _failed(self, doing: str, error: Exception) -> EnvFailedError:
+        """What the user's env raised, as the env's failure (not operant's), naming the env;
+        raised `from` its exception."""
+        return EnvFailedError(
+            f"the env {self.env_id} raised while it was {doing}: {type(error).__name__}: {error}"
+        )
 
     def render(self) -> list[Any] | None:
         """Gymnasium's frames, one per env ("rgb_array"); None in "human" mode."""

@@ -44,6 +44,15 @@ class EnvError(ValueError):
     """A user asked for an env or implementation that does not exist; message says what does."""
 
 
+class EnvFailedError(RuntimeError):
+    """A user's Python env raised while it was built, reset or stepped; the message names the
+    env and the exception, which is its `__cause__` (its traceback is the user's to read).
+    Like an env worker's failure (operant.envs.workers.EnvWorkerError), it ends a trainer's run
+    as failed with one line, after that traceback (operant.trainer.service_protocol)."""
+
+    fails_the_run = True
+
+
 class InvalidActionError(ValueError):
     """Actions passed to `step` had the wrong shape, dtype or value."""
 

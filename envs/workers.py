@@ -66,6 +66,7 @@ from operant.envs.episodes import AccountedPythonEnv, EpisodeAccounting
 from operant.envs.native import load_actions, step_outputs
 from operant.envs.registry import (
     EnvError,
+    EnvFailedError,
     InvalidActionError,
     invalid_action_message,
 )
@@ -81,11 +82,11 @@ _LENGTH = struct.Struct("<I")
 _ALIGN = 64
 
 
-class EnvWorkerError(RuntimeError):
-    """An env worker process raised or died; the message names it, its envs and why."""
+class EnvWorkerError(EnvFailedError):
+    """An env worker process raised or died; the message names it, its envs and why (a worker
+    that raised has printed its traceback itself: this error has no `__cause__`).
 
-    fails_the_run = True
-    """A trainer ends the run as failed with this one line (operant.trainer.service_protocol:
+    A trainer ends the run as failed with this one line (operant.trainer.service_protocol:
     the metrics file says why, the last checkpoint is kept), not with a traceback."""
 
 

@@ -85,3 +85,27 @@ class ObsTooLong(CartPoleEnv):
 
 gymnasium.register("RewardAsArray-v0", entry_point=f"{__name__}:RewardAsArray")
 gymnasium.register("ObsTooLong-v0", entry_point=f"{__name__}:ObsTooLong")
+
+
+class UnbuildableCartPole(CartPoleEnv):
+    """A user's env that cannot be built (a missing asset)."""
+
+    def __init__(self, **kwargs):
+        raise FileNotFoundError("missing ROM file /nope.bin")
+
+
+class UnreachableCartPole(CartPoleEnv):
+    """A user's env whose reset fails (a simulator that cannot be reached)."""
+
+    def reset(self, *, seed=None, options=None):
+        raise ConnectionError("cannot connect to the simulator")
+
+
+gymnasium.register("UnbuildableCartPole-v0", entry_point=f"{__name__}:UnbuildableCartPole")
+gymnasium.register("UnreachableCartPole-v0", entry_point=f"{__name__}:UnreachableCartPole")
+gymnasium.register(
+    "LateCrashingCartPole-v0",
+    entry_point=f"{__name__}:CrashingCartPole",
+    max_episode_steps=500,
+    kwargs={"crash_at": 100},
+)

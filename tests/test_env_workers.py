@@ -7,6 +7,7 @@ trainer, even after a SIGKILL; native envs refuse workers in one line."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -235,3 +236,106 @@ def test_workers_need_a_python_env():
         make_env("MinAtar-Breakout-v1", 4, impl="reference", workers=2)
     with pytest.raises(ConfigError, match="env.workers = 9 is more than env.num_envs = 8"):
         derive(load_config(overrides=["env.num_envs=8", "env.workers=9"]))
+
+
+# --- a user's env that raises, in operant-train ------------------------------------------------
+
+
+def _train(root, env_id: str, *args: str, workers: int = 1) -> subprocess.CompletedProcess:
+    """operant-train on a test env of env_worker_fixtures (importable, as a user's module on
+    PYTHONPATH is)."""
+    from pathlib import Path
+
+    from user_runs import SMALL, run
+
+    tests = str(Path(__file__).resolve().parent)
+    path = os.pathsep.join(filter(None, [tests, os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path}
+    return run("operant-train", "--env", f"env_worker_fixtures:{env_id}", "--set",
+               "env.impl=reference", "--set", f"env.workers={workers}", *SMALL, "--runs-dir",
+               str(root), "--quiet", *args, env=env, timeout=120)  # fmt: skip
+
+
+def test_an_env_that_raises_in_the_trainers_process_fails_the_run_in_one_line(tmp_path):
+    # env.workers = 1: the env's traceback, then the summary line a worker's failure gets
+    # (it was operant's own 56-line traceback and no line), exit 1, the run marked failed.
+    from operant.shared.reader import MetricsReader
+
+    result = _train(tmp_path, "LateCrashingCartPole-v0", "--run-id", "late",
+                    "--set", "checkpoint.every_updates=2", "--total-steps", "8192")  # fmt: skip
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.count("Traceback") == 1 and "operant/trainer" not in result.stderr
+    assert lines[-2] == "ValueError: boom at step 100"  # the env's traceback ends so
+    checkpoint = tmp_path / "late" / "checkpoints" / "ckpt-000000002.pt"
+    assert lines[-1] == (
+        "operant-train: training failed: the env LateCrashingCartPole-v0 raised while it was "
+        f"stepped: ValueError: boom at step 100; the last good checkpoint is {checkpoint}; once "
+        f"the env works, continue with operant-train --resume late --runs-dir {tmp_path}"
+    )
+    with MetricsReader(tmp_path / "late" / "metrics.bin") as reader:
+        snapshot = reader.snapshot()
+    assert snapshot.state == "failed" and "boom at step 100" in snapshot.reason
+
+
+@pytest.mark.parametrize(
+    ("env_id", "workers", "what"),
+    [
+        ("UnbuildableCartPole-v0", 1, "the env UnbuildableCartPole-v0 raised while it was built: "
+         "FileNotFoundError: missing ROM file /nope.bin"),
+        ("UnreachableCartPole-v0", 1, "the env UnreachableCartPole-v0 raised while it was reset: "
+         "ConnectionError: cannot connect to the simulator"),
+        ("UnreachableCartPole-v0", 2, "env worker 0 (pid PID, envs 0-3) failed: "
+         "ConnectionError: cannot connect to the simulator"),
+    ],
+)  # fmt: skip
+def test_an_env_that_fails_at_start_is_its_traceback_then_one_line(tmp_path, env_id, workers, what):
+    # It was operant's traceback (with 2 workers, of EnvWorkerError, whose promise is one line).
+    result = _train(tmp_path, env_id, "--run-id", "never", workers=workers)
+    last = result.stderr.strip().splitlines()[-1]
+    assert result.returncode == 1, result.stderr
+    assert "operant/trainer" not in result.stderr and "Traceback" in result.stderr
+    pid = re.search(r"pid (\d+)", last)
+    assert last == (
+        f"operant-train: cannot start run never: {what.replace('PID', pid[1] if pid else '')}; "
+        "nothing was created; run again once the env works"
+    )
+    assert not (tmp_path / "never").exists()
+
+
+def test_an_env_that_fails_when_a_run_resumes_leaves_the_run_and_says_how_to_go_on(
+    tmp_path, capsys
+):
+    from types import SimpleNamespace
+
+    from operant.envs import EnvFailedError
+    from operant.trainer.console import env_failed_at_start
+
+    try:
+        try:
+            raise ConnectionError("cannot connect to the simulator")
+        except ConnectionError as cause:
+            raise EnvFailedError("the env Sim-v0 raised while it was reset: ...") from cause
+    except EnvFailedError as error:
+        failed = error
+    run_dir = tmp_path / "r1"
+    resumed = SimpleNamespace(run_id="r1", run_dir=run_dir, root=tmp_path, payload={},
+                              restart=False)  # fmt: skip
+    env_failed_at_start(resumed, failed)
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "ConnectionError: cannot connect to the simulator" in err
+    assert err.splitlines()[-1] == (
+        "operant-train: cannot start run r1: the env Sim-v0 raised while it was reset: ...; the "
+        f"run is as it was; once the env works: operant-train --resume r1 --runs-dir {tmp_path}"
+    )
+    restarted = SimpleNamespace(run_id="r1", run_dir=run_dir, root=tmp_path, payload=None,
+                                restart=True)  # fmt: skip
+    env_failed_at_start(restarted, failed)
+    assert (
+        capsys.readouterr()
+        .err.splitlines()[-1]
+        .endswith(
+            "the run is as it was; once the env works, start it again (with the config it started "
+            f"with): operant-train --resume auto --run-id r1 --runs-dir {tmp_path}"
+        )
+    )

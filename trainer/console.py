@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +94,15 @@ class Console(Service):
                 kept += (
                     f"; the best policy (mean return {self.best.best_return:.1f}) is "
                     f"{self.best.path}"
+                )
+            if _env_failure(outcome.error):
+                # The user's env is at fault: its own traceback first (a worker has printed
+                # its own), then how to go on once it is fixed.
+                _print_cause(outcome.error)
+                kept += "; once the env works, " + (
+                    f"continue with {resume_hint(self.plan.run_id, self.run_dir.parent)}"
+                    if last_path
+                    else self._start_again()
                 )
             print(f"operant-train: training failed: {outcome.error}{kept}", file=sys.stderr)
         elif outcome.kind == "interrupted":
@@ -202,3 +212,34 @@ class Console(Service):
         for line in (best.verdict(), best.best_line()) if best is not None else ():
             if line is not None:
                 print(line, flush=True)
+
+
+def _env_failure(error: BaseException | None) -> bool:
+    from operant.envs.registry import EnvFailedError
+
+    return isinstance(error, EnvFailedError)
+
+
+def _print_cause(error: BaseException | None) -> None:
+    """The traceback of what the user's env raised (an EnvFailedError's cause), if any."""
+    cause = error.__cause__ if error is not None else None
+    if cause is not None:
+        traceback.print_exception(cause, file=sys.stderr)
+
+
+def env_failed_at_start(plan: RunPlan, error: BaseException) -> None:
+    """The env failed while it was built or first reset, before the run started: its
+    traceback, then one line that says what is left and how to go on once the env works."""
+    _print_cause(error)
+    root = plan.run_dir.parent if plan.run_dir is not None else plan.root
+    if plan.payload is not None:
+        after = f"the run is as it was; once the env works: {resume_hint(plan.run_id, root)}"
+    elif plan.restart:
+        again = resume_hint(plan.run_id, root, auto=True)
+        after = (
+            "the run is as it was; once the env works, start it again (with the config it "
+            f"started with): {again}"
+        )
+    else:
+        after = "nothing was created; run again once the env works"
+    print(f"operant-train: cannot start run {plan.run_id}: {error}; {after}", file=sys.stderr)

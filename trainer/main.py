@@ -174,9 +174,12 @@ def main(argv: list[str] | None = None) -> int:
             status = _run_as_rank(args, signals)
             if status is not None:
                 return status
-        plan = _planned(args)
-        if plan is None:
+        planned = _planned(args)
+        if planned is None:
             return EXIT_USAGE
+        if isinstance(planned, int):  # the env failed at start, said so
+            return planned
+        plan = planned
         if launching:
             from operant.launch import launch
 
@@ -221,9 +224,10 @@ def _refuse_or_hand_off(args: Any, argv: list[str] | None, launching: bool) -> i
 
 def _planned(args: Any) -> Any:
     """The run's plan, checked against what this machine offers (device, the env's packages,
-    memory) before anything is created or launched; None, said why, for bad input."""
+    memory) before anything is created or launched; None, said why, for bad input; the exit
+    status, said why, where the user's env fails while it is built."""
     # Heavy imports after argument parsing, so --help and usage errors are instant.
-    from operant.envs import EnvError
+    from operant.envs import EnvError, EnvFailedError
     from operant.shared import runs
     from operant.trainer import preflight
     from operant.trainer.config import ConfigError
@@ -242,6 +246,14 @@ def _planned(args: Any) -> Any:
         if plan is not None:
             plan.release()  # a resumed run's lock
         return None
+    except EnvFailedError as error:  # the user's env, built by preflight's probe
+        from operant.trainer.console import env_failed_at_start
+
+        if plan is None:
+            raise
+        env_failed_at_start(plan, error)
+        plan.release()
+        return EXIT_FAILED
     for note in plan.notes:
         print(f"operant-train: {note}", file=sys.stderr, flush=True)
     return plan

@@ -24,11 +24,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from operant.envs.registry import EnvFailedError
 from operant.shared import runs
 from operant.trainer.best import TrackBest
 from operant.trainer.checkpoint import Checkpointer
 from operant.trainer.checkpoint_format import CheckpointError
-from operant.trainer.console import Console
+from operant.trainer.console import Console, env_failed_at_start
 from operant.trainer.exit_codes import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -72,6 +73,10 @@ def run(args: Any, plan: RunPlan, signals: StopSignals) -> int:
         print(f"operant-train: {plan.checkpoint}: {error}", file=sys.stderr)
         plan.release()
         return EXIT_USAGE
+    except EnvFailedError as error:  # the user's env, built and reset with the trainer
+        env_failed_at_start(plan, error)
+        plan.release()
+        return EXIT_FAILED
     fresh = plan.run_dir is None
     run_dir, status = open_run_dir(plan)
     if run_dir is None:
