@@ -289,3 +289,17 @@ def test_a_start_the_disk_refuses_leaves_a_resumed_run_as_it_was(small_disk, che
     assert [record["update"] for record in progress] == [1, 2, 3, 4, 5, 6]
     resumes = json.loads((run_dir / "run.json").read_text()).get("resumes", [])
     assert [resume["update"] for resume in resumes] == [4 if checkpoint else 0]
+
+
+def test_the_records_line_says_whose_size_it_gives(tmp_path):
+    # progress.jsonl's refusal gave "about 165.8 KiB needed": a checkpoint's size, not the
+    # records' (a line of JSON)
+    import errno
+
+    from operant.trainer.disk import describe_storage_error
+
+    full = OSError(errno.ENOSPC, "No space left on device")
+    line = describe_storage_error(full, tmp_path, 170_000, "a checkpoint")
+    assert line.startswith("No space left on device (") and f"free in {tmp_path}; " in line
+    assert line.endswith("; a checkpoint takes about 166.0 KiB)")
+    assert describe_storage_error(full, tmp_path, 2048).endswith(", about 2.0 KiB needed)")

@@ -133,11 +133,14 @@ class Console(Service):
             else:
                 after = "nothing was created; free space and run again"
             return f"cannot start run {self.plan.run_id}: {why}; {after}"
-        why = describe_storage_error(outcome.error, self.run_dir, self.checkpointer.last_size)
         if outcome.ending:
             what = outcome.writing or "the final checkpoint"
-        else:
+            why = describe_storage_error(outcome.error, self.run_dir, self.checkpointer.last_size)
+        else:  # the records' write is small: the size to free is the next checkpoint's
             what = "the run's records (progress.jsonl)"
+            why = describe_storage_error(
+                outcome.error, self.run_dir, self.checkpointer.last_size, "a checkpoint"
+            )
         if self.checkpointer.last_path is None:
             again = resume_hint(self.plan.run_id, self.run_dir.parent, auto=True)
             return (

@@ -72,9 +72,16 @@ def size_text(size: int | None) -> str:
     return f"{size} bytes"
 
 
-def describe_storage_error(error: OSError, directory: Path, needed: int | None = None) -> str:
+def describe_storage_error(
+    error: OSError, directory: Path, needed: int | None = None, what: str = ""
+) -> str:
     """`error` in one line: what the system said, the space free under `directory`, and the
-    size needed when it is known."""
+    size needed when it is known (of `what`, when that is not the write that failed)."""
     reason = os.strerror(error.errno) if error.errno else str(error)
-    need = f", about {size_text(needed)} needed" if needed else ""
+    if not needed:
+        need = ""
+    elif what:
+        need = f"; {what} takes about {size_text(needed)}"
+    else:
+        need = f", about {size_text(needed)} needed"
     return f"{reason} ({size_text(free_bytes(directory))} free in {directory}{need})"
