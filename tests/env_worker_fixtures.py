@@ -109,3 +109,20 @@ gymnasium.register(
     max_episode_steps=500,
     kwargs={"crash_at": 100},
 )
+
+
+class SlowToBuildCartPole(CartPoleEnv):
+    """CartPole whose construction takes 3 s (a simulator starting), after touching the file
+    $SLOW_BUILD_MARK so a test knows it has begun."""
+
+    def __init__(self, **kwargs):
+        import os
+        import time
+        from pathlib import Path
+
+        Path(os.environ["SLOW_BUILD_MARK"]).touch()
+        time.sleep(3)
+        super().__init__(**kwargs)
+
+
+gymnasium.register("SlowToBuildCartPole-v0", entry_point=f"{__name__}:SlowToBuildCartPole")

@@ -5,10 +5,12 @@ number of env workers may change on resume."""
 from __future__ import annotations
 
 import os
+import signal
+import time
 from pathlib import Path
 
 import pytest
-from user_runs import run
+from user_runs import kill_quietly, run, start_trainer, stop
 
 from operant.trainer.best import env_target
 from operant.trainer.config import Config
@@ -74,3 +76,29 @@ def test_a_nan_from_the_env_is_named_as_the_cause(tmp_path):
     assert "non-finite values in parameter " in line
     assert ": the env returned a non-finite reward in that update's rollout (row " in line
     assert "fix the env, or bound it with a gymnasium wrapper" in line
+
+
+def test_a_ctrl_c_while_a_slow_env_is_probed_stops_before_anything_starts(tmp_path, monkeypatch):
+    # It announced the stop, then started the env's workers, trained an update, and named a
+    # `--resume` that the run (no checkpoint) refused
+    mark = tmp_path / "building"
+    monkeypatch.setenv("SLOW_BUILD_MARK", str(mark))
+    monkeypatch.setenv("PYTHONPATH", with_fixtures()["PYTHONPATH"])
+    trainer = start_trainer(
+        "--env", "env_worker_fixtures:SlowToBuildCartPole-v0", "--set", "env.impl=reference",
+        "--set", "env.num_envs=2", "--runs-dir", str(tmp_path / "runs"), "--run-id", "slow",
+        "--total-steps", "100000", "--quiet", log=tmp_path / "out",
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not mark.exists():
+            assert time.monotonic() < deadline and trainer.poll() is None
+            time.sleep(0.02)
+        assert stop(trainer, signal.SIGINT) == 0
+    finally:
+        kill_quietly(trainer.pid)
+    lines = (tmp_path / "out").read_text().splitlines()
+    assert lines[-1] == (
+        "operant-train: stopped by SIGINT before training began; nothing was created"
+    )
+    assert not (tmp_path / "runs" / "slow").exists()

@@ -183,6 +183,10 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(planned, int):  # the env failed at start, said so
             return planned
         plan = planned
+        if signals.stop_requested:  # taken while the run was planned (a slow env's probe)
+            kept = "the run is as it was" if plan.payload or plan.restart else "nothing was created"
+            print(f"operant-train: stopped by {signals.name} before training began; {kept}")
+            return EXIT_OK
         if launching:
             from operant.launch import launch
 
