@@ -486,3 +486,16 @@ def test_gloos_sign_off_stays_out_of_a_groups_error():
         "[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
         "[127.0.0.1]:40512"
     )
+
+
+def test_a_group_error_under_restarts_left_does_not_say_the_run_ends(monkeypatch):
+    # "so the run ends", then torchrun restarted the group and the run resumed
+    from operant.trainer.distributed import _what_ends
+
+    monkeypatch.delenv("TORCHELASTIC_MAX_RESTARTS", raising=False)
+    assert _what_ends() == "the run ends"
+    monkeypatch.setenv("TORCHELASTIC_MAX_RESTARTS", "2")
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    assert _what_ends() == "this start of the group ends (torchrun restarts it: 2 of 2)"
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "2")
+    assert _what_ends() == "the run ends"

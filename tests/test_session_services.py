@@ -111,10 +111,13 @@ def test_the_first_service_that_stops_at_a_boundary_ends_the_round():
 )
 def test_an_error_skips_on_stopping_and_ends_with_its_status(error, kind, status):
     calls: list = []
-    session = Session(FakeTrainer(error=error), [Recorder("a", calls)], StopSignals())
+    signals = StopSignals()
+    session = Session(FakeTrainer(error=error), [Recorder("a", calls)], signals)
     assert session.run() == status
     assert calls[-2:] == [("a", "stop", kind), ("a", "close")]
     assert not [call for call in calls if call[1] == "stopping"]
+    # its line is out: torchrun's SIGTERM to a failed rank is not announced as a stop
+    assert not signals.announce
 
 
 def test_an_unexpected_error_is_announced_closed_and_raised():

@@ -157,7 +157,7 @@ class Group:
             return call(*args, **kwargs)
         except RuntimeError as error:
             raise GroupError(
-                f"rank {self.rank}: {what} failed, so the run ends: a rank died, or stopped "
+                f"rank {self.rank}: {what} failed, so {_what_ends()}: a rank died, or stopped "
                 f"or hung for longer than train.dist_timeout_s = {self.timeout_s:g} s "
                 f"({_first_line(error)})"
             ) from None
@@ -260,3 +260,13 @@ def _first_line(error: BaseException) -> str:
     monitor."""
     line = first_line(error)
     return line.split(" Check the logs of the remote worker")[0].rstrip(". ") or line
+
+
+def _what_ends() -> str:
+    """The run, or under torchrun's --max-restarts with restarts left, this start of the
+    group (torchrun then restarts it, and it resumes from its last checkpoint)."""
+    restarts = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0)
+    done = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+    if done < restarts:
+        return f"this start of the group ends (torchrun restarts it: {done + 1} of {restarts})"
+    return "the run ends"

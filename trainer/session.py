@@ -264,6 +264,9 @@ class Session:
         except BaseException as error:
             outcome.error = error
             self._call("on_stop", outcome)
+            # Its line is out: a stop signal now (torchrun's SIGTERM to a failed group's
+            # ranks) is not announced as a stop "with a checkpoint" under that failure.
+            self.signals.announce = False
             if outcome.kind == "crashed":
                 raise
         finally:
