@@ -232,9 +232,15 @@ def resolve_impl(env_id: str, impl: str) -> str:
     if impl in ("reference", "auto") and entry is None:
         refusal = _gymnasium_refusal(key)
         if refusal is not None:
+            own = ""
+            if ":" not in env_id and "doesn't exist" in refusal:  # not a bad version
+                own = (
+                    " (an env your own module registers: name the module too, as "
+                    f"'package.module:{key}')"
+                )
             raise EnvError(
                 f"unknown env id {env_id!r}: operant implements {_implemented()}, "
-                f"and Gymnasium says: {refusal}"
+                f"and Gymnasium says: {refusal}{own}"
             )
         return "reference"
     if impl == "reference":
