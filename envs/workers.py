@@ -45,6 +45,7 @@ import json
 import mmap
 import os
 import pickle
+import select
 import signal
 import struct
 import subprocess
@@ -195,7 +196,10 @@ class WorkerVectorEnv(AccountedPythonEnv, VectorEnv):
         copy: bool = True,
         max_episode_steps: int | None = None,
         autoreset_mode: AutoresetMode | str = AutoresetMode.SAME_STEP,
+        step_timeout_s: float | None = None,
     ):
+        self.step_timeout_s = step_timeout_s
+        """How long a worker may take to answer (a step, a reset); None: as long as it takes."""
         if parse_autoreset_mode(autoreset_mode) != AutoresetMode.SAME_STEP:
             raise EnvError("env workers autoreset SAME_STEP only; use workers = 1 for NEXT_STEP")
         if not 1 <= workers <= num_envs:
@@ -321,14 +325,28 @@ class WorkerVectorEnv(AccountedPythonEnv, VectorEnv):
             self._owed.append(index)
 
     def _wait_all(self) -> None:
-        """Until every worker has answered its last command: a blocking one-byte read from
-        each in turn (all of them must answer; a dead worker's pipe reads end-of-file)."""
+        """Until every worker has answered its last command: a one-byte read from each in turn
+        (all of them must answer; a dead worker's pipe reads end-of-file), each within what
+        is left of step_timeout_s when one is set."""
+        deadline = None if self.step_timeout_s is None else time.monotonic() + self.step_timeout_s
         while self._owed:
             index = self._owed[0]
+            if deadline is not None and not _readable(self._results[index], deadline):
+                self._hung(index)
             answer = os.read(self._results[index], 1)
             if answer != _DONE:
                 self._fail(index, answer)
             self._owed.pop(0)
+
+    def _hung(self, index: int) -> None:
+        """Close the env (a worker that does not answer close is killed) and raise for worker
+        `index`, which did not answer within step_timeout_s."""
+        name = self._worker_name(index)
+        self.close()
+        raise EnvWorkerError(
+            f"{name} did not answer within env.step_timeout_s = {self.step_timeout_s:g} s (its "
+            "env hangs, or needs a longer timeout)"
+        )
 
     def _fail(self, index: int, answer: bytes) -> None:
         """Close the env and raise the error of worker `index`, which answered `answer`
@@ -457,6 +475,18 @@ def _die_with_parent(parent: int) -> None:
         libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent:
         os._exit(0)
+
+
+def _readable(fd: int, deadline: float) -> bool:
+    """Whether `fd` has something to read (or its end) before `deadline` (time.monotonic)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+    while True:
+        left_ms = max(0, int((deadline - time.monotonic()) * 1000))
+        if poller.poll(left_ms):
+            return True
+        if time.monotonic() >= deadline:
+            return False
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -126,3 +126,31 @@ class SlowToBuildCartPole(CartPoleEnv):
 
 
 gymnasium.register("SlowToBuildCartPole-v0", entry_point=f"{__name__}:SlowToBuildCartPole")
+
+
+class HangingCartPole(CartPoleEnv):
+    """CartPole whose 5th step never returns (a simulator that hangs) in the env reset with
+    seed 2 (env 2 of a batch reset with seed 0)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.hangs = False
+        self.steps = 0
+
+    def reset(self, *, seed=None, options=None):
+        if seed is not None:
+            self.hangs = seed == 2
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action):
+        import time
+
+        self.steps += 1
+        if self.hangs and self.steps == 5:
+            time.sleep(3600)
+        return super().step(action)
+
+
+gymnasium.register(
+    "HangingCartPole-v0", entry_point=f"{__name__}:HangingCartPole", max_episode_steps=500
+)

@@ -166,6 +166,30 @@ def test_an_output_of_the_wrong_shape_names_the_field(env_id, message):
     assert str(raised.value).endswith(f"failed: ValueError: {message}")
 
 
+def test_a_worker_that_does_not_answer_within_the_timeout_ends_the_env():
+    # a hung Python env step hung the run for good (no deadline on the wait)
+    env = make_env(
+        "env_worker_fixtures:HangingCartPole-v0", 4, impl="reference", workers=2,
+        step_timeout_s=1.0,
+    )  # fmt: skip
+    try:
+        env.reset(seed=0)
+        env.actions[:] = 0
+        started = time.monotonic()
+        error = _within(30, lambda: [env.step_bound() for _ in range(10)])
+        waited = time.monotonic() - started
+    finally:
+        env.close()
+    assert isinstance(error, EnvWorkerError)
+    pid = env._processes[1].pid
+    assert str(error) == (
+        f"env worker 1 (pid {pid}, envs 2-3) did not answer within env.step_timeout_s = 1 s "
+        "(its env hangs, or needs a longer timeout)"
+    )
+    assert 1.0 <= waited < 10  # the timeout, and the hung worker killed on close
+    assert env._processes[1].returncode == -signal.SIGKILL
+
+
 BOTH_CRASH = """
 import sys
 sys.path.insert(0, sys.argv[1])

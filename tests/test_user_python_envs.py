@@ -102,3 +102,25 @@ def test_a_ctrl_c_while_a_slow_env_is_probed_stops_before_anything_starts(tmp_pa
         "operant-train: stopped by SIGINT before training began; nothing was created"
     )
     assert not (tmp_path / "runs" / "slow").exists()
+
+
+def test_a_hung_env_step_ends_the_run_at_the_step_timeout(tmp_path):
+    # (a hung env step hung the run for good: no deadline on the wait)
+    common = [
+        "--env", "env_worker_fixtures:HangingCartPole-v0", "--set", "env.impl=reference",
+        "--set", "env.num_envs=4", "--runs-dir", str(tmp_path), "--total-steps", "4096",
+    ]  # fmt: skip
+    refused = run("operant-train", *common, "--set", "env.step_timeout_s=2", env=with_fixtures())
+    assert refused.returncode == 2
+    assert refused.stderr.strip() == (
+        "operant-train: env.step_timeout_s needs env.workers >= 2: a step in the trainer's own "
+        "process cannot be cut short; set env.workers, or drop the timeout"
+    )
+    result = run(
+        "operant-train", *common, "--set", "env.workers=2", "--set", "env.step_timeout_s=2",
+        "--run-id", "hung", env=with_fixtures(), timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if "training failed" in line]
+    assert "training failed: env worker 0 (pid " in line  # env 1: train.seed 1 + 1 = 2
+    assert "did not answer within env.step_timeout_s = 2 s (its env hangs" in line

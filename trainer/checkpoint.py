@@ -66,6 +66,7 @@ RESUMABLE_CHANGES = (
     # (docs/envs.md), and a reference env is not resumable (re-seeded on resume) anyway: a
     # run moved to a machine with more or fewer cores changes it.
     "env.workers",
+    "env.step_timeout_s",
 )
 
 

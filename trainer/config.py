@@ -62,6 +62,10 @@ class EnvConfig(Struct, forbid_unknown_fields=True, kw_only=True):
     a copy (operant.envs.workers); 1 steps them in the trainer's process. For env.impl =
     "reference" (Gymnasium's envs), where a step costs tens of microseconds of Python; the
     native and torch envs refuse it. At most env.num_envs (docs/envs.md)."""
+    step_timeout_s: FinitePositive | None = None
+    """With env.workers >= 2: the seconds a worker may take to answer a step or reset before
+    the run ends as failed, naming it (a Python env that hangs); None waits as long as it
+    takes. A step in the trainer's own process (env.workers = 1) cannot be cut short."""
     max_episode_steps: Positive | None = None
     """Truncation horizon; None keeps the env's registered limit (500 for CartPole-v1)."""
     frame_stack: Positive = 1
@@ -352,6 +356,11 @@ def _check_env_split(config: Config, world: int) -> None:
             f"must give an even share, got {config.env.num_envs} / {world} ranks = "
             f"{config.env.num_envs // world} each"
         )
+    if config.env.step_timeout_s is not None and config.env.workers == 1:
+        raise ConfigError(
+            "env.step_timeout_s needs env.workers >= 2: a step in the trainer's own process "
+            "cannot be cut short; set env.workers, or drop the timeout"
+        )
     if config.env.workers > config.env.num_envs // world:
         each = f" / {world} ranks" if world > 1 else ""
         raise ConfigError(
@@ -466,6 +475,8 @@ def env_kwargs(config: Config) -> dict[str, Any]:
         kwargs["info_mode"] = config.env.info_mode
     if config.env.max_episode_steps is not None:
         kwargs["max_episode_steps"] = config.env.max_episode_steps
+    if config.env.step_timeout_s is not None:
+        kwargs["step_timeout_s"] = config.env.step_timeout_s
     return kwargs
 
 
