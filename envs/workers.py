@@ -555,6 +555,20 @@ def worker_main(index: int, parent: int, block_fd: int, command_fd: int, result_
         sys.exit(1)
 
 
+_SCALARS = (float, int, np.floating, np.integer)
+
+
+def _check_reward(row: int, reward: Any) -> None:
+    """A reward that is not a plain number: fine if it has shape (), else named (numpy's own
+    error, "setting an array element with a sequence", named neither field nor env)."""
+    shape = np.shape(np.asarray(reward))
+    if shape != ():
+        raise ValueError(
+            f"its env {row} returned the reward {reward!r}: a reward is one number "
+            f"(shape (), not {shape})"
+        )
+
+
 class _StepLoop:
     """A worker's sub-envs over its rows of the shared buffers: SyncVectorEnv's SAME_STEP
     loop, writing each env's outputs in place."""
@@ -587,12 +601,8 @@ class _StepLoop:
         rewards, terminated, truncated = [], [], []
         for row, env in enumerate(self.envs):
             obs, reward, term, trunc, _ = env.step(self.actions[row])
-            shape = np.shape(np.asarray(reward))
-            if shape != ():  # numpy's own error named no field
-                raise ValueError(
-                    f"its env {row} returned the reward {reward!r}: a reward is one number "
-                    f"(shape (), not {shape})"
-                )
+            if not isinstance(reward, _SCALARS):  # the common case: no array made a step
+                _check_reward(row, reward)
             if term or trunc:
                 self.final_obs[row] = self._flat(row, obs)
                 obs, _ = env.reset()

@@ -166,8 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     from operant.trainer.signals import StopSignals
 
     signals = StopSignals()
-    # Under torchrun only each node's local rank 0 says a stop was taken (ranks.run_rank sets
-    # the same later; a signal in the first seconds came before that and was said twice).
+    # Under torchrun each node's journal says once that a stop was taken (its local rank 0
+    # says it), from the first second: set before the handlers go in.
     signals.announce = os.environ.get("LOCAL_RANK", "0") == "0"
     if not launching:
         signals.install()

@@ -50,8 +50,6 @@ def run_rank(args: Any, launch: Launch, signals: StopSignals, flags: dict[str, A
     from operant.trainer import preflight
     from operant.trainer.config import ConfigError, load_config
 
-    # Each node's journal says once that a stop was taken (its local rank 0 says it).
-    signals.announce = launch.local_rank == 0
     try:
         given = load_config(args.config, args.overrides, flags)
     except (ConfigError, EnvError) as error:
