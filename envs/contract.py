@@ -51,14 +51,19 @@ episode sets them."""
 
 @dataclass(frozen=True)
 class ObsSpec:
-    """One row's observation: `shape` and `dtype`, as the buffers hold it."""
+    """One row's observation: `shape` and `dtype`, as the buffers hold it, and `scale`, the
+    factor a policy multiplies its values by (1/255 for a Python env's byte images whose space
+    runs from 0 to 255, operant.envs.obs_rows; 1 for everything else: MinAtar's cells are 0
+    or 1 already)."""
 
     shape: tuple[int, ...]
     dtype: np.dtype
+    scale: float = 1.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", tuple(int(size) for size in self.shape))
         object.__setattr__(self, "dtype", np.dtype(self.dtype))
+        object.__setattr__(self, "scale", float(self.scale))
 
     @property
     def row_bytes(self) -> int:

@@ -113,7 +113,7 @@ class FrameStackEnv(EnvLayer):
         self.impl, self.resumable, self.layout = env.impl, env.resumable, env.layout
         self.act_spec = env.act_spec
         shape = (depth * inner.shape[0], *inner.shape[1:])
-        self.obs_spec = ObsSpec(shape, inner.dtype)
+        self.obs_spec = ObsSpec(shape, inner.dtype, inner.scale)
         rows = env.layout.num_rows
         self.obs = np.zeros((rows, *shape), dtype=inner.dtype)
         self.final_obs = np.zeros_like(self.obs)

@@ -2,7 +2,8 @@
 
 Any installed Gymnasium env id trains this way (`env.impl = "reference"`). It is the slow
 path and the parity oracle: the episode statistics that kernels reduce in C are reduced here
-with numpy, once per step.
+with numpy, once per step. Its Box observations become rows as operant.envs.obs_rows says
+(images channels first in their own dtype, the rest flattened to float32).
 
 Its Gymnasium face is Gymnasium's own: `autoreset_mode` (SAME_STEP by default, or NEXT_STEP)
 is handed to the SyncVectorEnv inside, whose sub-envs' Python state cannot be held back for a
@@ -21,12 +22,14 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
 
 from operant.envs.autoreset import autoreset_mode as parse_autoreset_mode
 from operant.envs.autoreset import with_autoreset_mode
-from operant.envs.contract import FLAT_BOX_HINT, ActSpec, ObsSpec, RowLayout
+from operant.envs.contract import FLAT_BOX_HINT, ActSpec, RowLayout
 from operant.envs.episodes import AccountedPythonEnv, EpisodeAccounting
 from operant.envs.native import allocate_buffers, load_actions, step_outputs
+from operant.envs.obs_rows import obs_rows
 from operant.envs.registry import EnvError, EnvFailedError
 from operant.envs.render import check_render_mode, init_headless_display
 from operant.envs.seeding import check_seed
@@ -92,15 +95,15 @@ class ReferenceVectorEnv(AccountedPythonEnv, VectorEnv):
         )
         self.num_envs = num_envs
         self.copy = copy
-        self.single_observation_space = self.inner.single_observation_space
         self.single_action_space = self.inner.single_action_space
-        self.observation_space = self.inner.observation_space
         self.action_space = self.inner.action_space
-        if not isinstance(self.single_observation_space, spaces.Box):
-            raise EnvError(
-                f"{env_id} has {self.single_observation_space} observations; {FLAT_BOX_HINT}"
-            )
-        self.obs_spec = ObsSpec((int(np.prod(self.single_observation_space.shape)),), np.float32)
+        declared = self.inner.single_observation_space
+        if not isinstance(declared, spaces.Box):
+            raise EnvError(f"{env_id} has {declared} observations; {FLAT_BOX_HINT}")
+        self.obs_rows = obs_rows(declared, self.single_action_space)
+        self.obs_spec = self.obs_rows.spec
+        self.single_observation_space = self.obs_rows.space
+        self.observation_space = batch_space(self.obs_rows.space, num_envs)
         allocate_buffers(self, num_envs, self.obs_spec)
         try:
             self.act_spec = ActSpec.from_space(self.single_action_space)
@@ -120,7 +123,7 @@ class ReferenceVectorEnv(AccountedPythonEnv, VectorEnv):
         except Exception as error:
             raise self._failed("reset", error) from error
         self._resetting[:] = False
-        self.obs[:] = obs.reshape(self.num_envs, -1)
+        self.obs[:] = self.obs_rows.rows(obs, self.num_envs)
         self.episodes.reset_episodes()
         return (self.obs.copy() if self.copy else self.obs), info
 
@@ -142,7 +145,7 @@ class ReferenceVectorEnv(AccountedPythonEnv, VectorEnv):
             obs, rewards, terminated, truncated, info = self.inner.step(actions)
         except Exception as error:
             raise self._failed("stepped", error) from error
-        self.obs[:] = obs.reshape(self.num_envs, -1)
+        self.obs[:] = self.obs_rows.rows(obs, self.num_envs)
         self.rewards[:] = rewards
         self.terminated[:] = terminated
         self.truncated[:] = truncated
@@ -155,7 +158,7 @@ class ReferenceVectorEnv(AccountedPythonEnv, VectorEnv):
             mask = info.get("_final_obs", done)
             final = info.get("final_obs")
             for i in np.flatnonzero(mask):
-                self.final_obs[i] = np.asarray(final[i], dtype=np.float32).reshape(-1)
+                self.final_obs[i] = self.obs_rows.row(final[i])
         return info
 
     def _failed(self, doing: str, error: Exception) -> EnvFailedError:

@@ -62,9 +62,10 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 
 from operant.envs.autoreset import autoreset_mode as parse_autoreset_mode
-from operant.envs.contract import FLAT_BOX_HINT, ActSpec, ObsSpec, RowLayout
+from operant.envs.contract import FLAT_BOX_HINT, ActSpec, RowLayout
 from operant.envs.episodes import AccountedPythonEnv, EpisodeAccounting
 from operant.envs.native import load_actions, step_outputs
+from operant.envs.obs_rows import ObsRows, obs_rows
 from operant.envs.registry import (
     EnvError,
     EnvFailedError,
@@ -98,7 +99,8 @@ class BufferLayout:
     aligned. Parent and workers compute it from the same four numbers."""
 
     num_envs: int
-    obs_size: int
+    obs_shape: tuple[int, ...]
+    obs_dtype: str
     action_shape: tuple[int, ...]
     discrete: bool
 
@@ -106,8 +108,8 @@ class BufferLayout:
         n = self.num_envs
         specs: list[tuple[str, Any, tuple[int, ...]]] = [
             ("actions", np.int64 if self.discrete else np.float32, (n, *self.action_shape)),
-            ("obs", np.float32, (n, self.obs_size)),
-            ("final_obs", np.float32, (n, self.obs_size)),
+            ("obs", self.obs_dtype, (n, *self.obs_shape)),
+            ("final_obs", self.obs_dtype, (n, *self.obs_shape)),
             ("rewards", np.float32, (n,)),
             ("rewards64", np.float64, (n,)),
             ("terminated", np.bool_, (n,)),
@@ -135,13 +137,18 @@ class BufferLayout:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> BufferLayout:
         return cls(
-            data["num_envs"], data["obs_size"], tuple(data["action_shape"]), data["discrete"]
+            data["num_envs"],
+            tuple(data["obs_shape"]),
+            data["obs_dtype"],
+            tuple(data["action_shape"]),
+            data["discrete"],
         )
 
     def to_json(self) -> dict[str, Any]:
         return {
             "num_envs": self.num_envs,
-            "obs_size": self.obs_size,
+            "obs_shape": list(self.obs_shape),
+            "obs_dtype": self.obs_dtype,
             "action_shape": list(self.action_shape),
             "discrete": self.discrete,
         }
@@ -227,11 +234,12 @@ class WorkerVectorEnv(AccountedPythonEnv, VectorEnv):
         self.num_envs = num_envs
         self.workers = workers
         self.copy = copy
-        self.single_observation_space = obs_space
+        self.obs_rows = obs_rows(obs_space, act_space)
+        self.single_observation_space = self.obs_rows.space
         self.single_action_space = act_space
-        self.observation_space = gymnasium.vector.utils.batch_space(obs_space, num_envs)
+        self.observation_space = gymnasium.vector.utils.batch_space(self.obs_rows.space, num_envs)
         self.action_space = gymnasium.vector.utils.batch_space(act_space, num_envs)
-        self.obs_spec = ObsSpec((int(np.prod(obs_space.shape)),), np.dtype(np.float32))
+        self.obs_spec = self.obs_rows.spec
         try:
             self.act_spec = ActSpec.from_space(act_space)
         except TypeError as error:  # a space no policy here acts in: one line, not a traceback
@@ -241,7 +249,10 @@ class WorkerVectorEnv(AccountedPythonEnv, VectorEnv):
         self.episodes = EpisodeAccounting(self.layout, RECENT_CAPACITY)
         self.rows = split_rows(num_envs, workers)
 
-        buffers = BufferLayout(num_envs, self.obs_spec.shape[0], self.act_spec.shape, self.discrete)
+        spec = self.obs_spec
+        buffers = BufferLayout(
+            num_envs, spec.shape, spec.dtype.str, self.act_spec.shape, self.discrete
+        )
         fd = _shared_fd(buffers.size)
         try:
             self._block = mmap.mmap(fd, buffers.size)
@@ -521,7 +532,16 @@ def worker_main(index: int, parent: int, block_fd: int, command_fd: int, result_
         )
         if not isinstance(vector, SyncVectorEnv):
             raise TypeError(f"make_vec gave a {type(vector).__name__}, not a SyncVectorEnv")
-        loop = _StepLoop(vector.envs, views)
+        space = vector.single_observation_space
+        if not isinstance(space, spaces.Box):
+            raise TypeError(f"its envs have {space} observations, not a Box")
+        rows = obs_rows(space, vector.single_action_space)
+        if rows.spec.shape != layout.obs_shape or rows.spec.dtype != np.dtype(layout.obs_dtype):
+            raise TypeError(
+                f"its envs' observations are {rows.spec.dtype} {rows.spec.shape} rows where the "
+                f"trainer's first env's are {layout.obs_dtype} {layout.obs_shape}"
+            )
+        loop = _StepLoop(vector.envs, views, rows)
         _write_all(result_fd, _DONE)
         while True:
             command = os.read(command_fd, 1)  # end-of-file: the parent is gone
@@ -573,8 +593,9 @@ class _StepLoop:
     """A worker's sub-envs over its rows of the shared buffers: SyncVectorEnv's SAME_STEP
     loop, writing each env's outputs in place."""
 
-    def __init__(self, envs: list[gymnasium.Env], views: dict[str, np.ndarray]):
+    def __init__(self, envs: list[gymnasium.Env], views: dict[str, np.ndarray], rows: ObsRows):
         self.envs = envs
+        self.rows = rows
         self.actions = views["actions"]
         self.obs = views["obs"]
         self.final_obs = views["final_obs"]
@@ -586,16 +607,13 @@ class _StepLoop:
     def reset(self, seeds: list[int | None], options: dict[str, Any] | None) -> None:
         for row, (env, seed) in enumerate(zip(self.envs, seeds, strict=True)):
             obs, _ = env.reset(seed=seed, options=options)
-            self.obs[row] = self._flat(row, obs)
+            self.obs[row] = self._row(row, obs)
 
-    def _flat(self, row: int, obs: Any) -> np.ndarray:
-        flat = np.asarray(obs).reshape(-1)
-        if flat.size != self.obs.shape[1]:
-            raise ValueError(
-                f"its env {row} returned an observation of shape {np.shape(obs)} "
-                f"({flat.size} numbers) where its observation space has {self.obs.shape[1]}"
-            )
-        return flat
+    def _row(self, row: int, obs: Any) -> np.ndarray:
+        try:
+            return self.rows.row(obs)
+        except ValueError as error:
+            raise ValueError(f"its env {row} returned {error}") from None
 
     def step(self) -> None:
         rewards, terminated, truncated = [], [], []
@@ -604,9 +622,9 @@ class _StepLoop:
             if not isinstance(reward, _SCALARS):  # the common case: no array made a step
                 _check_reward(row, reward)
             if term or trunc:
-                self.final_obs[row] = self._flat(row, obs)
+                self.final_obs[row] = self._row(row, obs)
                 obs, _ = env.reset()
-            self.obs[row] = self._flat(row, obs)
+            self.obs[row] = self._row(row, obs)
             rewards.append(reward)
             terminated.append(term)
             truncated.append(trunc)

@@ -154,3 +154,38 @@ class HangingCartPole(CartPoleEnv):
 gymnasium.register(
     "HangingCartPole-v0", entry_point=f"{__name__}:HangingCartPole", max_episode_steps=500
 )
+
+
+class Dot(gymnasium.Env):
+    """A byte image, channels last (8, 9, 3) as Gymnasium's image envs are (or channels first
+    with `layout="chw"`): a dot falls one row a step from a random column, moved left, not or
+    right by the action (0, 1, 2); reward 1 when it lands in column 4. Any column is 4 steps or
+    fewer from it and a fall takes 7: every episode can be won. Its three channels hold 255,
+    128 and 1 where the dot is."""
+
+    def __init__(self, layout: str = "hwc"):
+        shape = (8, 9, 3) if layout == "hwc" else (3, 8, 9)
+        self.observation_space = spaces.Box(0, 255, shape, np.uint8)
+        self.action_space = spaces.Discrete(3)
+        self.layout = layout
+        self.x = self.y = 0
+
+    def _obs(self) -> np.ndarray:
+        frame = np.zeros((8, 9, 3), np.uint8)
+        frame[self.y, self.x] = (255, 128, 1)
+        return frame if self.layout == "hwc" else frame.transpose(2, 0, 1).copy()
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.x, self.y = int(self.np_random.integers(9)), 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.x = min(8, max(0, self.x + int(action) - 1))
+        self.y += 1
+        landed = self.y == 7
+        return self._obs(), float(landed and self.x == 4), landed, False, {}
+
+
+gymnasium.register("Dot-v0", entry_point=f"{__name__}:Dot")
+gymnasium.register("DotCHW-v0", entry_point=f"{__name__}:Dot", kwargs={"layout": "chw"})

@@ -8,9 +8,10 @@ actor head and a critic head on the shared trunk. `policy.conv_channels` lists o
 width of the layer after the flatten. Initialisation is CleanRL's Atari PPO (orthogonal,
 sqrt(2) gain for the trunk, 0.01 for the actor head, 1 for the critic's).
 
-Observations enter as their values (MinAtar's cells are 0 or 1), converted to float inside the
-forward pass: the rollout storage keeps the env's uint8 frames, and no float copy of a frame
-batch is made on the host beside the network's own input.
+Observations enter as their values times the spec's `scale` (MinAtar's cells are 0 or 1,
+scale 1; a Python env's 0-255 byte images 1/255, operant.envs.obs_rows), converted to float
+inside the forward pass: the rollout storage keeps the env's uint8 frames, and no float copy of
+a frame batch is made on the host beside the network's own input.
 
 Two paths compute the same function:
 - `heads` (the PPO update, evaluation): `conv2d` with autograd;
@@ -63,6 +64,7 @@ class CNNPolicy(WorkspaceHeadsPolicy):
         num_actions: int,
         conv_channels: tuple[int, ...] = (16,),
         dense: int = 128,
+        scale: float = 1.0,
     ):
         super().__init__()
         channels, height, width = obs_shape
@@ -73,6 +75,10 @@ class CNNPolicy(WorkspaceHeadsPolicy):
             )
         self.num_actions = num_actions
         self.obs_shape = obs_shape
+        self.scale = float(scale)
+        """What observations are multiplied by on entry (ObsSpec.scale: 1/255 for byte images
+        from 0 to 255): in `heads` a scaled float copy of the frames, in the rollout the first
+        matmul's `alpha`; the storage keeps the env's values."""
         gain = math.sqrt(2)
         self.convs = nn.ModuleList()
         for out_channels in conv_channels:
@@ -114,11 +120,12 @@ class CNNPolicy(WorkspaceHeadsPolicy):
         # A first convolution on sparse uint8 frames (MinAtar's) runs from their set cells
         # (operant.trainer.sparse_conv): its output is (B, H, W, C), channels-last already.
         convs = list(self.convs)
-        if sparse_conv.applies(obs, convs[0]):
+        if self.scale == 1.0 and sparse_conv.applies(obs, convs[0]):
             x = sparse_conv.conv_relu(obs, convs[0]).permute(0, 3, 1, 2)
             convs = convs[1:]
         else:
-            x = obs.float().contiguous(memory_format=torch.channels_last)
+            x = obs.float() if self.scale == 1.0 else obs.float() * self.scale
+            x = x.contiguous(memory_format=torch.channels_last)
         for conv in convs:
             x = functional.relu_(conv(x))
         # (B, C, H, W) -> (B, H, W, C) order, as the rollout path lays its feature maps out.
@@ -167,7 +174,7 @@ class CNNPolicy(WorkspaceHeadsPolicy):
         batch = obs.shape[0]
         x = obs  # (B, C, H, W) in any dtype and any strides
         for index, conv in enumerate(self.convs):
-            if index == 0 and sparse_conv.applies(x, conv):
+            if index == 0 and self.scale == 1.0 and sparse_conv.applies(x, conv):
                 height, width = x.shape[2] - KERNEL + 1, x.shape[3] - KERNEL + 1
                 features = workspace["conv0"]
                 sparse_conv.forward_into(
@@ -186,6 +193,7 @@ class CNNPolicy(WorkspaceHeadsPolicy):
                 conv.bias,
                 cols.view(batch * height * width, -1),
                 conv.weight.view(conv.out_channels, -1).t(),
+                alpha=self.scale if index == 0 else 1.0,
                 out=workspace[f"conv{index}"],
             ).relu_()
             x = features.view(batch, height, width, -1).permute(0, 3, 1, 2)
@@ -237,7 +245,11 @@ def build_cnn_policy(config: Config, obs_spec: ObsSpec, act_spec: ActSpec) -> CN
             f"{(min(shape[1:]) - 1) // (KERNEL - 1)} layers"
         )
     return CNNPolicy(
-        (shape[0], shape[1], shape[2]), act_spec.num_actions, channels, config.policy.conv_dense
+        (shape[0], shape[1], shape[2]),
+        act_spec.num_actions,
+        channels,
+        config.policy.conv_dense,
+        obs_spec.scale,
     )
 
 
