@@ -42,6 +42,7 @@ actions.
 from __future__ import annotations
 
 import json
+import math
 import mmap
 import os
 import pickle
@@ -53,6 +54,7 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,6 +92,33 @@ class EnvWorkerError(EnvFailedError):
 
     A trainer ends the run as failed with this one line (operant.trainer.service_protocol:
     the metrics file says why, the last checkpoint is kept), not with a traceback."""
+
+
+# -- stop signals ----------------------------------------------------------------------------
+STOP_GRACE_S = 30.0
+"""env.stop_grace_s's default."""
+WATCH_SLICE_S = 0.25
+"""How often a wait looks at the stop clock (a signal does not end a poll: Python retries it)."""
+
+
+@dataclass
+class _StopWatch:
+    clock: Callable[[], tuple[float, str] | None] | None = None
+    grace_s: float = STOP_GRACE_S
+
+
+_stops = _StopWatch()
+
+
+def watch_stops(
+    clock: Callable[[], tuple[float, str] | None] | None, grace_s: float = STOP_GRACE_S
+) -> None:
+    """Have every worker env's waits in this process look at `clock`: (when, signal name) of
+    the stop signal the trainer took (time.monotonic), or None before one. A worker still
+    silent `grace_s` seconds after the later of that signal and its step's start ends the wait
+    as a hung worker's (EnvWorkerError). Signals are the process's, so this is too: the
+    trainer's session sets it while it trains and clears it (`None`) after."""
+    _stops.clock, _stops.grace_s = clock, grace_s
 
 
 # -- the shared block ------------------------------------------------------------------------
@@ -338,26 +367,55 @@ class WorkerVectorEnv(AccountedPythonEnv, VectorEnv):
     def _wait_all(self) -> None:
         """Until every worker has answered its last command: a one-byte read from each in turn
         (all of them must answer; a dead worker's pipe reads end-of-file), each within what
-        is left of step_timeout_s when one is set."""
-        deadline = None if self.step_timeout_s is None else time.monotonic() + self.step_timeout_s
+        is left of step_timeout_s when one is set, and within the stop grace once a stop
+        signal came (watch_stops)."""
+        started = time.monotonic()
+        deadline = None if self.step_timeout_s is None else started + self.step_timeout_s
         while self._owed:
             index = self._owed[0]
-            if deadline is not None and not _readable(self._results[index], deadline):
-                self._hung(index)
+            if deadline is not None or _stops.clock is not None:
+                self._await(index, started, deadline)
             answer = os.read(self._results[index], 1)
             if answer != _DONE:
                 self._fail(index, answer)
             self._owed.pop(0)
 
-    def _hung(self, index: int) -> None:
+    def _await(self, index: int, started: float, deadline: float | None) -> None:
+        """Until worker `index` can be read; raises if the step's deadline passes, or when a
+        stop signal came and the worker has not answered stop_grace_s after the later of the
+        signal and the wait's start (a Python env's step that never returns would otherwise
+        hold the stop, which waits for an update boundary, for good)."""
+        fd = self._results[index]
+        while True:
+            until = deadline
+            if _stops.clock is not None:
+                until = min(until or math.inf, time.monotonic() + WATCH_SLICE_S)
+                stop = _stops.clock()
+                if stop is not None:
+                    cut = max(started, stop[0]) + _stops.grace_s
+                    until = min(until, cut)
+                    if time.monotonic() >= cut:
+                        self._hung(
+                            index,
+                            f"within env.stop_grace_s = {_stops.grace_s:g} s of "
+                            f"{stop[1]}, so the run could not stop at an update boundary "
+                            "(its env hangs, or needs a longer grace)",
+                        )
+            if _readable(fd, until if until is not None else math.inf):
+                return
+            if deadline is not None and time.monotonic() >= deadline:
+                self._hung(
+                    index,
+                    f"within env.step_timeout_s = {self.step_timeout_s:g} s (its env hangs, "
+                    "or needs a longer timeout)",
+                )
+
+    def _hung(self, index: int, within: str) -> None:
         """Close the env (a worker that does not answer close is killed) and raise for worker
-        `index`, which did not answer within step_timeout_s."""
+        `index`, which did not answer `within` (the limit it missed)."""
         name = self._worker_name(index)
         self.close()
-        raise EnvWorkerError(
-            f"{name} did not answer within env.step_timeout_s = {self.step_timeout_s:g} s (its "
-            "env hangs, or needs a longer timeout)"
-        )
+        raise EnvWorkerError(f"{name} did not answer {within}")
 
     def _fail(self, index: int, answer: bytes) -> None:
         """Close the env and raise the error of worker `index`, which answered `answer`
@@ -489,11 +547,13 @@ def _die_with_parent(parent: int) -> None:
 
 
 def _readable(fd: int, deadline: float) -> bool:
-    """Whether `fd` has something to read (or its end) before `deadline` (time.monotonic)."""
+    """Whether `fd` has something to read (or its end) before `deadline` (time.monotonic;
+    math.inf: however long it takes)."""
     poller = select.poll()
     poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
     while True:
-        left_ms = max(0, int((deadline - time.monotonic()) * 1000))
+        left = deadline - time.monotonic()
+        left_ms = None if left == math.inf else max(0, int(left * 1000))
         if poller.poll(left_ms):
             return True
         if time.monotonic() >= deadline:

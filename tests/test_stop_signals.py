@@ -136,16 +136,17 @@ def test_a_sigint_ignored_on_entry_stays_ignored(sigint_as):
 
 
 def test_second_sigint_exits_at_once_without_a_new_checkpoint(tmp_path, trainer_server):
-    # Updates of about a second, so both signals land inside one update (the torch update:
+    # Updates of about two seconds, so both signals land inside one update (the torch update:
     # the native one made these updates a tenth of that, and the second signal then often
-    # landed in the stop's own checkpoint and teardown instead).
+    # landed in the stop's own checkpoint and teardown instead; with 8 epochs, a second on a
+    # machine loaded by other work, it did once in a while).
     slow = [
         "--set",
         "env.num_envs=64",
         "--set",
         "ppo.num_steps=1024",
         "--set",
-        "ppo.update_epochs=8",
+        "ppo.update_epochs=16",
         "--set",
         "ppo.update_impl=torch",
         "--set",

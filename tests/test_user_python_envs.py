@@ -4,13 +4,15 @@ number of env workers may change on resume."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from user_runs import kill_quietly, run, start_trainer, stop
+from user_runs import command, kill_quietly, run, start_trainer, stop
 
 from operant.trainer.best import env_target
 from operant.trainer.config import Config
@@ -124,3 +126,58 @@ def test_a_hung_env_step_ends_the_run_at_the_step_timeout(tmp_path):
     (line,) = [line for line in result.stderr.splitlines() if "training failed" in line]
     assert "training failed: env worker 0 (pid " in line  # env 1: train.seed 1 + 1 = 2
     assert "did not answer within env.step_timeout_s = 2 s (its env hangs" in line
+
+
+def test_a_stop_signal_does_not_wait_for_a_hung_worker_past_the_grace(tmp_path):
+    # (SIGTERM was taken and never acted on: a stop waits for an update boundary, which a
+    # hung worker never lets come; systemd then waited TimeoutStopSec, 5 minutes, to SIGKILL)
+    log = tmp_path / "hung.log"
+    environ = with_fixtures()
+    trainer = subprocess.Popen(
+        command(
+            [
+                "operant-train",
+                "--env",
+                "env_worker_fixtures:HangingCartPole-v0",
+                "--set",
+                "env.impl=reference",
+                "--set",
+                "env.num_envs=4",
+                "--set",
+                "env.workers=2",
+                "--set",
+                "env.stop_grace_s=1",
+                "--runs-dir",
+                str(tmp_path),
+                "--run-id",
+                "hung",
+                "--total-steps",
+                "4096",
+            ]
+        ),  # fmt: skip
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        env=environ,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "hung" / "metrics.bin").exists():
+            assert time.monotonic() < deadline and trainer.poll() is None, log.read_text()
+            time.sleep(0.1)
+        time.sleep(1.0)  # its 5th step hangs at once: the first rollout never ends
+        assert trainer.poll() is None, log.read_text()
+        signalled = time.monotonic()
+        trainer.send_signal(signal.SIGTERM)
+        status = trainer.wait(timeout=60)
+        took = time.monotonic() - signalled
+    finally:
+        kill_quietly(trainer.pid)
+        trainer.wait()
+    output = log.read_text()
+    assert status == 1, output
+    assert took < 15, took  # 1 s of grace, a quarter-second's look, the workers' close
+    (line,) = [line for line in output.splitlines() if "training failed" in line]
+    assert "training failed: env worker 0 (pid " in line
+    assert "did not answer within env.stop_grace_s = 1 s of SIGTERM, so the run could not " in line
+    listed = json.loads(run("operant", "runs", "--runs-dir", str(tmp_path), "--json").stdout)
+    assert [(entry["run_id"], entry["status"]) for entry in listed] == [("hung", "failed")]

@@ -67,6 +67,7 @@ RESUMABLE_CHANGES = (
     # run moved to a machine with more or fewer cores changes it.
     "env.workers",
     "env.step_timeout_s",
+    "env.stop_grace_s",
 )
 
 

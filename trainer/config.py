@@ -66,6 +66,11 @@ class EnvConfig(Struct, forbid_unknown_fields=True, kw_only=True):
     """With env.workers >= 2: the seconds a worker may take to answer a step or reset before
     the run ends as failed, naming it (a Python env that hangs); None waits as long as it
     takes. A step in the trainer's own process (env.workers = 1) cannot be cut short."""
+    stop_grace_s: FinitePositive = 30.0
+    """With env.workers >= 2: after a stop signal (SIGTERM, a first Ctrl-C), the seconds a
+    worker may still take to answer its step (counted from the later of the signal and the
+    step's start) before the run ends as failed, naming it: a stop waits for an update
+    boundary, which a hung env never lets come (docs/envs.md)."""
     max_episode_steps: Positive | None = None
     """Truncation horizon; None keeps the env's registered limit (500 for CartPole-v1)."""
     frame_stack: Positive = 1

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from operant.envs import workers as env_workers
 from operant.envs.registry import EnvFailedError
 from operant.shared import runs
 from operant.trainer.best import TrackBest
@@ -250,6 +251,9 @@ class Session:
         """Start, train, stop; operant-train's exit status (an unexpected error propagates,
         after the services have marked the run failed and closed)."""
         outcome = self.outcome
+        # A stop waits for an update boundary; an env worker whose step hangs must not hold it
+        # for good (operant.envs.workers.watch_stops).
+        env_workers.watch_stops(self._stop_clock, self.trainer.config.env.stop_grace_s)
         try:
             self._call("on_start")
             self.started = True
@@ -270,8 +274,15 @@ class Session:
             if outcome.kind == "crashed":
                 raise
         finally:
+            env_workers.watch_stops(None)
             self._call("close")
         return _EXIT[outcome.kind]
+
+    def _stop_clock(self) -> tuple[float, str] | None:
+        """When the stop signal came (time.monotonic) and its name; None before one."""
+        if not self.signals.stop_requested:
+            return None
+        return self.signals.received_at, self.signals.name
 
     def on_update(self, record: Any) -> None:
         """The trainer's per-update callback."""
