@@ -74,6 +74,8 @@ RULES: dict[str, str] = {
     "updates": MAX,
     "elapsed_s": MAX,
     record.ELAPSED_BEFORE_S.name: MAX,
+    # The run advances while any rank does (under DDP the ranks step together anyway).
+    record.LAST_UPDATE_UNIX_S.name: MAX,
     record.TOTAL_STEPS.name: MAX,
     "episode_return_min": MIN,
     "episode_return_max": MAX,

@@ -33,6 +33,10 @@ TEXT = "text"
 # The same words as operant.shared.metrics_layout's KIND_*: a declaration's kind is the kind
 # of its slot in the metrics file.
 
+UNIX_TIME = "unix s"
+"""The unit of a gauge that holds a moment, seconds since the Unix epoch: readers show it as
+a time of day, not as a duration."""
+
 PHASES = ("env", "forward", "store", "gae", "update", "publish")
 """The loop's profiling phases in loop order: env stepping, policy forward, rollout storage,
 GAE, the PPO update, and publishing the previous update (metrics file and progress log)."""
@@ -387,6 +391,15 @@ ELAPSED_BEFORE_S = MetricDeclaration(
     "when resumed); a monitor's uptime adds it, so it agrees with elapsed_s.",
     label="trained before",
 )
+LAST_UPDATE_UNIX_S = MetricDeclaration(
+    name="last_update_unix_s",
+    kind=GAUGE,
+    unit=UNIX_TIME,
+    description="When this trainer process last finished an update (its record published), "
+    "seconds since the Unix epoch; NaN until its first. Readers tell a run that lives but no "
+    "longer trains from it (operant.shared.progress).",
+    label="last update",
+)
 WARNING = MetricDeclaration(
     name="warning",
     kind=TEXT,
@@ -399,6 +412,7 @@ RUN_METRICS = (
     CPU_PERCENT,
     RSS_BYTES,
     ELAPSED_BEFORE_S,
+    LAST_UPDATE_UNIX_S,
     ENV_ID,
     ENV_IMPL,
     DEVICE,

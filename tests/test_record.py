@@ -125,6 +125,32 @@ def test_phase_names_round_trip():
     assert record.phase_of("phase_s") is None and record.phase_of("sps") is None
 
 
+def test_the_last_update_time_is_this_processs_own(tmp_path):
+    """A resumed run's replayed records are not updates of its new trainer: until that one
+    finishes an update, the file says none (NaN), and readers count from its start."""
+    import math
+    import time
+
+    from operant.shared.reader import MetricsReader
+    from operant.trainer.telemetry import Publisher
+
+    replayed = [make_record(updates=1, global_step=2048), make_record(updates=2)]
+    publisher = Publisher(
+        tmp_path / "metrics.bin", "run", "CartPole-v1", "native", "cpu", 10_000,
+        prepare=lambda first: first.resume(replayed, {"updates": 2, "global_step": 4096,
+                                                      "episodes": 9}),
+    )  # fmt: skip
+    try:
+        with MetricsReader(tmp_path / "metrics.bin") as reader:
+            assert reader.history().head == 2
+            assert math.isnan(reader.snapshot().gauges["last_update_unix_s"])
+            before = time.time()
+            publisher.publish(make_record(updates=3))
+            assert before <= reader.snapshot().gauges["last_update_unix_s"] <= time.time()
+    finally:
+        publisher.close()
+
+
 def test_metrics_file_keeps_the_names_readers_use():
     from operant.trainer import telemetry
 
@@ -153,6 +179,7 @@ def test_metrics_file_keeps_the_names_readers_use():
             "cpu_percent",
             "rss_bytes",
             "elapsed_before_s",
+            "last_update_unix_s",
             "env_episodes",
             "env_episode_return_mean",
         },

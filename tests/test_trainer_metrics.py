@@ -56,6 +56,11 @@ def test_trainer_publishes_counters_gauges_phases_and_history(tmp_path):
         "warning": "",
     }
     assert gauges["elapsed_before_s"] == 0.0  # a run that was never resumed
+    # The last update's end, between the file's creation and the final heartbeat (stored
+    # when the run finished): what readers tell a hung run by (operant.shared.progress).
+    created, last_beat = snapshot.created_wall_ns / 1e9, snapshot.heartbeat_wall_ns / 1e9
+    assert created < gauges["last_update_unix_s"] <= last_beat
+    assert snapshot.schema.metric("last_update_unix_s").unit == "unix s"
     assert set(snapshot.snapshot) == {
         f"phase_{name}_s" for name in ("env", "forward", "store", "gae", "update", "publish")
     }

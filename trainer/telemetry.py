@@ -209,6 +209,7 @@ class Publisher:
         self._history = np.zeros(len(HISTORY), dtype=np.float64)
         self._phases = np.zeros(len(PHASE_FIELDS), dtype=np.float64)
         self._cpu_slot, self._rss_slot = slot(names.CPU_PERCENT.name), slot(names.RSS_BYTES.name)
+        self._update_time_slot = slot(names.LAST_UPDATE_UNIX_S.name)
         self._process = psutil.Process()
         self._process.cpu_percent()  # primes psutil's CPU-time baseline
         self._last_resources = 0.0
@@ -245,6 +246,13 @@ class Publisher:
         self.writer.set_state(layout.STATE_RUNNING)
 
     def publish(self, record: UpdateRecord) -> None:
+        """Store `record`, the update this process just finished (`store`), then when it
+        finished: last, so a reader that sees the time sees the record too. Readers tell a
+        run whose heartbeat goes on but whose updates stopped (a hung env step) by it."""
+        self.store(record)
+        self.writer.set_gauge(self._update_time_slot, time.time())
+
+    def store(self, record: UpdateRecord) -> None:
         """Store `record`'s counters and gauges, its phases (one snapshot) and its curves (one
         history record). A metric's name is the record's attribute that holds it."""
         writer = self.writer
@@ -285,7 +293,7 @@ class Publisher:
         if records:
             self.writer.skip_history(records[0].updates - 1)
             for record in records:
-                self.publish(record)
+                self.store(record)  # updates of earlier processes: no update time of this one
         self.set_counters(counters)
 
     def continue_history(self, updates: int, counters: dict[str, int]) -> None:
