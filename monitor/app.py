@@ -26,6 +26,7 @@ from textual.widgets import DataTable, Footer, Static
 from operant.monitor import format as fmt
 from operant.monitor.frame_view import FrameView
 from operant.monitor.listing import RunRow, listed_sps
+from operant.monitor.runs_cmd import listed_status
 from operant.monitor.source import (
     ReaderSource,
     RunUpdate,
@@ -45,7 +46,6 @@ from operant.monitor.widgets import (
     rank_text,
     title_text,
 )
-from operant.shared.ranks import status_text
 from operant.shared.reader import shown_sps, shown_status
 from operant.shared.record import label
 from operant.shared.runs import command_hint, has_checkpoint, resume_command
@@ -137,9 +137,7 @@ class RunPicker(ModalScreen[str | None]):
             table.add_row(
                 row.run_id,
                 row.env_id or "-",
-                status_text(
-                    shown_status(row.status, row.interrupted), row.status_ranks, row.unread_ranks
-                ),
+                listed_status(row),
                 fmt.count(row.global_step),
                 fmt.compact(listed_sps(row)),
                 fmt.duration(row.age_s),
@@ -421,13 +419,23 @@ class MonitorApp(App[str | None]):
         self.source.attach(run_id)
 
 
-def run_app(root: Path, run: str | None, *, follow: bool = False, refresh_s: float = 1.0) -> int:
+def run_app(
+    root: Path,
+    run: str | None,
+    *,
+    follow: bool = False,
+    refresh_s: float = 1.0,
+    stuck_after_s: float | None = None,
+) -> int:
     """Watch run `run` (None: whichever run `latest` names, switching when `follow`) until the
-    user detaches; the exit status of `operant monitor`."""
+    user detaches; the exit status of `operant monitor`. `stuck_after_s`: when a running run
+    is stuck (operant.shared.progress)."""
     # Below the trainer's priority: on a machine whose cores training keeps busy, the
     # scheduler gives way to the trainer whenever the two want a core at once.
     os.nice(NICENESS)
-    app = MonitorApp(ReaderSource(root, run, follow=follow, interval_s=refresh_s))
+    app = MonitorApp(
+        ReaderSource(root, run, follow=follow, interval_s=refresh_s, stuck_after_s=stuck_after_s)
+    )
     watched = app.run()
     if app.return_code:
         return app.return_code

@@ -19,11 +19,15 @@ from pathlib import Path
 
 import msgspec
 
+from operant.monitor.format import clock_time, duration, no_update_text
 from operant.shared import frame as frames
 from operant.shared import metrics_layout as fmt
+from operant.shared import progress
 from operant.shared.cli_parser import OneLineParser
+from operant.shared.progress import Progress
 from operant.shared.ranks import RankRow, RunReader, RunSnapshot, status_text
 from operant.shared.reader import Frame, MetricsFileError, Snapshot, shown_status
+from operant.shared.record import UNIX_TIME
 from operant.shared.runs import (
     LATEST_NAME,
     RunNotFoundError,
@@ -71,7 +75,30 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="how often the interactive view reads the run (default: 1)",
     )
+    add_stuck_after(parser)
     return parser
+
+
+def add_stuck_after(parser: argparse.ArgumentParser) -> None:
+    """`--stuck-after SECONDS`, for every command that says whether a run is stuck."""
+    parser.add_argument(
+        "--stuck-after",
+        type=_seconds,
+        metavar="SECONDS",
+        help="call a running run stuck after this long without an update (default: "
+        f"max({progress.STUCK_FLOOR_S:g}, {progress.STUCK_FACTOR:g} x its recent updates' "
+        f"time); {progress.FIRST_UPDATE_FLOOR_S:g} before its first update)",
+    )
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,13 +124,14 @@ def main(argv: list[str] | None = None) -> int:
         with RunReader(run_dir) as reader:
             run = reader.read()
             schema = reader.schema
+            advance = progress.read_progress(reader, run, stuck_after_s=args.stuck_after)
     except MetricsFileError as error:
         return _error(f"{error} (run {run_dir.name})")
     if args.json:
-        document = json_document(run.total, schema, run, run_id=run_dir.name)
+        document = json_document(run.total, schema, run, run_id=run_dir.name, advance=advance)
         sys.stdout.write(msgspec.json.encode(document).decode() + "\n")
     else:
-        print(human_report(run.total, schema, run_dir, run))
+        print(human_report(run.total, schema, run_dir, run, advance))
     return 0
 
 
@@ -141,7 +169,9 @@ def interactive(args: argparse.Namespace) -> int:
     from operant.monitor.app import run_app
 
     watched = None if args.follow or run_dir is None else run_dir.name
-    return run_app(root, watched, follow=args.follow, refresh_s=args.refresh)
+    return run_app(
+        root, watched, follow=args.follow, refresh_s=args.refresh, stuck_after_s=args.stuck_after
+    )
 
 
 def _error(message: str) -> int:
@@ -156,9 +186,12 @@ def json_document(
     schema: fmt.Schema,
     run: RunSnapshot | None = None,
     run_id: str | None = None,
+    advance: Progress | None = None,
 ) -> dict[str, object]:
     """The `--json` document: the contract keys first (null when the run does not publish
-    them), then the run's state, then every metric by name, then `world_size`,
+    them), then the run's state (with `advance`'s `update_age_s`, `first_update`, `update_s`,
+    `stuck_after_s` and `stuck`: whether it still trains, operant.shared.progress; null and
+    false for a run that has ended), then every metric by name, then `world_size`,
     `status_ranks` (the ranks that make the status crashed, failed or stalled),
     `unread_ranks` (those whose file could not be read: the totals are the others') and `ranks`
     (one object per rank: a single process is rank 0 of 1), then `frame`: a pixel run's
@@ -183,6 +216,7 @@ def json_document(
         created_unix_s=snapshot.created_wall_ns / 1e9,
         heartbeat_age_s=snapshot.heartbeat_age_s,
         heartbeat_interval_s=snapshot.heartbeat_interval_s,
+        **msgspec.structs.asdict(advance or Progress()),
         history_head=snapshot.history_head,
         format_version=snapshot.format_version,
         path=snapshot.path,
@@ -276,16 +310,24 @@ def format_age(seconds: float) -> str:
 
 
 def human_report(
-    snapshot: Snapshot, schema: fmt.Schema, run_dir: Path, run: RunSnapshot | None = None
+    snapshot: Snapshot,
+    schema: fmt.Schema,
+    run_dir: Path,
+    run: RunSnapshot | None = None,
+    advance: Progress | None = None,
 ) -> str:
-    """`--once`: the run's status, reason and every metric; a pixel run's latest frame; a
-    run of several ranks adds a table of its ranks below."""
+    """`--once`: the run's status (a stuck run's says for how long no update came: `advance`),
+    reason and every metric; a pixel run's latest frame; a run of several ranks adds a table
+    of its ranks below."""
     distributed = run is not None and run.world_size > 1
     status = (
         status_text(snapshot.status, run.status_ranks, run.unread_ranks) if run else snapshot.status
     )
     if snapshot.interrupted:
         status += " (interrupted)"
+    stuck = no_update_text(advance) if advance is not None else ""
+    if stuck:
+        status += ", " + stuck
     if run is not None and distributed:
         nodes = ", ".join(dict.fromkeys(row.node for row in run.ranks if row.node)) or "?"
         where = f"{run.world_size} ranks on {nodes}"
@@ -297,6 +339,13 @@ def human_report(
         f"{snapshot.heartbeat_age_s:.1f} s ago (every {snapshot.heartbeat_interval_s:g} s), "
         f"started {format_age(time.time() - snapshot.created_wall_ns / 1e9)} ago",
     ]
+    if stuck and advance is not None:
+        where = f" py-spy dump --pid {snapshot.pid} shows where it waits" if snapshot.pid else ""
+        lines.append(
+            "stuck   the trainer lives (its heartbeat goes on) but finished no update for "
+            f"{duration(advance.update_age_s)}, over the {duration(advance.stuck_after_s)} "
+            f"this run allows (--stuck-after): a hung env step?{where}"
+        )
     if snapshot.reason:
         lines.append(f"reason  {snapshot.reason}")
     lines.append(f"dir     {run_dir}")
@@ -307,6 +356,8 @@ def human_report(
         lines.append("")
         for name, value in metrics.items():
             unit = unit_of.get(name, "")
+            if unit == UNIX_TIME:  # a moment: its time of day, not 1.76e+09
+                value, unit = clock_time(value), ""
             lines.append(f"  {name:<{width}}  {format_value(value):>14} {unit}".rstrip())
     if snapshot.snapshot is None and schema.snapshot:
         lines.append("  (the snapshot block could not be read whole: writer died mid-publish?)")

@@ -21,7 +21,9 @@ and `rank`:
   such as env_impl and device as labels), `operant_run_status{status=...}` (1 for the current
   status, 0 for the others: running, finished, failed, crashed, stalled),
   `operant_run_interrupted`, `operant_run_start_time_seconds`,
-  `operant_run_heartbeat_age_seconds`;
+  `operant_run_heartbeat_age_seconds`, `operant_run_update_age_seconds` (since the trainer's
+  last update, NaN once the run has ended: a run whose heartbeat is fresh while this grows is
+  stuck, operant.shared.progress);
 - every counter of the file's schema as a counter (`operant_global_step_total`, ...) and
   every gauge and snapshot field as a gauge (`operant_sps`, `operant_episode_return_mean`,
   `operant_phase_env_seconds`, ...): names are `operant_` + the schema's name, with a
@@ -64,13 +66,15 @@ from types import FrameType
 from urllib.parse import urlsplit
 
 from operant.shared import metrics_layout as fmt
-from operant.shared import runs
+from operant.shared import progress, runs
 from operant.shared.cli_parser import OneLineParser
 from operant.shared.ranks import RANK_UNKNOWN, RunReader, RunSnapshot
 from operant.shared.reader import (
     STATUS_CRASHED,
     STATUS_FAILED,
     STATUS_FINISHED,
+    STATUS_RUNNING,
+    STATUS_STALLED,
     STATUSES,
     MetricsFileError,
     Snapshot,
@@ -80,6 +84,7 @@ PROG = "operant exporter"
 DEFAULT_LISTEN = "127.0.0.1:9464"
 DEFAULT_KEEP_FINISHED_S = 600.0
 FINAL_STATUSES = (STATUS_FINISHED, STATUS_FAILED, STATUS_CRASHED)
+LIVE_STATUSES = (STATUS_RUNNING, STATUS_STALLED)
 PREFIX = "operant_"
 OPENMETRICS_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -235,6 +240,16 @@ def _add_run(add: _Add, run_id: str, snapshot: Snapshot) -> None:
         "Seconds since the trainer's last heartbeat.",
         labels,
         snapshot.heartbeat_age_s,
+    )
+    # NaN once the run has ended, and for an older trainer's file (no last_update_unix_s).
+    measured = progress.update_age(snapshot) if snapshot.status in LIVE_STATUSES else None
+    add(
+        PREFIX + "run_update_age_seconds",
+        "gauge",
+        "Seconds since the trainer last finished an update (before its first, since it "
+        "started): grows while the heartbeat stays fresh when training hangs.",
+        labels,
+        measured[0] if measured is not None else math.nan,
     )
     metrics = {metric.name: metric for metric in snapshot.schema.metrics}
     for name, count in snapshot.counters.items():

@@ -8,7 +8,11 @@ None, infinities).
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterable, Sequence
+
+from operant.shared.progress import Progress
+from operant.shared.record import UNIX_TIME
 
 MISSING = "-"
 # Eighth blocks from empty to full: one cell of a curve holds 0..8 eighths of its height.
@@ -115,6 +119,33 @@ def short_time(seconds: object) -> str:
     return duration(seconds)
 
 
+def clock_time(value: object) -> str:
+    """A moment (seconds since the Unix epoch) as this host's time of day, 14:03:27, with the
+    date in front when it is not today: 2026-01-31 14:03:27."""
+    if not is_number(value) or value <= 0:
+        return MISSING
+    moment = time.localtime(value)
+    if time.strftime("%Y-%m-%d", moment) == time.strftime("%Y-%m-%d"):
+        return time.strftime("%H:%M:%S", moment)
+    return time.strftime("%Y-%m-%d %H:%M:%S", moment)
+
+
+def no_update_text(progress: Progress, detail: bool = True) -> str:
+    """What a stuck run's status adds (operant.shared.progress): `no update for 3m12s`, and
+    with `detail` what that compares with: `(updates took up to 2.10 s)`, or before the
+    trainer's first update `(none since it started)`. Empty for a run that is not stuck."""
+    if not progress.stuck:
+        return ""
+    text = f"no update for {duration(progress.update_age_s)}"
+    if not detail:
+        return text
+    if progress.first_update:
+        return text + " (none since it started)"
+    if progress.update_s is not None:
+        return text + f" (updates took up to {short_time(progress.update_s)})"
+    return text
+
+
 def percent(value: object) -> str:
     """A percentage: 7%, 12.5% below 100 keeps one decimal only when it says something."""
     if not is_number(value):
@@ -124,7 +155,7 @@ def percent(value: object) -> str:
 
 # Units the value's own text already says (312 MiB, 20 ms, 97%), with the function that writes
 # it: `metric` prints no unit beside these.
-_SELF_UNITS = {"bytes": size, "B": size, "s": short_time, "%": percent}
+_SELF_UNITS = {"bytes": size, "B": size, "s": short_time, "%": percent, UNIX_TIME: clock_time}
 
 
 def metric(value: object, unit: str = "", kind: str = "gauge") -> tuple[str, str]:

@@ -15,6 +15,7 @@ from typing import TypeVar
 
 import msgspec
 
+from operant.shared.progress import Progress, read_progress
 from operant.shared.ranks import RunReader
 from operant.shared.reader import MetricsFileError, shown_sps
 from operant.shared.runs import list_run_dirs, metrics_files
@@ -50,6 +51,17 @@ class RunRow(msgspec.Struct, kw_only=True):
     """The ranks that make a distributed run failed, crashed or stalled."""
     unread_ranks: tuple[int, ...] = ()
     """The ranks whose file could not be read: the steps and SPS are the others' alone."""
+    update_age_s: float | None = None
+    """Seconds since the trainer's last update (before its first: since it started); None
+    for an ended run or an older trainer's file (operant.shared.progress, as `operant monitor
+    --json`'s)."""
+    first_update: bool = False
+    update_s: float | None = None
+    """The longest of the run's recent updates, seconds."""
+    stuck_after_s: float | None = None
+    stuck: bool = False
+    """Running with a live heartbeat, but no update for longer than `stuck_after_s`: the
+    table's status says `running, no update for 3m12s`."""
 
 
 def listed_sps(row: RunRow) -> float | None:
@@ -58,12 +70,13 @@ def listed_sps(row: RunRow) -> float | None:
     return shown_sps({"sps": row.sps, "sps_mean": row.sps_mean}, row.status)
 
 
-def list_runs(root: Path) -> list[RunRow]:
-    """A row for every run under `root`, oldest first; OSError when `root` cannot be listed."""
-    return [describe_run(run_dir) for run_dir in list_run_dirs(root)]
+def list_runs(root: Path, *, stuck_after_s: float | None = None) -> list[RunRow]:
+    """A row for every run under `root`, oldest first; OSError when `root` cannot be listed.
+    `stuck_after_s`: when a running run is stuck (default: operant.shared.progress's)."""
+    return [describe_run(run_dir, stuck_after_s=stuck_after_s) for run_dir in list_run_dirs(root)]
 
 
-def describe_run(run_dir: Path) -> RunRow:
+def describe_run(run_dir: Path, *, stuck_after_s: float | None = None) -> RunRow:
     """The row of one run directory, read from its metrics file (or its ranks' files, as one
     run: operant.shared.ranks) when there is one."""
     files = metrics_files(run_dir)
@@ -79,6 +92,7 @@ def describe_run(run_dir: Path) -> RunRow:
     try:
         with RunReader(run_dir) as reader:
             run = reader.read()
+            advance = read_progress(reader, run, stuck_after_s=stuck_after_s)
     except MetricsFileError as error:
         row.error = str(error)
         return row
@@ -96,7 +110,23 @@ def describe_run(run_dir: Path) -> RunRow:
     row.episode_return_mean = _number(metrics.get("episode_return_mean"), float)
     row.age_s = max(0.0, time.time() - snapshot.created_wall_ns / 1e9)
     row.heartbeat_age_s = snapshot.heartbeat_age_s
+    row.update_age_s = advance.update_age_s
+    row.first_update = advance.first_update
+    row.update_s = advance.update_s
+    row.stuck_after_s = advance.stuck_after_s
+    row.stuck = advance.stuck
     return row
+
+
+def row_progress(row: RunRow) -> Progress:
+    """The row's progress fields as operant.shared.progress's Progress (for its texts)."""
+    return Progress(
+        update_age_s=row.update_age_s,
+        first_update=row.first_update,
+        update_s=row.update_s,
+        stuck_after_s=row.stuck_after_s,
+        stuck=row.stuck,
+    )
 
 
 def _number(value: object, kind: Callable[[float], _Number]) -> _Number | None:

@@ -6,6 +6,10 @@ status the worst rank's, naming it (`crashed (rank 1)`), and RANKS the number of
 A run stopped early on request (SIGTERM, Ctrl-C) shows as `interrupted`; `--json` keeps the
 documented status (`finished`) and says `"interrupted": true`, as `operant monitor --json`.
 
+A running run whose trainer lives (fresh heartbeat) but finishes no update, a hung env step,
+shows as `running, no update for 3m12s` (operant.shared.progress; `--stuck-after SECONDS`
+sets the limit); `--json` keeps `running` and says `"stuck": true` with `update_age_s`.
+
 The rows come from operant.monitor.listing (a run whose metrics file is missing or unreadable
 is listed with status `unknown` and the reason); this module prints them as a table or JSON.
 """
@@ -18,8 +22,9 @@ import sys
 
 import msgspec
 
-from operant.monitor.cli import format_age, format_value
-from operant.monitor.listing import RunRow, list_runs, listed_sps
+from operant.monitor.cli import add_stuck_after, format_age, format_value
+from operant.monitor.format import no_update_text
+from operant.monitor.listing import RunRow, list_runs, listed_sps, row_progress
 from operant.shared.cli_parser import OneLineParser
 from operant.shared.ranks import status_text
 from operant.shared.reader import shown_status
@@ -38,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="runs root (default: $OPERANT_RUNS_DIR, else $XDG_STATE_HOME/operant/runs)",
     )
     parser.add_argument("--json", action="store_true", help="print a JSON list of runs")
+    add_stuck_after(parser)
     return parser
 
 
@@ -53,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     try:
-        rows = list_runs(root)
+        rows = list_runs(root, stuck_after_s=args.stuck_after)
     except OSError as error:
         print(f"{PROG}: cannot list {root} ({error.strerror})", file=sys.stderr)
         return 2
@@ -74,15 +80,23 @@ def _format_rate(sps: float | None) -> str:
     return "-" if sps is None or not math.isfinite(sps) else f"{sps:,.0f}"
 
 
+def listed_status(row: RunRow) -> str:
+    """The status a listing shows people: `interrupted`, the ranks that make it, and for a
+    stuck run how long no update came (`running, no update for 3m12s`)."""
+    status = status_text(
+        shown_status(row.status, row.interrupted), row.status_ranks, row.unread_ranks
+    )
+    stuck = no_update_text(row_progress(row), detail=False)
+    return f"{status}, {stuck}" if stuck else status
+
+
 def render_table(rows: list[RunRow]) -> str:
     header = ("RUN ID", "ENV", "STATUS", "STEPS", "SPS", "AGE", "RANKS")
     cells = [header] + [
         (
             row.run_id,
             row.env_id or "-",
-            status_text(
-                shown_status(row.status, row.interrupted), row.status_ranks, row.unread_ranks
-            ),
+            listed_status(row),
             format_value(row.global_step),
             _format_rate(listed_sps(row)),
             format_age(row.age_s if row.age_s is not None else -1.0),

@@ -31,7 +31,8 @@ from textual.message_pump import MessagePump
 from operant.monitor.backfill import older_points
 from operant.monitor.listing import RunRow, list_runs
 from operant.shared import metrics_layout as fmt
-from operant.shared import record
+from operant.shared import progress, record
+from operant.shared.progress import Progress
 from operant.shared.ranks import RankRow, RunReader, RunSnapshot
 from operant.shared.reader import STATUS_RUNNING, STATUS_STALLED, Frame, MetricsFileError
 from operant.shared.runs import (
@@ -89,6 +90,9 @@ class RunView(msgspec.Struct, frozen=True, kw_only=True):
     """Since the run started; for an ended run, how long it ran."""
     heartbeat_age_s: float = math.nan
     heartbeat_interval_s: float = math.nan
+    progress: Progress | None = None
+    """Whether the run still trains (operant.shared.progress): `stuck` when its heartbeat
+    goes on but no update came for too long; None before a good read."""
     metrics: dict[str, int | float | str] = {}
     columns: tuple[MetricInfo, ...] = ()
     """Every metric in the schema, in schema order: the metrics table's rows."""
@@ -183,9 +187,13 @@ class ReaderSource:
         follow: bool = False,
         interval_s: float = DEFAULT_INTERVAL_S,
         clock: Callable[[], float] = time.time,
+        stuck_after_s: float | None = None,
     ) -> None:
+        """`stuck_after_s`: when a running run is stuck (default: operant.shared.progress's
+        rule)."""
         self.root = root
         self.interval_s = interval_s
+        self.stuck_after_s = stuck_after_s
         self.clock = clock
         self._run = None if run == LATEST_NAME else run
         self._follow = follow and self._run is None
@@ -231,7 +239,7 @@ class ReaderSource:
 
     def runs(self) -> list[RunRow]:
         try:
-            return list_runs(self.root)
+            return list_runs(self.root, stuck_after_s=self.stuck_after_s)
         except OSError:  # the runs root is unreadable or went away: nothing to pick from
             return []
 
@@ -335,6 +343,7 @@ class ReaderSource:
             uptime_s=max(0.0, uptime),
             heartbeat_age_s=snapshot.heartbeat_age_s,
             heartbeat_interval_s=snapshot.heartbeat_interval_s,
+            progress=self._progress(run, history_head),
             metrics=metrics,
             columns=self._columns,
             history=self._curve_tuples,
@@ -346,6 +355,18 @@ class ReaderSource:
             unread_ranks=run.unread_ranks,
             frame=snapshot.frame,
             following=self._follow,
+        )
+
+    def _progress(self, run: RunSnapshot, history_head: int) -> Progress:
+        """Whether the run still trains, its updates' durations from the curves already read
+        (the elapsed_s curve runs, without gaps, up to record `history_head` - 1)."""
+        elapsed = self._curve_tuples.get(progress.ELAPSED, ())
+        tail = elapsed[-(progress.RECENT_UPDATES + 1) :]
+        return progress.assess(
+            run.total,
+            tail,
+            max(0, history_head - len(tail)),
+            stuck_after_s=self.stuck_after_s,
         )
 
     def _resolve(self) -> Path:

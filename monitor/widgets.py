@@ -35,6 +35,8 @@ PHASE_COLORS = (
     "#ad7fa8",
     "#e9b96e",
 )
+STUCK_STYLE = "bold #c4a000"
+"""A running run that makes no update: a warning, as stalled."""
 STATUS_STYLES = {
     "running": "bold #4e9a06",
     "finished": "bold #3465a4",
@@ -93,6 +95,13 @@ def describe_status(view: RunView) -> tuple[str, str]:
             f"(expected every {fmt.short_time(view.heartbeat_interval_s)}); "
             "the trainer is stopped or hung."
         )
+    advance = view.progress
+    if advance is not None and advance.stuck:
+        where = f" (py-spy dump --pid {view.pid} shows where it waits)" if view.pid else ""
+        return "warning", (
+            f"STUCK: {fmt.no_update_text(advance)}, though its heartbeat goes on: the trainer "
+            f"lives but does not train. A hung env step?{where}"
+        )
     if view.state == "initializing":
         return "information", "The trainer is starting up."
     warning = view.metrics.get(record.WARNING.name)
@@ -115,6 +124,9 @@ def title_text(view: RunView, paused: bool) -> Text:
     status += " (unreadable)" if view.problem and view.columns else ""
     text.append("  ● ", style=STATUS_STYLES.get(view.status, "bold"))
     text.append(status, style=STATUS_STYLES.get(view.status, "bold"))
+    stuck = fmt.no_update_text(view.progress, detail=False) if view.progress else ""
+    if stuck:
+        text.append(f", {stuck}", style=STUCK_STYLE)
     if fmt.is_number(view.uptime_s):
         label = "up" if view.status in ("running", "stalled") else "ran"
         text.append(f"  {label} {fmt.duration(view.uptime_s)}")

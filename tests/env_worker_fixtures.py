@@ -129,11 +129,12 @@ gymnasium.register("SlowToBuildCartPole-v0", entry_point=f"{__name__}:SlowToBuil
 
 
 class HangingCartPole(CartPoleEnv):
-    """CartPole whose 5th step never returns (a simulator that hangs) in the env reset with
-    seed 2 (env 2 of a batch reset with seed 0)."""
+    """CartPole whose `hang_at`-th step (default the 5th) never returns (a simulator that
+    hangs) in the env reset with seed 2 (env 2 of a batch reset with seed 0)."""
 
-    def __init__(self, **kwargs):
+    def __init__(self, hang_at: int = 5, **kwargs):
         super().__init__(**kwargs)
+        self.hang_at = hang_at
         self.hangs = False
         self.steps = 0
 
@@ -146,13 +147,19 @@ class HangingCartPole(CartPoleEnv):
         import time
 
         self.steps += 1
-        if self.hangs and self.steps == 5:
+        if self.hangs and self.steps == self.hang_at:
             time.sleep(3600)
         return super().step(action)
 
 
 gymnasium.register(
     "HangingCartPole-v0", entry_point=f"{__name__}:HangingCartPole", max_episode_steps=500
+)
+gymnasium.register(  # 32 steps per env and update: hangs in the 4th update, after 3 records
+    "LateHangingCartPole-v0",
+    entry_point=f"{__name__}:HangingCartPole",
+    max_episode_steps=500,
+    kwargs={"hang_at": 100},
 )
 
 
