@@ -1,15 +1,11 @@
-# Over 400 lines: the parent's face and the worker's loop share one block layout and protocol.
+# Over 400 lines: the trainer's face of the workers (their block and process are modules of
+# their own): building, waiting with deadlines, failures, the Gymnasium API.
 """Gymnasium's Python envs stepped in worker processes (`env.workers = W`), behind the same
 buffer interface as the in-process reference implementation (operant.envs.reference).
 
-Layout: one block of shared memory (an anonymous memfd, or an unlinked temporary file where
-there is no memfd) holds every buffer the trainer reads and writes, laid out as
-`allocate_buffers` lays them out: `actions`, `obs`, `final_obs`, `rewards`, `terminated`,
-`truncated`, plus the float64 rewards the episode accounting reads (the reference impl
-accounts in float64 too). The env's own `obs`, `rewards`, ... ARE views of that block, so
-nothing is copied or pickled per step: worker w owns rows `lo_w:hi_w` (an even split) and
-writes its sub-envs' outputs straight into them. The block has no name, so nothing can leak
-when a process is killed; it is freed when the last mapping goes.
+Layout: one block of shared memory holds every buffer of the env contract; the env's own
+`obs`, `rewards`, ... ARE views of it, and worker w writes its rows `lo_w:hi_w` in place
+(operant.envs.worker_block).
 
 Synchronisation: each worker has a command pipe and a result pipe, and a step is one byte
 each way (`b"S"` down, `b"."` back), read with a blocking read: a waiting process sleeps, and
@@ -28,8 +24,8 @@ when its parent dies (prctl PR_SET_PDEATHSIG), checks at start that its parent i
 one that started it, and exits when its command pipe reaches end-of-file (the parent's end
 closes when the parent dies, on every platform).
 
-Workers are started as fresh interpreters (`python -m operant.envs.workers`), never forked:
-the trainer has torch loaded and threads running. They import numpy and Gymnasium, and the
+Workers are started as fresh interpreters (`python -m operant.envs.worker_process`), never
+forked: the trainer has torch loaded and threads running. They import numpy and Gymnasium, and the
 module of a `"package.module:Id"` env id; the parent's `sys.path` is passed on.
 
 Semantics are the reference impl's, exactly: SAME_STEP autoreset, env i seeded with seed + i
@@ -46,14 +42,10 @@ import math
 import mmap
 import os
 import pickle
-import select
 import signal
-import struct
 import subprocess
 import sys
-import tempfile
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -61,13 +53,13 @@ from typing import Any
 import gymnasium
 import numpy as np
 from gymnasium import spaces
-from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
+from gymnasium.vector import AutoresetMode, VectorEnv
 
 from operant.envs.autoreset import autoreset_mode as parse_autoreset_mode
 from operant.envs.contract import FLAT_BOX_HINT, ActSpec, RowLayout
 from operant.envs.episodes import AccountedPythonEnv, EpisodeAccounting
 from operant.envs.native import load_actions, step_outputs
-from operant.envs.obs_rows import ObsRows, obs_rows
+from operant.envs.obs_rows import obs_rows
 from operant.envs.registry import (
     EnvError,
     EnvFailedError,
@@ -75,15 +67,23 @@ from operant.envs.registry import (
     invalid_action_message,
 )
 from operant.envs.seeding import check_seed
+from operant.envs.worker_block import (
+    CLOSE,
+    DONE,
+    ERROR,
+    LENGTH,
+    RESET,
+    STEP,
+    BufferLayout,
+    read_message,
+    readable,
+    shared_fd,
+    write_all,
+)
 
 RECENT_CAPACITY = 1024
 CLOSE_TIMEOUT_S = 2.0
 """How long `close()` lets workers exit on their own before it kills them."""
-
-_STEP, _RESET, _CLOSE = b"S", b"R", b"C"
-_DONE, _ERROR = b".", b"E"
-_LENGTH = struct.Struct("<I")
-_ALIGN = 64
 
 
 class EnvWorkerError(EnvFailedError):
@@ -119,79 +119,6 @@ def watch_stops(
     as a hung worker's (EnvWorkerError). Signals are the process's, so this is too: the
     trainer's session sets it while it trains and clears it (`None`) after."""
     _stops.clock, _stops.grace_s = clock, grace_s
-
-
-# -- the shared block ------------------------------------------------------------------------
-@dataclass(frozen=True)
-class BufferLayout:
-    """Where each buffer lies in the shared block: (name, dtype, shape, offset), 64-byte
-    aligned. Parent and workers compute it from the same four numbers."""
-
-    num_envs: int
-    obs_shape: tuple[int, ...]
-    obs_dtype: str
-    action_shape: tuple[int, ...]
-    discrete: bool
-
-    def fields(self) -> list[tuple[str, np.dtype, tuple[int, ...], int]]:
-        n = self.num_envs
-        specs: list[tuple[str, Any, tuple[int, ...]]] = [
-            ("actions", np.int64 if self.discrete else np.float32, (n, *self.action_shape)),
-            ("obs", self.obs_dtype, (n, *self.obs_shape)),
-            ("final_obs", self.obs_dtype, (n, *self.obs_shape)),
-            ("rewards", np.float32, (n,)),
-            ("rewards64", np.float64, (n,)),
-            ("terminated", np.bool_, (n,)),
-            ("truncated", np.bool_, (n,)),
-        ]
-        offset, placed = 0, []
-        for name, dtype, shape in specs:
-            dtype = np.dtype(dtype)
-            placed.append((name, dtype, shape, offset))
-            size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-            offset += -(-size // _ALIGN) * _ALIGN
-        return placed
-
-    @property
-    def size(self) -> int:
-        name, dtype, shape, offset = self.fields()[-1]
-        return max(_ALIGN, offset + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
-
-    def views(self, block: mmap.mmap) -> dict[str, np.ndarray]:
-        return {
-            name: np.ndarray(shape, dtype=dtype, buffer=block, offset=offset)
-            for name, dtype, shape, offset in self.fields()
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> BufferLayout:
-        return cls(
-            data["num_envs"],
-            tuple(data["obs_shape"]),
-            data["obs_dtype"],
-            tuple(data["action_shape"]),
-            data["discrete"],
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "num_envs": self.num_envs,
-            "obs_shape": list(self.obs_shape),
-            "obs_dtype": self.obs_dtype,
-            "action_shape": list(self.action_shape),
-            "discrete": self.discrete,
-        }
-
-
-def _shared_fd(size: int) -> int:
-    """A file descriptor of `size` zeroed bytes of shared memory that has no name."""
-    if hasattr(os, "memfd_create"):
-        fd = os.memfd_create("operant-env-workers", os.MFD_CLOEXEC)
-    else:
-        fd, path = tempfile.mkstemp(prefix="operant-env-workers-")
-        os.unlink(path)
-    os.ftruncate(fd, size)
-    return fd
 
 
 def split_rows(num_envs: int, workers: int) -> list[tuple[int, int]]:
@@ -282,7 +209,7 @@ class WorkerVectorEnv(AccountedPythonEnv, VectorEnv):
         buffers = BufferLayout(
             num_envs, spec.shape, spec.dtype.str, self.act_spec.shape, self.discrete
         )
-        fd = _shared_fd(buffers.size)
+        fd = shared_fd(buffers.size)
         try:
             self._block = mmap.mmap(fd, buffers.size)
             views = buffers.views(self._block)
@@ -321,7 +248,7 @@ class WorkerVectorEnv(AccountedPythonEnv, VectorEnv):
         fds = (fd, command_read, result_write)
         try:
             process = subprocess.Popen(
-                [sys.executable, "-m", "operant.envs.workers", str(index), str(os.getpid())]
+                [sys.executable, "-m", "operant.envs.worker_process", str(index), str(os.getpid())]
                 + [str(number) for number in fds],
                 pass_fds=fds,
                 stdin=subprocess.DEVNULL,
@@ -346,7 +273,7 @@ class WorkerVectorEnv(AccountedPythonEnv, VectorEnv):
             "sys_path": sys.path,
         }
         data = json.dumps(spec).encode()
-        _write_all(command_write, _LENGTH.pack(len(data)) + data)
+        write_all(command_write, LENGTH.pack(len(data)) + data)
         self._owed.append(index)  # its "ready", once its envs are built
 
     # -- synchronisation -------------------------------------------------------------------
@@ -357,9 +284,9 @@ class WorkerVectorEnv(AccountedPythonEnv, VectorEnv):
         for index, fd in enumerate(self._commands):
             message = command
             if payloads is not None:
-                message += _LENGTH.pack(len(payloads[index])) + payloads[index]
+                message += LENGTH.pack(len(payloads[index])) + payloads[index]
             try:
-                _write_all(fd, message)
+                write_all(fd, message)
             except BrokenPipeError:
                 self._fail(index, b"")
             self._owed.append(index)
@@ -376,7 +303,7 @@ class WorkerVectorEnv(AccountedPythonEnv, VectorEnv):
             if deadline is not None or _stops.clock is not None:
                 self._await(index, started, deadline)
             answer = os.read(self._results[index], 1)
-            if answer != _DONE:
+            if answer != DONE:
                 self._fail(index, answer)
             self._owed.pop(0)
 
@@ -401,7 +328,7 @@ class WorkerVectorEnv(AccountedPythonEnv, VectorEnv):
                             f"{stop[1]}, so the run could not stop at an update boundary "
                             "(its env hangs, or needs a longer grace)",
                         )
-            if _readable(fd, until if until is not None else math.inf):
+            if readable(fd, until if until is not None else math.inf):
                 return
             if deadline is not None and time.monotonic() >= deadline:
                 self._hung(
@@ -420,7 +347,7 @@ class WorkerVectorEnv(AccountedPythonEnv, VectorEnv):
     def _fail(self, index: int, answer: bytes) -> None:
         """Close the env and raise the error of worker `index`, which answered `answer`
         (an error, or end-of-file when it died) instead of done."""
-        text = _read_message(self._results[index]) if answer == _ERROR else None
+        text = read_message(self._results[index]) if answer == ERROR else None
         name = self._worker_name(index)
         if text is not None:
             message = f"{name} failed: {pickle.loads(text)}"
@@ -458,7 +385,7 @@ class WorkerVectorEnv(AccountedPythonEnv, VectorEnv):
             if isinstance(seed, int)
             else seed
         )
-        self._send(_RESET, [pickle.dumps((seeds[lo:hi], options)) for lo, hi in self.rows])
+        self._send(RESET, [pickle.dumps((seeds[lo:hi], options)) for lo, hi in self.rows])
         self._wait_all()
         self.episodes.reset_episodes()
         return (self.obs.copy() if self.copy else self.obs), {}
@@ -478,7 +405,7 @@ class WorkerVectorEnv(AccountedPythonEnv, VectorEnv):
         """Step every env with the actions in `self.actions`; outputs land in the buffers.
         An action outside the space raises InvalidActionError before any env moves."""
         self._check_actions()
-        self._send(_STEP)
+        self._send(STEP)
         self._wait_all()
         self.episodes.record(self._rewards64, self.terminated, self.truncated)
 
@@ -499,7 +426,7 @@ class WorkerVectorEnv(AccountedPythonEnv, VectorEnv):
         close the pipes. The shared block goes with its last mapping (the buffers' views)."""
         for fd in self._commands:
             try:
-                os.write(fd, _CLOSE)
+                os.write(fd, CLOSE)
             except OSError:
                 pass  # already gone
         deadline = time.monotonic() + CLOSE_TIMEOUT_S
@@ -517,182 +444,3 @@ class WorkerVectorEnv(AccountedPythonEnv, VectorEnv):
         if not self.closed:
             self.close_extras(**kwargs)
         self.closed = True
-
-
-def _read_message(fd: int) -> bytes | None:
-    """A length-prefixed message from `fd` (blocking until it is whole); None at end-of-file."""
-    data = b""
-    for size in (_LENGTH.size, None):
-        want = _LENGTH.unpack(data)[0] if size is None else size
-        data = b""
-        while len(data) < want:
-            chunk = os.read(fd, want - len(data))
-            if not chunk:
-                return None
-            data += chunk
-    return data
-
-
-# -- the worker's side ----------------------------------------------------------------------
-def _die_with_parent(parent: int) -> None:
-    """SIGKILL this process when its parent dies (Linux); exit now if it already has."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        pr_set_pdeathsig = 1
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:
-        os._exit(0)
-
-
-def _readable(fd: int, deadline: float) -> bool:
-    """Whether `fd` has something to read (or its end) before `deadline` (time.monotonic;
-    math.inf: however long it takes)."""
-    poller = select.poll()
-    poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
-    while True:
-        left = deadline - time.monotonic()
-        left_ms = None if left == math.inf else max(0, int(left * 1000))
-        if poller.poll(left_ms):
-            return True
-        if time.monotonic() >= deadline:
-            return False
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    while data:
-        data = data[os.write(fd, data) :]
-
-
-def worker_main(index: int, parent: int, block_fd: int, command_fd: int, result_fd: int) -> None:
-    """A worker's life: read its spec, build its sub-envs, then answer commands until close.
-    SIGINT and SIGTERM are ignored: a Ctrl-C or a service manager's stop reaches the whole
-    process group, and the trainer, which decides when to stop, closes its workers itself."""
-    _die_with_parent(parent)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    try:
-        message = _read_message(command_fd)
-        if message is None:
-            return  # the parent is gone
-        spec = json.loads(message)
-        lo, hi = spec["lo"], spec["hi"]
-        sys.path[:] = spec["sys_path"]
-        layout = BufferLayout.from_json(spec["layout"])
-        block = mmap.mmap(block_fd, layout.size)
-        os.close(block_fd)
-        views = {name: array[lo:hi] for name, array in layout.views(block).items()}
-        if spec["module"]:
-            import importlib
-
-            importlib.import_module(spec["module"])
-        vector = gymnasium.make_vec(
-            spec["env_id"], num_envs=hi - lo, vectorization_mode="sync", **spec["kwargs"]
-        )
-        if not isinstance(vector, SyncVectorEnv):
-            raise TypeError(f"make_vec gave a {type(vector).__name__}, not a SyncVectorEnv")
-        space = vector.single_observation_space
-        if not isinstance(space, spaces.Box):
-            raise TypeError(f"its envs have {space} observations, not a Box")
-        rows = obs_rows(space, vector.single_action_space)
-        if rows.spec.shape != layout.obs_shape or rows.spec.dtype != np.dtype(layout.obs_dtype):
-            raise TypeError(
-                f"its envs' observations are {rows.spec.dtype} {rows.spec.shape} rows where the "
-                f"trainer's first env's are {layout.obs_dtype} {layout.obs_shape}"
-            )
-        loop = _StepLoop(vector.envs, views, rows)
-        _write_all(result_fd, _DONE)
-        while True:
-            command = os.read(command_fd, 1)  # end-of-file: the parent is gone
-            if command == _STEP:
-                loop.step()
-            elif command == _RESET:
-                payload = _read_message(command_fd)
-                if payload is None:
-                    return
-                loop.reset(*pickle.loads(payload))
-            else:
-                return
-            _write_all(result_fd, _DONE)
-    except Exception as error:
-        # The traceback goes to the trainer's stderr (inherited), for whoever debugs the env;
-        # the trainer's error names the worker and the exception in one line.
-        # One write of the whole text, so two workers failing together do not interleave
-        # their tracebacks line by line (os.write of a pipe or terminal is not split below
-        # PIPE_BUF, and a worker's traceback is rarely longer).
-        text_out = f"env worker {index} (pid {os.getpid()}):\n{traceback.format_exc()}"
-        try:
-            sys.stderr.flush()
-            _write_all(2, text_out.encode(errors="replace"))
-        except OSError:
-            pass  # no stderr to write to: the trainer still gets the one line below
-        text = pickle.dumps(f"{type(error).__name__}: {error}")
-        try:
-            _write_all(result_fd, _ERROR + _LENGTH.pack(len(text)) + text)
-        except OSError:
-            pass  # the parent is gone: nobody to tell
-        sys.exit(1)
-
-
-_SCALARS = (float, int, np.floating, np.integer)
-
-
-def _check_reward(row: int, reward: Any) -> None:
-    """A reward that is not a plain number: fine if it has shape (), else named (numpy's own
-    error, "setting an array element with a sequence", named neither field nor env)."""
-    shape = np.shape(np.asarray(reward))
-    if shape != ():
-        raise ValueError(
-            f"its env {row} returned the reward {reward!r}: a reward is one number "
-            f"(shape (), not {shape})"
-        )
-
-
-class _StepLoop:
-    """A worker's sub-envs over its rows of the shared buffers: SyncVectorEnv's SAME_STEP
-    loop, writing each env's outputs in place."""
-
-    def __init__(self, envs: list[gymnasium.Env], views: dict[str, np.ndarray], rows: ObsRows):
-        self.envs = envs
-        self.rows = rows
-        self.actions = views["actions"]
-        self.obs = views["obs"]
-        self.final_obs = views["final_obs"]
-        self.rewards = views["rewards"]
-        self.rewards64 = views["rewards64"]
-        self.terminated = views["terminated"]
-        self.truncated = views["truncated"]
-
-    def reset(self, seeds: list[int | None], options: dict[str, Any] | None) -> None:
-        for row, (env, seed) in enumerate(zip(self.envs, seeds, strict=True)):
-            obs, _ = env.reset(seed=seed, options=options)
-            self.obs[row] = self._row(row, obs)
-
-    def _row(self, row: int, obs: Any) -> np.ndarray:
-        try:
-            return self.rows.row(obs)
-        except ValueError as error:
-            raise ValueError(f"its env {row} returned {error}") from None
-
-    def step(self) -> None:
-        rewards, terminated, truncated = [], [], []
-        for row, env in enumerate(self.envs):
-            obs, reward, term, trunc, _ = env.step(self.actions[row])
-            if not isinstance(reward, _SCALARS):  # the common case: no array made a step
-                _check_reward(row, reward)
-            if term or trunc:
-                self.final_obs[row] = self._row(row, obs)
-                obs, _ = env.reset()
-            self.obs[row] = self._row(row, obs)
-            rewards.append(reward)
-            terminated.append(term)
-            truncated.append(trunc)
-        self.rewards64[:] = rewards
-        self.rewards[:] = self.rewards64
-        self.terminated[:] = terminated
-        self.truncated[:] = truncated
-
-
-if __name__ == "__main__":
-    worker_main(*(int(argument) for argument in sys.argv[1:6]))
