@@ -23,7 +23,7 @@ from operant.monitor.format import clock_time, duration, no_update_text
 from operant.shared import frame as frames
 from operant.shared import metrics_layout as fmt
 from operant.shared import progress
-from operant.shared.cli_parser import OneLineParser
+from operant.shared.cli_parser import OneLineParser, add_stuck_after
 from operant.shared.progress import Progress
 from operant.shared.ranks import RankRow, RunReader, RunSnapshot, status_text
 from operant.shared.reader import Frame, MetricsFileError, Snapshot, shown_status
@@ -77,28 +77,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_stuck_after(parser)
     return parser
-
-
-def add_stuck_after(parser: argparse.ArgumentParser) -> None:
-    """`--stuck-after SECONDS`, for every command that says whether a run is stuck."""
-    parser.add_argument(
-        "--stuck-after",
-        type=_seconds,
-        metavar="SECONDS",
-        help="call a running run stuck after this long without an update (default: "
-        f"max({progress.STUCK_FLOOR_S:g}, {progress.STUCK_FACTOR:g} x its recent updates' "
-        f"time); {progress.FIRST_UPDATE_FLOOR_S:g} before its first update)",
-    )
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
-    return value
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,10 +22,10 @@ import sys
 
 import msgspec
 
-from operant.monitor.cli import add_stuck_after, format_age, format_value
+from operant.monitor.cli import format_age, format_value
 from operant.monitor.format import no_update_text
 from operant.monitor.listing import RunRow, list_runs, listed_sps, row_progress
-from operant.shared.cli_parser import OneLineParser
+from operant.shared.cli_parser import OneLineParser, add_stuck_after
 from operant.shared.ranks import status_text
 from operant.shared.reader import shown_status
 from operant.shared.runs import runs_root
