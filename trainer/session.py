@@ -40,7 +40,7 @@ from operant.trainer.exit_codes import (
 )
 from operant.trainer.resume import RunPlan
 from operant.trainer.sdnotify import SystemdNotifier
-from operant.trainer.service_protocol import HOOKS, Outcome, Rank, Service
+from operant.trainer.service_protocol import HOOKS, Outcome, Rank, Role, Service
 from operant.trainer.services import (
     Checkpoints,
     ContinueRecords,
@@ -179,6 +179,7 @@ def compose(
     services: list[Service] = [
         # Under torchrun the stop is the group's decision, taken with the checkpoints'.
         *([StopOnSignal(signals)] if group is None else []),
+        StopsReachEnvWorkers(signals, config.env.stop_grace_s),
         records,
         # What a full disk refuses first (the metrics file, run.json, each written whole or
         # not at all); then a resumed run's records are cut: a start that fails leaves them.
@@ -207,6 +208,29 @@ def compose(
         Console(args, plan, trainer, run_dir, checkpointer, best),
     ]
     return [service for service in services if rank.runs(service.role)]
+
+
+class StopsReachEnvWorkers(Service):
+    """A stop waits for an update boundary; an env worker whose step hangs must not hold it
+    for good: while the run trains, worker envs' waits end `grace_s` after a stop signal
+    (operant.envs.workers.watch_stops)."""
+
+    role = Role.EVERY_RANK
+
+    def __init__(self, signals: StopSignals, grace_s: float):
+        self.signals, self.grace_s = signals, grace_s
+
+    def on_start(self) -> None:
+        env_workers.watch_stops(self._clock, self.grace_s)
+
+    def close(self) -> None:
+        env_workers.watch_stops(None)
+
+    def _clock(self) -> tuple[float, str] | None:
+        """When the stop signal came (time.monotonic) and its name; None before one."""
+        if not self.signals.stop_requested:
+            return None
+        return self.signals.received_at, self.signals.name
 
 
 def _checkpoints(
@@ -251,9 +275,6 @@ class Session:
         """Start, train, stop; operant-train's exit status (an unexpected error propagates,
         after the services have marked the run failed and closed)."""
         outcome = self.outcome
-        # A stop waits for an update boundary; an env worker whose step hangs must not hold it
-        # for good (operant.envs.workers.watch_stops).
-        env_workers.watch_stops(self._stop_clock, self.trainer.config.env.stop_grace_s)
         try:
             self._call("on_start")
             self.started = True
@@ -274,15 +295,8 @@ class Session:
             if outcome.kind == "crashed":
                 raise
         finally:
-            env_workers.watch_stops(None)
             self._call("close")
         return _EXIT[outcome.kind]
-
-    def _stop_clock(self) -> tuple[float, str] | None:
-        """When the stop signal came (time.monotonic) and its name; None before one."""
-        if not self.signals.stop_requested:
-            return None
-        return self.signals.received_at, self.signals.name
 
     def on_update(self, record: Any) -> None:
         """The trainer's per-update callback."""
