@@ -3,16 +3,20 @@
 A Gymnasium env written in Python (`env.impl = "reference"`, in the trainer's process or in
 env workers) declares a Box of any shape and dtype. Its rows are one of two kinds:
 
-- **an image** (a 3-D Box, with Discrete actions: what the CNN policy reads) keeps its dtype
-  and its values, channels first, (C, H, W), as Operant's own pixel kernels write them. A
-  channels-last space, (H, W, C), is transposed as each observation is copied into its row
-  (the copy every Python env makes anyway). Which it is follows stable-baselines3's rule
-  (`is_image_space_channels_first`): the smallest dimension first is channels first, else the
-  channels are last; a cube, (10, 10, 10), reads as channels first. A uint8 image whose space
-  runs from 0 to 255 has `ObsSpec.scale` 1/255: the policy scales it to [0, 1] inside its
-  first layer (SB3 and CleanRL divide Atari frames by 255); the buffers keep the bytes.
-- **anything else** (vectors, 2-D or 4-D boxes, images with Box actions) is flattened to
-  float32 rows, unscaled, as the MLP reads them.
+- **an image** (with Discrete actions, what the CNN policy reads: a 3-D Box of any dtype, or a
+  uint8 Box of two dimensions, a grayscale (H, W) frame, or four, stacked frames) keeps its
+  dtype and its values as (C, H, W) rows, channels first, as Operant's own pixel kernels write
+  them: (H, W) is one channel, k stacked frames of C channels are k x C. A channels-last
+  frame, (H, W, C), is transposed as each observation is copied into its row (the copy every
+  Python env makes anyway). The last dimension is the channels where it is smaller than both
+  the frame's others: (84, 84, 3) and (4, 84, 84, 1) are channels last; (3, 84, 84),
+  (16, 10, 10) and a cube, (10, 10, 10), are channels first (stable-baselines3 takes the
+  smallest dimension for the channels, and a (16, 10, 10) frame's rows for them). A uint8 image
+  whose space runs from 0 to 255 has `ObsSpec.scale` 1/255: the policy scales it to [0, 1]
+  inside its first layer (SB3 and CleanRL divide Atari frames by 255); the buffers keep the
+  bytes.
+- **anything else** (vectors, other boxes, images with Box actions) is flattened to float32
+  rows, unscaled, as the MLP reads them.
 
 `single_observation_space` of the env's Gymnasium face is the row's space (`space`), so what
 `step()` returns is in it.
@@ -27,9 +31,6 @@ import numpy as np
 from gymnasium import spaces
 
 from operant.envs.contract import ObsSpec
-
-CHANNELS_LAST = (2, 0, 1)
-"""(H, W, C) -> (C, H, W)."""
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ class ObsRows:
 
 def obs_rows(space: spaces.Box, act_space: spaces.Space[Any]) -> ObsRows:
     """The rows of a Python env with these spaces (see the module's docstring)."""
-    if len(space.shape) == 3 and isinstance(act_space, spaces.Discrete):
+    if is_image(space, act_space):
         return _image_rows(space)
     size = int(np.prod(space.shape))
     low = np.asarray(space.low, dtype=np.float32).reshape(size)
@@ -77,12 +78,44 @@ def obs_rows(space: spaces.Box, act_space: spaces.Space[Any]) -> ObsRows:
     return ObsRows(ObsSpec((size,), np.float32), spaces.Box(low, high, dtype=np.float32))
 
 
+def is_image(space: spaces.Box, act_space: spaces.Space[Any]) -> bool:
+    """A frame the CNN can read: with Discrete actions, a 3-D Box of any dtype, or a 2-D
+    (H, W) or 4-D (stacked frames) Box of bytes."""
+    if not isinstance(act_space, spaces.Discrete):
+        return False
+    rank = len(space.shape)
+    return rank == 3 or (rank in (2, 4) and space.dtype == np.uint8)
+
+
 def _image_rows(space: spaces.Box) -> ObsRows:
     shape = tuple(int(size) for size in space.shape)
-    axes = None if int(np.argmin(shape)) == 0 else CHANNELS_LAST
+    axes = _to_channels_first(shape)
     low, high = np.asarray(space.low), np.asarray(space.high)
     if axes is not None:
         low, high = low.transpose(axes), high.transpose(axes)
+    rows = _row_shape(low.shape)
+    low, high = low.reshape(rows), high.reshape(rows)
     byte_image = space.dtype == np.uint8 and bool((low == 0).all() and (high == 255).all())
-    spec = ObsSpec(low.shape, space.dtype, 1.0 / 255.0 if byte_image else 1.0)
+    spec = ObsSpec(rows, space.dtype, 1.0 / 255.0 if byte_image else 1.0)
     return ObsRows(spec, spaces.Box(low, high, dtype=space.dtype), axes)
+
+
+def _to_channels_first(shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The transpose that puts a frame's channels before its rows and columns, or None where
+    they are first already: the last dimension is the channels where it is smaller than both
+    the others, (84, 84, 3) or (4, 84, 84, 1) stacked; (3, 84, 84), (16, 10, 10) and a cube
+    are channels first."""
+    if len(shape) == 3 and shape[2] < min(shape[0], shape[1]):
+        return (2, 0, 1)
+    if len(shape) == 4 and shape[3] < min(shape[1], shape[2]):
+        return (0, 3, 1, 2)
+    return None
+
+
+def _row_shape(shape: tuple[int, ...]) -> tuple[int, int, int]:
+    """(C, H, W) from channels-first (H, W), (C, H, W) or stacked (k, C, H, W) frames."""
+    if len(shape) == 2:
+        return (1, shape[0], shape[1])
+    if len(shape) == 4:
+        return (shape[0] * shape[1], shape[2], shape[3])
+    return (shape[0], shape[1], shape[2])

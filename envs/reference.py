@@ -159,6 +159,8 @@ class ReferenceVectorEnv(AccountedPythonEnv, VectorEnv):
             final = info.get("final_obs")
             for i in np.flatnonzero(mask):
                 self.final_obs[i] = self.obs_rows.row(final[i])
+                # the info's too, as step() returns its observations (in the row's layout)
+                final[i] = self.final_obs[i].copy()
         return info
 
     def _failed(self, doing: str, error: Exception) -> EnvFailedError:

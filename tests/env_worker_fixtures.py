@@ -196,3 +196,17 @@ class Dot(gymnasium.Env):
 
 gymnasium.register("Dot-v0", entry_point=f"{__name__}:Dot")
 gymnasium.register("DotCHW-v0", entry_point=f"{__name__}:Dot", kwargs={"layout": "chw"})
+
+
+class Cells(Dot):
+    """Dot's frames as cells of 0 and 1 (MinAtar's kind): the monitor can draw them."""
+
+    def __init__(self):
+        super().__init__()
+        self.observation_space = spaces.Box(0, 1, (8, 9, 3), np.uint8)
+
+    def _obs(self) -> np.ndarray:
+        return (super()._obs() > 0).astype(np.uint8)
+
+
+gymnasium.register("Cells-v0", entry_point=f"{__name__}:Cells")

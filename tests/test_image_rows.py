@@ -32,7 +32,11 @@ def test_which_boxes_are_images_and_how_they_are_laid_out():
     assert hwc.space == spaces.Box(0, 255, (3, 84, 84), np.uint8)
     chw = obs_rows(spaces.Box(0, 255, (4, 84, 84), np.uint8), DISCRETE)
     assert (chw.spec.shape, chw.axes) == ((4, 84, 84), None)
-    # SB3's rule: the smallest dimension first is channels first, a cube too
+    # channels last only where the last dimension is smaller than both others: a cube and
+    # (16, 10, 10) are channels first (SB3's smallest-dimension rule read the latter's rows
+    # as its channels)
+    many = obs_rows(spaces.Box(0, 255, (16, 10, 10), np.uint8), DISCRETE)
+    assert (many.spec.shape, many.axes) == ((16, 10, 10), None)
     cube = obs_rows(spaces.Box(0, 1, (10, 10, 10), np.bool_), DISCRETE)
     assert (cube.spec.shape, cube.spec.dtype, cube.axes, cube.spec.scale) == (
         (10, 10, 10), np.bool_, None, 1.0
@@ -42,10 +46,24 @@ def test_which_boxes_are_images_and_how_they_are_laid_out():
     assert (minatar_like.spec.shape, minatar_like.spec.scale) == ((4, 10, 10), 1.0)
     floats = obs_rows(spaces.Box(0.0, 1.0, (3, 5, 5), np.float32), DISCRETE)
     assert (floats.spec.dtype, floats.spec.scale) == (np.float32, 1.0)
-    # not images: with Box actions (no CNN acts in them), and boxes of other ranks
+    # byte frames of two dimensions (AtariPreprocessing's grayscale) and four (stacked
+    # channels-last frames, FrameStackObservation over RGB) are images too
+    gray = obs_rows(spaces.Box(0, 255, (84, 84), np.uint8), DISCRETE)
+    assert (gray.spec.shape, gray.spec.scale) == ((1, 84, 84), pytest.approx(1 / 255))
+    stacked = obs_rows(spaces.Box(0, 255, (4, 8, 9, 3), np.uint8), DISCRETE)
+    assert (stacked.spec.shape, stacked.axes) == ((12, 8, 9), (0, 3, 1, 2))
+    frames = np.random.default_rng(0).integers(0, 256, (4, 8, 9, 3), np.uint8)
+    np.testing.assert_array_equal(
+        stacked.row(frames), frames.transpose(0, 3, 1, 2).reshape(12, 8, 9)
+    )
+    np.testing.assert_array_equal(
+        stacked.rows(frames[None], 1)[0], frames.transpose(0, 3, 1, 2).reshape(12, 8, 9)
+    )
+    assert stacked.space.contains(stacked.row(frames))
+    # not images: with Box actions (no CNN acts in them), other boxes
     for space, actions in [
         (spaces.Box(0, 255, (8, 9, 3), np.uint8), spaces.Box(-1, 1, (2,), np.float32)),
-        (spaces.Box(0, 255, (8, 9), np.uint8), DISCRETE),
+        (spaces.Box(0.0, 1.0, (8, 9), np.float32), DISCRETE),
         (spaces.Box(-1.0, 1.0, (4,), np.float64), DISCRETE),
     ]:
         flat = obs_rows(space, actions)
@@ -70,7 +88,7 @@ def test_rows_are_the_envs_frames_channels_first(env_id, workers):
             assert obs.dtype == np.uint8 and env.observation_space.contains(obs)
             np.testing.assert_array_equal(obs, np.stack(frames).transpose(0, 3, 1, 2))
             actions = rng.integers(0, 3, 4)
-            obs, rewards, terminated, _, _ = env.step(actions)
+            obs, rewards, terminated, _, info = env.step(actions)
             frames = []
             for i, dot in enumerate(own):
                 frame, reward, done, _, _ = dot.step(actions[i])
@@ -78,6 +96,8 @@ def test_rows_are_the_envs_frames_channels_first(env_id, workers):
                 if done:  # SAME_STEP: the last frame is final_obs, the new episode's is obs
                     ends += 1
                     np.testing.assert_array_equal(env.final_obs[i], frame.transpose(2, 0, 1))
+                    # Gymnasium's face too (the in-process env gave the env's own layout)
+                    np.testing.assert_array_equal(info["final_obs"][i], env.final_obs[i])
                     frame, _ = dot.reset()
                 frames.append(frame)
         assert ends == 8
@@ -121,3 +141,17 @@ def test_a_run_on_a_python_image_env_chooses_the_cnn_and_learns(tmp_path, worker
     checkpoint = torch.load(tmp_path / "dot" / "model.pt", weights_only=False)
     state = checkpoint.get("policy", checkpoint.get("model", checkpoint))
     assert any("convs.0.weight" in key for key in state), list(state)[:8]
+
+
+def test_only_frames_of_zeros_and_ones_are_published_to_the_monitor():
+    from operant.trainer.telemetry import frame_source
+
+    picture = make_env("env_worker_fixtures:Dot-v0", 2, impl="reference")
+    cells = make_env("env_worker_fixtures:Cells-v0", 2, impl="reference")
+    try:
+        assert frame_source(picture) is None  # every cell would read as set
+        source = frame_source(cells)
+        assert source is not None and source.spec.shape == (3, 8, 9)
+    finally:
+        picture.close()
+        cells.close()

@@ -126,7 +126,8 @@ def frame_source(env: Any) -> FrameSource | None:
     """The frame env 0 shows, for an env whose observation is an image, else None.
 
     An image is what `obs_spec` says it is, whatever the family: three dimensions, channels
-    first, one byte per value (uint8 or bool), within the frame region's bounds
+    first, one byte per value (uint8 or bool) and not a 0-255 picture (ObsSpec.scale 1),
+    within the frame region's bounds
     (metrics_layout.frame_problem). Channel names are the env's `channels` where it declares
     them (MinAtar's object kinds); an observation of k stacked frames (env.frame_stack, k x C
     channels) then shows its newest frame, the last C channels. Everything else (vectors,
@@ -134,6 +135,8 @@ def frame_source(env: Any) -> FrameSource | None:
     """
     spec = env.obs_spec
     if len(spec.shape) != 3 or spec.dtype not in (np.dtype(np.uint8), np.dtype(np.bool_)):
+        return None
+    if spec.scale != 1.0:  # 0-255 pictures: every cell of every channel would read as set
         return None
     declared = tuple(str(name) for name in getattr(env, "channels", ()) or ())
     channels = spec.shape[0]
