@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import functools
 import importlib
+import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -169,13 +171,33 @@ def _key(env_id: str) -> str:
     if ":" in env_id:
         module, _, env_id = env_id.partition(":")
         try:
-            importlib.import_module(module)
+            import_env_module(module)
         except ImportError as error:
             raise EnvError(
-                f"env id {module}:{env_id}: cannot import {module!r} ({error}); "
-                "install the package that provides it"
+                f"env id {module}:{env_id}: cannot import {module!r} ({error}); install the "
+                "package that provides it, or start from the folder that holds it (or name "
+                "that folder in PYTHONPATH)"
             ) from None
     return env_id.removeprefix("operant/")
+
+
+def import_env_module(module: str) -> None:
+    """Import the module of a `"package.module:Id"` env id. One that is nowhere on sys.path is
+    looked for in the current folder too, as `python -m` and uvicorn look for theirs (a console
+    script's sys.path starts with its own folder, not the current one); the folder then stays
+    on sys.path, which env workers inherit."""
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as error:
+        here = os.getcwd()
+        if error.name != module.partition(".")[0] or here in sys.path or "" in sys.path:
+            raise
+        sys.path.insert(0, here)
+        try:
+            importlib.import_module(module)
+        except BaseException:
+            sys.path.remove(here)
+            raise
 
 
 def _implemented() -> str:
@@ -233,7 +255,8 @@ def resolve_impl(env_id: str, impl: str) -> str:
         refusal = _gymnasium_refusal(key)
         if refusal is not None:
             own = ""
-            if ":" not in env_id and "doesn't exist" in refusal:  # not a bad version
+            # not a bad version: an id, or a namespace (ALE/...), that no module registered
+            if ":" not in env_id and ("doesn't exist" in refusal or "Namespace" in refusal):
                 own = (
                     " (an env your own module registers: name the module too, as "
                     f"'package.module:{key}')"

@@ -87,6 +87,9 @@ def test_unknown_env_id_names_it_and_what_exists():
     # an id no one registered may be the user's own, registered by a module not named
     with pytest.raises(EnvError, match=r"name the module too, as 'package.module:NoSuchEnv-v0'"):
         make_env("NoSuchEnv-v0", 2, impl="reference")
+    # and a namespace no module registered (ale_py registers ALE/...)
+    with pytest.raises(EnvError, match=r"name the module too, as 'package.module:ALE/Pong-v5'"):
+        make_env("ALE/Pong-v5", 2, impl="reference")
     # Gymnasium's own words point to the current version of a deprecated id.
     with pytest.raises(EnvError, match=r"Gymnasium says: .*Please use `Taxi-v4` instead\.$"):
         make_env("Taxi-v3", 2, impl="reference")

@@ -181,3 +181,37 @@ def test_a_stop_signal_does_not_wait_for_a_hung_worker_past_the_grace(tmp_path):
     assert "did not answer within env.stop_grace_s = 1 s of SIGTERM, so the run could not " in line
     listed = json.loads(run("operant", "runs", "--runs-dir", str(tmp_path), "--json").stdout)
     assert [(entry["run_id"], entry["status"]) for entry in listed] == [("hung", "failed")]
+
+
+def test_an_env_module_in_the_current_folder_is_found(tmp_path):
+    # (operant-train is a console script: its sys.path starts with its own folder, and
+    # "cannot import 'myenvs' ... install the package that provides it" met a module beside
+    # the user, where `python -m` and uvicorn would have found it)
+    (tmp_path / "myenvs.py").write_text(
+        "import gymnasium\n"
+        "gymnasium.register('Mine-v0', entry_point='gymnasium.envs.classic_control:CartPoleEnv',"
+        " max_episode_steps=50)\n"
+    )
+    environ = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    result = subprocess.run(
+        command([
+            "operant-train", "--env", "myenvs:Mine-v0", "--set", "env.impl=reference",
+            "--set", "env.workers=2", "--set", "env.num_envs=4", "--runs-dir", "runs",
+            "--run-id", "mine", "--total-steps", "512", "--quiet",
+        ]),  # fmt: skip
+        cwd=tmp_path, env=environ, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    record = json.loads(
+        (tmp_path / "runs" / "mine" / "progress.jsonl").read_text().splitlines()[-1]
+    )
+    assert record["global_step"] == 512 and record["episode_length_mean"] <= 50
+    missing = subprocess.run(
+        command(["operant-train", "--env", "nomodule:Mine-v0", "--runs-dir", "runs"]),
+        cwd=tmp_path, env=environ, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert missing.returncode == 2
+    assert missing.stderr.strip().endswith(
+        "install the package that provides it, or start from the folder that holds it (or "
+        "name that folder in PYTHONPATH)"
+    ), missing.stderr
