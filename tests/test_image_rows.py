@@ -134,6 +134,8 @@ def test_a_run_on_a_python_image_env_chooses_the_cnn_and_learns(tmp_path, worker
         env=with_fixtures(),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
+    # the start line says which policy "auto" chose, and its size
+    assert ", 16 envs, cnn policy (87.1K parameters), " in result.stdout.splitlines()[0]
     records = [json.loads(line) for line in (tmp_path / "dot" / "progress.jsonl").open()]
     updates = [record for record in records if "episode_return_mean" in record]
     # a random policy lands in column 4 about one time in six; the learnt one nearly always

@@ -51,7 +51,7 @@ class Console(Service):
             )
             print(
                 f"run {plan.run_id}: {plan.config.env.id} ({trainer.impl}), "
-                f"{counted(plan.config.env.num_envs, 'env')}, "
+                f"{counted(plan.config.env.num_envs, 'env')}, {_policy(trainer)}, "
                 f"{counted(derived.num_updates, 'update')} of "
                 f"{derived.batch_size} steps{origin} -> {self.run_dir}",
                 flush=True,
@@ -246,3 +246,17 @@ def env_failed_at_start(plan: RunPlan, error: BaseException) -> None:
     else:
         after = "nothing was created; run again once the env works"
     print(f"operant-train: cannot start run {plan.run_id}: {error}; {after}", file=sys.stderr)
+
+
+def _policy(trainer: Any) -> str:
+    """'cnn policy (13.8M parameters)': which policy "auto" chose, and how big it is."""
+    count = sum(parameter.numel() for parameter in trainer.policy.parameters())
+    size = next(
+        (
+            f"{count / scale:.1f}{unit}"
+            for scale, unit in ((1e9, "G"), (1e6, "M"), (1e3, "K"))
+            if count >= scale
+        ),
+        str(count),
+    )
+    return f"{getattr(trainer, 'policy_name', 'the')} policy ({size} parameters)"

@@ -83,9 +83,15 @@ def choose_policy(kind: str, obs_spec: ObsSpec, act_spec: ActSpec) -> PolicyEntr
             f"{', '.join((AUTO, *POLICIES))}"
         )
     if not entry.matches(obs_spec, act_spec):
+        flatten = (
+            " (or, for a Gymnasium env of yours, flatten them to float32 in it: "
+            "gymnasium.wrappers.FlattenObservation)"
+            if kind == "mlp" and len(obs_spec.shape) > 1
+            else ""
+        )
         raise ConfigError(
             f"policy.kind = {kind!r} cannot read {describe(obs_spec, act_spec)}; "
-            f'use policy.kind = "auto" or a policy made for them'
+            f'use policy.kind = "auto" or a policy made for them{flatten}'
         )
     return entry
 

@@ -34,7 +34,7 @@ from operant.trainer.normalize import (
     RewardNormalizer,
     check_obs_normalizable,
 )
-from operant.trainer.policies import build_policy
+from operant.trainer.policies import choose_policy
 from operant.trainer.ppo import compute_gae, ppo_update
 from operant.trainer.storage import RolloutStorage
 from operant.trainer.update_record import SOLVE_WINDOW, make_record  # noqa: F401
@@ -126,7 +126,10 @@ class Trainer:
         norm = config.normalize
         if norm.obs:
             check_obs_normalizable(obs_spec, config.env.id)
-        self.policy = build_policy(config, obs_spec, act_spec).to(self.device)
+        chosen = choose_policy(config.policy.kind, obs_spec, act_spec)
+        self.policy_name = chosen.name
+        """The registered policy trained ("auto" chooses by the observation spec)."""
+        self.policy = chosen.build(config, obs_spec, act_spec).to(self.device)
         self.obs_normalizer = (
             ObservationNormalizer(obs_spec.shape, norm.clip_obs).to(self.device)
             if norm.obs
