@@ -59,6 +59,63 @@ def test_the_rollout_path_computes_the_training_path(conv_channels):
     torch.testing.assert_close(policy.value(strided), values.detach())
 
 
+def test_the_nature_network_on_atari_frames_from_the_config():
+    # kernels and strides: the Nature DQN network (SB3's and CleanRL's Atari CNN) over 0-255
+    # (4, 84, 84) frames; the rollout's path (strided patches, the scale as the first
+    # matmul's alpha) computes the training path's values
+    frames = ObsSpec((4, 84, 84), np.dtype(np.uint8), 1 / 255)
+    config = load_config(
+        None,
+        [
+            "policy.conv_channels=[32, 64, 64]",
+            "policy.conv_kernels=[8, 4, 3]",
+            "policy.conv_strides=[4, 2, 1]",
+            "policy.conv_dense=512",
+        ],
+    )
+    torch.manual_seed(0)
+    policy = build_policy(config, frames, DISCRETE)
+    assert isinstance(policy, CNNPolicy)
+    assert [tuple(conv.weight.shape) for conv in policy.convs] == [
+        (32, 4, 8, 8), (64, 32, 4, 4), (64, 64, 3, 3)
+    ]  # fmt: skip
+    assert policy.dense.weight.shape == (512, 7 * 7 * 64)  # 3,136 inputs, as Nature's
+    obs = torch.randint(0, 256, (6, 4, 84, 84), dtype=torch.uint8)
+    logits, values = policy.heads(obs)
+    _, _, rollout_values = policy.act(obs, torch.Generator().manual_seed(1))
+    torch.testing.assert_close(rollout_values, values.detach(), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(policy.value(obs), values.detach(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["policy.conv_channels=[32, 64]", "policy.conv_kernels=[8]"],
+            r"policy.conv_kernels = \[8\]: give one per convolution of policy.conv_channels "
+            r"= \[32, 64\] \(or none: 3 for each\)",
+        ),
+        (
+            ["policy.conv_strides=[2, 2]"],
+            r"policy.conv_strides = \[2, 2\]: give one per convolution .*\(or none: 1 for each\)",
+        ),
+        (
+            [
+                "policy.conv_channels=[8, 8]",
+                "policy.conv_kernels=[8, 4]",
+                "policy.conv_strides=[4, 2]",
+            ],
+            r"kernels \[8, 4\] and strides \[4, 2\]: the convolutions \(no padding\) do not fit "
+            r"the env's 10x10 frames",
+        ),
+    ],
+)
+def test_kernels_and_strides_that_do_not_fit_are_one_line(overrides, message):
+    frames = ObsSpec((4, 10, 10), np.dtype(np.uint8))
+    with pytest.raises(ConfigError, match=message):
+        build_policy(load_config(None, overrides), frames, DISCRETE)
+
+
 def test_the_rollout_sees_every_change_of_the_dense_weight():
     """The rollout multiplies by a transposed copy of the dense weight, made again when the
     weight's bytes change: in place through the flat buffer (an optimiser step), by a state

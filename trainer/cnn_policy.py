@@ -4,8 +4,10 @@ discrete actions (MinAtar's uint8 (C, 10, 10) frames), registered as "cnn".
 The default network is MinAtar's (Young & Tian 2019, its examples' AC/DQN network): one 3x3
 convolution of 16 channels, stride 1, no padding, ReLU, flatten, a 128-unit layer, ReLU, then an
 actor head and a critic head on the shared trunk. `policy.conv_channels` lists one width per
-3x3 layer (`[16]` is MinAtar's; `[32, 64]` a deeper option) and `policy.conv_dense` the
-width of the layer after the flatten. Initialisation is CleanRL's Atari PPO (orthogonal,
+layer (`[16]` is MinAtar's; `[32, 64]` a deeper option), `policy.conv_kernels` and
+`policy.conv_strides` their kernels and strides (3 and 1 by default; Nature DQN's network is
+[32, 64, 64], [8, 4, 3], [4, 2, 1]) and `policy.conv_dense` the width of the layer after the
+flatten. Initialisation is CleanRL's Atari PPO (orthogonal,
 sqrt(2) gain for the trunk, 0.01 for the actor head, 1 for the critic's).
 
 Observations enter as their values times the spec's `scale` (MinAtar's cells are 0 or 1,
@@ -15,8 +17,9 @@ a frame batch is made on the host beside the network's own input.
 
 Two paths compute the same function:
 - `heads` (the PPO update, evaluation): `conv2d` with autograd;
-- `act` / `value` (the rollout): each convolution as im2col + one matmul into a workspace kept
-  per batch shape. The first layer's im2col reads the uint8 frame batch and writes float32
+- `act` / `value` (the rollout): for frames up to 32x32 and stride-1 layers (MinAtar's),
+  each convolution as im2col + one matmul into a workspace kept per batch shape; larger
+  frames and strided layers run `heads`, torch's convolutions, faster there. The first layer's im2col reads the uint8 frame batch and writes float32
   patches into that buffer (the dtype conversion happens in that one pass): operant.cext.im2col
   for C-contiguous frames on the host, else torch's copy of a strided view (any device, any
   strides, deeper layers). Nothing is allocated per step once a batch shape was seen
@@ -52,11 +55,18 @@ except ImportError:  # an unbuilt checkout: torch's strided copy does the same
     patches_u8 = None
 
 KERNEL = 3
+WORKSPACE_MAX_CELLS = 32 * 32
+"""The largest frame (height x width) whose rollout forward runs in the workspace: 64 frames
+of 4 channels, 3x3 stride-1 convolutions, one torch thread, 10x10 0.76 against 1.10 ms for
+torch's convolutions, 24x24 4.6 against 5.8, 32x32 6.9 against 6.6, 48x48 21 against 14
+(2-core Xeon VM, 2026-11-27); strided layers always run as torch's (Nature's network on
+84x84 frames: 5.4 against 10.9 ms for 16 frames)."""
 
 
 class CNNPolicy(WorkspaceHeadsPolicy):
-    """3x3 stride-1 convolutions (no padding) with ReLU, a dense layer with ReLU, and actor
-    and critic heads on that shared trunk."""
+    """Convolutions without padding (3x3, stride 1, unless `kernels` and `strides` say
+    otherwise) with ReLU, a dense layer with ReLU, and actor and critic heads on that shared
+    trunk."""
 
     def __init__(
         self,
@@ -65,13 +75,17 @@ class CNNPolicy(WorkspaceHeadsPolicy):
         conv_channels: tuple[int, ...] = (16,),
         dense: int = 128,
         scale: float = 1.0,
+        kernels: tuple[int, ...] = (),
+        strides: tuple[int, ...] = (),
     ):
         super().__init__()
         channels, height, width = obs_shape
-        layers = len(conv_channels)
-        if min(height, width) - layers * (KERNEL - 1) < 1:
+        self.kernels = tuple(kernels) or (KERNEL,) * len(conv_channels)
+        self.strides = tuple(strides) or (1,) * len(conv_channels)
+        if feature_size(height, width, self.kernels, self.strides) is None:
             raise ValueError(
-                f"{layers} 3x3 convolutions without padding do not fit a {height}x{width} frame"
+                f"convolutions of kernels {list(self.kernels)} and strides "
+                f"{list(self.strides)} do not fit a {height}x{width} frame"
             )
         self.num_actions = num_actions
         self.obs_shape = obs_shape
@@ -81,13 +95,13 @@ class CNNPolicy(WorkspaceHeadsPolicy):
         matmul's `alpha`; the storage keeps the env's values."""
         gain = math.sqrt(2)
         self.convs = nn.ModuleList()
-        for out_channels in conv_channels:
-            conv = nn.Conv2d(channels, out_channels, KERNEL)
+        for out_channels, kernel, stride in zip(conv_channels, self.kernels, self.strides):
+            conv = nn.Conv2d(channels, out_channels, kernel, stride)
             nn.init.orthogonal_(conv.weight, gain)
             nn.init.zeros_(conv.bias)
             self.convs.append(conv)
             channels = out_channels
-            height, width = height - KERNEL + 1, width - KERNEL + 1
+            height, width = (height - kernel) // stride + 1, (width - kernel) // stride + 1
         self.feature_shape = (height, width, channels)
         self.dense = nn.Linear(height * width * channels, dense)
         nn.init.orthogonal_(self.dense.weight, gain)
@@ -99,6 +113,12 @@ class CNNPolicy(WorkspaceHeadsPolicy):
         nn.init.orthogonal_(self.critic.weight, 1.0)
         nn.init.zeros_(self.critic.bias)
         self._workspaces: dict[tuple[int, torch.device], dict[str, torch.Tensor]] = {}
+        self.rollout_in_workspace = (
+            all(stride == 1 for stride in self.strides)
+            and obs_shape[1] * obs_shape[2] <= WORKSPACE_MAX_CELLS
+        )
+        """The rollout's forward as im2col + matmul in a workspace (allocating nothing); else
+        torch's convolutions, as `heads` (strided layers, large frames: faster there)."""
 
     def heads(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = self.head_features(obs)
@@ -146,14 +166,16 @@ class CNNPolicy(WorkspaceHeadsPolicy):
                 workspace = {**categorical_workspace(batch, self.num_actions, obs.device)}
                 height, width = self.obs_shape[1:]
                 for index, conv in enumerate(self.convs):
-                    height, width = height - KERNEL + 1, width - KERNEL + 1
+                    kernel, stride = self.kernels[index], self.strides[index]
+                    height = (height - kernel) // stride + 1
+                    width = (width - kernel) // stride + 1
                     workspace[f"cols{index}"] = empty(
-                        (batch, height, width, conv.in_channels, KERNEL, KERNEL)
+                        (batch, height, width, conv.in_channels, kernel, kernel)
                     )
                     workspace[f"conv{index}"] = empty((batch * height * width, conv.out_channels))
-                first = self.convs[0]
+                first, kernel = self.convs[0], self.kernels[0]
                 workspace["weight_t0"] = empty(
-                    (first.in_channels, KERNEL, KERNEL, first.out_channels)
+                    (first.in_channels, kernel, kernel, first.out_channels)
                 )
                 workspace["dense"] = empty((batch, self.dense.out_features))
                 weight = self.dense.weight
@@ -171,11 +193,14 @@ class CNNPolicy(WorkspaceHeadsPolicy):
         self, obs: torch.Tensor, workspace: dict[str, torch.Tensor]
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """`heads` as im2col + matmul per convolution, into the workspace."""
+        if not self.rollout_in_workspace:
+            return self.heads(obs)
         batch = obs.shape[0]
         x = obs  # (B, C, H, W) in any dtype and any strides
         for index, conv in enumerate(self.convs):
+            kernel, stride = self.kernels[index], self.strides[index]
             if index == 0 and self.scale == 1.0 and sparse_conv.applies(x, conv):
-                height, width = x.shape[2] - KERNEL + 1, x.shape[3] - KERNEL + 1
+                height, width = x.shape[2] - kernel + 1, x.shape[3] - kernel + 1
                 features = workspace["conv0"]
                 sparse_conv.forward_into(
                     x, conv.weight, conv.bias, workspace["weight_t0"], features
@@ -186,8 +211,9 @@ class CNNPolicy(WorkspaceHeadsPolicy):
             # float) into the workspace: the row of a position is its receptive field in
             # conv.weight's (C, kh, kw) order.
             cols = workspace[f"cols{index}"]
-            if not _native_patches(x, cols):
-                cols.copy_(x.unfold(2, KERNEL, 1).unfold(3, KERNEL, 1).permute(0, 2, 3, 1, 4, 5))
+            if stride != 1 or not _native_patches(x, cols, kernel):
+                patches = x.unfold(2, kernel, stride).unfold(3, kernel, stride)
+                cols.copy_(patches.permute(0, 2, 3, 1, 4, 5))
             height, width = cols.shape[1], cols.shape[2]
             features = torch.addmm(
                 conv.bias,
@@ -208,7 +234,7 @@ class CNNPolicy(WorkspaceHeadsPolicy):
         return logits, values.view(-1)
 
 
-def _native_patches(frames: torch.Tensor, cols: torch.Tensor) -> bool:
+def _native_patches(frames: torch.Tensor, cols: torch.Tensor, kernel: int) -> bool:
     """The first layer's im2col by operant.cext.im2col where it applies (C-contiguous uint8
     frames on the host: the env's buffer or a storage row), 9x the speed of torch's strided
     copy for 64 Breakout frames (64 against 590 us); False leaves it to that copy."""
@@ -221,10 +247,10 @@ def _native_patches(frames: torch.Tensor, cols: torch.Tensor) -> bool:
     ):
         return False
     batch, channels, height, width = frames.shape
-    expected = (batch, height - KERNEL + 1, width - KERNEL + 1, channels, KERNEL, KERNEL)
+    expected = (batch, height - kernel + 1, width - kernel + 1, channels, kernel, kernel)
     if tuple(cols.shape) != expected or cols.dtype != torch.float32:
         return False
-    patches_u8(frames.data_ptr(), cols.data_ptr(), batch, channels, height, width, KERNEL)
+    patches_u8(frames.data_ptr(), cols.data_ptr(), batch, channels, height, width, kernel)
     return True
 
 
@@ -233,23 +259,54 @@ def reads_images(obs_spec: ObsSpec, act_spec: ActSpec) -> bool:
     return len(obs_spec.shape) == 3 and act_spec.discrete
 
 
+def feature_size(
+    height: int, width: int, kernels: tuple[int, ...], strides: tuple[int, ...]
+) -> tuple[int, int] | None:
+    """The feature maps' height and width after these convolutions (no padding), or None
+    where a kernel no longer fits."""
+    for kernel, stride in zip(kernels, strides):
+        if min(height, width) < kernel:
+            return None
+        height, width = (height - kernel) // stride + 1, (width - kernel) // stride + 1
+    return height, width
+
+
 def build_cnn_policy(config: Config, obs_spec: ObsSpec, act_spec: ActSpec) -> CNNPolicy:
     shape = tuple(int(size) for size in obs_spec.shape)
-    channels = tuple(config.policy.conv_channels)
+    policy = config.policy
+    channels = tuple(policy.conv_channels)
     if not channels:
         raise ConfigError("policy.conv_channels must name at least one convolution's width")
-    if min(shape[1:]) - len(channels) * (KERNEL - 1) < 1:
+    for name in ("conv_kernels", "conv_strides"):
+        given = getattr(policy, name)
+        if given and len(given) != len(channels):
+            raise ConfigError(
+                f"policy.{name} = {list(given)}: give one per convolution of "
+                f"policy.conv_channels = {list(channels)} (or none: "
+                f"{'3' if name == 'conv_kernels' else '1'} for each)"
+            )
+    kernels = tuple(policy.conv_kernels) or (KERNEL,) * len(channels)
+    strides = tuple(policy.conv_strides) or (1,) * len(channels)
+    if feature_size(shape[1], shape[2], kernels, strides) is None:
+        if not policy.conv_kernels and not policy.conv_strides:
+            raise ConfigError(
+                f"policy.conv_channels = {list(channels)}: {len(channels)} 3x3 convolutions "
+                f"without padding do not fit the env's {shape[1]}x{shape[2]} frames; use at "
+                f"most {(min(shape[1:]) - 1) // (KERNEL - 1)} layers"
+            )
         raise ConfigError(
-            f"policy.conv_channels = {list(channels)}: {len(channels)} 3x3 convolutions "
-            f"without padding do not fit the env's {shape[1]}x{shape[2]} frames; use at most "
-            f"{(min(shape[1:]) - 1) // (KERNEL - 1)} layers"
+            f"policy.conv_channels = {list(channels)} with kernels {list(kernels)} and strides "
+            f"{list(strides)}: the convolutions (no padding) do not fit the env's "
+            f"{shape[1]}x{shape[2]} frames; use fewer layers, smaller kernels or strides"
         )
     return CNNPolicy(
         (shape[0], shape[1], shape[2]),
         act_spec.num_actions,
         channels,
-        config.policy.conv_dense,
+        policy.conv_dense,
         obs_spec.scale,
+        kernels,
+        strides,
     )
 
 

@@ -111,9 +111,16 @@ class PolicyConfig(Struct, forbid_unknown_fields=True, kw_only=True):
     """Continuous actions: initial log standard deviation of the Gaussian (state-independent,
     learned). Larger explores more."""
     conv_channels: list[Positive] = msgspec.field(default_factory=lambda: [16])
-    """For "cnn": output channels of each 3x3, stride-1, unpadded convolution (ReLU after
-    each). [16] is MinAtar's network; [32, 64] a deeper option (each layer trims one cell off
-    each edge of the frame, so a 10x10 frame takes at most 4 layers)."""
+    """For "cnn": output channels of each unpadded convolution (ReLU after each; 3x3, stride
+    1 unless conv_kernels and conv_strides say otherwise). [16] is MinAtar's network; [32, 64]
+    a deeper option (each 3x3 layer trims one cell off each edge of the frame, so a 10x10
+    frame takes at most 4)."""
+    conv_kernels: list[Positive] = msgspec.field(default_factory=list)
+    """For "cnn": each convolution's kernel size, one per conv_channels; [] is 3 for each.
+    Large frames want strides: [8, 4, 3] with conv_strides [4, 2, 1], conv_channels
+    [32, 64, 64] and conv_dense 512 is the Nature DQN network (SB3's and CleanRL's Atari CNN)."""
+    conv_strides: list[Positive] = msgspec.field(default_factory=list)
+    """For "cnn": each convolution's stride, one per conv_channels; [] is 1 for each."""
     conv_dense: Positive = 128
     """For "cnn": width of the ReLU layer between the flattened feature maps and the actor
     and critic heads (MinAtar's 128)."""

@@ -165,7 +165,7 @@ def policy_shape(policy: Any) -> PolicyShape | None:
     this module does not know how to count."""
     import torch
 
-    from operant.trainer.cnn_policy import KERNEL, CNNPolicy
+    from operant.trainer.cnn_policy import CNNPolicy
     from operant.trainer.policy import ActorCritic
 
     params = sum(p.numel() for p in policy.parameters() if p.requires_grad)
@@ -193,10 +193,11 @@ def policy_shape(policy: Any) -> PolicyShape | None:
         layers = []
         for index, module in enumerate(policy.convs):
             conv = cast(torch.nn.Conv2d, module)
-            height, width = height - KERNEL + 1, width - KERNEL + 1
+            kernel, stride = policy.kernels[index], policy.strides[index]
+            height, width = (height - kernel) // stride + 1, (width - kernel) // stride + 1
             layers.append(
                 Layer(
-                    channels * KERNEL * KERNEL,
+                    channels * kernel * kernel,
                     int(conv.out_channels),
                     rows=height * width,
                     activation="relu",
