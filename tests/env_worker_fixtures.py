@@ -210,3 +210,31 @@ class Cells(Dot):
 
 
 gymnasium.register("Cells-v0", entry_point=f"{__name__}:Cells")
+
+
+class Side(gymnasium.Env):
+    """Atari-sized frames, 84 x 84 x 1 grayscale: a bright square on the left or the right;
+    the action that names its side pays 1 (the side is drawn again every step); 20 steps."""
+
+    observation_space = spaces.Box(0, 255, (84, 84, 1), np.uint8)
+    action_space = spaces.Discrete(2)
+
+    def _obs(self) -> np.ndarray:
+        frame = np.zeros((84, 84, 1), np.uint8)
+        x = 8 if self.side == 0 else 60
+        frame[30:46, x : x + 16] = 255
+        return frame
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.side = 0, int(self.np_random.integers(2))
+        return self._obs(), {}
+
+    def step(self, action):
+        reward = float(int(action) == self.side)
+        self.t += 1
+        self.side = int(self.np_random.integers(2))
+        return self._obs(), reward, False, self.t >= 20, {}
+
+
+gymnasium.register("Side84-v0", entry_point=f"{__name__}:Side")

@@ -128,8 +128,28 @@ def test_a_cgroup_limit_is_the_memory_available(tmp_path):
         ["env.num_envs=32768", "ppo.num_minibatches=1"],
         ["env.num_envs=16384", "env.id=Pendulum-v1", "policy.hidden_sizes=[256, 256]"],
         ["env.num_envs=65536", "ppo.update_impl=torch"],
+        # the CNN: its feature maps, patches and parameters (a user's 84 x 84 frames took
+        # 2.6-5.7x what the MLP-shaped estimate said: the pixel hunt)
+        ["env.id=MinAtar-Breakout-v1", "env.num_envs=256", "ppo.num_minibatches=8"],
+        [
+            "env.id=env_worker_fixtures:Side84-v0",
+            "env.impl=reference",
+            "env.num_envs=32",
+            "ppo.num_steps=32",
+            "policy.conv_channels=[32, 64, 64]",
+            "policy.conv_kernels=[8, 4, 3]",
+            "policy.conv_strides=[4, 2, 1]",
+            "policy.conv_dense=512",
+        ],  # fmt: skip
     ],
-    ids=["default-65536", "one-minibatch", "pendulum-wide", "torch-update-65536"],
+    ids=[
+        "default-65536",
+        "one-minibatch",
+        "pendulum-wide",
+        "torch-update-65536",
+        "minatar-cnn",
+        "nature-cnn-84x84",
+    ],  # fmt: skip
 )
 def test_the_estimate_is_within_a_factor_of_two_of_a_real_trainers_growth(words):
     result = subprocess.run(

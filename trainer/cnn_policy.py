@@ -19,11 +19,11 @@ Two paths compute the same function:
 - `heads` (the PPO update, evaluation): `conv2d` with autograd;
 - `act` / `value` (the rollout): for frames up to 32x32 and stride-1 layers (MinAtar's),
   each convolution as im2col + one matmul into a workspace kept per batch shape; larger
-  frames and strided layers run `heads`, torch's convolutions, faster there. The first layer's im2col reads the uint8 frame batch and writes float32
-  patches into that buffer (the dtype conversion happens in that one pass): operant.cext.im2col
-  for C-contiguous frames on the host, else torch's copy of a strided view (any device, any
-  strides, deeper layers). Nothing is allocated per step once a batch shape was seen
-  (tests/test_rollout_alloc.py).
+  frames and strided layers run `heads`, torch's convolutions, faster there. The first
+  layer's im2col reads the uint8 frame batch and writes float32 patches into that buffer (the
+  dtype conversion happens in that one pass): operant.cext.im2col for C-contiguous frames on
+  the host, else torch's copy of a strided view (any device, any strides, deeper layers).
+  Nothing is allocated per step once a batch shape was seen (tests/test_rollout_alloc.py).
 In both, a first layer over sparse uint8 frames on the host (MinAtar's: a few percent of cells
 set) runs from the set cells instead (operant.trainer.sparse_conv, an autograd Function in
 `heads`, into the workspace in the rollout): the same function to float32 rounding, about 1.16x the

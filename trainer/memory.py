@@ -42,6 +42,10 @@ BACKWARD_COPIES = 3
 (pre- and post-activation) and their gradients. The native update keeps none of these
 (`takes_native_update`): at 65,536 CartPole envs a real trainer grew 123 MB against the 1.13 GB
 this counted for torch (tests/test_memory.py, 2026-11-26)."""
+PARAMETER_COPIES = 5
+"""float32 per CNN parameter: the weights, their gradients, Adam's two moments and one working
+copy (the rollout's transposed dense weight, the update's). The MLP's are a few thousand, not
+counted; a CNN over 84 x 84 frames has millions (13.8M for MinAtar's network there)."""
 RUNTIME_BYTES = 400 << 20
 """The trainer process before any of this: Python, torch, numpy, Gymnasium (measured ~350 MiB
 on CPU). Counted only where those are not loaded yet."""
@@ -76,6 +80,41 @@ def size_text(size: float) -> str:
         if size >= scale:
             return f"{size / scale:.1f} {unit}"
     return f"{int(size)} bytes"
+
+
+@dataclass(frozen=True)
+class CNNShape:
+    """What the built-in CNN (operant.trainer.cnn_policy) holds per row and in all, in floats."""
+
+    activations: int
+    """Its feature maps and its dense layer, per row."""
+    patches: int
+    """The largest layer's im2col patches, per row."""
+    parameters: int
+
+
+def cnn_shape(config: Any, obs_spec: Any, act_spec: Any) -> CNNShape | None:
+    """The built-in CNN's sizes where this config trains it on these specs (image observations
+    and discrete actions, policy.kind "auto" or "cnn"), told from the config alone; else None."""
+    policy = config.policy
+    if len(obs_spec.shape) != 3 or not act_spec.discrete or policy.kind not in ("auto", "cnn"):
+        return None
+    channels, height, width = (int(size) for size in obs_spec.shape)
+    layers = len(policy.conv_channels)
+    kernels = policy.conv_kernels or [3] * layers
+    strides = policy.conv_strides or [1] * layers
+    maps = patches = parameters = 0
+    for out, kernel, stride in zip(policy.conv_channels, kernels, strides):
+        height, width = (height - kernel) // stride + 1, (width - kernel) // stride + 1
+        if min(height, width) < 1:
+            return None  # refused when the policy is built
+        patches = max(patches, height * width * channels * kernel * kernel)
+        maps += height * width * out
+        parameters += out * (channels * kernel * kernel + 1)
+        channels = out
+    dense = policy.conv_dense
+    parameters += dense * (channels * height * width + 1) + (dense + 1) * (act_spec.num_actions + 1)
+    return CNNShape(maps + dense, patches, parameters)
 
 
 def takes_native_update(config: Any, obs_spec: Any, act_spec: Any) -> bool:
@@ -118,11 +157,18 @@ def estimate(
     widths = sum(config.policy.hidden_sizes) * (1 if config.policy.shared else 2)
     heads = act_spec.num_actions + 1 + act_elements  # logits or means, value, the sample
     native = takes_native_update(config, obs_spec, act_spec)
+    cnn = cnn_shape(config, obs_spec, act_spec)
     # Activations per row while acting and per minibatch sample in the update: torch keeps
     # whole layers (and autograd their gradients); the native path works through blocks of
-    # rows in a scratch of about one float per input and row besides its input.
-    forward = obs_elements + 1 if native else obs_elements + FORWARD_COPIES * widths
-    backward = obs_elements + 1 if native else BACKWARD_COPIES * widths
+    # rows in a scratch of about one float per input and row besides its input; the CNN's
+    # layers are its feature maps and dense layer, beside one layer's im2col patches.
+    if cnn is not None:
+        widths, patches = cnn.activations, cnn.patches
+        forward = obs_elements + patches + FORWARD_COPIES * widths
+        backward = patches + BACKWARD_COPIES * widths
+    else:
+        forward = obs_elements + 1 if native else obs_elements + FORWARD_COPIES * widths
+        backward = obs_elements + 1 if native else BACKWARD_COPIES * widths
     # Acting: the policy's input (observations as float32), its activations, its heads.
     acting = rows * 4 * (forward + 2 * heads)
     batch = steps * rows
@@ -133,6 +179,7 @@ def estimate(
         batch * 8
         + minibatch * (obs_bytes + 4 * obs_elements + act_bytes + 4 * ROLLOUT_FLOAT_TENSORS)
         + minibatch * 4 * (backward + 2 * heads)
+        + (PARAMETER_COPIES * 4 * cnn.parameters if cnn is not None else 0)
     )
     on_gpu = config.train.device.split(":")[0] not in ("cpu", "")
     device = storage + acting + update if on_gpu else 0
