@@ -126,8 +126,8 @@ def test_a_cgroup_limit_is_the_memory_available(tmp_path):
     [
         ["env.num_envs=65536"],
         ["env.num_envs=32768", "ppo.num_minibatches=1"],
-        ["env.num_envs=16384", "env.id=Pendulum-v1", "policy.hidden_sizes=[256, 256]"],
-        ["env.num_envs=65536", "ppo.update_impl=torch"],
+        ["env.num_envs=8192", "env.id=Pendulum-v1", "policy.hidden_sizes=[256, 256]"],
+        ["env.num_envs=32768", "ppo.update_impl=torch"],
         # the CNN: its feature maps, patches and parameters (a user's 84 x 84 frames took
         # 2.6-5.7x what the MLP-shaped estimate said: the pixel hunt)
         ["env.id=MinAtar-Breakout-v1", "env.num_envs=256", "ppo.num_minibatches=8"],
@@ -146,7 +146,7 @@ def test_a_cgroup_limit_is_the_memory_available(tmp_path):
         "default-65536",
         "one-minibatch",
         "pendulum-wide",
-        "torch-update-65536",
+        "torch-update-32768",
         "minatar-cnn",
         "nature-cnn-84x84",
     ],  # fmt: skip
