@@ -158,3 +158,17 @@ def test_only_frames_of_zeros_and_ones_are_published_to_the_monitor():
     finally:
         picture.close()
         cells.close()
+
+
+def test_a_stacked_frame_of_a_users_env_shows_its_newest_frame():
+    # (a user's env declares no channel names: the monitor drew all k x C stacked channels)
+    from operant.trainer.telemetry import frame_source
+
+    env = make_env("env_worker_fixtures:Cells-v0", 2, impl="reference", frame_stack=4)
+    try:
+        env.reset(seed=0)
+        source = frame_source(env)
+        assert source is not None and source.spec.shape == (3, 8, 9)
+        np.testing.assert_array_equal(source.frame(), env.obs[0, 9:].reshape(-1))
+    finally:
+        env.close()

@@ -130,7 +130,8 @@ def frame_source(env: Any) -> FrameSource | None:
     within the frame region's bounds
     (metrics_layout.frame_problem). Channel names are the env's `channels` where it declares
     them (MinAtar's object kinds); an observation of k stacked frames (env.frame_stack, k x C
-    channels) then shows its newest frame, the last C channels. Everything else (vectors,
+    channels) shows its newest frame, the last C channels (C from the declared names, or the
+    stack's depth for an env that declares none). Everything else (vectors,
     Grid-v0's (T, 3) tokens, float images) has no frame.
     """
     spec = env.obs_spec
@@ -144,6 +145,9 @@ def frame_source(env: Any) -> FrameSource | None:
         channels = len(declared)
     else:
         declared = ()
+        depth = getattr(env, "depth", 1)  # env.frame_stack's layer: k frames of C channels
+        if isinstance(depth, int) and depth > 1 and channels % depth == 0:
+            channels //= depth
     frame = layout.FrameSpec(
         shape=(channels, spec.shape[1], spec.shape[2]),
         dtype="bool" if spec.dtype == np.dtype(np.bool_) else "uint8",
