@@ -24,7 +24,7 @@ env workers) declares a Box of any shape and dtype. Its rows are one of two kind
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -43,9 +43,11 @@ class ObsRows:
     axes: tuple[int, ...] | None = None
     """The transpose from the declared observation to the row (channels-last images)."""
 
-    @property
-    def image(self) -> bool:
-        return len(self.spec.shape) == 3
+    size: int = field(init=False)
+    """Numbers in a row."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "size", int(np.prod(self.spec.shape)))
 
     def row(self, obs: Any) -> np.ndarray:
         """One observation as the row's shape (a view where it can be; the caller's
@@ -53,10 +55,10 @@ class ObsRows:
         value = np.asarray(obs)
         if self.axes is not None and value.ndim == len(self.axes):
             value = value.transpose(self.axes)
-        if value.size != int(np.prod(self.spec.shape)):
+        if value.size != self.size:
             raise ValueError(
                 f"an observation of shape {np.shape(obs)} ({value.size} numbers) where its "
-                f"observation space has {int(np.prod(self.spec.shape))}"
+                f"observation space has {self.size}"
             )
         return value.reshape(self.spec.shape)
 
