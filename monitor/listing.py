@@ -110,23 +110,14 @@ def describe_run(run_dir: Path, *, stuck_after_s: float | None = None) -> RunRow
     row.episode_return_mean = _number(metrics.get("episode_return_mean"), float)
     row.age_s = max(0.0, time.time() - snapshot.created_wall_ns / 1e9)
     row.heartbeat_age_s = snapshot.heartbeat_age_s
-    row.update_age_s = advance.update_age_s
-    row.first_update = advance.first_update
-    row.update_s = advance.update_s
-    row.stuck_after_s = advance.stuck_after_s
-    row.stuck = advance.stuck
+    for name in Progress.__struct_fields__:  # the row's fields of the same names
+        setattr(row, name, getattr(advance, name))
     return row
 
 
 def row_progress(row: RunRow) -> Progress:
     """The row's progress fields as operant.shared.progress's Progress (for its texts)."""
-    return Progress(
-        update_age_s=row.update_age_s,
-        first_update=row.first_update,
-        update_s=row.update_s,
-        stuck_after_s=row.stuck_after_s,
-        stuck=row.stuck,
-    )
+    return Progress(**{name: getattr(row, name) for name in Progress.__struct_fields__})
 
 
 def _number(value: object, kind: Callable[[float], _Number]) -> _Number | None:
