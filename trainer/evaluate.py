@@ -229,6 +229,14 @@ def main(argv: list[str] | None = None) -> int:
     except EvalInputError as error:
         print(f"operant eval: {error}", file=sys.stderr)
         return EXIT_USAGE
+    if not args.stochastic and not getattr(policy, "has_greedy", True):
+        env.close()
+        print(
+            f"operant eval: the run's policy ({config.policy.kind}) has no greedy(obs) for its "
+            "continuous actions: add --stochastic, or give it a greedy(obs) returning the mean",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     import numpy as np
     import torch
 

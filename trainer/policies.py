@@ -5,7 +5,8 @@ A policy is registered once, by name, with `register_policy(name, matches, build
 actions, and `build(config, obs_spec, act_spec)` returns the module (on the CPU; the trainer
 moves it). `policy.kind = "auto"` (the default) takes the first registered policy that
 matches, in registration order, so the built-in MLP keeps serving flat float32 observations
-even after other families register theirs; any other `policy.kind` names one.
+even after other families register theirs; any other `policy.kind` names one, or a user's
+network as `module:Name` (operant.trainer.user_policy).
 
 What the loop needs from a policy module (operant.trainer.train, ppo, evaluate):
 - `act(obs, generator, out=(actions, logprobs, values))`: sample, without gradients;
@@ -31,6 +32,7 @@ from operant.envs.contract import ActSpec, ObsSpec
 from operant.trainer.config import Config, ConfigError
 from operant.trainer.policy import ActorCritic
 from operant.trainer.sampling import sample_categorical
+from operant.trainer.user_policy import build_user_policy, is_user_policy
 
 AUTO = "auto"
 
@@ -66,6 +68,8 @@ def describe(obs_spec: ObsSpec, act_spec: ActSpec) -> str:
 def choose_policy(kind: str, obs_spec: ObsSpec, act_spec: ActSpec) -> PolicyEntry:
     """The registered policy `kind` names (or "auto" chooses) for these specs; ConfigError
     naming policy.kind when there is none or it does not fit."""
+    if is_user_policy(kind):
+        return PolicyEntry(kind, lambda *specs: True, build_user_policy)
     if kind == AUTO:
         for entry in POLICIES.values():
             if entry.matches(obs_spec, act_spec):
@@ -80,7 +84,8 @@ def choose_policy(kind: str, obs_spec: ObsSpec, act_spec: ActSpec) -> PolicyEntr
     if entry is None:
         raise ConfigError(
             f"policy.kind = {kind!r} is not a registered policy; choose one of: "
-            f"{', '.join((AUTO, *POLICIES))}"
+            f"{', '.join((AUTO, *POLICIES))}; or a network of yours as module:Name "
+            '(docs/envs.md, "Your own network")'
         )
     if not entry.matches(obs_spec, act_spec):
         flatten = (

@@ -1,0 +1,308 @@
+"""A user's own network as `policy.kind = "module:Name"` (operant.trainer.user_policy): a
+CleanRL agent unchanged (examples/cleanrl_ppo.py's), a HeadsPolicy subclass, a continuous
+agent, exact resume, and every way a network of the user's is refused. Trainers are real
+`operant-train` processes started in the folder that holds the module, as a user starts them
+(the module is found there, not on the installed sys.path)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from user_runs import command
+
+from operant.envs.contract import ActSpec, ObsSpec
+from operant.trainer.config import ConfigError, load_config
+from operant.trainer.user_policy import CleanRLPolicy, build_user_policy, spaces_of
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+SMALL = ["--set", "env.num_envs=8", "--set", "ppo.num_steps=32", "--set", "ppo.num_minibatches=2"]
+
+CONTINUOUS = """
+import numpy as np
+import torch
+from torch import nn
+from torch.distributions.normal import Normal
+
+
+class Agent(nn.Module):  # cleanrl/ppo_continuous_action.py's shape
+    def __init__(self, envs):
+        super().__init__()
+        n = int(np.prod(envs.single_observation_space.shape))
+        a = int(np.prod(envs.single_action_space.shape))
+        self.critic = nn.Sequential(nn.Linear(n, 64), nn.Tanh(), nn.Linear(64, 1))
+        self.actor_mean = nn.Sequential(nn.Linear(n, 64), nn.Tanh(), nn.Linear(64, a))
+        self.actor_logstd = nn.Parameter(torch.zeros(1, a))
+
+    def get_value(self, x):
+        return self.critic(x)
+
+    def get_action_and_value(self, x, action=None):
+        mean = self.actor_mean(x)
+        probs = Normal(mean, torch.exp(self.actor_logstd.expand_as(mean)))
+        if action is None:
+            action = probs.sample()
+        return action, probs.log_prob(action).sum(1), probs.entropy().sum(1), self.critic(x)
+"""
+
+HEADS = """
+from torch import nn
+
+from operant.trainer.policies import HeadsPolicy
+
+
+class Net(HeadsPolicy):
+    def __init__(self, observation_space, action_space):
+        super().__init__()
+        self.num_actions = int(action_space.n)
+        self.body = nn.Sequential(nn.Linear(observation_space.shape[0], 64), nn.Tanh())
+        self.logits = nn.Linear(64, self.num_actions)
+        self.critic = nn.Linear(64, 1)
+
+    def heads(self, obs):
+        hidden = self.body(obs)
+        return self.logits(hidden), self.critic(hidden).squeeze(-1)
+"""
+
+BROKEN = """
+import torch
+from torch import nn
+
+from agents import Agent
+
+
+class ShortValues(Agent):
+    def get_value(self, x):
+        return self.critic(x)[:1]
+
+
+class Frozen(Agent):
+    def __init__(self, envs):
+        super().__init__(envs)
+        for parameter in self.parameters():
+            parameter.requires_grad_(False)
+
+
+class Plain(nn.Module):
+    def __init__(self, observation_space, action_space):
+        super().__init__()
+        self.layer = nn.Linear(4, 2)
+
+
+def three(a, b, c):
+    return None
+
+
+def not_a_module(observation_space, action_space):
+    return "a string"
+
+
+def raises(envs):
+    raise RuntimeError("no GPU here")
+"""
+
+
+def train(folder: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        command(["operant-train", *args]),
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def evaluate(folder: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        command(["operant", "eval", *args]), cwd=folder, capture_output=True, text=True, timeout=240
+    )
+
+
+def test_cleanrl_example_agent_trains_unchanged_evaluates_and_loads_back(tmp_path):
+    runs = tmp_path / "runs"
+    done = train(
+        EXAMPLES, "--env", "CartPole-v1", "--set", "policy.kind=cleanrl_ppo:Agent",
+        "--runs-dir", str(runs), "--run-id", "agent",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "128 envs, cleanrl_ppo:Agent policy (9.2K parameters)" in done.stdout + done.stderr
+    assert "solved at" in done.stdout, done.stdout
+    last = json.loads((runs / "agent" / "progress.jsonl").read_text().splitlines()[-1])
+    assert last["episode_return_mean"] >= 475
+
+    played = evaluate(EXAMPLES, str(runs / "agent"), "--episodes", "16", "--json")
+    assert played.returncode == 0, played.stderr
+    result = json.loads(played.stdout)
+    assert result["greedy"] and result["return_mean"] >= 475
+
+    # The checkpoint's policy loads into the user's own class under its own names.
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        from cleanrl_ppo import Agent
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    envs = gym.make_vec("CartPole-v1", num_envs=1)
+    agent = Agent(envs)
+    envs.close()
+    weights = torch.load(runs / "agent" / "model.pt", weights_only=False)["policy"]
+    assert set(weights) == set(agent.state_dict())
+    agent.load_state_dict(weights)
+    # Pole leaning right and falling right: push right (action 1), as a solved policy does.
+    obs = torch.tensor([[0.0, 0.0, 0.1, 0.5]])
+    logits = agent.actor(obs)
+    assert int(logits.argmax()) == 1
+
+
+def test_a_heads_policy_of_the_users_learns(tmp_path):
+    (tmp_path / "mynets.py").write_text(textwrap.dedent(HEADS))
+    done = train(
+        tmp_path, "--env", "CartPole-v1", "--set", "policy.kind=mynets:Net",
+        "--runs-dir", "runs", "--run-id", "heads", "--total-steps", "122880",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "mynets:Net policy" in done.stdout + done.stderr
+    records = [json.loads(line) for line in (tmp_path / "runs/heads/progress.jsonl").open()]
+    # A random CartPole policy returns about 22.
+    assert records[-1]["episode_return_mean"] > 100, records[-1]
+
+
+def test_a_continuous_agent_trains_and_eval_asks_for_stochastic(tmp_path):
+    (tmp_path / "cont.py").write_text(textwrap.dedent(CONTINUOUS))
+    done = train(
+        tmp_path, "--env", "Pendulum-v1", "--set", "policy.kind=cont:Agent", *SMALL,
+        "--runs-dir", "runs", "--run-id", "pendulum", "--total-steps", "8192",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "cont:Agent policy (643 parameters)" in done.stdout + done.stderr
+    greedy = evaluate(tmp_path, "runs/pendulum", "--episodes", "2")
+    assert greedy.returncode == 2
+    assert greedy.stderr.strip().splitlines() == [
+        "operant eval: the run's policy (cont:Agent) has no greedy(obs) for its continuous "
+        "actions: add --stochastic, or give it a greedy(obs) returning the mean"
+    ]
+    played = evaluate(tmp_path, "runs/pendulum", "--episodes", "2", "--stochastic", "--json")
+    assert played.returncode == 0, played.stderr
+    result = json.loads(played.stdout)
+    assert result["episodes"] == 2 and -2000 < result["return_mean"] < 0
+
+
+def test_sigterm_then_resume_draws_what_one_run_draws(tmp_path):
+    """The agent samples from torch's global stream; act() seeds it from the trainer's
+    generator, which the checkpoint keeps, so a resumed run is the uninterrupted one."""
+    budget = ["--env", "CartPole-v1", "--set", "policy.kind=cleanrl_ppo:Agent", *SMALL,
+              "--set", "ppo.update_epochs=2", "--total-steps", str(160 * 256), "--quiet",
+              "--runs-dir", str(tmp_path)]  # fmt: skip
+    assert train(EXAMPLES, *budget, "--run-id", "whole").returncode == 0
+    log = (tmp_path / "split.log").open("w")
+    split = subprocess.Popen(
+        command(["operant-train", *budget, "--run-id", "split"]), cwd=EXAMPLES, stderr=log
+    )
+    progress = tmp_path / "split" / "progress.jsonl"
+    deadline = time.monotonic() + 120
+    while not (progress.exists() and progress.read_bytes().count(b"\n") >= 60):
+        assert time.monotonic() < deadline and split.poll() is None
+        time.sleep(0.01)
+    split.send_signal(signal.SIGTERM)
+    assert split.wait(timeout=60) == 0
+    stopped = progress.read_bytes().count(b"\n")
+    assert 60 <= stopped < 160
+    resumed = train(EXAMPLES, "--runs-dir", str(tmp_path), "--resume", "split", "--quiet")
+    assert resumed.returncode == 0, resumed.stderr
+
+    def trained(run: str) -> list[dict]:
+        lines = (tmp_path / run / "progress.jsonl").read_text().splitlines()
+        timings = {"elapsed_s", "sps", "sps_mean", "phase_s"}
+        return [{k: v for k, v in json.loads(line).items() if k not in timings} for line in lines]
+
+    assert trained("split") == trained("whole")
+    whole = torch.load(tmp_path / "whole" / "model.pt", weights_only=False)["policy"]
+    after = torch.load(tmp_path / "split" / "model.pt", weights_only=False)["policy"]
+    assert all(torch.equal(whole[name], after[name]) for name in whole)
+
+
+BAD = [
+    ("nowhere:Agent", "no module named 'nowhere' on sys.path or in the current folder"),
+    ("agents:Nope", "module agents has no class or function 'Nope'"),
+    ("broken:ShortValues", "value's values for 2 rows came out (1,), expected (2,)"),
+    ("broken:Frozen", "Frozen has no trainable parameters"),
+    ("broken:Plain", "Plain has neither act/value/evaluate/entropy/greedy"),
+    ("broken:three", "it takes 3 arguments"),
+    ("broken:not_a_module", "it returned a str, not a torch nn.Module"),
+    ("broken:raises", "raises(envs) raised RuntimeError: no GPU here"),
+    ("failing:Agent", "importing failing raised ZeroDivisionError: division by zero"),
+    (":Agent", "a policy of yours is named module:Name"),
+]
+
+
+@pytest.fixture
+def user_folder(tmp_path, monkeypatch):
+    """A folder with the user's modules, as the current folder; their names made unique to
+    this test's folder so that no other test's import of the same name is reused."""
+    (tmp_path / "agents.py").write_text((EXAMPLES / "cleanrl_ppo.py").read_text())
+    (tmp_path / "broken.py").write_text(textwrap.dedent(BROKEN))
+    (tmp_path / "failing.py").write_text("1 / 0\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    for name in ("agents", "broken", "failing"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    return tmp_path
+
+
+@pytest.mark.parametrize(("kind", "said"), BAD)
+def test_a_bad_network_is_one_line(user_folder, kind, said):
+    config = load_config(None, [f"policy.kind={kind}"])
+    obs_spec = ObsSpec((4,), np.float32)
+    with pytest.raises(ConfigError) as raised:
+        build_user_policy(config, obs_spec, ActSpec((), np.dtype(np.int64), 2))
+    message = str(raised.value)
+    assert message.startswith(f"policy.kind = {kind!r}: ") and said in message
+    assert "\n" not in message
+
+
+def test_a_bad_network_stops_the_trainer_before_it_creates_anything(user_folder):
+    for kind, said in (BAD[2], BAD[8]):
+        done = train(user_folder, "--env", "CartPole-v1", "--set", f"policy.kind={kind}",
+                     "--runs-dir", "runs")  # fmt: skip
+        assert done.returncode == 2
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"operant-train: policy.kind = {kind!r}: ")
+        assert said in lines[0]
+        assert not (user_folder / "runs").exists()
+
+
+def test_cleanrl_adapter_draws_from_the_generator_and_leaves_torchs_stream(user_folder):
+    config = load_config(None, ["policy.kind=agents:Agent"])
+    obs_spec, act_spec = ObsSpec((4,), np.float32), ActSpec((), np.dtype(np.int64), 2)
+    policy = build_user_policy(config, obs_spec, act_spec)
+    assert isinstance(policy, CleanRLPolicy)
+    assert not any(name.startswith("agent.") for name in policy.state_dict())
+    obs = torch.randn(256, 4)
+    before = torch.get_rng_state()
+    draws = [policy.act(obs, torch.Generator().manual_seed(7))[0] for _ in range(2)]
+    assert torch.equal(draws[0], draws[1])
+    assert torch.equal(torch.get_rng_state(), before)
+    other = policy.act(obs, torch.Generator().manual_seed(8))[0]
+    assert not torch.equal(draws[0], other)
+    # greedy: the most probable action, as the agent's own logits say
+    assert torch.equal(policy.greedy(obs), policy.agent.actor(obs).argmax(-1))
+
+
+def test_spaces_are_the_rows():
+    frames = ObsSpec((4, 84, 84), np.uint8, scale=1 / 255)
+    observation_space, action_space = spaces_of(frames, ActSpec((), np.dtype(np.int64), 6))
+    assert observation_space == gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    assert action_space == gym.spaces.Discrete(6)
+    minatar = spaces_of(ObsSpec((4, 10, 10), np.uint8), ActSpec((), np.dtype(np.int64), 3))[0]
+    assert (minatar.low.max(), minatar.high.min()) == (0, 1)
+    low, high = np.full(1, -2.0, np.float32), np.full(1, 2.0, np.float32)
+    box = spaces_of(ObsSpec((3,), np.float32), ActSpec((1,), np.dtype(np.float32), 1, low, high))
+    assert box[1] == gym.spaces.Box(-2.0, 2.0, (1,), np.float32)

@@ -1,0 +1,288 @@
+"""A user's own network from the command line: `policy.kind = "module:Name"`.
+
+`Name` in `module` (imported as an env's `module:Id` is: from sys.path, else the current
+folder) is a class or function called as `Name(observation_space, action_space)` with the
+Gymnasium spaces of the rows the policy reads (`spaces_of`), or as CleanRL's `Agent(envs)`
+where it takes one argument (`envs.single_observation_space` and `.single_action_space` are
+those spaces), returning a torch module that
+either
+- implements the trainer's policy contract itself (operant.trainer.policies: `act`, `value`,
+  `evaluate`, `entropy`, `greedy`), most simply by subclassing `HeadsPolicy` and writing
+  `heads(obs) -> (logits, values)`; or
+- is a CleanRL agent: `get_value(x)` and `get_action_and_value(x, action=None) -> (action,
+  log_prob, entropy, value)`, as CleanRL's ppo*.py write theirs. `CleanRLPolicy` adapts it; its
+  weights are saved under the agent's own names, so `Agent(...).load_state_dict(
+  torch.load("model.pt")["policy"])` loads a checkpoint's policy into the user's class.
+
+The module is built once on a two-row probe before anything is trained, so an import error,
+a missing method or an output of the wrong shape is one line naming `policy.kind`, not a
+traceback in the middle of the first update.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from torch import nn
+
+from operant.envs.contract import ActSpec, ObsSpec
+from operant.trainer.config import Config, ConfigError
+
+CONTRACT = ("act", "value", "evaluate", "entropy", "greedy")
+CLEANRL = ("get_action_and_value", "get_value")
+
+
+def is_user_policy(kind: str) -> bool:
+    """Whether `policy.kind` names a user's `module:Name` rather than a registered policy."""
+    return ":" in kind
+
+
+def spaces_of(obs_spec: ObsSpec, act_spec: ActSpec) -> tuple[spaces.Box, spaces.Space[Any]]:
+    """The Gymnasium spaces of one row: its observation as the rollout holds it (shape and
+    dtype; bounds the dtype's, 0-255 for byte images, 0-1 for 0/1 frames) and its action."""
+    dtype = obs_spec.dtype
+    if dtype.kind == "f":
+        low, high = -np.inf, np.inf
+    elif dtype == np.bool_ or (dtype == np.uint8 and obs_spec.scale == 1.0):
+        low, high = 0, 1
+    else:
+        info = np.iinfo(dtype)
+        low, high = info.min, info.max
+    observation_space = spaces.Box(low, high, obs_spec.shape, dtype)
+    if act_spec.discrete:
+        return observation_space, spaces.Discrete(act_spec.num_actions)
+    assert act_spec.low is not None and act_spec.high is not None
+    return observation_space, spaces.Box(act_spec.low, act_spec.high, act_spec.shape, np.float32)
+
+
+def load_factory(kind: str) -> Callable[..., Any]:
+    """`Name` of `module:Name`; ConfigError naming policy.kind when it cannot be had."""
+    from operant.envs.registry import import_env_module
+
+    module, _, name = kind.partition(":")
+    if not module or not name:
+        raise ConfigError(
+            f"policy.kind = {kind!r}: a policy of yours is named module:Name "
+            '(e.g. "mypolicies:Agent", mypolicies.py in the current folder)'
+        )
+    try:
+        import_env_module(module)
+    except ModuleNotFoundError as error:
+        raise ConfigError(
+            f"policy.kind = {kind!r}: no module named {error.name!r} on sys.path or in the "
+            "current folder; start the trainer where the module is, or install it"
+        ) from None
+    except Exception as error:
+        raise ConfigError(
+            f"policy.kind = {kind!r}: importing {module} raised {_said(error)}"
+        ) from error
+    factory = getattr(sys.modules[module], name, None)
+    if not callable(factory):
+        raise ConfigError(
+            f"policy.kind = {kind!r}: module {module} has no class or function {name!r}"
+        )
+    return factory
+
+
+class SpacesOnly:
+    """What CleanRL's `Agent(envs)` reads of its vector env: the single env's spaces (a
+    policy is built before, and apart from, the envs it will act for)."""
+
+    def __init__(self, observation_space: spaces.Box, action_space: spaces.Space[Any]):
+        self.single_observation_space = self.observation_space = observation_space
+        self.single_action_space = self.action_space = action_space
+
+
+def _takes_envs(kind: str, factory: Callable[..., Any]) -> bool:
+    """Whether `factory` is called CleanRL's way, with one argument (`Agent(envs)`), rather
+    than with the two spaces; ConfigError where it takes neither."""
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):  # a builtin or extension type: call it with the spaces
+        return False
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    parameters = signature.parameters.values()
+    required = [p for p in parameters if p.kind in positional and p.default is p.empty]
+    if any(p.kind == p.VAR_POSITIONAL for p in parameters) or len(required) == 2:
+        return False
+    if len(required) == 1:
+        return True
+    raise ConfigError(
+        f"policy.kind = {kind!r}: it takes {len(required)} arguments; operant calls it as "
+        "Name(observation_space, action_space), or Name(envs) as CleanRL's Agent"
+    )
+
+
+def build_user_policy(config: Config, obs_spec: ObsSpec, act_spec: ActSpec) -> nn.Module:
+    """The module `config.policy.kind` names, built for these specs, adapted to the policy
+    contract where it is a CleanRL agent, and checked on a probe batch."""
+    kind = config.policy.kind
+    factory = load_factory(kind)
+    observation_space, action_space = spaces_of(obs_spec, act_spec)
+    name = kind.partition(":")[2]
+    if _takes_envs(kind, factory):
+        call = f"{name}(envs)"
+        arguments: tuple[Any, ...] = (SpacesOnly(observation_space, action_space),)
+    else:
+        call = f"{name}(observation_space, action_space)"
+        arguments = (observation_space, action_space)
+    try:
+        module = factory(*arguments)
+    except Exception as error:
+        raise ConfigError(f"policy.kind = {kind!r}: {call} raised {_said(error)}") from error
+    if not isinstance(module, nn.Module):
+        raise ConfigError(
+            f"policy.kind = {kind!r}: it returned a {type(module).__name__}, not a torch nn.Module"
+        )
+    if all(callable(getattr(module, method, None)) for method in CONTRACT):
+        policy = module
+    elif all(callable(getattr(module, method, None)) for method in CLEANRL):
+        policy = CleanRLPolicy(module, act_spec)
+    else:
+        raise ConfigError(
+            f"policy.kind = {kind!r}: {type(module).__name__} has neither "
+            f"{'/'.join(CONTRACT)} (subclass operant.trainer.policies.HeadsPolicy and write "
+            f"heads(obs)) nor CleanRL's {' and '.join(CLEANRL)}"
+        )
+    if not any(parameter.requires_grad for parameter in policy.parameters()):
+        raise ConfigError(
+            f"policy.kind = {kind!r}: {type(module).__name__} has no trainable parameters"
+        )
+    check_outputs(kind, policy, obs_spec, act_spec)
+    return policy
+
+
+def _said(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+
+
+def check_outputs(kind: str, policy: Any, obs_spec: ObsSpec, act_spec: ActSpec) -> None:
+    """Run the policy's sampling and evaluation on two zero rows; ConfigError naming the first
+    output whose shape is not what the trainer stores."""
+    rows = 2
+    obs = torch.from_numpy(np.zeros((rows, *obs_spec.shape), obs_spec.dtype))
+    action_shape = (rows, *act_spec.shape)
+    try:
+        actions, logprobs, values = policy.act(obs)
+        outputs = {
+            "act's actions": (actions, action_shape),
+            "act's log-probabilities": (logprobs, (rows,)),
+            "act's values": (values, (rows,)),
+        }
+        logprob, entropies, values = policy.evaluate(obs, actions)
+        outputs |= {
+            "evaluate's log-probabilities": (logprob, (rows,)),
+            "evaluate's entropies": (entropies, (rows,)),
+            "evaluate's values": (values, (rows,)),
+            "value's values": (policy.value(obs), (rows,)),
+        }
+    except ConfigError:
+        raise
+    except Exception as error:
+        raise ConfigError(
+            f"policy.kind = {kind!r}: a probe batch of {rows} zero observations "
+            f"{tuple(obs.shape)} {obs_spec.dtype} raised {_said(error)}"
+        ) from error
+    for what, (tensor, shape) in outputs.items():
+        got = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+        if got != shape:
+            raise ConfigError(
+                f"policy.kind = {kind!r}: {what} for {rows} rows came out {got}, expected {shape}"
+            )
+
+
+class CleanRLPolicy(nn.Module):
+    """The trainer's policy contract over a CleanRL agent (`get_value`, `get_action_and_value`).
+    Values come out flat (CleanRL's are (B, 1)). A CleanRL agent samples from torch's global
+    stream; `act` seeds that stream from the generator it is given, inside `fork_rng` (the
+    global stream is left as it was), so the samples follow the trainer's generator as a
+    built-in policy's do, and a resumed run draws what the uninterrupted one would have. `greedy` is
+    the agent's own where it has one, else for discrete actions the most probable action,
+    found by evaluating each action's log-probability."""
+
+    agent: Any  # the user's module (nn.Module's attribute type would hide its methods)
+
+    def __init__(self, agent: nn.Module, act_spec: ActSpec):
+        super().__init__()
+        self.agent = agent
+        self.discrete = act_spec.discrete
+        self.num_actions = act_spec.num_actions
+        self.has_greedy = act_spec.discrete or callable(getattr(agent, "greedy", None))
+        """Whether `greedy` can answer: operant eval's default asks for it."""
+
+    # The checkpoint holds the agent's weights under its own names (no "agent." prefix).
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        return self.agent.state_dict(*args, **kwargs)
+
+    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
+        return self.agent.load_state_dict(state_dict, strict=strict, assign=assign)
+
+    def act(
+        self,
+        obs: torch.Tensor,
+        generator: torch.Generator | None = None,
+        out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        with torch.no_grad(), _drawing_from(generator, obs.device):
+            actions, logprobs, _, values = self.agent.get_action_and_value(obs)
+            result = (actions, logprobs, values.reshape(-1))
+        if out is None:
+            return result
+        for target, value in zip(out, result):
+            target.copy_(value)
+        return out
+
+    def value(self, obs: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        with torch.no_grad():
+            values = self.agent.get_value(obs).reshape(-1)
+        return values if out is None else out.copy_(values)
+
+    def evaluate(self, obs: torch.Tensor, actions: torch.Tensor, entropy: bool = True):
+        taken = actions.long() if self.discrete else actions
+        _, logprobs, entropies, values = self.agent.get_action_and_value(obs, taken)
+        return logprobs, entropies if entropy else None, values.reshape(-1)
+
+    def entropy(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.agent.get_action_and_value(obs)[2]
+
+    def greedy(self, obs: torch.Tensor) -> torch.Tensor:
+        own = getattr(self.agent, "greedy", None)
+        if callable(own):
+            return own(obs)
+        if not self.discrete:
+            raise ConfigError(
+                f"{type(self.agent).__name__} has no greedy(obs) for its continuous actions: "
+                "evaluate with --stochastic, or give it a greedy(obs) returning the mean action"
+            )
+        with torch.no_grad():
+            each = torch.empty(obs.shape[0], dtype=torch.long, device=obs.device)
+            scores = torch.stack(
+                [
+                    self.agent.get_action_and_value(obs, each.fill_(action))[1]
+                    for action in range(self.num_actions)
+                ],
+                -1,
+            )
+        return scores.argmax(-1)
+
+
+@contextlib.contextmanager
+def _drawing_from(generator: torch.Generator | None, device: torch.device) -> Iterator[None]:
+    """torch's global stream (of `device`), seeded from `generator` for the block and then
+    restored; nothing where there is no generator."""
+    if generator is None:
+        yield
+        return
+    seed = int(torch.randint(2**62, (1,), generator=generator, device=generator.device))
+    devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        yield
