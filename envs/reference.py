@@ -11,7 +11,8 @@ step as the kernels' arrays are (operant.envs.autoreset); the buffers, `step_bou
 episode statistics then follow that mode (statistics count no reset step). `reset(seed=...)`
 takes an int (env i gets seed + i, Gymnasium's rule) or a list of per-env seeds (env i gets
 seed[i], so it plays as env 0 of `reset(seed=seed[i])`), checked as every family checks them
-(operant.envs.seeding); `render_mode` is Gymnasium's too.
+(operant.envs.seeding); `render_mode` is Gymnasium's too. `step_timeout_s` interrupts a step
+that takes longer (operant.envs.step_deadline; the env's failure, EnvFailedError).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from operant.envs.obs_rows import obs_rows
 from operant.envs.registry import EnvError, EnvFailedError
 from operant.envs.render import check_render_mode, init_headless_display
 from operant.envs.seeding import check_seed
+from operant.envs.step_deadline import EnvStepHung, check_step_timeout, env_step
 
 RECENT_CAPACITY = 1024
 
@@ -54,7 +56,9 @@ class ReferenceVectorEnv(AccountedPythonEnv, VectorEnv):
         max_episode_steps: int | None = None,
         autoreset_mode: AutoresetMode | str = AutoresetMode.SAME_STEP,
         render_mode: str | None = None,
+        step_timeout_s: float | None = None,
     ):
+        self.step_timeout_s = check_step_timeout(step_timeout_s)
         try:
             spec = gymnasium.spec(env_id)
         except gymnasium.error.Error as error:
@@ -142,9 +146,12 @@ class ReferenceVectorEnv(AccountedPythonEnv, VectorEnv):
             else self.actions.astype(self.single_action_space.dtype)
         )
         try:
-            obs, rewards, terminated, truncated, info = self.inner.step(actions)
+            with env_step(self.step_timeout_s):
+                obs, rewards, terminated, truncated, info = self.inner.step(actions)
         except Exception as error:
             raise self._failed("stepped", error) from error
+        except EnvStepHung as hung:
+            raise EnvFailedError(f"the env {self.env_id} was {hung}") from hung
         self.obs[:] = self.obs_rows.rows(obs, self.num_envs)
         self.rewards[:] = rewards
         self.terminated[:] = terminated

@@ -46,8 +46,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import gymnasium
@@ -67,6 +65,7 @@ from operant.envs.registry import (
     invalid_action_message,
 )
 from operant.envs.seeding import check_seed
+from operant.envs.step_deadline import STOPS, WATCH_SLICE_S
 from operant.envs.worker_block import (
     CLOSE,
     DONE,
@@ -92,33 +91,6 @@ class EnvWorkerError(EnvFailedError):
 
     A trainer ends the run as failed with this one line (operant.trainer.service_protocol:
     the metrics file says why, the last checkpoint is kept), not with a traceback."""
-
-
-# -- stop signals ----------------------------------------------------------------------------
-STOP_GRACE_S = 30.0
-"""env.stop_grace_s's default."""
-WATCH_SLICE_S = 0.25
-"""How often a wait looks at the stop clock (a signal does not end a poll: Python retries it)."""
-
-
-@dataclass
-class _StopWatch:
-    clock: Callable[[], tuple[float, str] | None] | None = None
-    grace_s: float = STOP_GRACE_S
-
-
-_stops = _StopWatch()
-
-
-def watch_stops(
-    clock: Callable[[], tuple[float, str] | None] | None, grace_s: float = STOP_GRACE_S
-) -> None:
-    """Have every worker env's waits in this process look at `clock`: (when, signal name) of
-    the stop signal the trainer took (time.monotonic), or None before one. A worker still
-    silent `grace_s` seconds after the later of that signal and its step's start ends the wait
-    as a hung worker's (EnvWorkerError). Signals are the process's, so this is too: the
-    trainer's session sets it while it trains and clears it (`None`) after."""
-    _stops.clock, _stops.grace_s = clock, grace_s
 
 
 def split_rows(num_envs: int, workers: int) -> list[tuple[int, int]]:
@@ -295,12 +267,12 @@ class WorkerVectorEnv(AccountedPythonEnv, VectorEnv):
         """Until every worker has answered its last command: a one-byte read from each in turn
         (all of them must answer; a dead worker's pipe reads end-of-file), each within what
         is left of step_timeout_s when one is set, and within the stop grace once a stop
-        signal came (watch_stops)."""
+        signal came (operant.envs.step_deadline)."""
         started = time.monotonic()
         deadline = None if self.step_timeout_s is None else started + self.step_timeout_s
         while self._owed:
             index = self._owed[0]
-            if deadline is not None or _stops.clock is not None:
+            if deadline is not None or STOPS.clock is not None:
                 self._await(index, started, deadline)
             answer = os.read(self._results[index], 1)
             if answer != DONE:
@@ -315,16 +287,16 @@ class WorkerVectorEnv(AccountedPythonEnv, VectorEnv):
         fd = self._results[index]
         while True:
             until = deadline
-            if _stops.clock is not None:
+            if STOPS.clock is not None:
                 until = min(until or math.inf, time.monotonic() + WATCH_SLICE_S)
-                stop = _stops.clock()
+                stop = STOPS.clock()
                 if stop is not None:
-                    cut = max(started, stop[0]) + _stops.grace_s
+                    cut = max(started, stop[0]) + STOPS.grace_s
                     until = min(until, cut)
                     if time.monotonic() >= cut:
                         self._hung(
                             index,
-                            f"within env.stop_grace_s = {_stops.grace_s:g} s of "
+                            f"within env.stop_grace_s = {STOPS.grace_s:g} s of "
                             f"{stop[1]}, so the run could not stop at an update boundary "
                             "(its env hangs, or needs a longer grace)",
                         )

@@ -130,11 +130,13 @@ gymnasium.register("SlowToBuildCartPole-v0", entry_point=f"{__name__}:SlowToBuil
 
 class HangingCartPole(CartPoleEnv):
     """CartPole whose `hang_at`-th step (default the 5th) never returns (a simulator that
-    hangs) in the env reset with seed 2 (env 2 of a batch reset with seed 0)."""
+    hangs) in the env reset with seed 2 (env 2 of a batch reset with seed 0); `stubborn`: in
+    a loop that catches every Exception."""
 
-    def __init__(self, hang_at: int = 5, **kwargs):
+    def __init__(self, hang_at: int = 5, stubborn: bool = False, **kwargs):
         super().__init__(**kwargs)
         self.hang_at = hang_at
+        self.stubborn = stubborn
         self.hangs = False
         self.steps = 0
 
@@ -148,12 +150,23 @@ class HangingCartPole(CartPoleEnv):
 
         self.steps += 1
         if self.hangs and self.steps == self.hang_at:
+            while self.stubborn:  # a retry loop that swallows every Exception
+                try:
+                    time.sleep(0.05)
+                except Exception:
+                    pass
             time.sleep(3600)
         return super().step(action)
 
 
 gymnasium.register(
     "HangingCartPole-v0", entry_point=f"{__name__}:HangingCartPole", max_episode_steps=500
+)
+gymnasium.register(
+    "StubbornCartPole-v0",
+    entry_point=f"{__name__}:HangingCartPole",
+    max_episode_steps=500,
+    kwargs={"stubborn": True},
 )
 gymnasium.register(  # 32 steps per env and update: hangs in the 4th update, after 3 records
     "LateHangingCartPole-v0",

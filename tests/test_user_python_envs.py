@@ -106,31 +106,55 @@ def test_a_ctrl_c_while_a_slow_env_is_probed_stops_before_anything_starts(tmp_pa
     assert not (tmp_path / "runs" / "slow").exists()
 
 
-def test_a_hung_env_step_ends_the_run_at_the_step_timeout(tmp_path):
-    # (a hung env step hung the run for good: no deadline on the wait)
+@pytest.mark.parametrize("workers", [2, 1])
+def test_a_hung_env_step_ends_the_run_at_the_step_timeout(tmp_path, workers):
+    # (a hung env step hung the run for good: no deadline on the wait; with workers = 1 the
+    # timeout was refused: the step runs in the trainer's own process)
     common = [
-        "--env", "env_worker_fixtures:HangingCartPole-v0", "--set", "env.impl=reference",
+        "--env", "env_worker_fixtures:StubbornCartPole-v0", "--set", "env.impl=reference",
         "--set", "env.num_envs=4", "--runs-dir", str(tmp_path), "--total-steps", "4096",
     ]  # fmt: skip
-    refused = run("operant-train", *common, "--set", "env.step_timeout_s=2", env=with_fixtures())
-    assert refused.returncode == 2
-    assert refused.stderr.strip() == (
-        "operant-train: env.step_timeout_s needs env.workers >= 2: a step in the trainer's own "
-        "process cannot be cut short; set env.workers, or drop the timeout"
-    )
+    started = time.monotonic()
     result = run(
-        "operant-train", *common, "--set", "env.workers=2", "--set", "env.step_timeout_s=2",
-        "--run-id", "hung", env=with_fixtures(), timeout=120,
+        "operant-train", *common, "--set", f"env.workers={workers}",
+        "--set", "env.step_timeout_s=2", "--run-id", "hung", env=with_fixtures(), timeout=120,
     )  # fmt: skip
+    took = time.monotonic() - started
     assert result.returncode == 1, result.stderr
+    assert took < 60, took  # it would sleep for an hour
     (line,) = [line for line in result.stderr.splitlines() if "training failed" in line]
-    assert "training failed: env worker 0 (pid " in line  # env 1: train.seed 1 + 1 = 2
-    assert "did not answer within env.step_timeout_s = 2 s (its env hangs" in line
+    if workers == 2:
+        assert "training failed: env worker 0 (pid " in line  # env 1: train.seed 1 + 1 = 2
+        assert "did not answer within env.step_timeout_s = 2 s (its env hangs" in line
+    else:
+        assert "training failed: the env StubbornCartPole-v0 was still in its step after 2." in line
+        assert "env_worker_fixtures.py:15" in line
+        assert "in step, past env.step_timeout_s = 2 s (the env hangs, or needs a longer " in line
+    listed = json.loads(run("operant", "runs", "--runs-dir", str(tmp_path), "--json").stdout)
+    assert [(entry["run_id"], entry["status"]) for entry in listed] == [("hung", "failed")]
 
 
-def test_a_stop_signal_does_not_wait_for_a_hung_worker_past_the_grace(tmp_path):
+def test_a_step_timeout_is_for_python_envs(tmp_path):
+    refused = run(
+        "operant-train", "--env", "CartPole-v1", "--set", "env.step_timeout_s=2",
+        "--runs-dir", str(tmp_path),
+    )  # fmt: skip
+    assert refused.returncode == 2
+    assert refused.stderr.strip().startswith(
+        "operant-train: CartPole-v1 (native) has no option 'step_timeout_s'"
+    )
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("workers", "env_id"),
+    [(2, "HangingCartPole-v0"), (1, "HangingCartPole-v0"), (1, "StubbornCartPole-v0")],
+)
+def test_a_stop_signal_does_not_wait_for_a_hung_step_past_the_grace(tmp_path, workers, env_id):
     # (SIGTERM was taken and never acted on: a stop waits for an update boundary, which a
-    # hung worker never lets come; systemd then waited TimeoutStopSec, 5 minutes, to SIGKILL)
+    # hung step never lets come; systemd then waited TimeoutStopSec, 5 minutes, to SIGKILL.
+    # In the trainer's own process, workers = 1, the step is interrupted where it sleeps, even
+    # in a loop that swallows every Exception.)
     log = tmp_path / "hung.log"
     environ = with_fixtures()
     trainer = subprocess.Popen(
@@ -138,13 +162,13 @@ def test_a_stop_signal_does_not_wait_for_a_hung_worker_past_the_grace(tmp_path):
             [
                 "operant-train",
                 "--env",
-                "env_worker_fixtures:HangingCartPole-v0",
+                f"env_worker_fixtures:{env_id}",
                 "--set",
                 "env.impl=reference",
                 "--set",
                 "env.num_envs=4",
                 "--set",
-                "env.workers=2",
+                f"env.workers={workers}",
                 "--set",
                 "env.stop_grace_s=1",
                 "--runs-dir",
@@ -177,8 +201,15 @@ def test_a_stop_signal_does_not_wait_for_a_hung_worker_past_the_grace(tmp_path):
     assert status == 1, output
     assert took < 15, took  # 1 s of grace, a quarter-second's look, the workers' close
     (line,) = [line for line in output.splitlines() if "training failed" in line]
-    assert "training failed: env worker 0 (pid " in line
-    assert "did not answer within env.stop_grace_s = 1 s of SIGTERM, so the run could not " in line
+    if workers == 2:
+        assert "training failed: env worker 0 (pid " in line
+        assert "did not answer within env.stop_grace_s = 1 s of SIGTERM, so the run " in line
+    else:
+        assert f"training failed: the env {env_id} was still in its step after " in line
+        assert "env_worker_fixtures.py:15" in line
+        assert " in step, past env.stop_grace_s = 1 s of SIGTERM (the env hangs" in line
+        assert "so the run could not stop at an update boundary" in line
+        assert "EnvStepHung" in output and "time.sleep(" in output  # where it hung
     listed = json.loads(run("operant", "runs", "--runs-dir", str(tmp_path), "--json").stdout)
     assert [(entry["run_id"], entry["status"]) for entry in listed] == [("hung", "failed")]
 

@@ -63,14 +63,17 @@ class EnvConfig(Struct, forbid_unknown_fields=True, kw_only=True):
     "reference" (Gymnasium's envs), where a step costs tens of microseconds of Python; the
     native and torch envs refuse it. At most env.num_envs (docs/envs.md)."""
     step_timeout_s: FinitePositive | None = None
-    """With env.workers >= 2: the seconds a worker may take to answer a step or reset before
-    the run ends as failed, naming it (a Python env that hangs); None waits as long as it
-    takes. A step in the trainer's own process (env.workers = 1) cannot be cut short."""
+    """For Python envs (env.impl = "reference"): the seconds a step may take (a worker's
+    answer to a step or reset, with env.workers >= 2) before the run ends as failed, naming
+    it (an env that hangs); None waits as long as it takes. In the trainer's own process
+    (env.workers = 1) a signal interrupts the step where its Python code is; a step stuck in
+    C code that holds the GIL cannot be cut short (operant.envs.step_deadline)."""
     stop_grace_s: FinitePositive = 30.0
-    """With env.workers >= 2: after a stop signal (SIGTERM, a first Ctrl-C), the seconds a
-    worker may still take to answer its step (counted from the later of the signal and the
-    step's start) before the run ends as failed, naming it: a stop waits for an update
-    boundary, which a hung env never lets come (docs/envs.md)."""
+    """After a stop signal (SIGTERM, a first Ctrl-C), the seconds a Python env's step may
+    still take (counted from the later of the signal and the step's start) before the run
+    ends as failed, naming it: a stop waits for an update boundary, which a hung env never
+    lets come (docs/envs.md). A worker's wait ends then; a step in the trainer's own process
+    is interrupted where its Python code is (operant.envs.step_deadline)."""
     max_episode_steps: Positive | None = None
     """Truncation horizon; None keeps the env's registered limit (500 for CartPole-v1)."""
     frame_stack: Positive = 1
@@ -367,11 +370,6 @@ def _check_env_split(config: Config, world: int) -> None:
             else f"env.overlap = true splits each rank's envs into two halves: env.num_envs "
             f"must give an even share, got {config.env.num_envs} / {world} ranks = "
             f"{config.env.num_envs // world} each"
-        )
-    if config.env.step_timeout_s is not None and config.env.workers == 1:
-        raise ConfigError(
-            "env.step_timeout_s needs env.workers >= 2: a step in the trainer's own process "
-            "cannot be cut short; set env.workers, or drop the timeout"
         )
     if config.env.workers > config.env.num_envs // world:
         each = f" / {world} ranks" if world > 1 else ""

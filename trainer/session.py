@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from operant.envs import workers as env_workers
+from operant.envs import step_deadline
 from operant.envs.registry import EnvFailedError
 from operant.shared import runs
 from operant.trainer.best import TrackBest
@@ -179,7 +179,7 @@ def compose(
     services: list[Service] = [
         # Under torchrun the stop is the group's decision, taken with the checkpoints'.
         *([StopOnSignal(signals)] if group is None else []),
-        StopsReachEnvWorkers(signals, config.env.stop_grace_s),
+        StopsReachEnvSteps(signals, config.env.stop_grace_s),
         records,
         # What a full disk refuses first (the metrics file, run.json, each written whole or
         # not at all); then a resumed run's records are cut: a start that fails leaves them.
@@ -210,10 +210,10 @@ def compose(
     return [service for service in services if rank.runs(service.role)]
 
 
-class StopsReachEnvWorkers(Service):
-    """A stop waits for an update boundary; an env worker whose step hangs must not hold it
-    for good: while the run trains, worker envs' waits end `grace_s` after a stop signal
-    (operant.envs.workers.watch_stops)."""
+class StopsReachEnvSteps(Service):
+    """A stop waits for an update boundary; an env step that hangs must not hold it for good:
+    while the run trains, a worker's step, or a Python env's step in this process, ends as
+    the env's failure `grace_s` after a stop signal (operant.envs.step_deadline)."""
 
     role = Role.EVERY_RANK
 
@@ -221,10 +221,13 @@ class StopsReachEnvWorkers(Service):
         self.signals, self.grace_s = signals, grace_s
 
     def on_start(self) -> None:
-        env_workers.watch_stops(self._clock, self.grace_s)
+        step_deadline.watch_stops(self._clock, self.grace_s)
+        self.signals.on_stop.append(step_deadline.stop_came)
 
     def close(self) -> None:
-        env_workers.watch_stops(None)
+        if step_deadline.stop_came in self.signals.on_stop:
+            self.signals.on_stop.remove(step_deadline.stop_came)
+        step_deadline.watch_stops(None)
 
     def _clock(self) -> tuple[float, str] | None:
         """When the stop signal came (time.monotonic) and its name; None before one."""

@@ -30,6 +30,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -55,6 +56,9 @@ class StopSignals:
         self.announce = True
         """Say on stderr that a stop signal was taken (under torchrun only rank 0 does: a
         signal to the group reaches every rank, and one line says it)."""
+        self.on_stop: list[Callable[[], None]] = []
+        """Called in the handler of the first stop signal, after the flags are set (a step
+        that hangs gets its deadline then: operant.envs.step_deadline)."""
         self._previous: dict[int, Any] = {}
 
     def install(self) -> bool:
@@ -91,6 +95,8 @@ class StopSignals:
                 raise KeyboardInterrupt
             return
         self.received, self.received_at = signum, time.monotonic()
+        for hook in self.on_stop:
+            hook()
         # Said at once, so whoever pressed Ctrl-C (or an operator reading the journal) knows
         # the signal was taken; os.write, since print() may be mid-write on this thread.
         if not self.announce:
