@@ -305,3 +305,31 @@ def test_count_nonzero_counts_every_nonzero_byte(size):
         torch.zeros(size, dtype=torch.uint8),
     ):
         assert count_nonzero(data.data_ptr(), size) == int((data != 0).sum())
+
+
+def test_a_large_cnn_at_the_mlps_learning_rate_is_warned_about():
+    from types import SimpleNamespace
+
+    from torch import nn
+
+    from operant.trainer.config import load_config
+    from operant.trainer.console import large_cnn_warning
+
+    def trainer(name: str, parameters: int) -> SimpleNamespace:
+        return SimpleNamespace(policy_name=name, policy=nn.Linear(parameters - 1, 1))
+
+    default = load_config(None, [])
+    said = large_cnn_warning(default, trainer("cnn", 13_800_000))
+    assert said == (
+        "a 13.8M-parameter CNN at ppo.learning_rate = 0.003 (the default, the CartPole MLP's) "
+        "tends to diverge; large frames train with Nature's network and a rate like "
+        "CleanRL's 2.5e-4 (the config is in docs/envs.md)"
+    )
+    nature = load_config(None, ["policy.conv_strides=[4, 2, 1]"])
+    assert "train with a rate like CleanRL's" in large_cnn_warning(
+        nature, trainer("cnn", 1_700_000)
+    )
+    slow = load_config(None, ["ppo.learning_rate=2.5e-4"])
+    assert large_cnn_warning(slow, trainer("cnn", 13_800_000)) is None
+    assert large_cnn_warning(default, trainer("cnn", 600_000)) is None  # MinAtar's: 0.6M
+    assert large_cnn_warning(default, trainer("mlp", 13_800_000)) is None

@@ -101,7 +101,8 @@ class PolicyConfig(Struct, forbid_unknown_fields=True, kw_only=True):
     """Which registered policy trains (operant.trainer.policies): "auto" chooses from the
     env's observation spec (flat float32 observations: the MLP these fields describe; image
     observations (C, H, W): "cnn"; uint8 (T, 3) tokens: "token"); a name picks one, e.g.
-    "mlp" or "cnn"."""
+    "mlp" or "cnn"; "module:Name" builds a network of yours, a CleanRL Agent as it is
+    (operant.trainer.user_policy; docs/envs.md, "Your own network")."""
     hidden_sizes: list[Positive] = msgspec.field(default_factory=lambda: [64, 64])
     """Width of each hidden layer."""
     shared: bool = False

@@ -65,6 +65,9 @@ class Console(Service):
             )
         if trainer.reseeded:
             self._warn_reseeded()
+        warning = large_cnn_warning(plan.config, trainer)
+        if warning is not None:
+            print(f"operant-train: warning: {warning}", file=sys.stderr, flush=True)
         self.started = time.perf_counter()
         self.start_step = trainer.global_step  # a resumed run's steps before this process
 
@@ -248,10 +251,34 @@ def env_failed_at_start(plan: RunPlan, error: BaseException) -> None:
     print(f"operant-train: cannot start run {plan.run_id}: {error}; {after}", file=sys.stderr)
 
 
-def _policy(trainer: Any) -> str:
-    """'cnn policy (13.8M parameters)': which policy "auto" chose, and how big it is."""
+LARGE_CNN_PARAMETERS = 1_000_000
+"""A built-in CNN this large (an Atari-size frame's) trains at Atari's learning rates."""
+LARGE_CNN_MAX_LR = 1e-3
+
+
+def large_cnn_warning(config: Any, trainer: Any) -> str | None:
+    """What to say of a built-in CNN of Atari's size at a learning rate meant for the
+    CartPole MLP (3e-3, the default): it diverges (docs/envs.md); None otherwise."""
+    if getattr(trainer, "policy_name", None) != "cnn":
+        return None
     count = sum(parameter.numel() for parameter in trainer.policy.parameters())
-    size = next(
+    rate = config.ppo.learning_rate
+    if count <= LARGE_CNN_PARAMETERS or rate <= LARGE_CNN_MAX_LR:
+        return None
+    nature = "" if config.policy.conv_strides else "Nature's network and "
+    default = (
+        " (the default, the CartPole MLP's)" if rate == type(config.ppo)().learning_rate else ""
+    )
+    return (
+        f"a {_size(count)}-parameter CNN at ppo.learning_rate = {rate:g}{default} tends to "
+        f"diverge; large frames train with {nature}a rate like CleanRL's 2.5e-4 (the config "
+        "is in docs/envs.md)"
+    )
+
+
+def _size(count: int) -> str:
+    """13.8M, 9.2K, 643."""
+    return next(
         (
             f"{count / scale:.1f}{unit}"
             for scale, unit in ((1e9, "G"), (1e6, "M"), (1e3, "K"))
@@ -259,4 +286,9 @@ def _policy(trainer: Any) -> str:
         ),
         str(count),
     )
-    return f"{getattr(trainer, 'policy_name', 'the')} policy ({size} parameters)"
+
+
+def _policy(trainer: Any) -> str:
+    """'cnn policy (13.8M parameters)': which policy "auto" chose, and how big it is."""
+    count = sum(parameter.numel() for parameter in trainer.policy.parameters())
+    return f"{getattr(trainer, 'policy_name', 'the')} policy ({_size(count)} parameters)"
