@@ -251,3 +251,17 @@ class Side(gymnasium.Env):
 
 
 gymnasium.register("Side84-v0", entry_point=f"{__name__}:Side")
+
+
+class HeavyCartPole(CartPoleEnv):
+    """CartPole that holds `megabytes` of its own (touched, so resident): a Python env with
+    an emulator's or a simulator's memory (an Atari env takes about 2 MB)."""
+
+    def __init__(self, megabytes: int = 8, **kwargs):
+        super().__init__(**kwargs)
+        self.ballast = np.ones(megabytes << 20, np.uint8)
+
+
+gymnasium.register(
+    "HeavyCartPole-v0", entry_point=f"{__name__}:HeavyCartPole", max_episode_steps=500
+)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -29,7 +30,9 @@ from operant.trainer.train import Trainer
 config = load_config(None, sys.argv[1:])
 impl = resolve_impl(config.env.id, config.env.impl)
 shape = preflight.probe_env(config.env.id, impl)
-estimate = memory.estimate(config, impl, shape.obs_spec, shape.act_spec, shape.agents_per_env)
+estimate = memory.estimate(
+    config, impl, shape.obs_spec, shape.act_spec, shape.agents_per_env, shape.env_bytes
+)
 before = psutil.Process().memory_info().rss
 # This process's own peak from here on: VmHWM reset to the current size. (getrusage's
 # ru_maxrss survives execve: it started at the pytest worker's size when this process was
@@ -141,6 +144,8 @@ def test_a_cgroup_limit_is_the_memory_available(tmp_path):
             "policy.conv_strides=[4, 2, 1]",
             "policy.conv_dense=512",
         ],  # fmt: skip
+        # a Python env's own memory, measured by the preflight (it counted 4 KiB an env)
+        ["env.id=env_worker_fixtures:HeavyCartPole-v0", "env.impl=reference", "env.num_envs=48"],
     ],
     ids=[
         "default-65536",
@@ -149,6 +154,7 @@ def test_a_cgroup_limit_is_the_memory_available(tmp_path):
         "torch-update-32768",
         "minatar-cnn",
         "nature-cnn-84x84",
+        "heavy-python-env",
     ],  # fmt: skip
 )
 def test_the_estimate_is_within_a_factor_of_two_of_a_real_trainers_growth(words):
@@ -163,3 +169,33 @@ def test_the_estimate_is_within_a_factor_of_two_of_a_real_trainers_growth(words)
     measured = json.loads(result.stdout)
     ratio = measured["estimate"] / measured["growth"]
     assert 0.5 <= ratio <= 2.0, measured
+
+
+def with_fixtures() -> dict[str, str]:
+    """This environment, with the tests' folder (env_worker_fixtures) on PYTHONPATH."""
+    environ = dict(os.environ)
+    here = str(Path(__file__).parent)
+    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [here, environ.get("PYTHONPATH")]))
+    return environ
+
+
+def test_a_python_envs_own_memory_is_measured_and_refused_before_anything_is_built(tmp_path):
+    # (the estimate counted 4 KiB a Python env; an Atari env takes about 2 MB, so a
+    # num_envs that could not fit passed the preflight and met the OOM killer instead)
+    shape = preflight.probe_env("env_worker_fixtures:HeavyCartPole-v0", "reference")
+    assert 8 << 20 <= shape.env_bytes < 10 << 20, shape.env_bytes
+    assert preflight.probe_env("CartPole-v1", "native").env_bytes is None
+    free, _ = memory.available()
+    envs = int(free / (8 << 20) * 1.5) + 1  # one and a half times what fits
+    started = time.monotonic()
+    result = run(
+        "operant-train", "--env", "env_worker_fixtures:HeavyCartPole-v0",
+        "--set", "env.impl=reference", "--set", f"env.num_envs={envs}",
+        "--runs-dir", str(tmp_path / "runs"), env=with_fixtures(), timeout=120,
+    )  # fmt: skip
+    lines = result.stderr.strip().splitlines()
+    assert (result.returncode, len(lines)) == (2, 1), result.stderr
+    assert re.search(r"envs \d+\.\d GiB \(8\.\d MiB each, measured\)", lines[0]), lines[0]
+    assert "lower env.num_envs or ppo.num_steps" in lines[0]
+    assert time.monotonic() - started < 60
+    assert not (tmp_path / "runs").exists()

@@ -63,14 +63,17 @@ class MemoryEstimate:
     host: int
     device: int
     """What lives on a GPU (0 when the device is the CPU)."""
+    env_each: int = 0
+    """A Python env's own memory as measured (0: counted, not measured)."""
 
     @property
     def total(self) -> int:
         return self.envs + self.storage + self.acting + self.update
 
     def breakdown(self) -> str:
+        each = f" ({size_text(self.env_each)} each, measured)" if self.env_each else ""
         return (
-            f"rollout storage {size_text(self.storage)}, envs {size_text(self.envs)}, "
+            f"rollout storage {size_text(self.storage)}, envs {size_text(self.envs)}{each}, "
             f"policy workspaces {size_text(self.acting + self.update)}"
         )
 
@@ -135,9 +138,15 @@ def takes_native_update(config: Any, obs_spec: Any, act_spec: Any) -> bool:
 
 
 def estimate(
-    config: Any, impl: str, obs_spec: Any, act_spec: Any, agents_per_env: int = 1
+    config: Any,
+    impl: str,
+    obs_spec: Any,
+    act_spec: Any,
+    agents_per_env: int = 1,
+    env_bytes: int | None = None,
 ) -> MemoryEstimate:
-    """What training `config` allocates, from the env's specs (operant.envs.contract)."""
+    """What training `config` allocates, from the env's specs (operant.envs.contract) and,
+    for a Python env, what one env was measured to take (`env_bytes`, the preflight's)."""
     rows = config.env.num_envs * agents_per_env
     steps = config.ppo.num_steps
     obs_bytes = obs_spec.row_bytes
@@ -146,8 +155,9 @@ def estimate(
     act_bytes = 8 if act_spec.discrete else 4 * act_elements
     # Env buffers: observations and the final observations of SAME_STEP autoreset, actions,
     # rewards, two flags; then each env's own state.
-    envs = rows * (2 * obs_bytes + act_bytes + 4 + 2) + config.env.num_envs * ENV_STATE_BYTES.get(
-        impl, ENV_STATE_BYTES["reference"]
+    each = ENV_STATE_BYTES.get(impl, ENV_STATE_BYTES["reference"])
+    envs = rows * (2 * obs_bytes + act_bytes + 4 + 2) + config.env.num_envs * max(
+        each, env_bytes or 0
     )
     # Per step and row: the observation and the final one, the action, the float tensors,
     # V of the final observation, and two flags (terminated, truncated).
@@ -192,6 +202,7 @@ def estimate(
         update=update,
         host=host,
         device=device + (envs if env_on_device else 0),
+        env_each=env_bytes if env_bytes is not None and env_bytes > each else 0,
     )
 
 
@@ -236,10 +247,11 @@ def check(
     act_spec: Any,
     agents_per_env: int = 1,
     what: str = "this config",
+    env_bytes: int | None = None,
 ) -> str | None:
     """One line refusing a config whose estimate does not fit in the memory available (host,
     and the GPU's when the policy is on one); None when it fits."""
-    needed = estimate(config, impl, obs_spec, act_spec, agents_per_env)
+    needed = estimate(config, impl, obs_spec, act_spec, agents_per_env, env_bytes)
     shape = f"env.num_envs = {config.env.num_envs:,} x ppo.num_steps = {config.ppo.num_steps:,}"
     host = needed.host + runtime_bytes()
     free, source = available()

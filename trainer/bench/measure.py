@@ -207,7 +207,12 @@ def _check_env_memory(env_id: str, impls: list[str], num_envs: int) -> None:
         shape = preflight.probe_env(env_id, resolved)
         needed = (
             memory.estimate(
-                config, resolved, shape.obs_spec, shape.act_spec, shape.agents_per_env
+                config,
+                resolved,
+                shape.obs_spec,
+                shape.act_spec,
+                shape.agents_per_env,
+                shape.env_bytes,
             ).envs
             + memory.runtime_bytes()
         )
