@@ -162,6 +162,19 @@ def test_cleanrl_example_agent_trains_unchanged_evaluates_and_loads_back(tmp_pat
     assert int(logits.argmax()) == 1
 
 
+def test_the_cleanrl_agent_reads_minatars_byte_frames_as_floats(tmp_path):
+    # (CleanRL's loops hand the agent torch.Tensor(obs), float32; the rollout keeps bytes,
+    # and a Linear layer refuses them)
+    done = train(
+        EXAMPLES, "--env", "MinAtar-Breakout-v1", "--set", "policy.kind=cleanrl_ppo:Agent",
+        *SMALL, "--runs-dir", str(tmp_path), "--run-id", "frames", "--total-steps", "4096",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "cleanrl_ppo:Agent policy (" in done.stdout
+    records = [json.loads(line) for line in (tmp_path / "frames/progress.jsonl").open()]
+    assert len(records) == 16 and records[-1]["global_step"] == 4096
+
+
 def test_a_heads_policy_of_the_users_learns(tmp_path):
     (tmp_path / "mynets.py").write_text(textwrap.dedent(HEADS))
     done = train(

@@ -201,13 +201,14 @@ def check_outputs(kind: str, policy: Any, obs_spec: ObsSpec, act_spec: ActSpec) 
 
 class CleanRLPolicy(nn.Module):
     """The trainer's policy contract over a CleanRL agent (`get_value`, `get_action_and_value`).
-    Values come out flat (CleanRL's are (B, 1)). A CleanRL agent samples from torch's default
-    generator; `act` lends it the state of the generator it is given and takes it back after,
-    so the agent draws from the trainer's generator as a built-in policy does (the default's
-    own stream is left as it was), and a resumed run draws what the uninterrupted one
-    would have. `greedy` is
-    the agent's own where it has one, else for discrete actions the most probable action,
-    found by evaluating each action's log-probability."""
+    Observations reach it as float32, as CleanRL's loops give them (`torch.Tensor(obs)`; the
+    rollout keeps a byte env's bytes). Values come out flat (CleanRL's are (B, 1)). A CleanRL
+    agent samples from torch's default generator; `act` lends it the state of the generator
+    it is given and takes it back after, so the agent draws from the trainer's generator as a
+    built-in policy does (the default's own stream is left as it was), and a resumed run draws
+    what the uninterrupted one would have. `greedy` is the agent's own where it has one, else
+    for discrete actions the most probable action, found by evaluating each action's
+    log-probability."""
 
     agent: Any  # the user's module (nn.Module's attribute type would hide its methods)
 
@@ -233,7 +234,7 @@ class CleanRLPolicy(nn.Module):
         out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         with torch.no_grad(), _drawing_from(generator):
-            actions, logprobs, _, values = self.agent.get_action_and_value(obs)
+            actions, logprobs, _, values = self.agent.get_action_and_value(_as_read(obs))
             result = (actions, logprobs, values.reshape(-1))
         if out is None:
             return result
@@ -243,18 +244,19 @@ class CleanRLPolicy(nn.Module):
 
     def value(self, obs: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         with torch.no_grad():
-            values = self.agent.get_value(obs).reshape(-1)
+            values = self.agent.get_value(_as_read(obs)).reshape(-1)
         return values if out is None else out.copy_(values)
 
     def evaluate(self, obs: torch.Tensor, actions: torch.Tensor, entropy: bool = True):
         taken = actions.long() if self.discrete else actions
-        _, logprobs, entropies, values = self.agent.get_action_and_value(obs, taken)
+        _, logprobs, entropies, values = self.agent.get_action_and_value(_as_read(obs), taken)
         return logprobs, entropies if entropy else None, values.reshape(-1)
 
     def entropy(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.agent.get_action_and_value(obs)[2]
+        return self.agent.get_action_and_value(_as_read(obs))[2]
 
     def greedy(self, obs: torch.Tensor) -> torch.Tensor:
+        obs = _as_read(obs)
         own = getattr(self.agent, "greedy", None)
         if callable(own):
             return own(obs)
@@ -273,6 +275,12 @@ class CleanRLPolicy(nn.Module):
                 -1,
             )
         return scores.argmax(-1)
+
+
+def _as_read(obs: torch.Tensor) -> torch.Tensor:
+    """Observations as a CleanRL agent reads them: float32, as its loop's `torch.Tensor(obs)`
+    makes them (bytes keep their values: ppo_atari.py's agent divides by 255 itself)."""
+    return obs if obs.is_floating_point() else obs.float()
 
 
 @contextlib.contextmanager
