@@ -46,6 +46,18 @@ class EnvError(ValueError):
     """A user asked for an env or implementation that does not exist; message says what does."""
 
 
+class ModuleNotHere(Exception):
+    """Marks an error whose cause is a user's module (an env's `module:Id`, a policy's
+    `module:Name`) that is neither on sys.path nor in the current folder: where the run
+    that named it was started is then worth saying (operant.shared.runs.where_started)."""
+
+    module_not_here = True
+
+
+class EnvModuleNotHere(EnvError, ModuleNotHere):
+    """An env id's `module` that cannot be found."""
+
+
 class EnvFailedError(RuntimeError):
     """A user's Python env raised while it was built, reset or stepped; the message names the
     env and the exception, which is its `__cause__` (its traceback is the user's to read).
@@ -173,7 +185,8 @@ def _key(env_id: str) -> str:
         try:
             import_env_module(module)
         except ImportError as error:
-            raise EnvError(
+            missing = isinstance(error, ModuleNotFoundError) and error.name == module
+            raise (EnvModuleNotHere if missing else EnvError)(
                 f"env id {module}:{env_id}: cannot import {module!r} ({error}); install the "
                 "package that provides it, or start from the folder that holds it (or name "
                 "that folder in PYTHONPATH)"

@@ -7,6 +7,7 @@ functions `create_run_dir` and `update_latest`.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
@@ -86,6 +87,27 @@ def resume_command(
 
 
 _CHECKPOINT = re.compile(r"^ckpt-\d{9,}\.pt$")
+
+
+def started_in(run_dir: Path | None) -> str | None:
+    """The folder the run was started from (run.json's `cwd`), or None where unknown."""
+    if run_dir is None:
+        return None
+    try:
+        folder = json.loads((run_dir / RUN_FILE).read_text()).get("cwd")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return folder if isinstance(folder, str) else None
+
+
+def where_started(error: BaseException, run_dir: Path | None) -> str:
+    """`error`'s message, and where the run was started when the error is a user's module
+    that is not here (the folder operant-train found it in)."""
+    text = str(error)
+    folder = started_in(run_dir) if getattr(error, "module_not_here", False) else None
+    if folder is None or folder == os.getcwd():
+        return text
+    return f"{text} (the run was started in {folder}: run this there)"
 
 
 def has_checkpoint(run_dir: Path) -> bool:

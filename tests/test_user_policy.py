@@ -175,6 +175,39 @@ def test_the_cleanrl_agent_reads_minatars_byte_frames_as_floats(tmp_path):
     assert len(records) == 16 and records[-1]["global_step"] == 4096
 
 
+def test_eval_and_resume_elsewhere_name_the_folder_the_run_started_in(tmp_path):
+    # (a run trained beside its module and evaluated from another folder said only that
+    # no module named 'mynets' was on sys.path)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "mynets.py").write_text(textwrap.dedent(HEADS))
+    (tmp_path / "mine" / "myenvs.py").write_text(
+        "import gymnasium\n"
+        "gymnasium.register('Mine-v0', entry_point='gymnasium.envs.classic_control:CartPoleEnv',"
+        " max_episode_steps=50)\n"
+    )
+    runs = str(tmp_path / "runs")
+    for env, run in (("CartPole-v1", "policy"), ("myenvs:Mine-v0", "env")):
+        done = train(
+            tmp_path / "mine", "--env", env, "--set", "policy.kind=mynets:Net", *SMALL,
+            "--runs-dir", runs, "--run-id", run, "--total-steps", "512",
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    started = f"(the run was started in {tmp_path / 'mine'}: run this there)"
+    for run, missing in (("policy", "no module named 'mynets'"), ("env", "'myenvs'")):
+        played = evaluate(tmp_path, f"runs/{run}", "--episodes", "1")
+        assert played.returncode == 2
+        (line,) = played.stderr.strip().splitlines()
+        assert missing in line and line.endswith(started), line
+        resumed = train(tmp_path, "--runs-dir", runs, "--resume", run, "--total-steps", "1024")
+        assert resumed.returncode == 2
+        (line,) = resumed.stderr.strip().splitlines()
+        assert missing in line and line.endswith(started), line
+    # where it started, all of it works
+    assert (
+        evaluate(tmp_path / "mine", str(tmp_path / "runs/env"), "--episodes", "1").returncode == 0
+    )
+
+
 def test_a_heads_policy_of_the_users_learns(tmp_path):
     (tmp_path / "mynets.py").write_text(textwrap.dedent(HEADS))
     done = train(

@@ -81,6 +81,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _run_dir(path: Path) -> Path | None:
+    """The run a model or checkpoint file belongs to (the folder with run.json), if any."""
+    from operant.shared import runs
+
+    return next((folder for folder in path.parents[:2] if (folder / runs.RUN_FILE).is_file()), None)
+
+
 def build_policy(
     loaded: LoadedPolicy, num_envs: int, max_episode_steps: int | None = None
 ) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
@@ -91,6 +98,7 @@ def build_policy(
     import msgspec
 
     from operant.envs import EnvError, make_env
+    from operant.shared import runs
     from operant.trainer.config import Config, ConfigError, env_kwargs
     from operant.trainer.normalize import ObservationNormalizer
     from operant.trainer.policies import build_policy as build_registered_policy
@@ -113,7 +121,7 @@ def build_policy(
             env = make_env(config.env.id, num_envs, impl=config.env.impl, copy=False, **options)
         policy = build_registered_policy(config, env.obs_spec, env.act_spec)
     except (EnvError, ConfigError) as error:
-        raise EvalInputError(str(error)) from None
+        raise EvalInputError(runs.where_started(error, _run_dir(loaded.path))) from None
     except MemoryError:
         raise EvalInputError(
             f"--num-envs {num_envs}: this machine has not the memory for so many envs; give fewer"

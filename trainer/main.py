@@ -249,7 +249,8 @@ def _planned(args: Any) -> Any:
 
             tensorboard.require()
     except (ConfigError, EnvError, ResumeError, runs.RunNotFoundError) as error:
-        print(f"operant-train: {error}", file=sys.stderr)
+        where = plan.run_dir if plan is not None else _resumed_dir(args)
+        print(f"operant-train: {runs.where_started(error, where)}", file=sys.stderr)
         if plan is not None:
             plan.release()  # a resumed run's lock
         return None
@@ -266,6 +267,20 @@ def _planned(args: Any) -> Any:
     return plan
 
 
+def _resumed_dir(args: Any) -> Any:
+    """The directory of the run `--resume` names, where there is one (for a message about
+    the run, when its plan could not be made)."""
+    from operant.shared import runs
+
+    if not args.resume:
+        return None
+    try:
+        root = runs.runs_root(args.runs_dir)
+        return runs.resolve_run(root, None if args.resume == runs.LATEST_NAME else args.resume)
+    except (OSError, ValueError, runs.RunNotFoundError):
+        return None
+
+
 def _trained(args: Any, plan: Any, signals: Any) -> int:
     from operant.envs import EnvError
     from operant.trainer import session
@@ -276,7 +291,9 @@ def _trained(args: Any, plan: Any, signals: Any) -> int:
     except (ConfigError, EnvError) as error:
         # What only the built env can tell (its specs against policy.kind and
         # normalize.obs) is refused while the trainer is built, before the run starts.
-        print(f"operant-train: {error}", file=sys.stderr)
+        from operant.shared import runs
+
+        print(f"operant-train: {runs.where_started(error, plan.run_dir)}", file=sys.stderr)
         return EXIT_USAGE
 
 

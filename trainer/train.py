@@ -382,6 +382,7 @@ def run_metadata(config: Config, run_id: str, impl: str) -> dict[str, Any]:
         "pid": os.getpid(),
         "started_at": time.time(),
         "argv": sys.argv,
+        "cwd": os.getcwd(),
         "versions": {
             "operant": __version__,
             "python": platform.python_version(),

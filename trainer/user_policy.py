@@ -33,10 +33,15 @@ from gymnasium import spaces
 from torch import nn
 
 from operant.envs.contract import ActSpec, ObsSpec
+from operant.envs.registry import ModuleNotHere
 from operant.trainer.config import Config, ConfigError
 
 CONTRACT = ("act", "value", "evaluate", "entropy", "greedy")
 CLEANRL = ("get_action_and_value", "get_value")
+
+
+class PolicyModuleNotHere(ConfigError, ModuleNotHere):
+    """policy.kind's `module` cannot be found."""
 
 
 def is_user_policy(kind: str) -> bool:
@@ -75,9 +80,13 @@ def load_factory(kind: str) -> Callable[..., Any]:
     try:
         import_env_module(module)
     except ModuleNotFoundError as error:
-        raise ConfigError(
-            f"policy.kind = {kind!r}: no module named {error.name!r} on sys.path or in the "
-            "current folder; start the trainer where the module is, or install it"
+        if error.name != module:  # the module is here; something it imports is not
+            raise ConfigError(
+                f"policy.kind = {kind!r}: importing {module} raised {_said(error)}"
+            ) from error
+        raise PolicyModuleNotHere(
+            f"policy.kind = {kind!r}: no module named {module!r} on sys.path or in the "
+            "current folder; run this where the module is, or install it"
         ) from None
     except Exception as error:
         raise ConfigError(
