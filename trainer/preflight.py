@@ -110,10 +110,8 @@ def probe_env(
             f"env.id = {env_id!r} needs a package that is not installed: {first_line(error)}"
         ) from None
     try:
-        if env.impl == "reference":
-            env.reset(seed=0)  # the first reset's imports and caches, before the measurement
         measured = (
-            measure_env_bytes(lambda: make_env(env_id, 1, impl=impl, copy=False, **kwargs))
+            measure_env_bytes(env, lambda: make_env(env_id, 1, impl=impl, copy=False, **kwargs))
             if env.impl == "reference"
             else None
         )
@@ -122,18 +120,24 @@ def probe_env(
         env.close()
 
 
-def measure_env_bytes(build: Callable[[], Any]) -> int:
-    """The resident memory one more env takes, built and reset after a first one (which paid
-    for the imports and the caches): a Python env is an object graph of its own, 3.6 KiB for
-    CartPole and about 2 MB for an Atari emulator, which the estimate had counted as 4 KiB."""
+def measure_env_bytes(first: Any, build: Callable[[], Any]) -> int | None:
+    """The resident memory one more env takes, built and reset after `first` was reset
+    (which paid for the imports and the caches): a Python env is an object graph of its own,
+    3.6 KiB for CartPole and about 2 MB for an Atari emulator, which the estimate had counted
+    as 4 KiB. None where the env raises meanwhile: it then fails where it fails without the
+    measurement (in its worker, or as the trainer builds it), with that failure's words."""
     process = psutil.Process()
-    before = process.memory_info().rss
-    env = build()
     try:
-        env.reset(seed=0)
-        return max(0, process.memory_info().rss - before)
-    finally:
-        env.close()
+        first.reset(seed=0)
+        before = process.memory_info().rss
+        env = build()
+        try:
+            env.reset(seed=0)
+            return max(0, process.memory_info().rss - before)
+        finally:
+            env.close()
+    except Exception:
+        return None
 
 
 def check_workers(config: Any, impl: str) -> None:
