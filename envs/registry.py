@@ -65,6 +65,8 @@ class EnvFailedError(RuntimeError):
     as failed with one line, after that traceback (operant.trainer.service_protocol)."""
 
     fails_the_run = True
+    culprit = "env"
+    """Whose code failed: the console says how to go on 'once the env works'."""
 
 
 class InvalidActionError(ValueError):

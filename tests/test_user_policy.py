@@ -108,6 +108,18 @@ def not_a_module(observation_space, action_space):
 
 def raises(envs):
     raise RuntimeError("no GPU here")
+
+
+class NaNLater(Agent):
+    # sound for its first 200 calls (some updates), then NaN logits (a diverged network's)
+
+    calls = 0
+
+    def get_action_and_value(self, x, action=None):
+        NaNLater.calls += 1
+        if NaNLater.calls > 200:
+            x = x * float("nan")
+        return super().get_action_and_value(x, action)
 """
 
 
@@ -323,6 +335,31 @@ def test_a_bad_network_stops_the_trainer_before_it_creates_anything(user_folder)
         assert len(lines) == 1 and lines[0].startswith(f"operant-train: policy.kind = {kind!r}: ")
         assert said in lines[0]
         assert not (user_folder / "runs").exists()
+
+
+def test_a_network_that_raises_mid_run_fails_the_run_as_the_users_not_operants(user_folder):
+    # (a traceback through operant's update, exit 1, no failure line: read as operant's bug)
+    done = train(
+        user_folder, "--env", "CartPole-v1", "--set", "policy.kind=broken:NaNLater", *SMALL,
+        "--runs-dir", "runs", "--run-id", "nan", "--total-steps", "8192",
+        "--set", "checkpoint.every_updates=1",
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    (line,) = [line for line in done.stderr.splitlines() if "training failed" in line]
+    assert line.startswith(
+        f"operant-train: training failed: the policy broken:NaNLater raised at "
+        f"{user_folder / 'broken.py'}:"
+    )
+    assert " in get_action_and_value: ValueError: Expected parameter logits" in line
+    assert "; the last good checkpoint is " in line and "once the policy works, continue" in line
+    assert "Traceback (most recent call last)" in done.stderr  # the user's, to read
+    listed = json.loads(
+        subprocess.run(
+            command(["operant", "runs", "--runs-dir", "runs", "--json"]),
+            cwd=user_folder, capture_output=True, text=True, check=True,
+        ).stdout
+    )  # fmt: skip
+    assert [(entry["run_id"], entry["status"]) for entry in listed] == [("nan", "failed")]
 
 
 def test_cleanrl_adapter_draws_from_the_generator_and_leaves_torchs_stream(user_folder):

@@ -98,11 +98,12 @@ class Console(Service):
                     f"; the best policy (mean return {self.best.best_return:.1f}) is "
                     f"{self.best.path}"
                 )
-            if _env_failure(outcome.error):
-                # The user's env is at fault: its own traceback first (a worker has printed
-                # its own), then how to go on once it is fixed.
+            culprit = getattr(outcome.error, "culprit", None)
+            if culprit is not None:
+                # The user's env or network is at fault: its own traceback first (a worker
+                # has printed its own), then how to go on once it is fixed.
                 _print_cause(outcome.error)
-                kept += "; once the env works, " + (
+                kept += f"; once the {culprit} works, " + (
                     f"continue with {resume_hint(self.plan.run_id, self.run_dir.parent)}"
                     if last_path
                     else self._start_again()
@@ -220,14 +221,9 @@ class Console(Service):
                 print(line, flush=True)
 
 
-def _env_failure(error: BaseException | None) -> bool:
-    from operant.envs.registry import EnvFailedError
-
-    return isinstance(error, EnvFailedError)
-
-
 def _print_cause(error: BaseException | None) -> None:
-    """The traceback of what the user's env raised (an EnvFailedError's cause), if any."""
+    """The traceback of what the user's env or network raised (an EnvFailedError's or a
+    PolicyFailedError's cause), if any."""
     cause = error.__cause__ if error is not None else None
     if cause is not None:
         traceback.print_exception(cause, file=sys.stderr)

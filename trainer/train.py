@@ -38,6 +38,7 @@ from operant.trainer.policies import choose_policy
 from operant.trainer.ppo import compute_gae, ppo_update
 from operant.trainer.storage import RolloutStorage
 from operant.trainer.update_record import SOLVE_WINDOW, make_record  # noqa: F401
+from operant.trainer.user_policy import blame, is_user_policy
 
 # Rank r seeds its sampling generators with train.seed + r * this (rank 0: a lone trainer's).
 RANK_SEED_STRIDE = 1_000_003
@@ -273,7 +274,7 @@ class Trainer:
         (None when no update was left to train)."""
         self.started = time.perf_counter() - self.elapsed_offset_s
         while self.update < self.derived.num_updates and not should_stop():
-            record = self.train_update()
+            record = self._update_blaming_the_users_policy()
             started = time.perf_counter_ns()
             if self.log is not None:
                 self.log(record)
@@ -281,6 +282,19 @@ class Trainer:
             if self.solved_at is not None and self.config.train.target_return is not None:
                 break
         return self.last_record
+
+    def _update_blaming_the_users_policy(self) -> UpdateRecord:
+        """train_update; where a user's network (policy.kind = "module:Name") raised in it,
+        that network's failure (PolicyFailedError), not operant's."""
+        if not is_user_policy(self.config.policy.kind):
+            return self.train_update()
+        try:
+            return self.train_update()
+        except Exception as error:
+            failure = blame(self.config.policy.kind, error, self.flat.all_finite())
+            if failure is None:
+                raise
+            raise failure from error
 
     @property
     def finished(self) -> bool:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import sys
+import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -38,6 +39,38 @@ from operant.trainer.config import Config, ConfigError
 
 CONTRACT = ("act", "value", "evaluate", "entropy", "greedy")
 CLEANRL = ("get_action_and_value", "get_value")
+
+
+class PolicyFailedError(RuntimeError):
+    """A user's network raised while the run trained: the message names it and where, the
+    exception is its `__cause__`; it ends the run as failed, after that traceback, as a
+    user's env's failure does (operant.envs.registry.EnvFailedError)."""
+
+    fails_the_run = True
+    culprit = "policy"
+
+
+def blame(kind: str, error: Exception, parameters_finite: bool) -> PolicyFailedError | None:
+    """`error` as the failure of policy.kind's network where its module's code is on the
+    traceback (the innermost such frame named); None where it is not (operant's own)."""
+    module = sys.modules.get(kind.partition(":")[0])
+    path = getattr(module, "__file__", None)
+    frames = [
+        frame for frame in traceback.extract_tb(error.__traceback__) if frame.filename == path
+    ]
+    if not frames:
+        return None
+    where = frames[-1]
+    after = (
+        ""
+        if parameters_finite
+        else "; its parameters are no longer finite (NaN or infinity): a learning rate too "
+        "high for it, or a non-finite loss (ppo.learning_rate, ppo.max_grad_norm)"
+    )
+    return PolicyFailedError(
+        f"the policy {kind} raised at {where.filename}:{where.lineno} in {where.name}: "
+        f"{_said(error)}{after}"
+    )
 
 
 class PolicyModuleNotHere(ConfigError, ModuleNotHere):
@@ -169,8 +202,9 @@ def build_user_policy(config: Config, obs_spec: ObsSpec, act_spec: ActSpec) -> n
 
 
 def _said(error: BaseException) -> str:
+    """'ValueError: its first line' (torch's may go on with a tensor's values)."""
     text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+    return f"{type(error).__name__}: {text[0].rstrip(':')}" if text else type(error).__name__
 
 
 def check_outputs(kind: str, policy: Any, obs_spec: ObsSpec, act_spec: ActSpec) -> None:
