@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from user_runs import command, run
 
@@ -182,6 +183,10 @@ def with_fixtures() -> dict[str, str]:
 def test_a_python_envs_own_memory_is_measured_and_refused_before_anything_is_built(tmp_path):
     # (the estimate counted 4 KiB a Python env; an Atari env takes about 2 MB, so a
     # num_envs that could not fit passed the preflight and met the OOM killer instead)
+    # (a heap that holds freed memory serves a new env without growing: the resident size
+    # alone read 12 KiB for this env late in a full test run)
+    freed = [np.ones(20 << 20, np.uint8) for _ in range(5)]
+    del freed
     shape = preflight.probe_env("env_worker_fixtures:HeavyCartPole-v0", "reference")
     assert 8 << 20 <= shape.env_bytes < 10 << 20, shape.env_bytes
     assert preflight.probe_env("CartPole-v1", "native").env_bytes is None
@@ -196,6 +201,6 @@ def test_a_python_envs_own_memory_is_measured_and_refused_before_anything_is_bui
     lines = result.stderr.strip().splitlines()
     assert (result.returncode, len(lines)) == (2, 1), result.stderr
     assert re.search(r"envs \d+\.\d GiB \(8\.\d MiB each, measured\)", lines[0]), lines[0]
-    assert "lower env.num_envs or ppo.num_steps" in lines[0]
+    assert lines[0].endswith("; lower env.num_envs")  # (fewer steps would save nothing)
     assert time.monotonic() - started < 60
     assert not (tmp_path / "runs").exists()

@@ -255,11 +255,12 @@ def check(
     shape = f"env.num_envs = {config.env.num_envs:,} x ppo.num_steps = {config.ppo.num_steps:,}"
     host = needed.host + runtime_bytes()
     free, source = available()
+    # Where the envs themselves are most of it (a heavy Python env), fewer steps save nothing.
+    lower = "env.num_envs" if 2 * needed.envs > needed.total else "env.num_envs or ppo.num_steps"
     if host > free:
         return (
             f"{what} needs about {size_text(host)} of memory ({shape}: "
-            f"{needed.breakdown()}), and {size_text(free)} is {source}; lower "
-            "env.num_envs or ppo.num_steps"
+            f"{needed.breakdown()}), and {size_text(free)} is {source}; lower {lower}"
         )
     if needed.device:
         device_free = _device_free(config.train.device)

@@ -10,6 +10,9 @@ the same way).
 
 from __future__ import annotations
 
+import ctypes
+import dataclasses
+import tracemalloc
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -110,34 +113,68 @@ def probe_env(
             f"env.id = {env_id!r} needs a package that is not installed: {first_line(error)}"
         ) from None
     try:
-        measured = (
-            measure_env_bytes(env, lambda: make_env(env_id, 1, impl=impl, copy=False, **kwargs))
-            if env.impl == "reference"
-            else None
-        )
-        return EnvShape(env.obs_spec, env.act_spec, env.layout.agents_per_env, measured)
+        shape = EnvShape(env.obs_spec, env.act_spec, env.layout.agents_per_env)
+        if env.impl != "reference":
+            return shape
+        warmed = _reset_quietly(env)
     finally:
         env.close()
+    if not warmed:
+        return shape
+    build = lambda: make_env(env_id, 1, impl=impl, copy=False, **kwargs)  # noqa: E731
+    return dataclasses.replace(shape, env_bytes=measure_env_bytes(build))
 
 
-def measure_env_bytes(first: Any, build: Callable[[], Any]) -> int | None:
-    """The resident memory one more env takes, built and reset after `first` was reset
-    (which paid for the imports and the caches): a Python env is an object graph of its own,
-    3.6 KiB for CartPole and about 2 MB for an Atari emulator, which the estimate had counted
-    as 4 KiB. None where the env raises meanwhile: it then fails where it fails without the
-    measurement (in its worker, or as the trainer builds it), with that failure's words."""
-    process = psutil.Process()
+def _reset_quietly(env: Any) -> bool:
+    """Reset `env` (its imports and caches paid before a measurement); False where it raises:
+    it then fails where it fails without the measurement (in its worker, or as the trainer
+    builds it), with that failure's words."""
     try:
-        first.reset(seed=0)
-        before = process.memory_info().rss
+        env.reset(seed=0)
+        return True
+    except Exception:
+        return False
+
+
+def measure_env_bytes(build: Callable[[], Any]) -> int | None:
+    """The memory one more env takes, built and reset after the probe's (closed: the two
+    never hold memory at once, so an env of more than half the machine's memory is refused,
+    not OOM-killed, by this check): a Python env is an object graph of its own, 3.6 KiB for
+    CartPole and about 2 MB for an Atari emulator, which the estimate had counted as 4 KiB.
+    The larger of the resident growth (C and C++ allocations: an emulator's) after the C
+    heap's free memory went back to the system, and what tracemalloc saw Python and numpy
+    allocate (which a heap with free memory serves without growing). Memory an env first
+    takes in `step` is not seen. None where the env raises (as `_reset_quietly`)."""
+    process = psutil.Process()
+    _trim_heap()
+    tracing = tracemalloc.is_tracing()
+    if not tracing:
+        tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        before, traced_before = process.memory_info().rss, tracemalloc.get_traced_memory()[0]
         env = build()
         try:
             env.reset(seed=0)
-            return max(0, process.memory_info().rss - before)
+            resident = process.memory_info().rss - before
+            traced = tracemalloc.get_traced_memory()[0] - traced_before
+            return max(0, resident, traced)
         finally:
             env.close()
     except Exception:
         return None
+    finally:
+        if not tracing:
+            tracemalloc.stop()
+
+
+def _trim_heap() -> None:
+    """glibc's malloc_trim(0): free heap memory back to the system, so that what the next
+    allocations take shows in the resident size; nothing where there is no glibc."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def check_workers(config: Any, impl: str) -> None:
