@@ -72,17 +72,20 @@ class ReferenceVectorEnv(AccountedPythonEnv, VectorEnv):
             kwargs["render_mode"] = render_mode
         self.env_id = env_id
         try:
-            self.inner = gymnasium.make_vec(
-                spec.id,
-                num_envs=num_envs,
-                vectorization_mode="sync",
-                vector_kwargs={"autoreset_mode": self.autoreset_mode},
-                **kwargs,
-            )
+            with env_step(None, "construction"):  # only a stop's grace: no step timeout
+                self.inner = gymnasium.make_vec(
+                    spec.id,
+                    num_envs=num_envs,
+                    vectorization_mode="sync",
+                    vector_kwargs={"autoreset_mode": self.autoreset_mode},
+                    **kwargs,
+                )
         except (gymnasium.error.DependencyNotInstalled, ImportError, EnvError):
             raise  # a missing package (preflight names it) or a refused option: not a failure
         except Exception as error:
             raise self._failed("built", error) from error
+        except EnvStepHung as hung:
+            raise EnvFailedError(f"the env {env_id} was {hung}") from hung
         self.render_mode = render_mode
         if render_mode == "rgb_array":
             init_headless_display()
@@ -123,9 +126,12 @@ class ReferenceVectorEnv(AccountedPythonEnv, VectorEnv):
     ):
         seed = check_seed(seed, self.num_envs)
         try:
-            obs, info = self.inner.reset(seed=seed, options=options)
+            with env_step(self.step_timeout_s, "reset"):
+                obs, info = self.inner.reset(seed=seed, options=options)
         except Exception as error:
             raise self._failed("reset", error) from error
+        except EnvStepHung as hung:
+            raise EnvFailedError(f"the env {self.env_id} was {hung}") from hung
         self._resetting[:] = False
         self.obs[:] = self.obs_rows.rows(obs, self.num_envs)
         self.episodes.reset_episodes()

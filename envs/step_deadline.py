@@ -54,6 +54,8 @@ class StopWatch:
     grace_s: float = STOP_GRACE_S
     since: float | None = None
     """When the trainer's own process entered the env step it is in (None: in none)."""
+    doing: str = "step"
+    """What the env is doing there: its step, reset or construction."""
     timeout_s: float | None = None
     """That step's own limit (env.step_timeout_s), or None."""
     previous: Any = None
@@ -84,6 +86,11 @@ def watch_stops(clock: StopClock | None, grace_s: float = STOP_GRACE_S) -> None:
             signal.setitimer(
                 signal.ITIMER_REAL, max(left - (time.monotonic() - read), 1e-3), interval
             )
+
+
+def set_grace(grace_s: float) -> None:
+    """The run's env.stop_grace_s, once its config is read (the default until then)."""
+    STOPS.grace_s = grace_s
 
 
 def install() -> bool:
@@ -120,11 +127,11 @@ def stop_came() -> None:
 
 
 @contextlib.contextmanager
-def env_step(timeout_s: float | None = None) -> Iterator[None]:
-    """Mark a Python env's step in the trainer's own process: it is interrupted (EnvStepHung)
-    `timeout_s` after its start where that is given, and once a stop came, `grace_s` after
-    the later of the stop and its start."""
-    STOPS.since, STOPS.timeout_s = time.monotonic(), timeout_s
+def env_step(timeout_s: float | None = None, doing: str = "step") -> Iterator[None]:
+    """Mark a Python env's step (or reset, or construction: `doing`) in the trainer's own
+    process: it is interrupted (EnvStepHung) `timeout_s` after its start where that is given,
+    and once a stop came, `grace_s` after the later of the stop and its start."""
+    STOPS.since, STOPS.timeout_s, STOPS.doing = time.monotonic(), timeout_s, doing
     _arm()
     try:
         yield
@@ -165,10 +172,15 @@ def _alarm(signum: int, frame: FrameType | None) -> None:
     took = now - (STOPS.since or now)
     STOPS.since = None
     where = f" at {_where(frame)}" if frame is not None else ""
-    cause = "could not stop at an update boundary" if "grace" in missed[0] else "stopped"
+    grace = "grace" in missed[0]
+    cause = (
+        "stopped"
+        if not grace
+        else "could not stop" + (" at an update boundary" if STOPS.doing == "step" else "")
+    )
     raise EnvStepHung(
-        f"still in its step after {took:.1f} s{where}, past {missed[0]} (the env hangs, or "
-        f"needs a longer {'grace' if 'grace' in missed[0] else 'timeout'}), so the run {cause}"
+        f"still in its {STOPS.doing} after {took:.1f} s{where}, past {missed[0]} (the env "
+        f"hangs, or needs a longer {'grace' if grace else 'timeout'}), so the run {cause}"
     )
 
 

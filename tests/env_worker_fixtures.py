@@ -133,14 +133,19 @@ class HangingCartPole(CartPoleEnv):
     hangs) in the env reset with seed 2 (env 2 of a batch reset with seed 0); `stubborn`: in
     a loop that catches every Exception."""
 
-    def __init__(self, hang_at: int = 5, stubborn: bool = False, **kwargs):
+    def __init__(self, hang_at: int = 5, stubborn: bool = False, hang_in: str = "step", **kwargs):
         super().__init__(**kwargs)
         self.hang_at = hang_at
         self.stubborn = stubborn
+        self.hang_in = hang_in
+        if hang_in == "init":
+            _hang()
         self.hangs = False
         self.steps = 0
 
     def reset(self, *, seed=None, options=None):
+        if self.hang_in == "reset":
+            _hang()
         if seed is not None:
             self.hangs = seed == 2
         return super().reset(seed=seed, options=options)
@@ -161,6 +166,20 @@ class HangingCartPole(CartPoleEnv):
 
 gymnasium.register(
     "HangingCartPole-v0", entry_point=f"{__name__}:HangingCartPole", max_episode_steps=500
+)
+
+
+def _hang() -> None:
+    import time
+
+    time.sleep(3600)
+
+
+gymnasium.register(  # every env hangs as it is built, or in every reset
+    "HangAtInitCartPole-v0", entry_point=f"{__name__}:HangingCartPole", kwargs={"hang_in": "init"}
+)
+gymnasium.register(
+    "HangAtResetCartPole-v0", entry_point=f"{__name__}:HangingCartPole", kwargs={"hang_in": "reset"}
 )
 gymnasium.register(
     "StubbornCartPole-v0",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -128,7 +129,7 @@ def test_a_hung_env_step_ends_the_run_at_the_step_timeout(tmp_path, workers):
         assert "did not answer within env.step_timeout_s = 2 s (its env hangs" in line
     else:
         assert "training failed: the env StubbornCartPole-v0 was still in its step after 2." in line
-        assert "env_worker_fixtures.py:15" in line
+        assert re.search(r"env_worker_fixtures.py:\d+ in step", line), line
         assert "in step, past env.step_timeout_s = 2 s (the env hangs, or needs a longer " in line
     listed = json.loads(run("operant", "runs", "--runs-dir", str(tmp_path), "--json").stdout)
     assert [(entry["run_id"], entry["status"]) for entry in listed] == [("hung", "failed")]
@@ -206,12 +207,69 @@ def test_a_stop_signal_does_not_wait_for_a_hung_step_past_the_grace(tmp_path, wo
         assert "did not answer within env.stop_grace_s = 1 s of SIGTERM, so the run " in line
     else:
         assert f"training failed: the env {env_id} was still in its step after " in line
-        assert "env_worker_fixtures.py:15" in line
+        assert re.search(r"env_worker_fixtures.py:\d+ in step", line), line
         assert " in step, past env.stop_grace_s = 1 s of SIGTERM (the env hangs" in line
         assert "so the run could not stop at an update boundary" in line
         assert "EnvStepHung" in output and "time.sleep(" in output  # where it hung
     listed = json.loads(run("operant", "runs", "--runs-dir", str(tmp_path), "--json").stdout)
     assert [(entry["run_id"], entry["status"]) for entry in listed] == [("hung", "failed")]
+
+
+@pytest.mark.parametrize(
+    ("workers", "env_id", "doing"),
+    [(1, "HangAtInitCartPole-v0", "construction"), (2, "HangAtResetCartPole-v0", "reset")],
+)
+def test_a_stop_cuts_an_env_that_hangs_before_training_began(tmp_path, workers, env_id, doing):
+    # (the preflight's probe and the trainer's build run the env in the trainer's process,
+    # before the session: a SIGTERM was announced and then nothing, for good; SIGKILL only)
+    log = tmp_path / "start.log"
+    trainer = subprocess.Popen(
+        command(
+            [
+                "operant-train",
+                "--env",
+                f"env_worker_fixtures:{env_id}",
+                "--set",
+                "env.impl=reference",
+                "--set",
+                "env.num_envs=4",
+                "--set",
+                f"env.workers={workers}",
+                "--set",
+                "env.stop_grace_s=1",
+                "--runs-dir",
+                str(tmp_path),
+                "--run-id",
+                "start",
+            ]
+        ),  # fmt: skip
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        env=with_fixtures(),
+    )
+    try:
+        time.sleep(4.0)  # imports, then the probe hangs
+        assert trainer.poll() is None, log.read_text()
+        signalled = time.monotonic()
+        trainer.send_signal(signal.SIGTERM)
+        status = trainer.wait(timeout=60)
+        took = time.monotonic() - signalled
+    finally:
+        kill_quietly(trainer.pid)
+        trainer.wait()
+    output = log.read_text()
+    assert status == 1, output
+    assert took < 15, took
+    line = output.strip().splitlines()[-1]
+    assert line.startswith(
+        f"operant-train: cannot start run start: the env {env_id} was still in its {doing} after "
+    ), line
+    assert (
+        "env_worker_fixtures.py:" in line and " in _hang, past env.stop_grace_s = 1 s of " in line
+    )
+    assert "SIGTERM (the env hangs, or needs a longer grace), so the run could not stop" in line
+    assert line.endswith("nothing was created; run again once the env works"), line
+    assert not (tmp_path / "start").exists()
 
 
 def test_an_env_module_in_the_current_folder_is_found(tmp_path):

@@ -155,6 +155,20 @@ def _run_as_rank(args: argparse.Namespace, signals: Any) -> int | None:
     return run_rank(args, launch, signals, _flag_values(args))
 
 
+def _watch_env_steps(signals: Any) -> None:
+    """From the first second, a Python env built, reset or stepped in this process that hangs
+    past env.stop_grace_s after a stop signal is cut (operant.envs.step_deadline): the probe
+    and the trainer's build reset the env before the session (whose service sets the run's
+    own grace) begins."""
+    from operant.envs import step_deadline
+
+    def clock() -> tuple[float, str] | None:
+        return (signals.received_at, signals.name) if signals.stop_requested else None
+
+    step_deadline.watch_stops(clock)
+    signals.on_stop.append(step_deadline.stop_came)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     launching = args.detach or args.monitor
@@ -171,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     signals.announce = os.environ.get("LOCAL_RANK", "0") == "0"
     if not launching:
         signals.install()
+        _watch_env_steps(signals)
     plan = None
     try:
         if "WORLD_SIZE" in os.environ:  # started by torchrun: one rank of a group
@@ -209,6 +224,10 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGINT, lambda signum, frame: os._exit(EXIT_OK))
         else:
             signals.restore()
+        if not launching:
+            from operant.envs import step_deadline
+
+            step_deadline.watch_stops(None)
         if plan is not None:
             plan.release()
 
@@ -234,7 +253,7 @@ def _planned(args: Any) -> Any:
     memory) before anything is created or launched; None, said why, for bad input; the exit
     status, said why, where the user's env fails while it is built."""
     # Heavy imports after argument parsing, so --help and usage errors are instant.
-    from operant.envs import EnvError, EnvFailedError
+    from operant.envs import EnvError, EnvFailedError, step_deadline
     from operant.shared import runs
     from operant.trainer import preflight
     from operant.trainer.config import ConfigError
@@ -243,6 +262,7 @@ def _planned(args: Any) -> Any:
     plan = None
     try:
         plan = plan_run(args.resume, args.config, args.overrides, _flag_values(args))
+        step_deadline.set_grace(plan.config.env.stop_grace_s)  # the probe's, the build's
         plan.settle(preflight.check(plan.config, plan.impl).agents_per_env)
         if plan.config.train.tensorboard:
             from operant.trainer import tensorboard

@@ -132,7 +132,8 @@ def _reset_quietly(env: Any) -> bool:
     try:
         env.reset(seed=0)
         return True
-    except Exception:
+    except Exception as error:
+        _unless_hung(error)
         return False
 
 
@@ -161,11 +162,21 @@ def measure_env_bytes(build: Callable[[], Any]) -> int | None:
             return max(0, resident, traced)
         finally:
             env.close()
-    except Exception:
+    except Exception as error:
+        _unless_hung(error)
         return None
     finally:
         if not tracing:
             tracemalloc.stop()
+
+
+def _unless_hung(error: Exception) -> None:
+    """Raise `error` again where it is an env that hung past a stop's grace (it must end the
+    start, not pass for an env that merely could not be measured)."""
+    from operant.envs.step_deadline import EnvStepHung
+
+    if isinstance(error.__cause__, EnvStepHung):
+        raise error
 
 
 def _trim_heap() -> None:

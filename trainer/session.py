@@ -222,7 +222,8 @@ class StopsReachEnvSteps(Service):
 
     def on_start(self) -> None:
         step_deadline.watch_stops(self._clock, self.grace_s)
-        self.signals.on_stop.append(step_deadline.stop_came)
+        if step_deadline.stop_came not in self.signals.on_stop:
+            self.signals.on_stop.append(step_deadline.stop_came)
 
     def close(self) -> None:
         if step_deadline.stop_came in self.signals.on_stop:
