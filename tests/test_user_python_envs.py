@@ -147,6 +147,34 @@ def test_a_step_timeout_is_for_python_envs(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+def hung_trainer(tmp_path: Path, env_id: str, workers: int, run_id: str, *extra: str):
+    """operant-train on a fixture env that hangs, with a stop grace of 1 s; its output goes
+    to tmp_path / "<run_id>.log"."""
+    log = tmp_path / f"{run_id}.log"
+    words = [
+        "operant-train", "--env", f"env_worker_fixtures:{env_id}", "--set", "env.impl=reference",
+        "--set", "env.num_envs=4", "--set", f"env.workers={workers}",
+        "--set", "env.stop_grace_s=1", "--runs-dir", str(tmp_path), "--run-id", run_id, *extra,
+    ]  # fmt: skip
+    trainer = subprocess.Popen(
+        command(words), stdout=log.open("w"), stderr=subprocess.STDOUT, env=with_fixtures()
+    )
+    return trainer, log
+
+
+def term_and_wait(trainer: subprocess.Popen, log: Path) -> tuple[int, float]:
+    """SIGTERM to a trainer that is still running; its exit status and the seconds it took."""
+    try:
+        assert trainer.poll() is None, log.read_text()
+        signalled = time.monotonic()
+        trainer.send_signal(signal.SIGTERM)
+        status = trainer.wait(timeout=60)
+        return status, time.monotonic() - signalled
+    finally:
+        kill_quietly(trainer.pid)
+        trainer.wait()
+
+
 @pytest.mark.parametrize(
     ("workers", "env_id"),
     [(2, "HangingCartPole-v0"), (1, "HangingCartPole-v0"), (1, "StubbornCartPole-v0")],
@@ -156,48 +184,13 @@ def test_a_stop_signal_does_not_wait_for_a_hung_step_past_the_grace(tmp_path, wo
     # hung step never lets come; systemd then waited TimeoutStopSec, 5 minutes, to SIGKILL.
     # In the trainer's own process, workers = 1, the step is interrupted where it sleeps, even
     # in a loop that swallows every Exception.)
-    log = tmp_path / "hung.log"
-    environ = with_fixtures()
-    trainer = subprocess.Popen(
-        command(
-            [
-                "operant-train",
-                "--env",
-                f"env_worker_fixtures:{env_id}",
-                "--set",
-                "env.impl=reference",
-                "--set",
-                "env.num_envs=4",
-                "--set",
-                f"env.workers={workers}",
-                "--set",
-                "env.stop_grace_s=1",
-                "--runs-dir",
-                str(tmp_path),
-                "--run-id",
-                "hung",
-                "--total-steps",
-                "4096",
-            ]
-        ),  # fmt: skip
-        stdout=log.open("w"),
-        stderr=subprocess.STDOUT,
-        env=environ,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while not (tmp_path / "hung" / "metrics.bin").exists():
-            assert time.monotonic() < deadline and trainer.poll() is None, log.read_text()
-            time.sleep(0.1)
-        time.sleep(1.0)  # its 5th step hangs at once: the first rollout never ends
-        assert trainer.poll() is None, log.read_text()
-        signalled = time.monotonic()
-        trainer.send_signal(signal.SIGTERM)
-        status = trainer.wait(timeout=60)
-        took = time.monotonic() - signalled
-    finally:
-        kill_quietly(trainer.pid)
-        trainer.wait()
+    trainer, log = hung_trainer(tmp_path, env_id, workers, "hung", "--total-steps", "4096")
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "hung" / "metrics.bin").exists():
+        assert time.monotonic() < deadline and trainer.poll() is None, log.read_text()
+        time.sleep(0.1)
+    time.sleep(1.0)  # its 5th step hangs at once: the first rollout never ends
+    status, took = term_and_wait(trainer, log)
     output = log.read_text()
     assert status == 1, output
     assert took < 15, took  # 1 s of grace, a quarter-second's look, the workers' close
@@ -222,41 +215,9 @@ def test_a_stop_signal_does_not_wait_for_a_hung_step_past_the_grace(tmp_path, wo
 def test_a_stop_cuts_an_env_that_hangs_before_training_began(tmp_path, workers, env_id, doing):
     # (the preflight's probe and the trainer's build run the env in the trainer's process,
     # before the session: a SIGTERM was announced and then nothing, for good; SIGKILL only)
-    log = tmp_path / "start.log"
-    trainer = subprocess.Popen(
-        command(
-            [
-                "operant-train",
-                "--env",
-                f"env_worker_fixtures:{env_id}",
-                "--set",
-                "env.impl=reference",
-                "--set",
-                "env.num_envs=4",
-                "--set",
-                f"env.workers={workers}",
-                "--set",
-                "env.stop_grace_s=1",
-                "--runs-dir",
-                str(tmp_path),
-                "--run-id",
-                "start",
-            ]
-        ),  # fmt: skip
-        stdout=log.open("w"),
-        stderr=subprocess.STDOUT,
-        env=with_fixtures(),
-    )
-    try:
-        time.sleep(4.0)  # imports, then the probe hangs
-        assert trainer.poll() is None, log.read_text()
-        signalled = time.monotonic()
-        trainer.send_signal(signal.SIGTERM)
-        status = trainer.wait(timeout=60)
-        took = time.monotonic() - signalled
-    finally:
-        kill_quietly(trainer.pid)
-        trainer.wait()
+    trainer, log = hung_trainer(tmp_path, env_id, workers, "start")
+    time.sleep(4.0)  # imports, then the probe hangs
+    status, took = term_and_wait(trainer, log)
     output = log.read_text()
     assert status == 1, output
     assert took < 15, took
