@@ -110,6 +110,40 @@ def raises(envs):
     raise RuntimeError("no GPU here")
 
 
+class Double(Agent):
+    def __init__(self, envs):
+        super().__init__(envs)
+        self.double()
+
+
+class OutOfRange(Agent):
+    def get_action_and_value(self, x, action=None):
+        sampled, logprob, entropy, value = super().get_action_and_value(x, action)
+        return sampled + 2, logprob, entropy, value
+
+
+class Hidden(Agent):
+    def __init__(self, envs, hidden):
+        super().__init__(envs)
+
+
+class Normed(Agent):
+    # BatchNorm in front of the critic, Dropout in front of the actor
+
+    def __init__(self, envs):
+        super().__init__(envs)
+        self.norm = nn.BatchNorm1d(4)
+        self.drop = nn.Dropout(0.5)
+
+    def get_value(self, x):
+        return super().get_value(self.norm(x))
+
+    def get_action_and_value(self, x, action=None):
+        _, logprob, entropy, value = super().get_action_and_value(self.drop(x), action)
+        sampled = super().get_action_and_value(self.drop(x), action)[0]
+        return sampled, logprob, entropy, self.get_value(x)
+
+
 class NaNLater(Agent):
     # sound for its first 200 calls (some updates), then NaN logits (a diverged network's)
 
@@ -297,6 +331,9 @@ BAD = [
     ("broken:not_a_module", "it returned a str, not a torch nn.Module"),
     ("broken:raises", "raises(envs) raised RuntimeError: no GPU here"),
     ("failing:Agent", "importing failing raised ZeroDivisionError: division by zero"),
+    ("broken:Double", "Double has torch.float64 parameters; operant trains float32 networks"),
+    ("broken:OutOfRange", "expected integers in [0, 2) for Discrete(2)"),
+    ("broken:Hidden", "it takes (envs, hidden); operant calls it as CleanRL does, Name(envs): "),
     (":Agent", "a policy of yours is named module:Name"),
 ]
 
@@ -360,6 +397,50 @@ def test_a_network_that_raises_mid_run_fails_the_run_as_the_users_not_operants(u
         ).stdout
     )  # fmt: skip
     assert [(entry["run_id"], entry["status"]) for entry in listed] == [("nan", "failed")]
+
+
+def test_a_normed_network_is_probed_and_evaluated_in_eval_mode(user_folder):
+    # (the probe's two zero rows moved BatchNorm's statistics; eval left Dropout on and
+    # BatchNorm on batch statistics, which one env cannot have: a traceback)
+    config = load_config(None, ["policy.kind=broken:Normed"])
+    obs_spec, act_spec = ObsSpec((4,), np.float32), ActSpec((), np.dtype(np.int64), 2)
+    policy = build_user_policy(config, obs_spec, act_spec)
+    assert policy.training and int(policy.agent.norm.num_batches_tracked) == 0
+    assert float(policy.agent.norm.running_mean.abs().sum()) == 0.0
+    done = train(
+        user_folder, "--env", "CartPole-v1", "--set", "policy.kind=broken:Normed", *SMALL,
+        "--runs-dir", "runs", "--run-id", "normed", "--total-steps", "2048",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    results = []
+    for _ in range(2):
+        played = evaluate(
+            user_folder, "runs/normed", "--episodes", "3", "--num-envs", "1", "--json"
+        )
+        assert played.returncode == 0, played.stderr
+        results.append(json.loads(played.stdout)["return_mean"])
+    assert results[0] == results[1] > 0  # greedy and deterministic: no Dropout draws
+
+
+def test_weights_of_another_shape_name_the_first_that_differs(tmp_path):
+    (tmp_path / "mynets.py").write_text(textwrap.dedent(HEADS))
+    done = train(
+        tmp_path, "--env", "CartPole-v1", "--set", "policy.kind=mynets:Net", *SMALL,
+        "--runs-dir", "runs", "--run-id", "net", "--total-steps", "512",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (tmp_path / "mynets.py").write_text(textwrap.dedent(HEADS).replace("64", "128"))
+    played = evaluate(tmp_path, "runs/net", "--episodes", "1")
+    assert played.returncode == 2
+    (line,) = played.stderr.strip().splitlines()
+    assert (
+        "its weights do not fit its own config (Error(s) in loading state_dict for Net: size "
+        in line
+    )
+    assert "mismatch for body.0.weight: copying a param with shape torch.Size([64, 4])" in line
+    resumed = train(tmp_path, "--runs-dir", "runs", "--resume", "net", "--total-steps", "1024")
+    assert resumed.returncode == 2
+    assert "size mismatch for body.0.weight" in resumed.stderr.strip().splitlines()[-1]
 
 
 def test_cleanrl_adapter_draws_from_the_generator_and_leaves_torchs_stream(user_folder):

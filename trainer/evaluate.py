@@ -35,7 +35,7 @@ from typing import Any
 
 from operant.shared.cli_parser import OneLineParser
 from operant.trainer.config import MAX_SEED
-from operant.trainer.errors import counted, first_line
+from operant.trainer.errors import counted, load_error_line
 from operant.trainer.eval_load import EvalInputError, LoadedPolicy, resolve
 
 EXIT_OK, EXIT_USAGE = 0, 2
@@ -134,8 +134,11 @@ def build_policy(
             normalizer.load_state_dict(loaded.obs_normalizer)
     except (RuntimeError, KeyError, ValueError) as error:
         raise EvalInputError(
-            f"{loaded.path}: its weights do not fit its own config ({first_line(error)})"
+            f"{loaded.path}: its weights do not fit its own config ({load_error_line(error)})"
         ) from None
+    # Dropout off, BatchNorm on its running statistics: a trained network as it is evaluated
+    # (CleanRL's own evaluation does the same); the trainer's own policies have neither.
+    policy.eval()
     return config, env, policy, normalizer, options
 
 

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from operant.trainer.checkpoint_format import CheckpointError
-from operant.trainer.errors import first_line
+from operant.trainer.errors import first_line, load_error_line
 
 MODULES = ("policy", "optimizer")
 OPTIONAL_MODULES = ("obs_normalizer", "reward_normalizer")
@@ -109,7 +109,7 @@ def load_trainer_state_dict(trainer: Any, state: dict[str, Any]) -> None:
         trainer.elapsed_offset_s = float(counters["elapsed_s"])
     except (RuntimeError, ValueError, TypeError) as error:
         raise CheckpointError(
-            f"the checkpoint does not fit this trainer: {first_line(error)}"
+            f"the checkpoint does not fit this trainer: {load_error_line(error)}"
         ) from None
     seed = trainer.config.train.seed
     restore_env_state(trainer.env, state[ENV], reseed=(seed + 7919 * trainer.update) % 2**32)

@@ -152,6 +152,12 @@ def _takes_envs(kind: str, factory: Callable[..., Any]) -> bool:
     positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     parameters = signature.parameters.values()
     required = [p for p in parameters if p.kind in positional and p.default is p.empty]
+    if required and required[0].name == "envs" and len(required) > 1:
+        names = ", ".join(p.name for p in required)
+        raise ConfigError(
+            f"policy.kind = {kind!r}: it takes ({names}); operant calls it as CleanRL does, "
+            f"Name(envs): give {', '.join(p.name for p in required[1:])} a default"
+        )
     if any(p.kind == p.VAR_POSITIONAL for p in parameters) or len(required) == 2:
         return False
     if len(required) == 1:
@@ -197,6 +203,13 @@ def build_user_policy(config: Config, obs_spec: ObsSpec, act_spec: ActSpec) -> n
         raise ConfigError(
             f"policy.kind = {kind!r}: {type(module).__name__} has no trainable parameters"
         )
+    other = {str(p.dtype) for p in policy.parameters() if p.dtype != torch.float32}
+    if other:
+        raise ConfigError(
+            f"policy.kind = {kind!r}: {type(module).__name__} has {', '.join(sorted(other))} "
+            "parameters; operant trains float32 networks (its optimizer keeps them in one "
+            "float32 buffer): build it in float32 (no .double())"
+        )
     check_outputs(kind, policy, obs_spec, act_spec)
     return policy
 
@@ -213,8 +226,16 @@ def check_outputs(kind: str, policy: Any, obs_spec: ObsSpec, act_spec: ActSpec) 
     rows = 2
     obs = torch.from_numpy(np.zeros((rows, *obs_spec.shape), obs_spec.dtype))
     action_shape = (rows, *act_spec.shape)
+    training = policy.training
+    policy.eval()  # the probe moves no BatchNorm statistics
     try:
         actions, logprobs, values = policy.act(obs)
+        if act_spec.discrete and not _actions_in(actions, act_spec.num_actions):
+            raise ConfigError(
+                f"policy.kind = {kind!r}: act's actions for {rows} rows came out "
+                f"{actions.tolist()} ({actions.dtype}), expected integers in "
+                f"[0, {act_spec.num_actions}) for Discrete({act_spec.num_actions})"
+            )
         outputs = {
             "act's actions": (actions, action_shape),
             "act's log-probabilities": (logprobs, (rows,)),
@@ -234,12 +255,23 @@ def check_outputs(kind: str, policy: Any, obs_spec: ObsSpec, act_spec: ActSpec) 
             f"policy.kind = {kind!r}: a probe batch of {rows} zero observations "
             f"{tuple(obs.shape)} {obs_spec.dtype} raised {_said(error)}"
         ) from error
+    finally:
+        policy.train(training)
     for what, (tensor, shape) in outputs.items():
         got = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
         if got != shape:
             raise ConfigError(
                 f"policy.kind = {kind!r}: {what} for {rows} rows came out {got}, expected {shape}"
             )
+
+
+def _actions_in(actions: Any, count: int) -> bool:
+    """Whether sampled discrete actions are integers of the action space."""
+    if not isinstance(actions, torch.Tensor):
+        return True  # its shape check names it
+    if actions.dtype.is_floating_point or actions.dtype.is_complex or actions.dtype == torch.bool:
+        return False
+    return bool(((actions >= 0) & (actions < count)).all())
 
 
 class CleanRLPolicy(nn.Module):
