@@ -24,7 +24,9 @@ timer is held while the envs are watched).
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import sysconfig
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -185,5 +187,13 @@ def _alarm(signum: int, frame: FrameType | None) -> None:
 
 
 def _where(frame: FrameType) -> str:
-    code = frame.f_code
-    return f"{code.co_filename}:{frame.f_lineno} in {code.co_name}"
+    """file:line in function of the innermost frame outside Python's standard library (a
+    hang in `re` or `socket` names the env's line that called it)."""
+    outside: FrameType | None = frame
+    while outside is not None and outside.f_code.co_filename.startswith(_STDLIB):
+        outside = outside.f_back
+    where = outside or frame
+    return f"{where.f_code.co_filename}:{where.f_lineno} in {where.f_code.co_name}"
+
+
+_STDLIB = sysconfig.get_paths()["stdlib"] + os.sep

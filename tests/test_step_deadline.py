@@ -6,6 +6,7 @@ tests/test_user_python_envs.py."""
 
 from __future__ import annotations
 
+import queue
 import signal
 import time
 
@@ -104,3 +105,14 @@ def test_a_step_timeout_interrupts_and_is_disarmed_after_a_step_that_returned(st
     assert "past env.step_timeout_s = 0.2 s (the env hangs, or needs a longer timeout)" in str(
         raised.value
     )
+
+
+def wait_forever() -> None:
+    queue.Queue().get()  # threading's Condition.wait: Python code of the standard library
+
+
+def test_a_hang_inside_the_standard_library_names_the_envs_line(stop):
+    with pytest.raises(EnvStepHung) as raised, env_step(timeout_s=0.2):
+        wait_forever()
+    message = str(raised.value)
+    assert "test_step_deadline.py:" in message and " in wait_forever, past " in message

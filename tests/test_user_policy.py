@@ -116,10 +116,10 @@ class Double(Agent):
         self.double()
 
 
-class OutOfRange(Agent):
-    def get_action_and_value(self, x, action=None):
-        sampled, logprob, entropy, value = super().get_action_and_value(x, action)
-        return sampled + 2, logprob, entropy, value
+class OutOfRange(Agent):  # three logits for Discrete(2)
+    def __init__(self, envs):
+        super().__init__(envs)
+        self.actor[-1] = nn.Linear(64, 3)
 
 
 class Hidden(Agent):
@@ -324,7 +324,7 @@ def test_sigterm_then_resume_draws_what_one_run_draws(tmp_path):
 BAD = [
     ("nowhere:Agent", "no module named 'nowhere' on sys.path or in the current folder"),
     ("agents:Nope", "module agents has no class or function 'Nope'"),
-    ("broken:ShortValues", "value's values for 2 rows came out (1,), expected (2,)"),
+    ("broken:ShortValues", "get_value(x)'s values for 64 rows came out (1,), expected (64,)"),
     ("broken:Frozen", "Frozen has no trainable parameters"),
     ("broken:Plain", "Plain has neither act/value/evaluate/entropy/greedy"),
     ("broken:three", "it takes 3 arguments"),
@@ -332,7 +332,7 @@ BAD = [
     ("broken:raises", "raises(envs) raised RuntimeError: no GPU here"),
     ("failing:Agent", "importing failing raised ZeroDivisionError: division by zero"),
     ("broken:Double", "Double has torch.float64 parameters; operant trains float32 networks"),
-    ("broken:OutOfRange", "expected integers in [0, 2) for Discrete(2)"),
+    ("broken:OutOfRange", "get_action_and_value(x)'s actions for 64 rows came out from 0 to 2"),
     ("broken:Hidden", "it takes (envs, hidden); operant calls it as CleanRL does, Name(envs): "),
     (":Agent", "a policy of yours is named module:Name"),
 ]

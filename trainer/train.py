@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from operant.envs import make_env, resolve_impl
+from operant.envs.registry import InvalidActionError
 from operant.shared import atomic
 from operant.shared.record import PHASES, UpdateRecord
 from operant.trainer.allocator import keep_freed_memory
@@ -38,7 +39,7 @@ from operant.trainer.policies import choose_policy
 from operant.trainer.ppo import compute_gae, ppo_update
 from operant.trainer.storage import RolloutStorage
 from operant.trainer.update_record import SOLVE_WINDOW, make_record  # noqa: F401
-from operant.trainer.user_policy import blame, is_user_policy
+from operant.trainer.user_policy import PolicyFailedError, blame, is_user_policy
 
 # Rank r seeds its sampling generators with train.seed + r * this (rank 0: a lone trainer's).
 RANK_SEED_STRIDE = 1_000_003
@@ -290,6 +291,10 @@ class Trainer:
             return self.train_update()
         try:
             return self.train_update()
+        except InvalidActionError as error:  # the actions are the user's network's
+            raise PolicyFailedError(
+                f"the policy {self.config.policy.kind} gave an action the env refuses: {error}"
+            ) from error
         except Exception as error:
             failure = blame(self.config.policy.kind, error, self.flat.all_finite())
             if failure is None:

@@ -223,7 +223,8 @@ def _said(error: BaseException) -> str:
 def check_outputs(kind: str, policy: Any, obs_spec: ObsSpec, act_spec: ActSpec) -> None:
     """Run the policy's sampling and evaluation on two zero rows; ConfigError naming the first
     output whose shape is not what the trainer stores."""
-    rows = 2
+    # Enough rows that an action outside the space (3 logits for Discrete(2)) is sampled.
+    rows = 64
     obs = torch.from_numpy(np.zeros((rows, *obs_spec.shape), obs_spec.dtype))
     action_shape = (rows, *act_spec.shape)
     training = policy.training
@@ -231,10 +232,12 @@ def check_outputs(kind: str, policy: Any, obs_spec: ObsSpec, act_spec: ActSpec) 
     try:
         actions, logprobs, values = policy.act(obs)
         if act_spec.discrete and not _actions_in(actions, act_spec.num_actions):
+            low, high = float(actions.min()), float(actions.max())
+            named = _as_named(policy, "act's actions")
             raise ConfigError(
-                f"policy.kind = {kind!r}: act's actions for {rows} rows came out "
-                f"{actions.tolist()} ({actions.dtype}), expected integers in "
-                f"[0, {act_spec.num_actions}) for Discrete({act_spec.num_actions})"
+                f"policy.kind = {kind!r}: {named} for {rows} rows came out from {low:g} to "
+                f"{high:g} ({actions.dtype}), expected integers in [0, {act_spec.num_actions}) "
+                f"for Discrete({act_spec.num_actions})"
             )
         outputs = {
             "act's actions": (actions, action_shape),
@@ -260,9 +263,30 @@ def check_outputs(kind: str, policy: Any, obs_spec: ObsSpec, act_spec: ActSpec) 
     for what, (tensor, shape) in outputs.items():
         got = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
         if got != shape:
-            raise ConfigError(
-                f"policy.kind = {kind!r}: {what} for {rows} rows came out {got}, expected {shape}"
+            heads = (
+                " (HeadsPolicy is for discrete actions)"
+                if hasattr(policy, "heads") and not act_spec.discrete
+                else ""
             )
+            raise ConfigError(
+                f"policy.kind = {kind!r}: {_as_named(policy, what)} for {rows} rows came out "
+                f"{got}, expected {shape}{heads}"
+            )
+
+
+CLEANRL_NAMES = {
+    "act's": "get_action_and_value(x)'s",
+    "evaluate's": "get_action_and_value(x, action)'s",
+    "value's": "get_value(x)'s",
+}
+
+
+def _as_named(policy: Any, what: str) -> str:
+    """An output's name in the user's words: a CleanRL agent's methods, not the contract's."""
+    if not isinstance(policy, CleanRLPolicy):
+        return what
+    method, _, rest = what.partition(" ")
+    return f"{CLEANRL_NAMES.get(method, method)} {rest}"
 
 
 def _actions_in(actions: Any, count: int) -> bool:
