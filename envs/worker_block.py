@@ -18,6 +18,7 @@ import math
 import mmap
 import os
 import select
+import signal
 import struct
 import tempfile
 import time
@@ -30,6 +31,9 @@ STEP, RESET, CLOSE = b"S", b"R", b"C"
 """The commands down a worker's command pipe."""
 DONE, ERROR = b".", b"E"
 """A worker's answers: done, or an error (a length-prefixed message follows)."""
+WHERE_SIGNAL = signal.SIGUSR2
+"""Sent by the trainer to a worker it is about to end as hung: the worker writes where its
+Python code is (faulthandler) to its stderr, the trainer's."""
 LENGTH = struct.Struct("<I")
 """The length prefix of a message."""
 _ALIGN = 64

@@ -12,6 +12,7 @@ start, and end-of-file on its command pipe).
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import mmap
 import os
@@ -33,6 +34,7 @@ from operant.envs.worker_block import (
     LENGTH,
     RESET,
     STEP,
+    WHERE_SIGNAL,
     BufferLayout,
     read_message,
     write_all,
@@ -58,6 +60,9 @@ def worker_main(index: int, parent: int, block_fd: int, command_fd: int, result_
     _die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # Where a hung worker is: the trainer sends this before it ends one (its stack on the
+    # trainer's stderr, written from C: also for a step stuck in C code that holds the GIL).
+    faulthandler.register(WHERE_SIGNAL, file=sys.stderr, all_threads=False)
     try:
         message = read_message(command_fd)
         if message is None:

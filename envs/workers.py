@@ -73,6 +73,7 @@ from operant.envs.worker_block import (
     LENGTH,
     RESET,
     STEP,
+    WHERE_SIGNAL,
     BufferLayout,
     read_message,
     readable,
@@ -115,6 +116,10 @@ def _spaces(env_id: str, kwargs: dict[str, Any]) -> tuple[spaces.Space, spaces.S
 
 
 # -- the trainer's side --------------------------------------------------------------------------
+WHERE_WAIT_S = 0.2
+"""How long a hung worker is given to write its stack (faulthandler writes it at once)."""
+
+
 class WorkerVectorEnv(AccountedPythonEnv, VectorEnv):
     """`num_envs` copies of a Gymnasium env in `workers` processes, with the reference impl's
     semantics and buffers (operant.envs.contract.BatchEnv), the buffers in shared memory."""
@@ -313,8 +318,23 @@ class WorkerVectorEnv(AccountedPythonEnv, VectorEnv):
         """Close the env (a worker that does not answer close is killed) and raise for worker
         `index`, which did not answer `within` (the limit it missed)."""
         name = self._worker_name(index)
+        self._say_where(index, name)
         self.close()
         raise EnvWorkerError(f"{name} did not answer {within}")
+
+    def _say_where(self, index: int, name: str) -> None:
+        """Have hung worker `index` write its stack to stderr (WHERE_SIGNAL), under a line that
+        says whose it is, before it is ended: the failure line names no file of the env's."""
+        process = self._processes[index]
+        if process.poll() is not None:
+            return
+        sys.stderr.write(f"operant-train: {name} does not answer; where it is:\n")
+        sys.stderr.flush()
+        try:
+            os.kill(process.pid, WHERE_SIGNAL)
+        except ProcessLookupError:
+            return
+        time.sleep(WHERE_WAIT_S)
 
     def _fail(self, index: int, answer: bytes) -> None:
         """Close the env and raise the error of worker `index`, which answered `answer`

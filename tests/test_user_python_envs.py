@@ -198,6 +198,9 @@ def test_a_stop_signal_does_not_wait_for_a_hung_step_past_the_grace(tmp_path, wo
     if workers == 2:
         assert "training failed: env worker 0 (pid " in line
         assert "did not answer within env.stop_grace_s = 1 s of SIGTERM, so the run " in line
+        # where it hung, from the worker itself (faulthandler), above the line
+        assert "env worker 0 (pid " in output and "does not answer; where it is:" in output
+        assert re.search(r'File ".*env_worker_fixtures.py", line \d+ in step', output), output
     else:
         assert f"training failed: the env {env_id} was still in its step after " in line
         assert re.search(r"env_worker_fixtures.py:\d+ in step", line), line
