@@ -10,8 +10,13 @@ The trainer's session says when the stop came (`watch_stops`); then
   is set (as a worker's wait ends then): SIGALRM's handler raises `EnvStepHung` where the
   env's Python code is (a loop, `time.sleep`, a socket wait), naming the file and line, and
   the env's face turns it into the env's failure (the run ends as failed, its last good
-  checkpoint kept). A step stuck in C code that holds the GIL runs no handler: nothing in
-  the process can end it, and the service manager's stop timeout still does.
+  checkpoint kept). A step stuck in C code that holds the GIL runs no handler, nor any
+  other Python code: LAST_RESORT_S after a limit armed before it got stuck (its
+  env.step_timeout_s, armed as it starts; a stop taken before it began) faulthandler's own
+  thread (C) writes every thread's stack ("Timeout (0:00:06)!") and ends the process, exit
+  status 1, without the run's last line or metrics (a reader sees its process gone). A stop
+  signal that comes while such a step is stuck is not even taken (its handler is Python):
+  the service manager's stop timeout ends that process.
 
 The alarm is armed only for a step with a limit (a timeout, or a stop that came), for the
 moment the limit ends, and disarmed when a step with a timeout returns, so training without
@@ -24,8 +29,10 @@ timer is held while the envs are watched).
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import os
 import signal
+import sys
 import sysconfig
 import threading
 import time
@@ -36,6 +43,9 @@ from typing import Any
 
 STOP_GRACE_S = 30.0
 """env.stop_grace_s's default."""
+LAST_RESORT_S = 5.0
+"""How long after a step's limit a process whose handler could not run (a step stuck in C
+code that holds the GIL) is ended by faulthandler, with every thread's stack, exit status 1."""
 WATCH_SLICE_S = 0.25
 """How often a worker's wait looks at the stop clock (a signal does not end a poll: Python
 retries it)."""
@@ -139,6 +149,7 @@ def env_step(timeout_s: float | None = None, doing: str = "step") -> Iterator[No
         yield
     finally:
         STOPS.since = None
+        _disarm_last_resort()
         if timeout_s is not None and STOPS.installed:
             signal.setitimer(signal.ITIMER_REAL, 0)
 
@@ -158,11 +169,19 @@ def _limits() -> list[tuple[float, str]]:
 
 
 def _arm() -> None:
-    """SIGALRM for when the step under way outlives its first limit, if it has one."""
+    """SIGALRM for when the step under way outlives its first limit, if it has one; and,
+    LAST_RESORT_S later, faulthandler's exit with the stack, for a step that runs no
+    handler (C code that holds the GIL: no Python code in the process can run then)."""
     limits = _limits()
     if STOPS.installed and limits:
-        due = min(limits)[0] - time.monotonic()
-        signal.setitimer(signal.ITIMER_REAL, max(due, 0.001))
+        due = max(min(limits)[0] - time.monotonic(), 0.001)
+        signal.setitimer(signal.ITIMER_REAL, due)
+        faulthandler.dump_traceback_later(due + LAST_RESORT_S, exit=True, file=sys.stderr)
+
+
+def _disarm_last_resort() -> None:
+    if STOPS.installed:
+        faulthandler.cancel_dump_traceback_later()
 
 
 def _alarm(signum: int, frame: FrameType | None) -> None:
@@ -173,6 +192,7 @@ def _alarm(signum: int, frame: FrameType | None) -> None:
         return
     took = now - (STOPS.since or now)
     STOPS.since = None
+    _disarm_last_resort()  # the handler ran: the step ends by this exception
     where = f" at {_where(frame)}" if frame is not None else ""
     grace = "grace" in missed[0]
     cause = (

@@ -155,6 +155,8 @@ class HangingCartPole(CartPoleEnv):
 
         self.steps += 1
         if self.hangs and self.steps == self.hang_at:
+            if self.hang_in == "c":  # in C code that holds the GIL: no handler runs
+                sum(range(10**15))
             while self.stubborn:  # a retry loop that swallows every Exception
                 try:
                     time.sleep(0.05)
@@ -180,6 +182,9 @@ gymnasium.register(  # every env hangs as it is built, or in every reset
 )
 gymnasium.register(
     "HangAtResetCartPole-v0", entry_point=f"{__name__}:HangingCartPole", kwargs={"hang_in": "reset"}
+)
+gymnasium.register(
+    "CHangCartPole-v0", entry_point=f"{__name__}:HangingCartPole", kwargs={"hang_in": "c"}
 )
 gymnasium.register(
     "StubbornCartPole-v0",

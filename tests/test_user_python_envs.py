@@ -236,6 +236,24 @@ def test_a_stop_cuts_an_env_that_hangs_before_training_began(tmp_path, workers, 
     assert not (tmp_path / "start").exists()
 
 
+def test_a_step_timeout_ends_a_step_stuck_in_c_code_with_its_stack(tmp_path):
+    # (no Python code runs while C code holds the GIL, so no handler can interrupt the step:
+    # the run hung for good, and said nothing of where)
+    trainer, log = hung_trainer(
+        tmp_path, "CHangCartPole-v0", 1, "c", "--total-steps", "4096", "--set",
+        "env.step_timeout_s=1",
+    )  # fmt: skip
+    try:
+        status = trainer.wait(timeout=60)
+    finally:
+        kill_quietly(trainer.pid)
+        trainer.wait()
+    output = log.read_text()
+    assert status == 1, output
+    assert "Timeout (0:00:0" in output  # faulthandler's, 1 s + LAST_RESORT_S, the stack below
+    assert re.search(r'File ".*env_worker_fixtures.py", line \d+ in step', output), output
+
+
 def test_an_env_module_in_the_current_folder_is_found(tmp_path):
     # (operant-train is a console script: its sys.path starts with its own folder, and
     # "cannot import 'myenvs' ... install the package that provides it" met a module beside
