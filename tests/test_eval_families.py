@@ -64,7 +64,7 @@ def test_episodes_that_never_end_are_cut_at_the_limit(runs):
     text = run("operant", "eval", runs / "noop.pt", "--episodes", "2", "--num-envs", "2",
                "--max-episode-steps", "40", "--runs-dir", runs)  # fmt: skip
     assert text.returncode == 0, text.stderr
-    assert "2 of them cut at the 40-step limit" in text.stdout
+    assert "2 of them cut at the 40-step limit (--max-episode-steps)\n" in text.stdout
 
 
 def test_an_env_without_a_limit_gets_evals_and_one_with_a_limit_keeps_its_own(runs, tmp_path):

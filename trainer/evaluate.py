@@ -81,6 +81,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _limit_source(args: Any, config: Any, options: dict[str, Any]) -> str:
+    """Whose the episodes' step limit is: the flag's, the run's config's, eval's (for an env
+    without one: build_policy's EVAL_STEP_LIMIT) or the env's own; how to set another."""
+    if args.max_episode_steps is not None:
+        return "--max-episode-steps"
+    if config.env.max_episode_steps is not None:
+        whose = "the run's env.max_episode_steps"
+    elif "max_episode_steps" in options:
+        whose = "eval's, for an env without a time limit"
+    else:
+        whose = "the env's time limit"
+    return f"{whose}; --max-episode-steps sets another"
+
+
 def _run_dir(path: Path) -> Path | None:
     """The run a model or checkpoint file belongs to (the folder with run.json), if any."""
     from operant.shared import runs
@@ -305,8 +319,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{loaded.kind} {loaded.path}{step}"
     )
     if result["episodes_cut"] and limit is not None:
-        cut = result["episodes_cut"]
-        print(f"{cut} of them cut at the {limit:,}-step limit (--max-episode-steps)")
+        cut, whose = result["episodes_cut"], _limit_source(args, config, options)
+        print(f"{cut} of them cut at the {limit:,}-step limit ({whose})")
     elif result["episodes_cut"]:
         print(f"{result['episodes_cut']} of them reached the env's time limit")
     if video:
