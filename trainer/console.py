@@ -65,9 +65,12 @@ class Console(Service):
             )
         if trainer.reseeded:
             self._warn_reseeded()
-        warning = large_cnn_warning(plan.config, trainer)
-        if warning is not None:
-            print(f"operant-train: warning: {warning}", file=sys.stderr, flush=True)
+        for warning in (
+            large_cnn_warning(plan.config, trainer),
+            unread_policy_options(plan.config),
+        ):
+            if warning is not None:
+                print(f"operant-train: warning: {warning}", file=sys.stderr, flush=True)
         self.started = time.perf_counter()
         self.start_step = trainer.global_step  # a resumed run's steps before this process
 
@@ -269,6 +272,27 @@ def large_cnn_warning(config: Any, trainer: Any) -> str | None:
         f"a {_size(count)}-parameter CNN at ppo.learning_rate = {rate:g}{default} tends to "
         f"diverge; large frames train with {nature}a rate like CleanRL's 2.5e-4 (the config "
         "is in docs/envs.md)"
+    )
+
+
+def unread_policy_options(config: Any) -> str | None:
+    """What to say of [policy] options set for a user's network (policy.kind = "module:Name"),
+    which builds its own: they are the built-in networks' and nothing reads them."""
+    import msgspec
+
+    from operant.trainer.user_policy import is_user_policy
+
+    policy = config.policy
+    if not is_user_policy(policy.kind):
+        return None
+    default = type(policy)()
+    fields = [field.name for field in msgspec.structs.fields(policy) if field.name != "kind"]
+    names = [f"policy.{name}" for name in fields if getattr(policy, name) != getattr(default, name)]
+    if not names:
+        return None
+    return (
+        f"{', '.join(names)}: the built-in networks' option{'s' if len(names) > 1 else ''}, not "
+        f"read for {policy.kind}, which builds its own network"
     )
 
 

@@ -205,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         if launching:
             from operant.launch import launch
 
+            say_notes(plan)
             plan.release()  # the background trainer takes the run's lock itself
             return launch(
                 sys.argv[1:] if argv is None else argv, plan.root, plan.run_id, monitor=args.monitor
@@ -282,9 +283,14 @@ def _planned(args: Any) -> Any:
         env_failed_at_start(plan, error)
         plan.release()
         return EXIT_FAILED
+    return plan
+
+
+def say_notes(plan: Any) -> None:
+    """What the plan changed from the config (a budget rounded to whole updates), said once
+    the run is sure to start: before a refusal it made two lines of one mistake."""
     for note in plan.notes:
         print(f"operant-train: {note}", file=sys.stderr, flush=True)
-    return plan
 
 
 def _resumed_dir(args: Any) -> Any:

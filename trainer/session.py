@@ -78,6 +78,9 @@ def run(args: Any, plan: RunPlan, signals: StopSignals) -> int:
         env_failed_at_start(plan, error)
         plan.release()
         return EXIT_FAILED
+    from operant.trainer.main import say_notes
+
+    say_notes(plan)
     fresh = plan.run_dir is None
     run_dir, status = open_run_dir(plan)
     if run_dir is None:
