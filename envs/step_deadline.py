@@ -11,12 +11,13 @@ The trainer's session says when the stop came (`watch_stops`); then
   env's Python code is (a loop, `time.sleep`, a socket wait), naming the file and line, and
   the env's face turns it into the env's failure (the run ends as failed, its last good
   checkpoint kept). A step stuck in C code that holds the GIL runs no handler, nor any
-  other Python code: LAST_RESORT_S after a limit armed before it got stuck (its
-  env.step_timeout_s, armed as it starts; a stop taken before it began) faulthandler's own
-  thread (C) writes every thread's stack ("Timeout (0:00:06)!") and ends the process, exit
-  status 1, without the run's last line or metrics (a reader sees its process gone). A stop
-  signal that comes while such a step is stuck is not even taken (its handler is Python):
-  the service manager's stop timeout ends that process.
+  other Python code (and an env may swallow even EnvStepHung and go on): LAST_RESORT_S
+  after a limit armed before it got stuck (its env.step_timeout_s, armed as it starts; a
+  stop taken before it began) faulthandler's own thread (C) writes every thread's stack
+  ("Timeout (0:00:06)!") and ends the process, exit status 1, without the run's last line
+  or metrics (a reader sees its process gone). A stop signal that comes while such a step
+  is stuck is not even taken (its handler is Python): the service manager's stop timeout
+  ends that process.
 
 The alarm is armed only for a step with a limit (a timeout, or a stop that came), for the
 moment the limit ends, and disarmed when a step with a timeout returns, so training without
@@ -32,7 +33,6 @@ import contextlib
 import faulthandler
 import os
 import signal
-import sys
 import sysconfig
 import threading
 import time
@@ -43,6 +43,7 @@ from typing import Any
 
 STOP_GRACE_S = 30.0
 """env.stop_grace_s's default."""
+STDERR_FD = 2
 LAST_RESORT_S = 5.0
 """How long after a step's limit a process whose handler could not run (a step stuck in C
 code that holds the GIL) is ended by faulthandler, with every thread's stack, exit status 1."""
@@ -90,6 +91,7 @@ def watch_stops(clock: StopClock | None, grace_s: float = STOP_GRACE_S) -> None:
     if clock is not None:
         install()
     elif STOPS.installed:
+        faulthandler.cancel_dump_traceback_later()
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, STOPS.previous or signal.SIG_DFL)
         STOPS.installed = False
@@ -176,7 +178,8 @@ def _arm() -> None:
     if STOPS.installed and limits:
         due = max(min(limits)[0] - time.monotonic(), 0.001)
         signal.setitimer(signal.ITIMER_REAL, due)
-        faulthandler.dump_traceback_later(due + LAST_RESORT_S, exit=True, file=sys.stderr)
+        # fd 2 itself: sys.stderr may be an object without a file descriptor (a notebook's)
+        faulthandler.dump_traceback_later(due + LAST_RESORT_S, exit=True, file=STDERR_FD)
 
 
 def _disarm_last_resort() -> None:
@@ -192,7 +195,8 @@ def _alarm(signum: int, frame: FrameType | None) -> None:
         return
     took = now - (STOPS.since or now)
     STOPS.since = None
-    _disarm_last_resort()  # the handler ran: the step ends by this exception
+    # The last resort stays armed until the step has left env_step(): an env that swallows
+    # even this BaseException and goes on is ended by it.
     where = f" at {_where(frame)}" if frame is not None else ""
     grace = "grace" in missed[0]
     cause = (

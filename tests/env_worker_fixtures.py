@@ -157,6 +157,11 @@ class HangingCartPole(CartPoleEnv):
         if self.hangs and self.steps == self.hang_at:
             if self.hang_in == "c":  # in C code that holds the GIL: no handler runs
                 sum(range(10**15))
+            while self.hang_in == "unkillable":  # swallows even BaseException
+                try:
+                    time.sleep(0.05)
+                except BaseException:
+                    pass
             while self.stubborn:  # a retry loop that swallows every Exception
                 try:
                     time.sleep(0.05)
@@ -185,6 +190,11 @@ gymnasium.register(
 )
 gymnasium.register(
     "CHangCartPole-v0", entry_point=f"{__name__}:HangingCartPole", kwargs={"hang_in": "c"}
+)
+gymnasium.register(
+    "UnkillableCartPole-v0",
+    entry_point=f"{__name__}:HangingCartPole",
+    kwargs={"hang_in": "unkillable"},
 )
 gymnasium.register(
     "StubbornCartPole-v0",

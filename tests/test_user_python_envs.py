@@ -236,13 +236,14 @@ def test_a_stop_cuts_an_env_that_hangs_before_training_began(tmp_path, workers, 
     assert not (tmp_path / "start").exists()
 
 
-def test_a_step_timeout_ends_a_step_stuck_in_c_code_with_its_stack(tmp_path):
-    # (no Python code runs while C code holds the GIL, so no handler can interrupt the step:
-    # the run hung for good, and said nothing of where)
+@pytest.mark.parametrize("env_id", ["CHangCartPole-v0", "UnkillableCartPole-v0"])
+def test_a_step_timeout_ends_a_step_no_exception_ends_with_its_stack(tmp_path, env_id):
+    # (no Python code runs while C code holds the GIL, so no handler can interrupt the step;
+    # an env may swallow even a BaseException: the run hung for good, and said nothing of
+    # where)
     trainer, log = hung_trainer(
-        tmp_path, "CHangCartPole-v0", 1, "c", "--total-steps", "4096", "--set",
-        "env.step_timeout_s=1",
-    )  # fmt: skip
+        tmp_path, env_id, 1, "c", "--total-steps", "4096", "--set", "env.step_timeout_s=1"
+    )
     try:
         status = trainer.wait(timeout=60)
     finally:
