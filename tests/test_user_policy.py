@@ -21,8 +21,9 @@ import torch
 from user_runs import command
 
 from operant.envs.contract import ActSpec, ObsSpec
+from operant.trainer.cleanrl_policy import CleanRLPolicy
 from operant.trainer.config import ConfigError, load_config
-from operant.trainer.user_policy import CleanRLPolicy, build_user_policy, spaces_of
+from operant.trainer.user_policy import build_user_policy, spaces_of
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 SMALL = ["--set", "env.num_envs=8", "--set", "ppo.num_steps=32", "--set", "ppo.num_minibatches=2"]

@@ -182,7 +182,7 @@ def compose(
     services: list[Service] = [
         # Under torchrun the stop is the group's decision, taken with the checkpoints'.
         *([StopOnSignal(signals)] if group is None else []),
-        StopsReachEnvSteps(signals, config.env.stop_grace_s),
+        StopsReachEnvSteps(config.env.stop_grace_s),
         records,
         # What a full disk refuses first (the metrics file, run.json, each written whole or
         # not at all); then a resumed run's records are cut: a start that fails leaves them.
@@ -215,29 +215,18 @@ def compose(
 
 class StopsReachEnvSteps(Service):
     """A stop waits for an update boundary; an env step that hangs must not hold it for good:
-    while the run trains, a worker's step, or a Python env's step in this process, ends as
-    the env's failure `grace_s` after a stop signal (operant.envs.step_deadline)."""
+    operant-train's main watches env steps from its first second (operant.envs.step_deadline:
+    a worker's step, or a Python env's in this process, ends as the env's failure `grace_s`
+    after a stop signal); the session gives that watch the run's own grace (a torchrun rank
+    plans its run apart from main's plan)."""
 
     role = Role.EVERY_RANK
 
-    def __init__(self, signals: StopSignals, grace_s: float):
-        self.signals, self.grace_s = signals, grace_s
+    def __init__(self, grace_s: float):
+        self.grace_s = grace_s
 
     def on_start(self) -> None:
-        step_deadline.watch_stops(self._clock, self.grace_s)
-        if step_deadline.stop_came not in self.signals.on_stop:
-            self.signals.on_stop.append(step_deadline.stop_came)
-
-    def close(self) -> None:
-        if step_deadline.stop_came in self.signals.on_stop:
-            self.signals.on_stop.remove(step_deadline.stop_came)
-        step_deadline.watch_stops(None)
-
-    def _clock(self) -> tuple[float, str] | None:
-        """When the stop signal came (time.monotonic) and its name; None before one."""
-        if not self.signals.stop_requested:
-            return None
-        return self.signals.received_at, self.signals.name
+        step_deadline.set_grace(self.grace_s)
 
 
 def _checkpoints(

@@ -21,9 +21,9 @@ import numpy as np
 import torch
 
 from operant.envs import make_env, resolve_impl
-from operant.envs.registry import InvalidActionError
 from operant.shared import atomic
 from operant.shared.record import PHASES, UpdateRecord
+from operant.trainer import user_policy
 from operant.trainer.allocator import keep_freed_memory
 from operant.trainer.collect import as_tensor, make_collector
 from operant.trainer.config import Config, Derived, derive, to_dict
@@ -39,7 +39,6 @@ from operant.trainer.policies import choose_policy
 from operant.trainer.ppo import compute_gae, ppo_update
 from operant.trainer.storage import RolloutStorage
 from operant.trainer.update_record import SOLVE_WINDOW, make_record  # noqa: F401
-from operant.trainer.user_policy import PolicyFailedError, blame, is_user_policy
 
 # Rank r seeds its sampling generators with train.seed + r * this (rank 0: a lone trainer's).
 RANK_SEED_STRIDE = 1_000_003
@@ -275,7 +274,7 @@ class Trainer:
         (None when no update was left to train)."""
         self.started = time.perf_counter() - self.elapsed_offset_s
         while self.update < self.derived.num_updates and not should_stop():
-            record = self._update_blaming_the_users_policy()
+            record = user_policy.train_update(self)  # a user's network's failure named
             started = time.perf_counter_ns()
             if self.log is not None:
                 self.log(record)
@@ -283,23 +282,6 @@ class Trainer:
             if self.solved_at is not None and self.config.train.target_return is not None:
                 break
         return self.last_record
-
-    def _update_blaming_the_users_policy(self) -> UpdateRecord:
-        """train_update; where a user's network (policy.kind = "module:Name") raised in it,
-        that network's failure (PolicyFailedError), not operant's."""
-        if not is_user_policy(self.config.policy.kind):
-            return self.train_update()
-        try:
-            return self.train_update()
-        except InvalidActionError as error:  # the actions are the user's network's
-            raise PolicyFailedError(
-                f"the policy {self.config.policy.kind} gave an action the env refuses: {error}"
-            ) from error
-        except Exception as error:
-            failure = blame(self.config.policy.kind, error, self.flat.all_finite())
-            if failure is None:
-                raise
-            raise failure from error
 
     @property
     def finished(self) -> bool:
