@@ -174,6 +174,20 @@ def evaluate(folder: Path, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+def trained_beside(
+    folder: Path, module: str, source: str, env: str, kind: str, run_id: str, *args: str
+) -> subprocess.CompletedProcess:
+    """operant-train of a network of the user's, `source` written as `module`.py in `folder`
+    and the trainer started there (run `run_id` under folder/runs); it must finish."""
+    (folder / f"{module}.py").write_text(textwrap.dedent(source))
+    done = train(
+        folder, "--env", env, "--set", f"policy.kind={kind}", "--runs-dir", "runs",
+        "--run-id", run_id, *args,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done
+
+
 def test_cleanrl_example_agent_trains_unchanged_evaluates_and_loads_back(tmp_path):
     runs = tmp_path / "runs"
     done = train(
@@ -268,12 +282,9 @@ def test_the_built_in_networks_options_are_said_to_be_unread():
 
 
 def test_a_heads_policy_of_the_users_learns(tmp_path):
-    (tmp_path / "mynets.py").write_text(textwrap.dedent(HEADS))
-    done = train(
-        tmp_path, "--env", "CartPole-v1", "--set", "policy.kind=mynets:Net",
-        "--runs-dir", "runs", "--run-id", "heads", "--total-steps", "122880",
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    done = trained_beside(
+        tmp_path, "mynets", HEADS, "CartPole-v1", "mynets:Net", "heads", "--total-steps", "122880"
+    )
     assert "mynets:Net policy" in done.stdout + done.stderr
     records = [json.loads(line) for line in (tmp_path / "runs/heads/progress.jsonl").open()]
     # A random CartPole policy returns about 22.
@@ -281,12 +292,10 @@ def test_a_heads_policy_of_the_users_learns(tmp_path):
 
 
 def test_a_continuous_agent_trains_and_eval_asks_for_stochastic(tmp_path):
-    (tmp_path / "cont.py").write_text(textwrap.dedent(CONTINUOUS))
-    done = train(
-        tmp_path, "--env", "Pendulum-v1", "--set", "policy.kind=cont:Agent", *SMALL,
-        "--runs-dir", "runs", "--run-id", "pendulum", "--total-steps", "8192",
+    done = trained_beside(
+        tmp_path, "cont", CONTINUOUS, "Pendulum-v1", "cont:Agent", "pendulum", *SMALL,
+        "--total-steps", "8192",
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr
     assert "cont:Agent policy (643 parameters)" in done.stdout + done.stderr
     greedy = evaluate(tmp_path, "runs/pendulum", "--episodes", "2")
     assert greedy.returncode == 2
@@ -437,12 +446,10 @@ def test_a_normed_network_is_probed_and_evaluated_in_eval_mode(user_folder):
 
 
 def test_weights_of_another_shape_name_the_first_that_differs(tmp_path):
-    (tmp_path / "mynets.py").write_text(textwrap.dedent(HEADS))
-    done = train(
-        tmp_path, "--env", "CartPole-v1", "--set", "policy.kind=mynets:Net", *SMALL,
-        "--runs-dir", "runs", "--run-id", "net", "--total-steps", "512",
+    trained_beside(
+        tmp_path, "mynets", HEADS, "CartPole-v1", "mynets:Net", "net", *SMALL,
+        "--total-steps", "512",
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr
     (tmp_path / "mynets.py").write_text(textwrap.dedent(HEADS).replace("64", "128"))
     played = evaluate(tmp_path, "runs/net", "--episodes", "1")
     assert played.returncode == 2
