@@ -21,6 +21,9 @@ extensions = [
         f"operant.cext.{name}",
         [f"cext/{name}.pyx"],
         include_dirs=["cext"],
+        # a header edit rebuilds the modules (setuptools compares only the .c with the .so
+        # otherwise, and an edited minatar_seaquest.h left the old kernel in place)
+        depends=sorted(glob.glob("cext/*.h")),
         extra_compile_args=[*COMPILE_ARGS, *EXTRA_COMPILE_ARGS.get(name, [])],
     )
     for name in kernels
