@@ -1,10 +1,9 @@
 """The native CartPole kernel against Gymnasium's CartPole-v1, whole trajectories at a time."""
 
-import tracemalloc
-
 import gymnasium
 import numpy as np
 import pytest
+import traced
 
 from operant.envs import InvalidActionError, make_env
 
@@ -111,16 +110,10 @@ def test_no_allocation_per_step_after_warmup():
     env.actions[:] = np.random.default_rng(0).integers(0, 2, size=4096)
     for _ in range(100):
         env.step_bound()
-    tracemalloc.start()
-    before, _ = tracemalloc.get_traced_memory()
-    for _ in range(5000):
-        env.kernel.step()
-    after, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
     # Any per-step allocation would show up 5,000 times over; what remains is the
     # interpreter's own bookkeeping for the loop (a few dozen bytes, independent of steps).
-    assert after - before < 256
-    assert peak - before < 1024
+    found = traced.windows(traced.repeat(env.kernel.step, 5000))
+    assert traced.clean(found, held_below=256, peak_below=1024), found
 
 
 def test_bad_actions_are_refused_with_a_clear_message():

@@ -4,12 +4,11 @@ step."""
 
 from __future__ import annotations
 
-import tracemalloc
-
 import gymnasium
 import numpy as np
 import pytest
 import torch
+import traced
 
 from operant.envs import ENVS, make_env
 
@@ -135,16 +134,10 @@ def test_native_step_allocates_nothing(env_id):
     for _ in range(50):
         env.step_bound()
     kernel = env.kernel
-    tracemalloc.start()
-    before, _ = tracemalloc.get_traced_memory()
-    for _ in range(1000):
-        kernel.step()
-    after, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
     # Any per-step allocation would show up 1,000 times over; what remains is the
     # interpreter's own bookkeeping for the loop (a few dozen bytes, independent of steps).
-    assert after - before < 256
-    assert peak - before < 1024
+    found = traced.windows(traced.repeat(kernel.step, 1000))
+    assert traced.clean(found, held_below=256, peak_below=1024), found
 
 
 @pytest.mark.parametrize("env_id", list(ENVS))

@@ -12,6 +12,7 @@ import sys
 
 import numpy as np
 import pytest
+import traced
 
 from operant.envs import InvalidActionError, make_env
 from operant.envs.contract import BatchEnv
@@ -273,30 +274,21 @@ def test_pettingzoo_parallel_face_passes_pettingzoos_api_test():
 
 
 def test_stepping_allocates_nothing_after_warm_up():
-    import tracemalloc
-
     env = GridVectorEnv(8, copy=False, validate=True, profile=True, agents=6, max_episode_steps=20)
     env.reset(seed=3)
     actions = np.random.default_rng(2).integers(0, 9, size=(60, env.layout.num_rows))
     for row in actions:  # warm-up: the same loop once (Python's own caches fill here)
         env.actions[:] = row
         env.step_bound()
-    # What this test and tracemalloc allocate themselves (the loop, the snapshots, whose
-    # Sequence checks fill abc's caches) is not the env's.
-    ignore = [
-        tracemalloc.Filter(False, name) for name in (tracemalloc.__file__, __file__, "<frozen abc>")
-    ]
-    tracemalloc.start()
-    try:
-        before = tracemalloc.take_snapshot().filter_traces(ignore)
+
+    def steps() -> None:
         for row in actions:
             env.actions[:] = row
             env.step_bound()
-        after = tracemalloc.take_snapshot().filter_traces(ignore)
-    finally:
-        tracemalloc.stop()
-    grown = [stat for stat in after.compare_to(before, "filename") if stat.size_diff > 0]
-    assert grown == []
+
+    # What this test and tracemalloc allocate themselves (the loop, the snapshots, whose
+    # Sequence checks fill abc's caches) is not the env's.
+    assert traced.grown(steps, ignore=(__file__, traced.__file__, "<frozen abc>")) == []
 
 
 def test_a_list_of_seeds_seeds_each_world_as_the_other_families_do():

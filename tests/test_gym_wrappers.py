@@ -13,12 +13,11 @@
 
 from __future__ import annotations
 
-import tracemalloc
-
 import gymnasium
 import numpy as np
 import pytest
 import torch
+import traced
 from gymnasium.utils.env_checker import check_env
 from gymnasium.vector import AutoresetMode
 from gymnasium.wrappers import vector as wrappers
@@ -262,16 +261,8 @@ def test_next_step_native_step_allocates_nothing_with_copy_false():
     actions = np.ones(64, dtype=np.int64)
     for _ in range(20):
         env.step(actions)
-    tracemalloc.start()
-    before = tracemalloc.take_snapshot()
-    for _ in range(1000):
-        env.step(actions)
-    after = tracemalloc.take_snapshot()
-    tracemalloc.stop()
-    grown = sum(
-        stat.size_diff for stat in after.compare_to(before, "filename") if stat.size_diff > 0
-    )
-    assert grown < 4096
+    grown = traced.grown(traced.repeat(lambda: env.step(actions), 1000))
+    assert sum(stat.size_diff for stat in grown) < 4096, grown
 
 
 def test_autoreset_mode_is_refused_in_one_line_when_unknown():

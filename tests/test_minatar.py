@@ -12,11 +12,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tracemalloc
 
 import gymnasium
 import numpy as np
 import pytest
+import traced
 
 from operant.cext.minatar import GAMES
 from operant.envs import EnvError, InvalidActionError, make_env
@@ -261,24 +261,8 @@ def test_no_allocation_per_step(env_id):
     kernel = env.kernel
     for _ in range(10):
         kernel.step()
-    # tracemalloc sees every thread of the process, and xdist's channel thread allocates when
-    # its controller sends the next test (2,146 bytes held once in CI): a kernel that
-    # allocates does so in every window, a thread's passing allocation in one of three.
-    windows = [_allocated_over(kernel.step, 1000) for _ in range(3)]
-    assert any(held < 256 and peak < 1024 for held, peak in windows), windows
-
-
-def _allocated_over(call, count: int) -> tuple[int, int]:
-    """Bytes traced as held after `count` calls and at their peak, over the start."""
-    tracemalloc.start()
-    try:
-        before, _ = tracemalloc.get_traced_memory()
-        for _ in range(count):
-            call()
-        after, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    return after - before, peak - before
+    found = traced.windows(traced.repeat(kernel.step, 1000))
+    assert traced.clean(found, held_below=256, peak_below=1024), found
 
 
 @needs_minatar

@@ -7,10 +7,9 @@ as rows with the token encoder policy; and MinAtar's uint8 frames with the CNN p
 
 from __future__ import annotations
 
-import tracemalloc
-
 import pytest
 import torch
+import traced
 from torch.profiler import ProfilerActivity, profile
 
 from operant.trainer.config import load_config
@@ -69,25 +68,15 @@ def test_rollout_allocates_nothing_after_warm_up(env_id, extra):
     trainer.collect()  # warm-up: workspaces and lazily made buffers
 
     # tracemalloc first: the profiler below leaves work behind it (its own threads and
-    # buffers) that would show up in a traced window after it.
-    tracemalloc.start()
-    try:
-        # One traced rollout first: the interpreter grows a few internal tables and free
-        # lists (a few hundred bytes to ~2 KiB, once) the first time code runs under tracing.
-        trainer.collect()
-        tracemalloc.reset_peak()
-        baseline, _ = tracemalloc.get_traced_memory()
-        for _ in range(3):
-            trainer.collect()
-        current, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    # buffers) that would show up in a traced window after it. Each window's traced warm-up
+    # rollout lets the interpreter grow its tables for tracing outside the window.
+    found = traced.windows(traced.repeat(trainer.collect, 3), warm=trainer.collect)
     assert storage_allocations(trainer.collect) == []
 
     # Transient Python objects (tensor wrappers, ints) come and go; one array of the rollout
-    # (16 KiB per float32 per env) would not fit in either bound.
-    assert peak - baseline < 8 * 1024, f"peak {peak - baseline} bytes during a rollout"
-    assert current - baseline < 1024, f"{current - baseline} bytes kept over 3 rollouts"
+    # (16 KiB per float32 per env) would not fit in either bound: (held over 3 rollouts,
+    # peak during them) in bytes, one window of three clean.
+    assert traced.clean(found, held_below=1024, peak_below=8 * 1024), found
     # The bootstrap path ran: episodes were truncated at 5 steps during the rollout.
     assert int(trainer.storage.dones.sum()) >= NUM_ENVS * 3
 
