@@ -215,6 +215,26 @@ def import_env_module(module: str) -> None:
             raise
 
 
+def shadowed(module: str) -> str:
+    """Why `module:Name` found no Name where the current folder holds a file of the module's
+    name that was not the one imported: another module of that name comes first on sys.path
+    (the standard library's `test`, `code` or `types`, a package installed under that name).
+    A clause to end an error line with, or ""."""
+    top = module.partition(".")[0]
+    here = os.path.realpath(os.getcwd())
+    mine = [name for name in (f"{top}.py", top) if os.path.exists(os.path.join(here, name))]
+    if not mine:
+        return ""
+    origin = getattr(sys.modules.get(top), "__file__", None)
+    if origin is not None and os.path.realpath(origin).startswith(here + os.sep):
+        return ""
+    where = f"from {origin}" if origin else "from Python itself (a built-in module)"
+    return (
+        f"; {top!r} was imported {where}, not from ./{mine[0]}, which a module of that name "
+        "earlier on sys.path hides: rename your file"
+    )
+
+
 def _implemented() -> str:
     """Every id operant implements itself: the classic-control envs and the families."""
     return ", ".join([*ENVS, *FAMILIES])
@@ -276,9 +296,11 @@ def resolve_impl(env_id: str, impl: str) -> str:
                     " (an env your own module registers: name the module too, as "
                     f"'package.module:{key}')"
                 )
+            if ":" in env_id:
+                own = shadowed(env_id.partition(":")[0])
             raise EnvError(
                 f"unknown env id {env_id!r}: operant implements {_implemented()}, "
-                f"and Gymnasium says: {refusal}{own}"
+                f"and Gymnasium says: {refusal.rstrip('.') if own[:1] == ';' else refusal}{own}"
             )
         return "reference"
     if impl == "reference":

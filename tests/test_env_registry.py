@@ -97,6 +97,18 @@ def test_unknown_env_id_names_it_and_what_exists():
         lookup("operant/NoSuchEnv-v0")
 
 
+def test_a_module_of_the_users_hidden_by_the_standard_librarys_is_named(tmp_path, monkeypatch):
+    # ./code.py, an env module of the user's; `code` is the standard library's, found first
+    (tmp_path / "code.py").write_text("import operant\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(EnvError) as raised:
+        make_env("code:Mine-v0", 2)
+    said = str(raised.value)
+    assert "Gymnasium says: Environment `Mine` doesn't exist; 'code' was imported from " in said
+    assert said.endswith("not from ./code.py, which a module of that name earlier on sys.path "
+                         "hides: rename your file")  # fmt: skip
+
+
 def test_unknown_or_unavailable_impl_names_what_was_asked():
     with pytest.raises(EnvError, match=r"unknown env impl 'cuda'; choose one of: auto, native"):
         make_env("CartPole-v1", 2, impl="cuda")

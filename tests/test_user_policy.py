@@ -357,6 +357,9 @@ BAD = [
     ("broken:OutOfRange", "get_action_and_value(x)'s actions for 64 rows came out from 0 to 2"),
     ("broken:Hidden", "it takes (envs, hidden); operant calls it as CleanRL does, Name(envs): "),
     (":Agent", "a policy of yours is named module:Name"),
+    # ./code.py holds the Agent, but `code` is the standard library's, found first
+    ("code:Agent", "has no class or function 'Agent'; 'code' was imported from "),
+    ("code:Agent", "not from ./code.py, which a module of that name earlier on sys.path hides"),
 ]
 
 
@@ -367,6 +370,7 @@ def user_folder(tmp_path, monkeypatch):
     (tmp_path / "agents.py").write_text((EXAMPLES / "cleanrl_ppo.py").read_text())
     (tmp_path / "broken.py").write_text(textwrap.dedent(BROKEN))
     (tmp_path / "failing.py").write_text("1 / 0\n")
+    (tmp_path / "code.py").write_text((EXAMPLES / "cleanrl_ppo.py").read_text())
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
     for name in ("agents", "broken", "failing"):

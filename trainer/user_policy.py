@@ -103,7 +103,7 @@ def spaces_of(obs_spec: ObsSpec, act_spec: ActSpec) -> tuple[spaces.Box, spaces.
 
 def load_factory(kind: str) -> Callable[..., Any]:
     """`Name` of `module:Name`; ConfigError naming policy.kind when it cannot be had."""
-    from operant.envs.registry import import_env_module
+    from operant.envs.registry import import_env_module, shadowed
 
     module, _, name = kind.partition(":")
     if not module or not name:
@@ -130,6 +130,7 @@ def load_factory(kind: str) -> Callable[..., Any]:
     if not callable(factory):
         raise ConfigError(
             f"policy.kind = {kind!r}: module {module} has no class or function {name!r}"
+            f"{shadowed(module)}"
         )
     return factory
 
