@@ -313,6 +313,32 @@ def test_a_ranks_refusal_is_its_one_line(tmp_path):
     )
 
 
+def test_a_network_every_rank_refuses_is_said_once(tmp_path):
+    # Each rank builds its trainer and tries the network there (the launcher builds no env):
+    # two ranks said the same refusal, run together on one line.
+    root = tmp_path / "runs"
+    result = run("operant-train", "--nproc-per-node", "2", "--runs-dir", str(root),
+                 "--set", "policy.kind=nowhere:Agent", env=_environ())  # fmt: skip
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (
+        "operant-train: policy.kind = 'nowhere:Agent': no module named 'nowhere' on sys.path "
+        "or in the current folder; run this where the module is, or install it\n"
+    )
+    assert not root.exists()
+
+
+def test_refusals_of_some_ranks_are_each_named(capsys):
+    from operant.trainer.ranks import _say_refusals
+
+    _say_refusals(["no GPU 1 here", None, "no GPU 1 here"])
+    _say_refusals(["a", "b"])
+    _say_refusals(None)  # a rank other than 0 says nothing
+    assert capsys.readouterr().err == (
+        "operant-train[rank 0]: no GPU 1 here\noperant-train[rank 2]: no GPU 1 here\n"
+        "operant-train[rank 0]: a\noperant-train[rank 1]: b\n"
+    )
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="refusals of a machine without CUDA")
 @pytest.mark.parametrize(
     ("overrides", "start"),

@@ -37,6 +37,20 @@ def _say(launch: Launch, text: str, every_rank: bool = False) -> None:
         print(f"{prefix}: {text}", file=sys.stderr, flush=True)
 
 
+def _say_refusals(problems: list[str | None] | None) -> None:
+    """Rank 0 says why the ranks could not build their trainers: once where every rank
+    refused alike (a bad network or env option fails the same everywhere: one line, as a
+    lone trainer's), else each refusing rank's own, named. Nothing on the other ranks."""
+    if problems is None:
+        return
+    said = [(rank, problem) for rank, problem in enumerate(problems) if problem]
+    if len(said) == len(problems) and len({problem for _, problem in said}) == 1:
+        print(f"operant-train: {said[0][1]}", file=sys.stderr, flush=True)
+        return
+    for rank, problem in said:
+        print(f"operant-train[rank {rank}]: {problem}", file=sys.stderr, flush=True)
+
+
 def default_run_id(env_id: str, launch: Launch) -> str:
     """A run id every rank (and every restart of the group) derives alike: the env's part as a
     lone run's (runs.env_slug), then the rendezvous id."""
@@ -183,10 +197,10 @@ def _train(args: Any, launch: Launch, group: Group, signals: StopSignals, plan: 
     try:
         trainer = session.build_trainer(plan, group)
     except (CheckpointError, ConfigError, EnvError) as error:
-        problem = f"{plan.checkpoint or 'config'}: {error}"
+        # a checkpoint's refusal names it; a config's reads as a lone trainer's
+        problem = f"{plan.checkpoint}: {error}" if plan.checkpoint else str(error)
     if any(group.agree([problem is not None])):
-        if problem:
-            _say(launch, problem, every_rank=True)
+        _say_refusals(group.gather_to_zero(problem, "gathering the ranks' refusals"))
         return EXIT_USAGE
     assert trainer is not None
     group.broadcast_(trainer.flat.param.data, "the initial parameters' broadcast")
