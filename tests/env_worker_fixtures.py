@@ -299,3 +299,23 @@ class HeavyCartPole(CartPoleEnv):
 gymnasium.register(
     "HeavyCartPole-v0", entry_point=f"{__name__}:HeavyCartPole", max_episode_steps=500
 )
+
+
+class LazyHeavyCartPole(CartPoleEnv):
+    """CartPole that takes its `megabytes` on its first step (a renderer or buffer made
+    lazily), none before."""
+
+    def __init__(self, megabytes: int = 8, **kwargs):
+        super().__init__(**kwargs)
+        self.megabytes = megabytes
+        self.ballast = None
+
+    def step(self, action):
+        if self.ballast is None:
+            self.ballast = np.ones(self.megabytes << 20, np.uint8)
+        return super().step(action)
+
+
+gymnasium.register(
+    "LazyHeavyCartPole-v0", entry_point=f"{__name__}:LazyHeavyCartPole", max_episode_steps=500
+)

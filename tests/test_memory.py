@@ -189,6 +189,9 @@ def test_a_python_envs_own_memory_is_measured_and_refused_before_anything_is_bui
     del freed
     shape = preflight.probe_env("env_worker_fixtures:HeavyCartPole-v0", "reference")
     assert 8 << 20 <= shape.env_bytes < 10 << 20, shape.env_bytes
+    # memory an env first takes in its step counts too (the probe steps it once)
+    lazy = preflight.probe_env("env_worker_fixtures:LazyHeavyCartPole-v0", "reference")
+    assert 8 << 20 <= lazy.env_bytes < 10 << 20, lazy.env_bytes
     assert preflight.probe_env("CartPole-v1", "native").env_bytes is None
     free, _ = memory.available()
     envs = int(free / (8 << 20) * 1.5) + 1  # one and a half times what fits

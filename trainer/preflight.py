@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import psutil
 
 from operant.trainer.config import ConfigError
@@ -144,8 +145,9 @@ def measure_env_bytes(build: Callable[[], Any]) -> int | None:
     CartPole and about 2 MB for an Atari emulator, which the estimate had counted as 4 KiB.
     The larger of the resident growth (C and C++ allocations: an emulator's) after the C
     heap's free memory went back to the system, and what tracemalloc saw Python and numpy
-    allocate (which a heap with free memory serves without growing). Memory an env first
-    takes in `step` is not seen. None where the env raises (as `_reset_quietly`)."""
+    allocate (which a heap with free memory serves without growing). The env takes one step
+    too (`_step_once`): memory made on a first step (a renderer, a lazy buffer) is its own.
+    None where the env raises (as `_reset_quietly`)."""
     process = psutil.Process()
     _trim_heap()
     tracing = tracemalloc.is_tracing()
@@ -157,6 +159,7 @@ def measure_env_bytes(build: Callable[[], Any]) -> int | None:
         env = build()
         try:
             env.reset(seed=0)
+            _step_once(env)
             resident = process.memory_info().rss - before
             traced = tracemalloc.get_traced_memory()[0] - traced_before
             return max(0, resident, traced)
@@ -168,6 +171,15 @@ def measure_env_bytes(build: Callable[[], Any]) -> int | None:
     finally:
         if not tracing:
             tracemalloc.stop()
+
+
+def _step_once(env: Any) -> None:
+    """One step of `env` with a valid action: the first discrete one, or the point of the
+    action box nearest 0."""
+    spec = env.act_spec
+    if not spec.discrete:
+        env.actions[:] = np.clip(0.0, spec.low, spec.high)
+    env.step_bound()
 
 
 def _unless_hung(error: Exception) -> None:
