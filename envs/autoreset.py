@@ -194,6 +194,17 @@ class NextStepFace:
         return (*buffers, {})
 
 
+def next_step_state(face: NextStepFace | None) -> dict[str, Any]:
+    """What a NEXT_STEP face adds to its env's state_dict (live buffers, so load_state_dict
+    copies into them): which envs the next step resets, their episode having ended on the
+    last, and the observations the last step returned (terminal ones where episodes ended).
+    Without them a restored env stepped an ended env on instead of resetting it. {} without
+    a face (SAME_STEP)."""
+    if face is None:
+        return {}
+    return {"next_step.pending": face.pending, "next_step.obs": face.obs}
+
+
 def step_next_step_face(env: Any) -> tuple[Any, ...]:
     """Gymnasium's step of an env made with NEXT_STEP autoreset: its face steps (the actions
     are loaded already), the frames follow when it renders, and the face's outputs return."""

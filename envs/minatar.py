@@ -38,6 +38,7 @@ from operant.envs.autoreset import (
     HELD_LENGTH,
     Held,
     NextStepFace,
+    next_step_state,
     step_next_step_face,
     with_autoreset_mode,
 )
@@ -340,7 +341,7 @@ class MinAtarVectorEnv(SlotBinding, _MinAtarFace):
         state = {f"kernel.{name}": getattr(self.kernel, name) for name in STATE}
         state["kernel.stats"] = state["kernel.stats"].view(np.float64)
         state["obs"] = self.obs
-        return state
+        return {**state, **next_step_state(self._next_step)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         targets = self.state_dict()

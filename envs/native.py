@@ -41,6 +41,7 @@ from operant.envs.autoreset import (
     HELD_LENGTH,
     Held,
     NextStepFace,
+    next_step_state,
     step_next_step_face,
     with_autoreset_mode,
 )
@@ -349,7 +350,7 @@ class NativeVectorEnv(SlotBinding, RenderFace, VectorEnv):
         for prefix in self._state_prefixes():
             arrays[f"{prefix}.stats"] = arrays[f"{prefix}.stats"].view(np.float64)
         arrays["obs"] = self.obs
-        return arrays
+        return {**arrays, **next_step_state(self._next_step)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Copy arrays with state_dict()'s names, dtypes and shapes into the live ones (a

@@ -68,6 +68,7 @@ from operant.envs.autoreset import (
     HELD_LENGTH,
     Held,
     NextStepFace,
+    next_step_state,
     step_next_step_face,
     with_autoreset_mode,
 )
@@ -393,7 +394,8 @@ class TorchVectorEnv(RenderFace, VectorEnv):
     # --- explicit state (BatchEnv contract) -------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """The live tensors that hold this env's state, under stable names."""
-        return {name: getattr(self, name) for name in STATE_TENSORS}
+        tensors = {name: getattr(self, name) for name in STATE_TENSORS}
+        return {**tensors, **next_step_state(self._next_step)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Copy tensors with state_dict()'s names, dtypes and shapes in place (on any device; a
