@@ -57,7 +57,10 @@ class ReferenceVectorEnv(AccountedPythonEnv, VectorEnv):
         autoreset_mode: AutoresetMode | str = AutoresetMode.SAME_STEP,
         render_mode: str | None = None,
         step_timeout_s: float | None = None,
+        env_kwargs: dict[str, Any] | None = None,
     ):
+        """`env_kwargs`: keywords of Gymnasium's env (`g=9.81` for Pendulum), passed to
+        gymnasium.make_vec (operant.envs.registry checks them against the env first)."""
         self.step_timeout_s = check_step_timeout(step_timeout_s)
         try:
             spec = gymnasium.spec(env_id)
@@ -65,7 +68,7 @@ class ReferenceVectorEnv(AccountedPythonEnv, VectorEnv):
             raise EnvError(f'unknown env id {env_id!r} for env.impl "reference": {error}') from None
         self.autoreset_mode = parse_autoreset_mode(autoreset_mode)
         check_render_mode(render_mode)
-        kwargs: dict[str, Any] = {}
+        kwargs: dict[str, Any] = dict(env_kwargs or {})
         if max_episode_steps is not None:
             kwargs["max_episode_steps"] = max_episode_steps
         if render_mode is not None:

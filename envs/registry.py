@@ -347,9 +347,10 @@ def make_env(
     refuse any other device. `overlap` makes a native env stepped in two halves, either on a
     native thread (operant.envs.overlap: the overlapped rollout's). `workers` > 1 steps a
     reference env in that many processes (operant.envs.workers); any other implementation
-    refuses it. `options` are the env's own keywords (config env.options): only families take
-    them; any other env refuses them, and a family's refusal of one (TypeError, ValueError)
-    becomes an EnvError."""
+    refuses it. `options` are the env's own keywords (config env.options): a family's, or, with
+    impl "reference", Gymnasium's env's (`g` for Pendulum), as are keywords of this call that
+    are not the reference env's own; native and torch kernels refuse them. A refused one is an
+    EnvError naming those the env takes."""
     from operant.envs.frame_stack import check_frame_stack, stack_env
     from operant.envs.info_mode import with_info_mode
 
@@ -386,6 +387,8 @@ def _make_env(
     workers: int,
     kwargs: dict[str, Any],
 ):
+    from operant.envs.env_keywords import check_keywords, gymnasium_keywords, split_keywords
+
     chosen = resolve_impl(env_id, impl)
     key = _key(env_id)
     if workers != 1:
@@ -398,10 +401,11 @@ def _make_env(
         if device is not None:
             kwargs["device"] = device
         return _make_family(FAMILIES[key], chosen, num_envs, copy, options or {}, kwargs)
-    if options:
+    if options and chosen != "reference":
         raise EnvError(
-            f"env.options: {key} takes no options (got {', '.join(sorted(options))}); they "
-            "are for envs with options of their own, such as Grid-v0: remove [env.options]"
+            f"env.options: {key}'s {chosen} implementation takes no options (got "
+            f"{', '.join(sorted(options))}); Gymnasium's env takes its own keywords with "
+            'env.impl = "reference", a family such as Grid-v0 its own: else remove [env.options]'
         )
     if overlap:
         if chosen != "native":
@@ -412,11 +416,11 @@ def _make_env(
         from operant.envs.native import NativeVectorEnv
         from operant.envs.overlap import SplitNativeVectorEnv
 
-        _check_keywords((SplitNativeVectorEnv, NativeVectorEnv), kwargs, f"{key} (native)")
+        check_keywords((SplitNativeVectorEnv, NativeVectorEnv), kwargs, f"{key} (native)")
         return SplitNativeVectorEnv(lookup(key), num_envs, copy=copy, **kwargs)
     if chosen == "torch":
         entry = lookup(key)
-        _check_keywords(entry.torch, kwargs, f"{key} (torch)")
+        check_keywords(entry.torch, kwargs, f"{key} (torch)")
         return entry.torch(entry, num_envs, device=device, copy=copy, **kwargs)
     if device is not None and str(device) != "cpu":
         raise EnvError(
@@ -426,33 +430,19 @@ def _make_env(
     if chosen == "native":
         from operant.envs.native import NativeVectorEnv
 
-        _check_keywords(NativeVectorEnv, kwargs, f"{key} (native)")
+        check_keywords(NativeVectorEnv, kwargs, f"{key} (native)")
         return NativeVectorEnv(lookup(key), num_envs, copy=copy, **kwargs)
     if workers != 1:
         from operant.envs.workers import WorkerVectorEnv
 
-        return WorkerVectorEnv(env_id, num_envs, workers, copy=copy, **kwargs)
+        own, env_kwargs = split_keywords(WorkerVectorEnv, kwargs, options)
+        env_kwargs = gymnasium_keywords(env_id, env_kwargs)
+        return WorkerVectorEnv(env_id, num_envs, workers, copy=copy, env_kwargs=env_kwargs, **own)
     from operant.envs.reference import ReferenceVectorEnv
 
-    return ReferenceVectorEnv(key, num_envs, copy=copy, **kwargs)
-
-
-def _check_keywords(factories: Any, kwargs: dict[str, Any], what: str) -> None:
-    """A keyword none of `factories` takes (a class, or a class and the one its **keywords go
-    to) is refused in one line listing those they do (rather than Python's TypeError naming
-    the class)."""
-    import inspect
-
-    taken = dict.fromkeys(
-        name
-        for factory in (factories if isinstance(factories, tuple) else (factories,))
-        for name, parameter in inspect.signature(factory).parameters.items()
-        if name not in ("self", "entry", "num_envs", "copy", "device")
-        and parameter.kind is not inspect.Parameter.VAR_KEYWORD
-    )
-    unknown = sorted(set(kwargs) - set(taken))
-    if unknown:
-        raise EnvError(f"{what} has no option {unknown[0]!r}; its options: {', '.join(taken)}")
+    own, env_kwargs = split_keywords(ReferenceVectorEnv, kwargs, options)
+    env_kwargs = gymnasium_keywords(key, env_kwargs)
+    return ReferenceVectorEnv(key, num_envs, copy=copy, env_kwargs=env_kwargs, **own)
 
 
 def workers_refusal(env_id: str, impl: str, chosen: str, workers: int) -> str | None:

@@ -137,6 +137,7 @@ class WorkerVectorEnv(AccountedPythonEnv, VectorEnv):
         max_episode_steps: int | None = None,
         autoreset_mode: AutoresetMode | str = AutoresetMode.SAME_STEP,
         step_timeout_s: float | None = None,
+        env_kwargs: dict[str, Any] | None = None,
     ):
         self.step_timeout_s = step_timeout_s
         """How long a worker may take to answer (a step, a reset); None: as long as it takes."""
@@ -153,7 +154,14 @@ class WorkerVectorEnv(AccountedPythonEnv, VectorEnv):
         self._results: list[int] = []
         self._owed: list[int] = []
         """Workers whose answer to a command has not been read yet, in order."""
-        kwargs: dict[str, Any] = {}
+        kwargs: dict[str, Any] = dict(env_kwargs or {})
+        try:  # they travel to the workers as JSON
+            json.dumps(kwargs)
+        except (TypeError, ValueError) as error:
+            raise EnvError(
+                f"the env's keywords go to env workers as JSON, and {error}: give plain "
+                "values (numbers, strings, lists, tables), or use env.workers = 1"
+            ) from None
         if max_episode_steps is not None:
             kwargs["max_episode_steps"] = max_episode_steps
         module, _, key = env_id.rpartition(":")

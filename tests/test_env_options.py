@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from operant.envs import EnvError, make_env
@@ -50,8 +51,64 @@ def test_the_trainer_builds_the_world_the_options_describe():
 
 
 def test_make_env_refuses_options_for_an_env_without_them():
-    with pytest.raises(EnvError, match=r"CartPole-v1 takes no options \(got agents\)"):
+    with pytest.raises(EnvError, match=r"CartPole-v1's native implementation takes no options"):
         make_env("CartPole-v1", 2, options={"agents": 2})
+
+
+def _pendulum_states(**kwargs):
+    env = make_env("Pendulum-v1", 4, impl="reference", copy=False, **kwargs)
+    env.reset(seed=1)
+    observed = []
+    for _ in range(20):
+        env.actions[:] = 0.5
+        env.step_bound()
+        observed.append(env.obs.copy())
+    env.close()
+    return np.stack(observed)
+
+
+def test_gymnasiums_own_keywords_reach_a_reference_env_in_process_and_in_workers():
+    # (they were a TypeError naming ReferenceVectorEnv; docs/ecosystem.md says they go to
+    # the env)
+    env = make_env("Pendulum-v1", 2, impl="reference", g=1.5)
+    assert [e.unwrapped.g for e in env.inner.envs] == [1.5, 1.5]
+    env = make_env("Pendulum-v1", 2, impl="reference", options={"g": 2.5})
+    assert env.inner.envs[0].unwrapped.g == 2.5
+    env = make_env("CartPole-v1", 2, impl="reference", sutton_barto_reward=True)
+    assert env.inner.envs[0].unwrapped._sutton_barto_reward is True
+    weightless = _pendulum_states(g=0.0)
+    assert np.array_equal(_pendulum_states(g=0.0, workers=2), weightless)
+    assert not np.array_equal(_pendulum_states(), weightless)
+
+
+def test_trainer_builds_gymnasiums_env_with_env_options():
+    config = load_config(
+        None, ["env.id=Pendulum-v1", "env.impl=reference", "env.options.g=4.0", *SMALL]
+    )
+    trainer = Trainer(config)
+    assert trainer.env.inner.envs[1].unwrapped.g == 4.0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "said"),
+    [
+        (dict(impl="reference", gee=1.0),
+         "Pendulum-v1 (Gymnasium's PendulumEnv) takes no keyword 'gee'; it takes: g"),
+        (dict(impl="native", g=1.0),
+         "Pendulum-v1 (native) has no option 'g'; its options: max_episode_steps, "
+         "autoreset_mode, render_mode; Gymnasium's env takes its own keywords with "
+         'impl="reference"'),
+        (dict(impl="reference", workers=2, g=object()),
+         "the env's keywords go to env workers as JSON, and Object of type object is not "
+         "JSON serializable: give plain values"),
+        (dict(impl="reference", workers=2, render_mode="rgb_array"),
+         "render_mode: env workers do not render; use env.workers = 1"),
+    ],
+)  # fmt: skip
+def test_a_keyword_the_env_does_not_take_is_one_line(kwargs, said):
+    with pytest.raises(EnvError) as raised:
+        make_env("Pendulum-v1", 4, **kwargs)
+    assert str(raised.value).startswith(said)
 
 
 @pytest.mark.parametrize(
@@ -59,8 +116,14 @@ def test_make_env_refuses_options_for_an_env_without_them():
     [
         (
             ["env.options.agents=2"],
-            "operant-train: env.options: CartPole-v1 takes no options (got agents); they are "
-            "for envs with options of their own, such as Grid-v0: remove [env.options]",
+            "operant-train: env.options: CartPole-v1's native implementation takes no options "
+            "(got agents); Gymnasium's env takes its own keywords with env.impl = "
+            '"reference", a family such as Grid-v0 its own: else remove [env.options]',
+        ),
+        (
+            ["env.impl=reference", "env.options.agents=2"],
+            "operant-train: CartPole-v1 (Gymnasium's CartPoleEnv) takes no keyword 'agents'; "
+            "it takes: sutton_barto_reward",
         ),
         (
             ["env.id=Grid-v0", "env.options.agent=2"],
