@@ -78,6 +78,8 @@ namespace, so the two never collide."""
 OPTIONS = ("sticky_action_prob", "difficulty_ramping", "max_episode_steps", "full_action_set")
 """The games' options (`env.options` in a config, keywords of make_env)."""
 NO_TIME_LIMIT = 2**31 - 1
+MA_LAST_ACTION = 0
+"""Every game's scalar 0: the last effective action, repeated by a sticky draw."""
 RECENT_CAPACITY = 1024
 
 
@@ -294,11 +296,17 @@ class MinAtarVectorEnv(SlotBinding, _MinAtarFace):
         OS, later resets without one continue the streams."""
         refuse_reset_options(options, "a MinAtar game")
         seed = check_seed(seed, self.num_envs)
+        # A seeded env starts as a new one does, its sticky "previous action" 0 (noop) too:
+        # MinAtar keeps it across episodes, and did across a re-seed, so `reset(seed=s)`
+        # played differently after some play (Breakout: 4 seeds in 20).
+        if isinstance(seed, int):
+            self.kernel.scalars[MA_LAST_ACTION] = 0
         if isinstance(seed, list):
             streams = per_env_streams(seed, None if self._seeded else secrets.randbits(64))
             for row, stream in enumerate(streams):
                 if stream is not None:
                     self.kernel.rng_state[row] = stream
+                    self.kernel.scalars[MA_LAST_ACTION, row] = 0
             seed = None
         elif seed is None and not self._seeded:
             seed = secrets.randbits(64)

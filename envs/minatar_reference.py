@@ -101,6 +101,7 @@ class ReferenceMinAtarEnv(AccountedPythonEnv, _MinAtarFace):
             env_seed = seed + i if isinstance(seed, int) else seed[i] if seed else None
             if env_seed is not None:
                 env.seed(env_seed % 2**32)
+                env.last_action = 0  # as a new env's (operant.envs.minatar's reset)
             env.reset()
             self._observe(i, self.obs)
         self._lengths[:] = 0
