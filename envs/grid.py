@@ -47,7 +47,7 @@ from operant.envs.registry import (
     EpisodeStats,
     InvalidActionError,
 )
-from operant.envs.seeding import check_seed, per_env_streams
+from operant.envs.seeding import check_seed, per_env_streams, seed_np_random
 
 NUM_ACTIONS = 9
 ACTION_NAMES = (
@@ -171,6 +171,7 @@ class GridVectorEnv(VectorEnv):
             seed = list(seed)[::agents]
         try:
             seed = check_seed(seed, worlds)
+            seed_np_random(self, seed)
         except ValueError as error:
             raise ValueError(
                 f"Grid-v0 ({worlds} worlds of {agents} agents): {error} (one a world, or one "

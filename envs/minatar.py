@@ -60,7 +60,7 @@ from operant.envs.registry import (
     InvalidActionError,
     invalid_action_message,
 )
-from operant.envs.seeding import check_seed, per_env_streams
+from operant.envs.seeding import check_seed, per_env_streams, seed_np_random
 from operant.envs.slots import SlotBinding
 
 GAME_IDS = {
@@ -296,6 +296,7 @@ class MinAtarVectorEnv(SlotBinding, _MinAtarFace):
         OS, later resets without one continue the streams."""
         refuse_reset_options(options, "a MinAtar game")
         seed = check_seed(seed, self.num_envs)
+        seed_np_random(self, seed)
         # A seeded env starts as a new one does, its sticky "previous action" 0 (noop) too:
         # MinAtar keeps it across episodes, and did across a re-seed, so `reset(seed=s)`
         # played differently after some play (Breakout: 4 seeds in 20).

@@ -14,7 +14,7 @@ from operant.envs.episodes import AccountedPythonEnv, EpisodeAccounting
 from operant.envs.minatar import RECENT_CAPACITY, _check_options, _MinAtarFace
 from operant.envs.native import step_outputs
 from operant.envs.registry import EnvError, InvalidActionError, invalid_action_message
-from operant.envs.seeding import check_seed
+from operant.envs.seeding import check_seed, seed_np_random
 
 
 def minatar_environment_class() -> Any:
@@ -97,6 +97,7 @@ class ReferenceMinAtarEnv(AccountedPythonEnv, _MinAtarFace):
     ):
         """Gymnasium's rule: env i is seeded with seed + i (an int) or seed[i] (a list)."""
         seed = check_seed(seed, self.num_envs)
+        seed_np_random(self, seed)
         for i, env in enumerate(self.envs):
             env_seed = seed + i if isinstance(seed, int) else seed[i] if seed else None
             if env_seed is not None:

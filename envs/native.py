@@ -64,7 +64,7 @@ from operant.envs.registry import (
     invalid_action_message,
 )
 from operant.envs.render import RenderFace
-from operant.envs.seeding import check_seed, per_env_streams
+from operant.envs.seeding import check_seed, per_env_streams, seed_np_random
 from operant.envs.slots import SlotBinding
 
 # Attributes of a kernel that make up an env's state (cext/kernel_common.pxi): what a
@@ -259,6 +259,7 @@ class NativeVectorEnv(SlotBinding, RenderFace, VectorEnv):
             "; impl=\"reference\" (Gymnasium's own env) takes Gymnasium's options",
         )
         seed = check_seed(seed, self.num_envs)
+        seed_np_random(self, seed)
         if isinstance(seed, list):
             streams = per_env_streams(seed, None if self._seeded else secrets.randbits(64))
             for (lo, hi), kernel in zip(self._kernel_rows(), self.kernels):

@@ -33,7 +33,7 @@ from operant.envs.native import allocate_buffers, load_actions, step_outputs
 from operant.envs.obs_rows import obs_rows
 from operant.envs.registry import EnvError, EnvFailedError
 from operant.envs.render import check_render_mode, init_headless_display
-from operant.envs.seeding import check_seed
+from operant.envs.seeding import check_seed, seed_np_random
 from operant.envs.step_deadline import EnvStepHung, check_step_timeout, env_step
 
 RECENT_CAPACITY = 1024
@@ -128,6 +128,7 @@ class ReferenceVectorEnv(AccountedPythonEnv, VectorEnv):
         self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
     ):
         seed = check_seed(seed, self.num_envs)
+        seed_np_random(self, seed)
         try:
             with env_step(self.step_timeout_s, "reset"):
                 obs, info = self.inner.reset(seed=seed, options=options)

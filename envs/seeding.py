@@ -80,6 +80,16 @@ def check_seed(seed: Any, num_envs: int) -> int | list[int | None] | None:
     return [None if value is None else int(value) for value in seeds]
 
 
+def seed_np_random(env: Any, seed: int | list[int | None] | None) -> None:
+    """Gymnasium's VectorEnv.reset rule for the env's own generator (`np_random`, which
+    wrappers and loggers draw from): an int seed seeds it, so `np_random_seed` reads that seed
+    and two resets with it draw alike (it was left to the OS). A list or None leaves it."""
+    if isinstance(seed, int):
+        from gymnasium.utils import seeding
+
+        env._np_random, env._np_random_seed = seeding.np_random(seed)
+
+
 def per_env_streams(seeds: list[int | None], entropy: int | None) -> list[int | None]:
     """Each env's new stream for a list of seeds: from (s_i, 0), or None (keep the stream)
     where s_i is None. `entropy`, for an env never seeded, stands in for a None entry's seed:

@@ -64,7 +64,7 @@ from operant.envs.registry import (
     InvalidActionError,
     invalid_action_message,
 )
-from operant.envs.seeding import check_seed
+from operant.envs.seeding import check_seed, seed_np_random
 from operant.envs.step_deadline import STOPS, WATCH_SLICE_S
 from operant.envs.worker_block import (
     CLOSE,
@@ -378,6 +378,7 @@ class WorkerVectorEnv(AccountedPythonEnv, VectorEnv):
         """Reset every env: env i gets seed + i for an int seed, seed[i] for a list (the
         reference impl's rule, Gymnasium's); no seed draws each env's from the OS."""
         seed = check_seed(seed, self.num_envs)
+        seed_np_random(self, seed)
         seeds = (
             [None] * self.num_envs
             if seed is None

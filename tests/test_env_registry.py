@@ -109,6 +109,29 @@ def test_a_module_of_the_users_hidden_by_the_standard_librarys_is_named(tmp_path
                          "hides: rename your file")  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    ("env_id", "kwargs"),
+    [
+        ("CartPole-v1", {"impl": "native"}),
+        ("CartPole-v1", {"impl": "torch"}),
+        ("CartPole-v1", {"impl": "reference"}),
+        ("CartPole-v1", {"impl": "native", "overlap": True}),
+        ("MinAtar-Breakout-v1", {"frame_stack": 4}),
+        ("Grid-v0", {}),
+    ],
+)
+def test_a_seeded_reset_seeds_the_vector_envs_own_generator(env_id, kwargs):
+    # Gymnasium's VectorEnv.reset rule (wrappers and loggers draw from env.np_random): it
+    # was left to the OS, np_random_seed a random 128-bit number
+    env = make_env(env_id, 2, **kwargs)
+    env.reset(seed=3)
+    first = (env.np_random_seed, env.np_random.integers(1_000_000, size=4).tolist())
+    env.reset(seed=3)
+    assert first == (3, env.np_random.integers(1_000_000, size=4).tolist())
+    seeded, _ = gymnasium.utils.seeding.np_random(3)  # as VectorEnv.reset seeds it
+    assert first[1] == seeded.integers(1_000_000, size=4).tolist()
+
+
 def test_unknown_or_unavailable_impl_names_what_was_asked():
     with pytest.raises(EnvError, match=r"unknown env impl 'cuda'; choose one of: auto, native"):
         make_env("CartPole-v1", 2, impl="cuda")

@@ -93,7 +93,13 @@ from operant.envs.registry import (
     invalid_action_message,
 )
 from operant.envs.render import RenderFace
-from operant.envs.seeding import INDEX_STRIDE, check_seed, per_env_streams, stream_base
+from operant.envs.seeding import (
+    INDEX_STRIDE,
+    check_seed,
+    per_env_streams,
+    seed_np_random,
+    stream_base,
+)
 
 RECENT_CAPACITY = 1024
 ACTION_CHECKS = ("auto", "every_step", "deferred")
@@ -308,6 +314,7 @@ class TorchVectorEnv(RenderFace, VectorEnv):
         )
         self.check_actions()
         seed = check_seed(seed, self.num_envs)
+        seed_np_random(self, seed)
         if isinstance(seed, list):
             streams = per_env_streams(seed, None if self._seeded else secrets.randbits(64))
             rows = [row for row, stream in enumerate(streams) if stream is not None]
