@@ -335,3 +335,19 @@ class BatchEnv(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
     def close(self) -> None: ...
+
+
+class NotCopyable:
+    """An env whose state lives outside Python objects (a C kernel's buffers, worker processes
+    and shared memory): pickling or copying it is refused in one line saying what to do,
+    where Cython's refusal named the kernel's fields (`self._m,self._stepper cannot be
+    converted to a Python object for pickling`)."""
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise TypeError(
+            f"{type(self).__name__} cannot be pickled or copied: its state lives in a native "
+            "kernel's buffers or in worker processes, not in Python objects. Build the env in "
+            "the process that steps it (make_env or gymnasium.make there, as AsyncVectorEnv "
+            "and SubprocVecEnv do), and copy its state between envs with state_dict() and "
+            "load_state_dict()"
+        )

@@ -45,7 +45,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from operant.envs.contract import EpisodeStats, ObsSpec, check_state
+from operant.envs.contract import EpisodeStats, NotCopyable, ObsSpec, check_state
 from operant.envs.forwarding import EnvLayer
 from operant.envs.registry import EnvError
 
@@ -90,7 +90,7 @@ def _slot_bytes(array: np.ndarray) -> np.ndarray:
     return array.reshape(*array.shape[:2], -1).view(np.uint8)
 
 
-class FrameStackEnv(EnvLayer):
+class FrameStackEnv(NotCopyable, EnvLayer):
     """The last `depth` observations of `env`'s rows, stacked along the first axis. A
     Gymnasium VectorEnv (EnvLayer), so Gymnasium's vector wrappers take it."""
 

@@ -33,6 +33,7 @@ from gymnasium.vector.utils import batch_space
 from operant.envs.autoreset import autoreset_mode
 from operant.envs.contract import (
     ActSpec,
+    NotCopyable,
     ObsSpec,
     RowLayout,
     check_state,
@@ -82,7 +83,7 @@ def _gymnasium_options(config: dict[str, Any]) -> None:
         raise GridConfigError("Grid-v0 draws no frames: render_mode must be None")
 
 
-class GridVectorEnv(VectorEnv):
+class GridVectorEnv(NotCopyable, VectorEnv):
     """`num_envs` grid worlds stepped by one kernel; BatchEnv over their agents."""
 
     metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}

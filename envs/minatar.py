@@ -45,6 +45,7 @@ from operant.envs.autoreset import (
 from operant.envs.autoreset import autoreset_mode as parse_autoreset_mode
 from operant.envs.contract import (
     ActSpec,
+    NotCopyable,
     ObsSpec,
     RowLayout,
     check_state,
@@ -184,7 +185,7 @@ class _MinAtarFace(VectorEnv):
         raise NotImplementedError
 
 
-class MinAtarVectorEnv(SlotBinding, _MinAtarFace):
+class MinAtarVectorEnv(NotCopyable, SlotBinding, _MinAtarFace):
     """`num_envs` envs of one MinAtar game stepped by operant.cext.minatar's kernel."""
 
     keeps_obs_rows = True

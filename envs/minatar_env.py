@@ -29,6 +29,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 
+from operant.envs.contract import NotCopyable
 from operant.envs.minatar import GAME_IDS
 from operant.envs.native import load_actions
 from operant.envs.registry import EnvError, InvalidActionError, invalid_action_message, make_env
@@ -38,7 +39,7 @@ from operant.shared.frame import cells, frame_palette, text_rows
 RENDER_MODES = ("rgb_array", "ansi")
 
 
-class MinAtarEnv(gymnasium.Env):
+class MinAtarEnv(NotCopyable, gymnasium.Env):
     """One env of the MinAtar game `env_id` (a key of operant.envs.minatar.GAME_IDS)."""
 
     metadata = {"render_modes": list(RENDER_MODES), "render_fps": 30}

@@ -48,6 +48,7 @@ from operant.envs.autoreset import (
 from operant.envs.autoreset import autoreset_mode as parse_autoreset_mode
 from operant.envs.contract import (
     ActSpec,
+    NotCopyable,
     ObsSpec,
     RowLayout,
     check_state,
@@ -158,7 +159,7 @@ def allocate_buffers(env: VectorEnv, num_envs: int, obs_spec: ObsSpec) -> None:
     env.final_obs = np.zeros_like(env.obs)
 
 
-class NativeVectorEnv(SlotBinding, RenderFace, VectorEnv):
+class NativeVectorEnv(NotCopyable, SlotBinding, RenderFace, VectorEnv):
     """N copies of one environment stepped by a compiled kernel."""
 
     metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}

@@ -54,7 +54,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from operant.envs.autoreset import autoreset_mode as parse_autoreset_mode
-from operant.envs.contract import FLAT_BOX_HINT, ActSpec, RowLayout
+from operant.envs.contract import FLAT_BOX_HINT, ActSpec, NotCopyable, RowLayout
 from operant.envs.episodes import AccountedPythonEnv, EpisodeAccounting
 from operant.envs.native import load_actions, step_outputs
 from operant.envs.obs_rows import obs_rows
@@ -120,7 +120,7 @@ WHERE_WAIT_S = 0.2
 """How long a hung worker is given to write its stack (faulthandler writes it at once)."""
 
 
-class WorkerVectorEnv(AccountedPythonEnv, VectorEnv):
+class WorkerVectorEnv(NotCopyable, AccountedPythonEnv, VectorEnv):
     """`num_envs` copies of a Gymnasium env in `workers` processes, with the reference impl's
     semantics and buffers (operant.envs.contract.BatchEnv), the buffers in shared memory."""
 

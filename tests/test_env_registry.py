@@ -132,6 +132,37 @@ def test_a_seeded_reset_seeds_the_vector_envs_own_generator(env_id, kwargs):
     assert first[1] == seeded.integers(1_000_000, size=4).tolist()
 
 
+@pytest.mark.parametrize(
+    ("make", "name"),
+    [
+        (lambda: make_env("CartPole-v1", 2), "NativeVectorEnv"),
+        (lambda: make_env("CartPole-v1", 2, info_mode="full"), "NativeVectorEnv"),
+        (lambda: make_env("MinAtar-Breakout-v1", 2, frame_stack=4), "FrameStackEnv"),
+        (lambda: make_env("Grid-v0", 2), "GridVectorEnv"),
+        (lambda: gymnasium.make("operant/MinAtar-Breakout-v1"), "MinAtarEnv"),
+        (lambda: make_env("CartPole-v1", 2, impl="reference", workers=2), "WorkerVectorEnv"),
+    ],
+)
+def test_an_env_of_kernel_buffers_refuses_pickling_and_copying_saying_what_to_do(make, name):
+    # (Cython's refusal named the kernel's fields: "self._m,self._stepper cannot be converted
+    # to a Python object for pickling")
+    import copy
+    import pickle
+
+    env = make()
+    try:
+        for attempt in (pickle.dumps, copy.deepcopy):
+            with pytest.raises(TypeError) as refused:
+                attempt(env)
+            said = str(refused.value)
+            assert said.startswith(f"{name} cannot be pickled or copied: its state lives")
+            assert "state_dict() and load_state_dict()" in said and "\n" not in said
+    finally:
+        env.close()
+    torch_env = make_env("CartPole-v1", 2, impl="torch")  # tensors: it copies
+    assert copy.deepcopy(torch_env).num_envs == 2
+
+
 def test_unknown_or_unavailable_impl_names_what_was_asked():
     with pytest.raises(EnvError, match=r"unknown env impl 'cuda'; choose one of: auto, native"):
         make_env("CartPole-v1", 2, impl="cuda")
