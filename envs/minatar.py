@@ -78,6 +78,17 @@ namespace, so the two never collide."""
 
 OPTIONS = ("sticky_action_prob", "difficulty_ramping", "max_episode_steps", "full_action_set")
 """The games' options (`env.options` in a config, keywords of make_env)."""
+RENDERING = ("render_mode", "render_scale")
+"""make_env's keywords for `render()`'s frames (not a training config's)."""
+
+
+def check_render_scale(scale: Any) -> int:
+    """`render_scale` as a frame's pixels a side per grid square: a positive integer."""
+    if isinstance(scale, bool) or not isinstance(scale, int) or scale < 1:
+        raise EnvError(f"render_scale must be a positive integer, got {scale!r}")
+    return scale
+
+
 NO_TIME_LIMIT = 2**31 - 1
 MA_LAST_ACTION = 0
 """Every game's scalar 0: the last effective action, repeated by a sticky draw."""
@@ -121,6 +132,7 @@ class _MinAtarFace(VectorEnv):
         autoreset_mode: AutoresetMode | str,
         render_mode: str | None,
         max_episode_steps: int | None,
+        render_scale: int = 1,
     ) -> None:
         self.autoreset_mode = parse_autoreset_mode(autoreset_mode)
         self.metadata = with_autoreset_mode(type(self).metadata, self.autoreset_mode)
@@ -129,6 +141,9 @@ class _MinAtarFace(VectorEnv):
                 f"render_mode {render_mode!r}: MinAtar's games draw 'rgb_array' frames (or None)"
             )
         self.render_mode = render_mode
+        self.render_scale = check_render_scale(render_scale)
+        """Pixels a side per grid square of `render()`'s frames (10 s x 10 s: a video of
+        10 x 10 pixels is too small to watch)."""
         self.time_limit = max_episode_steps
         """The truncation horizon asked for; None: none (MinAtar's games have no time limit)."""
         layout = _layout(game)
@@ -165,7 +180,7 @@ class _MinAtarFace(VectorEnv):
             return None
         from operant.envs.minatar_env import rgb_frame
 
-        return [rgb_frame(frame) for frame in self._shown]
+        return [rgb_frame(frame, self.render_scale) for frame in self._shown]
 
     def _load_actions(self, actions: Any) -> None:
         load_actions(self, actions)
@@ -209,13 +224,21 @@ class MinAtarVectorEnv(NotCopyable, SlotBinding, _MinAtarFace):
         full_action_set: bool = False,
         autoreset_mode: AutoresetMode | str = AutoresetMode.SAME_STEP,
         render_mode: str | None = None,
+        render_scale: int = 1,
     ):
         from operant.cext.minatar import MinAtarKernel
 
         limit = _check_options(num_envs, sticky_action_prob, max_episode_steps)
         num_envs = int(num_envs)
         self._declare(
-            game, num_envs, copy, full_action_set, autoreset_mode, render_mode, max_episode_steps
+            game,
+            num_envs,
+            copy,
+            full_action_set,
+            autoreset_mode,
+            render_mode,
+            max_episode_steps,
+            render_scale,
         )
         self.kernel = MinAtarKernel(
             game,
@@ -375,7 +398,7 @@ def maker(env_id: str, impl: str) -> Any:
         device = kwargs.pop("device", None)
         if device is not None and str(device) != "cpu":
             raise EnvError(f"device={device!r}: {env_id} runs on the CPU (its {impl} impl)")
-        unknown = sorted(set(kwargs) - set(OPTIONS) - {"autoreset_mode", "render_mode"})
+        unknown = sorted(set(kwargs) - set(OPTIONS) - {"autoreset_mode", *RENDERING})
         if unknown:
             raise EnvError(f"{env_id} has no option {unknown[0]!r}; options: {', '.join(OPTIONS)}")
         return cls(game, num_envs, copy=copy, **kwargs)

@@ -30,7 +30,7 @@ import gymnasium
 import numpy as np
 
 from operant.envs.contract import NotCopyable
-from operant.envs.minatar import GAME_IDS
+from operant.envs.minatar import GAME_IDS, check_render_scale
 from operant.envs.native import load_actions
 from operant.envs.registry import EnvError, InvalidActionError, invalid_action_message, make_env
 from operant.envs.render import repeat_pixels
@@ -62,8 +62,7 @@ class MinAtarEnv(NotCopyable, gymnasium.Env):
                 f"render_mode {render_mode!r} is not one of {env_id}'s: "
                 f"{', '.join(RENDER_MODES)} (or None)"
             )
-        if isinstance(render_scale, bool) or not isinstance(render_scale, int) or render_scale < 1:
-            raise EnvError(f"render_scale must be a positive integer, got {render_scale!r}")
+        check_render_scale(render_scale)
         self._vec = make_env(env_id, 1, impl=impl, copy=False, **options)
         self.env_id = env_id
         self.game: str = self._vec.game
@@ -118,6 +117,11 @@ class MinAtarEnv(NotCopyable, gymnasium.Env):
             return rgb_frame(self._shown(), self.render_scale)
         if self.render_mode == "ansi":
             return "\n".join(text_rows(cells(self._shown().tobytes(), self._shape))) + "\n"
+        gymnasium.logger.warn(  # as Gymnasium's own envs say it
+            "You are calling render method without specifying any render mode. You can "
+            f'specify the render_mode at initialization, e.g. gymnasium.make("operant/'
+            f'{self.env_id}", render_mode="rgb_array")'
+        )
         return None
 
     def close(self) -> None:

@@ -69,12 +69,20 @@ class ReferenceMinAtarEnv(AccountedPythonEnv, _MinAtarFace):
         full_action_set: bool = False,
         autoreset_mode: AutoresetMode | str = AutoresetMode.SAME_STEP,
         render_mode: str | None = None,
+        render_scale: int = 1,
     ):
         environment = minatar_environment_class()
         limit = _check_options(num_envs, sticky_action_prob, max_episode_steps)
         self.max_episode_steps = limit
         self._declare(
-            game, num_envs, copy, full_action_set, autoreset_mode, render_mode, max_episode_steps
+            game,
+            num_envs,
+            copy,
+            full_action_set,
+            autoreset_mode,
+            render_mode,
+            max_episode_steps,
+            render_scale,
         )
         self.envs = [
             environment(

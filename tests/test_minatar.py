@@ -82,6 +82,28 @@ def test_a_seeded_reset_plays_the_same_whatever_came_before(impl):
     assert all(map(np.array_equal, first, second))
 
 
+@pytest.mark.parametrize("impl", ["native", pytest.param("reference", marks=needs_minatar)])
+def test_the_vector_envs_draw_frames_at_a_render_scale(impl):
+    # (only the single env took render_scale: a vector RecordVideo wrote 10 x 10 pixel videos)
+    from operant.envs.minatar_env import rgb_frame
+
+    env = make_env("MinAtar-Breakout-v1", 2, impl=impl, render_mode="rgb_array", render_scale=8)
+    obs, _ = env.reset(seed=0)
+    frames = env.render()
+    assert [frame.shape for frame in frames] == [(80, 80, 3)] * 2
+    assert np.array_equal(frames[1], rgb_frame(obs[1], 8))
+    assert np.array_equal(frames[1][::8, ::8], rgb_frame(obs[1]))
+    with pytest.raises(EnvError, match=r"^render_scale must be a positive integer, got 0$"):
+        make_env("MinAtar-Breakout-v1", 2, impl=impl, render_scale=0)
+
+
+def test_render_without_a_mode_warns_as_gymnasiums_envs_do():
+    env = gymnasium.make("operant/MinAtar-Breakout-v1")
+    env.reset(seed=0)
+    with pytest.warns(UserWarning, match="without specifying any render mode"):
+        assert env.render() is None
+
+
 @needs_minatar
 def test_sticky_actions_and_no_ramping_match_minatar():
     from operant.envs.minatar_parity import check_game
