@@ -111,6 +111,8 @@ class OperantVecEnv(VecEnv):
         )
         # The env's own metadata wins, as in DummyVecEnv (it uses its first env's).
         self.metadata = {**self.metadata, **vector_env.metadata}
+        # VecMonitor writes spec.id into monitor.csv's header (it read "None")
+        self.spec = getattr(vector_env, "spec", None)
 
     def reset(self) -> VecEnvObs:
         """Reset every env, with the seeds `seed()` set and the options `set_options()` set

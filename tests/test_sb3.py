@@ -155,6 +155,20 @@ def test_vec_monitor_over_native_counts_every_step():
     assert len(episodes) > 10
 
 
+def test_monitor_csv_names_the_env_as_sb3s_own_does(tmp_path):
+    # (OperantVecEnv had no spec: the header read "env_id": "None")
+    import json
+
+    env = make_vec_env("CartPole-v1", n_envs=NUM_ENVS, seed=2, monitor_dir=tmp_path)
+    env.reset()
+    for actions in random_actions(np.random.default_rng(2), 60):
+        env.step(actions)
+    env.close()
+    header, columns, *rows = (tmp_path / "monitor.csv").read_text().splitlines()
+    assert json.loads(header.removeprefix("#"))["env_id"] == "CartPole-v1"
+    assert columns == "r,l,t" and len(rows) >= 2
+
+
 def test_vec_normalize_over_the_adapter_matches_dummy_vec_env():
     ours = VecNormalize(
         make_vec_env("CartPole-v1", n_envs=NUM_ENVS, seed=4, impl="reference", monitor=False)
