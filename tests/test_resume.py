@@ -415,6 +415,42 @@ def test_bad_resumes_are_one_line_exit_2_and_overwrite_nothing(server, tmp_path)
     assert code == 0, err
 
 
+def test_a_resume_that_sets_an_env_option_is_refused(server, tmp_path):
+    # (--set env.options.X wrote into the checkpoint's own saved [env.options] table, so the
+    # check compared the saved config with itself: sticky actions went off unsaid)
+    small = [
+        "--set",
+        "env.num_envs=4",
+        "--set",
+        "ppo.num_steps=8",
+        "--set",
+        "ppo.num_minibatches=2",
+    ]
+    code, _, err = server.run(
+        ["--runs-dir", tmp_path, "--run-id", "r", "--env", "MinAtar-Breakout-v1",
+         "--total-steps", 64, *small, "--quiet"],
+        tmp_path / "first",
+    )  # fmt: skip
+    assert code == 0, err
+    before = tree_digest(tmp_path / "r")
+    for option, value, saved in (
+        ("sticky_action_prob", "0.0", "none"),
+        ("difficulty_ramping", "false", "none"),
+    ):
+        code, out, err = server.run(
+            ["--runs-dir", tmp_path, "--resume", "r", "--total-steps", 128,
+             "--set", f"env.options.{option}={value}"],
+            tmp_path / option,
+        )  # fmt: skip
+        assert (code, out) == (2, ""), err
+        assert err.strip() == (
+            f"operant-train: ckpt-000000002.pt was written with env.options.{option} = {saved}, "
+            f"but the config says {value}; resume with the run's own config, or train under a "
+            "new run id"
+        )
+        assert tree_digest(tmp_path / "r") == before
+
+
 def test_a_run_written_on_a_gpu_continues_on_a_cpu(server, tmp_path):
     """A checkpoint as a CUDA run writes it (train.device = "cuda"; its sampling generator's
     state a seed and an offset, 16 bytes, where the CPU's is 5,056) resumes on a CPU with

@@ -22,6 +22,7 @@ released when the process ends, however it ends) so that two trainers never writ
 
 from __future__ import annotations
 
+import copy
 import errno
 import fcntl
 import json
@@ -210,7 +211,12 @@ def resume_hint(run_id: str, root: Path, auto: bool = False) -> str:
 
 
 def _merge(base: dict[str, Any], flags: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    merged = {section: dict(values) for section, values in base.items() if isinstance(values, dict)}
+    """The checkpoint's saved config `base` with the command line's flags over it, as a new
+    dict all the way down: `--set env.options.X=...` is applied to it after, and a shared
+    [env.options] table would change the checkpoint's own config too, which the resume's
+    check then compared with itself (a changed sticky_action_prob passed)."""
+    sections = {section: values for section, values in base.items() if isinstance(values, dict)}
+    merged = copy.deepcopy(sections)
     for section, values in flags.items():
         merged.setdefault(section, {}).update(values)
     return merged
