@@ -48,7 +48,7 @@ def _eval_video(root, video, *extra):
     return json.loads(result.stdout)
 
 
-@pytest.mark.parametrize("suffix", [".gif", ".mp4"])
+@pytest.mark.parametrize("suffix", [".gif", ".mp4", ".webm", ".avi", ".mkv", ".mov"])
 def test_eval_writes_the_episode_to_a_video(root, tmp_path, suffix):
     video = tmp_path / f"cartpole{suffix}"
     report = _eval_video(root, video, "--episodes", "1")
@@ -124,3 +124,25 @@ def test_without_pygame_it_names_the_extra_not_the_env(root, tmp_path):
     (line,) = result.stderr.splitlines()
     assert line.startswith('operant eval: --video: render_mode="rgb_array" draws with ')
     assert 'needs pygame: pip install "operant-rl[render]" (or "operant-rl[video]"' in line
+
+
+def test_a_writer_that_fails_is_one_line_naming_the_file(tmp_path):
+    # (a codec the container refused broke ffmpeg's pipe: a traceback, exit 1)
+    from operant.trainer.eval_load import EvalInputError
+    from operant.trainer.eval_video import VideoFile
+
+    class Broken:
+        def append_data(self, frame):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def close(self):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    video = VideoFile(tmp_path / "v.webm", Broken())
+    for attempt in (lambda: video.append_data(np.zeros((4, 4, 3), np.uint8)), video.close):
+        with pytest.raises(EvalInputError) as failed:
+            attempt()
+        assert (
+            str(failed.value)
+            == f"--video {tmp_path / 'v.webm'}: writing it failed ([Errno 32] Broken pipe)"
+        )
