@@ -26,6 +26,7 @@ observation the last `reset`/`step` returned drawn as MinAtar's display draws it
 
 from __future__ import annotations
 
+import numbers
 import secrets
 from typing import Any
 
@@ -101,11 +102,22 @@ def _layout(game: str) -> dict[str, Any]:
     return GAMES[game]
 
 
-def _check_options(num_envs: int, sticky_action_prob: float, max_episode_steps: int | None) -> int:
-    """The checked time limit (NO_TIME_LIMIT for None); ValueError naming a bad option."""
+def _check_options(
+    num_envs: int,
+    sticky_action_prob: float,
+    max_episode_steps: int | None,
+    **switches: Any,
+) -> int:
+    """The checked time limit (NO_TIME_LIMIT for None); ValueError naming a bad option.
+    `switches` (difficulty_ramping, full_action_set) must be true or false: a string "false"
+    was truthy, and switched ramping on or the full action set in."""
     positive_count("num_envs", num_envs)
-    if not 0.0 <= float(sticky_action_prob) <= 1.0:
+    real = isinstance(sticky_action_prob, numbers.Real) and not isinstance(sticky_action_prob, bool)
+    if not real or not 0.0 <= float(sticky_action_prob) <= 1.0:
         raise ValueError(f"sticky_action_prob must be in [0, 1], got {sticky_action_prob!r}")
+    for name, value in switches.items():
+        if not isinstance(value, (bool, np.bool_)):
+            raise ValueError(f"{name} must be true or false, got {value!r}")
     limit = time_limit(max_episode_steps, NO_TIME_LIMIT)
     if limit is None or limit > NO_TIME_LIMIT:
         raise ValueError(
@@ -228,7 +240,13 @@ class MinAtarVectorEnv(NotCopyable, SlotBinding, _MinAtarFace):
     ):
         from operant.cext.minatar import MinAtarKernel
 
-        limit = _check_options(num_envs, sticky_action_prob, max_episode_steps)
+        limit = _check_options(
+            num_envs,
+            sticky_action_prob,
+            max_episode_steps,
+            difficulty_ramping=difficulty_ramping,
+            full_action_set=full_action_set,
+        )
         num_envs = int(num_envs)
         self._declare(
             game,

@@ -72,7 +72,13 @@ class ReferenceMinAtarEnv(AccountedPythonEnv, _MinAtarFace):
         render_scale: int = 1,
     ):
         environment = minatar_environment_class()
-        limit = _check_options(num_envs, sticky_action_prob, max_episode_steps)
+        limit = _check_options(
+            num_envs,
+            sticky_action_prob,
+            max_episode_steps,
+            difficulty_ramping=difficulty_ramping,
+            full_action_set=full_action_set,
+        )
         self.max_episode_steps = limit
         self._declare(
             game,

@@ -281,6 +281,12 @@ def test_bad_input_is_refused_in_one_line():
         env.step(np.array([0, 3, 0]))
     with pytest.raises(EnvError, match="sticky_action_prob must be in"):
         make_env("MinAtar-Freeway-v1", 3, options={"sticky_action_prob": 2})
+    # (a string "false" was truthy: ramping stayed on, the full action set came in)
+    for option, value in (("full_action_set", "false"), ("difficulty_ramping", "yes")):
+        with pytest.raises(EnvError, match=rf"{option} must be true or false, got '{value}'$"):
+            make_env("MinAtar-Freeway-v1", 3, options={option: value})
+    with pytest.raises(EnvError, match=r"sticky_action_prob must be in \[0, 1\], got '0.5'"):
+        make_env("MinAtar-Freeway-v1", 3, options={"sticky_action_prob": "0.5"})
     with pytest.raises(EnvError, match="no torch implementation"):
         make_env("MinAtar-Freeway-v1", 3, impl="torch")
     with pytest.raises(EnvError, match=r"unknown env id 'MinAtar-Pong-v1'.*MinAtar-Breakout-v1"):
