@@ -354,6 +354,9 @@ def make_env(
     from operant.envs.frame_stack import check_frame_stack, stack_env
     from operant.envs.info_mode import with_info_mode
 
+    refusal = overlap_refusal(env_id) if overlap else None
+    if refusal is not None:  # first: dropping the frame stack would not make it work
+        raise EnvError(refusal)
     if check_frame_stack(frame_stack) > 1 and overlap:
         raise EnvError(
             f"env.frame_stack = {frame_stack} and env.overlap = true do not combine (the "

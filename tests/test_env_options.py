@@ -120,6 +120,16 @@ def test_a_keyword_the_env_does_not_take_is_one_line(kwargs, said):
             "(got agents); Gymnasium's env takes its own keywords with env.impl = "
             '"reference", a family such as Grid-v0 its own: else remove [env.options]',
         ),
+        (  # (taken, and ignored: the trainer steps SAME_STEP)
+            ["env.id=MinAtar-Breakout-v1", "env.options.autoreset_mode=next_step"],
+            "operant-train: env.options.autoreset_mode is make_env's keyword, which the trainer "
+            "sets itself",
+        ),
+        (  # (the frame stack was named first, and dropping it did not help)
+            ["env.id=MinAtar-Breakout-v1", "env.frame_stack=4", "env.overlap=true"],
+            "operant-train: env.overlap = true is for the native classic-control kernels, not "
+            "MinAtar-Breakout-v1",
+        ),
         (
             ["env.impl=reference", "env.options.agents=2"],
             "operant-train: CartPole-v1 (Gymnasium's CartPoleEnv) takes no keyword 'agents'; "

@@ -476,9 +476,19 @@ def _clearable(parts: list[str]) -> bool:
     return type(None) in args and str not in args
 
 
+TRAINERS_OWN = frozenset({"autoreset_mode", "render_mode", "render_scale"})
+"""make_env keywords an env's options must not carry: the trainer decides them."""
+
+
 def env_kwargs(config: Config) -> dict[str, Any]:
     """The keywords every builder of this config's env passes to make_env (the trainer, its
     preflight probe, eval): its options and its truncation horizon."""
+    taken = sorted(set(config.env.options) & TRAINERS_OWN)
+    if taken:  # (autoreset_mode was taken and did nothing: the trainer steps SAME_STEP)
+        raise ConfigError(
+            f"env.options.{taken[0]} is make_env's keyword, which the trainer sets itself (it "
+            "steps SAME_STEP and draws no frames; env.max_episode_steps cuts episodes): remove it"
+        )
     kwargs: dict[str, Any] = {"options": dict(config.env.options)}
     if config.env.frame_stack != 1:
         kwargs["frame_stack"] = config.env.frame_stack
