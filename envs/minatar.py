@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import numbers
 import secrets
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -126,6 +127,20 @@ def _check_options(
     return limit
 
 
+@dataclass(frozen=True)
+class Settings:
+    """A MinAtar vector env's keywords (make_env's, or a config's env.options), both
+    implementations': MinAtar's options, the autoreset mode and the frames' rendering."""
+
+    sticky_action_prob: float = 0.1
+    difficulty_ramping: bool = True
+    max_episode_steps: int | None = None
+    full_action_set: bool = False
+    autoreset_mode: AutoresetMode | str = AutoresetMode.SAME_STEP
+    render_mode: str | None = None
+    render_scale: int = 1
+
+
 class _MinAtarFace(VectorEnv):
     """What both implementations declare: spaces, specs, buffers."""
 
@@ -135,25 +150,26 @@ class _MinAtarFace(VectorEnv):
         "render_fps": 30,
     }
 
-    def _declare(
-        self,
-        game: str,
-        num_envs: int,
-        copy: bool,
-        full_action_set: bool,
-        autoreset_mode: AutoresetMode | str,
-        render_mode: str | None,
-        max_episode_steps: int | None,
-        render_scale: int = 1,
-    ) -> None:
-        self.autoreset_mode = parse_autoreset_mode(autoreset_mode)
+    def _declare(self, game: str, num_envs: int, copy: bool, settings: Settings) -> int:
+        """Check `settings` and declare what they make; returns the checked time limit."""
+        limit = _check_options(
+            num_envs,
+            settings.sticky_action_prob,
+            settings.max_episode_steps,
+            difficulty_ramping=settings.difficulty_ramping,
+            full_action_set=settings.full_action_set,
+        )
+        num_envs = int(num_envs)
+        full_action_set, render_mode = settings.full_action_set, settings.render_mode
+        max_episode_steps = settings.max_episode_steps
+        self.autoreset_mode = parse_autoreset_mode(settings.autoreset_mode)
         self.metadata = with_autoreset_mode(type(self).metadata, self.autoreset_mode)
         if render_mode not in (None, "rgb_array"):
             raise EnvError(
                 f"render_mode {render_mode!r}: MinAtar's games draw 'rgb_array' frames (or None)"
             )
         self.render_mode = render_mode
-        self.render_scale = check_render_scale(render_scale)
+        self.render_scale = check_render_scale(settings.render_scale)
         """Pixels a side per grid square of `render()`'s frames (10 s x 10 s: a video of
         10 x 10 pixels is too small to watch)."""
         self.time_limit = max_episode_steps
@@ -177,6 +193,7 @@ class _MinAtarFace(VectorEnv):
         self.layout = RowLayout(num_envs)
         allocate_buffers(self, num_envs, self.obs_spec)
         self._shown: np.ndarray = self.obs
+        return limit
 
     def _showing(self, result: tuple[Any, ...]) -> tuple[Any, ...]:
         """A reset's or step's result, its observations kept for `render()`."""
@@ -224,40 +241,13 @@ class MinAtarVectorEnv(NotCopyable, SlotBinding, _MinAtarFace):
     impl = "native"
     resumable = True
 
-    def __init__(
-        self,
-        game: str,
-        num_envs: int,
-        copy: bool = True,
-        *,
-        sticky_action_prob: float = 0.1,
-        difficulty_ramping: bool = True,
-        max_episode_steps: int | None = None,
-        full_action_set: bool = False,
-        autoreset_mode: AutoresetMode | str = AutoresetMode.SAME_STEP,
-        render_mode: str | None = None,
-        render_scale: int = 1,
-    ):
+    def __init__(self, game: str, num_envs: int, copy: bool = True, **settings: Any):
+        """`settings`: Settings' keywords (MinAtar's options, autoreset and rendering)."""
         from operant.cext.minatar import MinAtarKernel
 
-        limit = _check_options(
-            num_envs,
-            sticky_action_prob,
-            max_episode_steps,
-            difficulty_ramping=difficulty_ramping,
-            full_action_set=full_action_set,
-        )
+        options = Settings(**settings)
         num_envs = int(num_envs)
-        self._declare(
-            game,
-            num_envs,
-            copy,
-            full_action_set,
-            autoreset_mode,
-            render_mode,
-            max_episode_steps,
-            render_scale,
-        )
+        limit = self._declare(game, num_envs, copy, options)
         self.kernel = MinAtarKernel(
             game,
             num_envs,
@@ -267,15 +257,15 @@ class MinAtarVectorEnv(NotCopyable, SlotBinding, _MinAtarFace):
             self.terminated,
             self.truncated,
             self.final_obs,
-            sticky_action_prob=float(sticky_action_prob),
-            difficulty_ramping=bool(difficulty_ramping),
+            sticky_action_prob=float(options.sticky_action_prob),
+            difficulty_ramping=bool(options.difficulty_ramping),
             action_set=self.action_set,
             max_episode_steps=limit,
         )
         self.kernels = (self.kernel,)
         self._seeded = False
-        self.sticky_action_prob = float(sticky_action_prob)
-        self.difficulty_ramping = bool(difficulty_ramping)
+        self.sticky_action_prob = float(options.sticky_action_prob)
+        self.difficulty_ramping = bool(options.difficulty_ramping)
         kernel, n = self.kernel, num_envs
         self._next_step = (
             NextStepFace(

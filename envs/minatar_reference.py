@@ -11,7 +11,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from operant.envs.episodes import AccountedPythonEnv, EpisodeAccounting
-from operant.envs.minatar import RECENT_CAPACITY, _check_options, _MinAtarFace
+from operant.envs.minatar import RECENT_CAPACITY, Settings, _MinAtarFace
 from operant.envs.native import step_outputs
 from operant.envs.registry import EnvError, InvalidActionError, invalid_action_message
 from operant.envs.seeding import check_seed, seed_np_random
@@ -57,44 +57,17 @@ class ReferenceMinAtarEnv(AccountedPythonEnv, _MinAtarFace):
     impl = "reference"
     resumable = False  # MinAtar's games keep Python state: a resume re-seeds them
 
-    def __init__(
-        self,
-        game: str,
-        num_envs: int,
-        copy: bool = True,
-        *,
-        sticky_action_prob: float = 0.1,
-        difficulty_ramping: bool = True,
-        max_episode_steps: int | None = None,
-        full_action_set: bool = False,
-        autoreset_mode: AutoresetMode | str = AutoresetMode.SAME_STEP,
-        render_mode: str | None = None,
-        render_scale: int = 1,
-    ):
+    def __init__(self, game: str, num_envs: int, copy: bool = True, **settings: Any):
+        """`settings`: operant.envs.minatar.Settings' keywords, as the native env's."""
         environment = minatar_environment_class()
-        limit = _check_options(
-            num_envs,
-            sticky_action_prob,
-            max_episode_steps,
-            difficulty_ramping=difficulty_ramping,
-            full_action_set=full_action_set,
-        )
-        self.max_episode_steps = limit
-        self._declare(
-            game,
-            num_envs,
-            copy,
-            full_action_set,
-            autoreset_mode,
-            render_mode,
-            max_episode_steps,
-            render_scale,
-        )
+        options = Settings(**settings)
+        self.max_episode_steps = self._declare(game, num_envs, copy, options)
+        num_envs = int(num_envs)
         self.envs = [
             environment(
                 game,
-                sticky_action_prob=float(sticky_action_prob),
-                difficulty_ramping=bool(difficulty_ramping),
+                sticky_action_prob=float(options.sticky_action_prob),
+                difficulty_ramping=bool(options.difficulty_ramping),
             )
             for _ in range(num_envs)
         ]
