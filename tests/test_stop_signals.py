@@ -453,3 +453,71 @@ def test_a_stop_before_any_checkpoint_says_there_is_none_and_how_to_start_again(
         f"operant-train: interrupted; there is no checkpoint; run directory {root / 'r1'}; "
         f"{again}\n"
     )
+
+
+def _trainer_on(tmp_path: Path, run_id: str, stdout: int, preexec=None) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "operant.trainer.main", "--runs-dir", str(tmp_path),
+         "--run-id", run_id, *SMALL, "--total-steps", str(256 * 100_000),
+         "--set", "train.log_every=1"],
+        stdout=stdout, stderr=stdout, preexec_fn=preexec,
+    )  # fmt: skip
+
+
+def _updates(run_dir: Path) -> int:
+    progress = run_dir / "progress.jsonl"
+    return len(progress.read_text().splitlines()) if progress.exists() else 0
+
+
+def _wait_for(run_dir: Path, count: int, process: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 120
+    while _updates(run_dir) < count:
+        assert process.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def test_a_closed_terminal_stops_the_trainer_with_a_checkpoint(tmp_path):
+    # An ssh session dropped or a tmux pane killed: SIGHUP, and the terminal gone under the
+    # trainer. SIGHUP's default ended it at once without a checkpoint; then, handled, the
+    # next progress line's EIO ended the run as if progress.jsonl could not be written.
+    import pty
+
+    master, slave = pty.openpty()
+    process = _trainer_on(tmp_path, "hup", slave)
+    os.close(slave)
+    try:
+        _wait_for(tmp_path / "hup", 3, process)
+        os.close(master)  # the terminal is gone: writes to it fail with EIO
+        process.send_signal(signal.SIGHUP)
+        assert process.wait(timeout=unit_seconds("TimeoutStopSec")) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    from operant.shared.reader import MetricsReader
+
+    with MetricsReader(tmp_path / "hup" / "metrics.bin") as reader:
+        snapshot = reader.snapshot()
+    assert (snapshot.state, snapshot.interrupted) == ("finished", True)
+    assert (tmp_path / "hup" / "checkpoints" / "latest").exists()
+    assert _updates(tmp_path / "hup") >= 3
+
+
+def test_a_trainer_under_nohup_trains_through_sighup(tmp_path):
+    def ignore_sighup() -> None:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    with open(tmp_path / "out", "w") as out:
+        process = _trainer_on(tmp_path, "nohup", out.fileno(), ignore_sighup)
+    try:
+        _wait_for(tmp_path / "nohup", 3, process)
+        process.send_signal(signal.SIGHUP)
+        before = _updates(tmp_path / "nohup")
+        _wait_for(tmp_path / "nohup", before + 3, process)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=unit_seconds("TimeoutStopSec")) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert "SIGHUP" not in (tmp_path / "out").read_text()

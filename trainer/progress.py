@@ -18,6 +18,7 @@ from typing import Any, TextIO
 import msgspec
 
 from operant.shared.record import UpdateRecord, decode_progress_line, encode_progress_line
+from operant.trainer.terminal import detach_if_gone
 
 
 def number_or_dash(value: Any, spec: str) -> str:
@@ -57,7 +58,12 @@ class ProgressLog:
         if self.quiet or (record.updates % self.every and not record.solved):
             return
         text = line if self.fmt == "json" else plain_line(record, self.total)
-        print(text, file=self.out, flush=True)
+        try:
+            print(text, file=self.out, flush=True)
+        except OSError as error:  # the terminal is gone: train on, recorded in the file
+            if not detach_if_gone(error):
+                raise
+            self.quiet = True
 
     def close(self) -> None:
         self.file.close()

@@ -11,6 +11,9 @@
   SAME_KEYPRESS_S of the first is the same Ctrl-C: a wrapper that forwards SIGINT (GNU
   `timeout --foreground`, task runners) delivers the terminal's keypress twice, microseconds
   apart, and that turned every clean stop under it into exit 130 without a checkpoint.
+- SIGHUP (the terminal closed: an ssh session dropped, a tmux pane killed) stops the same way:
+  its default ended the process at once, without a checkpoint (up to checkpoint.every_seconds
+  of training lost). Under `nohup` (SIGHUP ignored) it stays ignored.
 - SIGUSR1 asks for a checkpoint at the next update boundary, and training goes on
   (`systemctl kill -s USR1 operant-train@NAME`).
 - A SIGINT that the trainer was started with ignored stays ignored. A shell without job
@@ -34,11 +37,14 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 SAME_KEYPRESS_S = 0.25
 """A SIGINT this soon after the first is the same keypress, forwarded (a person's second
 Ctrl-C comes later)."""
 CHECKPOINT_SIGNAL = signal.SIGUSR1
+KEPT_IGNORED = (signal.SIGINT, signal.SIGHUP)
+"""Stop signals the trainer leaves ignored when it was started with them ignored: SIGINT by
+a shell without job control for a background command, SIGHUP by `nohup`."""
 
 
 class StopSignals:
@@ -67,7 +73,7 @@ class StopSignals:
         if threading.current_thread() is not threading.main_thread():
             return False
         for signum in (*STOP_SIGNALS, CHECKPOINT_SIGNAL):
-            if signum == signal.SIGINT and signal.getsignal(signum) is signal.SIG_IGN:
+            if signum in KEPT_IGNORED and signal.getsignal(signum) is signal.SIG_IGN:
                 continue
             self._previous[signum] = signal.signal(signum, self._handle)
         return True
@@ -102,11 +108,16 @@ class StopSignals:
         if not self.announce:
             return
         again = " (Ctrl-C again: quit at once, without it)" if signum == signal.SIGINT else ""
-        os.write(
-            2,
-            f"operant-train: {signal.Signals(signum).name}: stopping at the next update "
-            f"boundary, with a checkpoint{again}\n".encode(),
-        )
+        try:
+            os.write(
+                2,
+                f"operant-train: {signal.Signals(signum).name}: stopping at the next update "
+                f"boundary, with a checkpoint{again}\n".encode(),
+            )
+        except OSError as error:  # SIGHUP: the terminal may be gone already
+            from operant.trainer.terminal import detach_if_gone
+
+            detach_if_gone(error)
 
     @property
     def stop_requested(self) -> bool:
