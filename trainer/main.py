@@ -170,6 +170,9 @@ def _watch_env_steps(signals: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from operant.trainer.terminal import prioritize_journal
+
+    prioritize_journal()
     args = build_parser().parse_args(argv)
     launching = args.detach or args.monitor
     status = _refuse_or_hand_off(args, argv, launching)
