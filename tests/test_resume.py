@@ -368,6 +368,13 @@ def test_bad_resumes_are_one_line_exit_2_and_overwrite_nothing(server, tmp_path)
         'was written with env.info_mode = "stats", but the config says "full";',
         "info",
     )
+    # (a budget below the steps trained was "done" at once, recorded, the monitor past 100%)
+    refused(
+        ["--resume", "good", "--total-steps", 1],
+        f"train.total_steps = 1 is below the {2 * STEPS_PER_UPDATE:,} "
+        "steps run good has trained (2 updates): give a larger budget, or leave it out",
+        "budget",
+    )
     refused(["--resume", "auto", *SMALL], "--resume auto needs a fixed run id", "auto")
     refused(["--run-id", "good", *SMALL], "run 'good' already exists", "exists")
 

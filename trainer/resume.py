@@ -76,6 +76,15 @@ class RunPlan:
         whole updates of that batch, saying so in `notes`. Raises ConfigError. (The trainer
         derives the same batch again from the env it builds: `Trainer.derived`.)"""
         derived = derive(self.config, agents_per_env)
+        done = self.resumed_update
+        if derived.num_updates < done:  # (it was taken: "done" at once, the budget recorded
+            # below the steps taken, the monitor past 100%; 2_000_000 typed for 20_000_000)
+            trained = done * derived.batch_size
+            raise ConfigError(
+                f"train.total_steps = {self.config.train.total_steps:,} is below the "
+                f"{trained:,} steps run {self.run_id} has trained ({done:,} updates): give a "
+                "larger budget, or leave it out to keep the run's own"
+            )
         note = derived.rounding_note(self.config)
         if note is not None:
             # The budget trained is the one recorded (run.json, checkpoints, the monitor's
