@@ -521,3 +521,29 @@ def test_a_trainer_under_nohup_trains_through_sighup(tmp_path):
             process.kill()
             process.wait()
     assert "SIGHUP" not in (tmp_path / "out").read_text()
+
+
+def test_a_checkpoint_request_before_the_first_update_waits_for_it(capsys):
+    # (SIGUSR1 in the first second was taken at update 0, which has no checkpoint, and
+    # dropped without a word)
+    from types import SimpleNamespace
+
+    from operant.trainer.config import load_config
+    from operant.trainer.services import Checkpoints
+    from operant.trainer.signals import StopSignals
+
+    signals = StopSignals()
+    signals.checkpoint_requested = True
+    trainer = SimpleNamespace(update=0, global_step=0, config=load_config(None, []))
+    never_due = SimpleNamespace(due=lambda update: False)
+    checkpoints = Checkpoints(trainer, never_due, signals, progress=None)
+    written: list[int] = []
+    checkpoints.checkpoint = lambda: written.append(trainer.update) or Path(f"c{trainer.update}")
+    checkpoints.on_boundary()
+    assert written == [] and signals.checkpoint_requested
+    trainer.update, trainer.global_step = 1, 2048
+    checkpoints.on_boundary()
+    assert written == [1] and not signals.checkpoint_requested
+    assert (
+        capsys.readouterr().err == "operant-train: SIGUSR1: checkpoint c1 (update 1, step 2,048)\n"
+    )

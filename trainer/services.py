@@ -320,7 +320,9 @@ class Checkpoints(Service):
         """The last periodic checkpoint was refused (warned once until one is written)."""
 
     def on_boundary(self) -> bool:
-        requested = self.signals.take_checkpoint_request()
+        # A request before the first update waits for it (update 0 has no checkpoint: the
+        # request was taken there and dropped, nothing said)
+        requested = self.trainer.update > 0 and self.signals.take_checkpoint_request()
         if requested or self.checkpointer.due(self.trainer.update):
             path = self._try_checkpoint()
             if requested and path is not None:
