@@ -603,3 +603,17 @@ def test_a_resumed_runs_counters_never_step_back_for_a_reader(server, tmp_path):
     assert len({inode for inode, _ in seen}) == 2  # the old file, then the resumed run's
     assert steps[0] == updates * STEPS_PER_UPDATE and steps[-1] == (updates + 40) * STEPS_PER_UPDATE
     assert all(a <= b for a, b in zip(steps, steps[1:])), sorted(set(steps))[:5]
+
+
+def test_run_json_keeps_the_command_that_started_the_run(tmp_path):
+    # (a resume rebuilt it from the resuming process: the starting command was gone)
+    from user_runs import run
+
+    first = ["--runs-dir", str(tmp_path), "--run-id", "r", "--total-steps", "2048", "--quiet"]
+    again = ["--runs-dir", str(tmp_path), "--resume", "r", "--total-steps", "4096", "--quiet"]
+    for argv in (first, again):
+        assert run("operant-train", *argv).returncode == 0
+    meta = json.loads((tmp_path / "r" / "run.json").read_text())
+    assert meta["argv"][1:] == first
+    assert [entry["argv"][1:] for entry in meta["resumes"]] == [again]
+    assert meta["resumes"][0]["pid"] == meta["pid"]  # the process that holds the run now

@@ -120,13 +120,18 @@ class RunRecord(Service):
             previous = json.loads((self.run_dir / runs.RUN_FILE).read_text())
         except (OSError, ValueError):
             previous = {}
-        metadata["started_at"] = previous.get("started_at", metadata["started_at"])
+        # What started the run stays (it was rebuilt from each resuming process): when, with
+        # what command, from where; `pid` is the process that holds the run now, and each
+        # resume's own command is in its entry
+        for key in ("started_at", "argv", "cwd"):
+            metadata[key] = previous.get(key, metadata[key])
         metadata["resumes"] = [
             *previous.get("resumes", []),
             {
                 "at": time.time(),
                 "pid": os.getpid(),
                 "argv": sys.argv,
+                "cwd": os.getcwd(),
                 "checkpoint": plan.checkpoint.name if plan.checkpoint else None,
                 "update": plan.resumed_update,
             },
