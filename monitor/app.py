@@ -75,7 +75,7 @@ killing the monitor never touches the trainer.
 
 [b]Keys[/b]
   [b]q[/b]       detach: the run keeps training (operant monitor --latest
-          attaches again)
+          attaches again); ctrl+c and ctrl+q detach too
   [b]r[/b]       pick another run to watch (the list of operant runs)
   [b]p[/b]       pause the screen; p again shows the newest values
   [b]?[/b]       this help
@@ -236,6 +236,9 @@ class MonitorApp(App[str | None]):
         Binding("r", "pick_run", "Runs"),
         Binding("p", "toggle_pause", "Pause"),
         Binding("question_mark", "help", "Help", key_display="?"),
+        # Ctrl-C detaches as q does (Textual's own answer was a notice, "Press ctrl+q to
+        # quit"); the trainer never sees it
+        Binding("ctrl+c", "detach", "Detach", show=False, priority=True),
     ]
 
     def __init__(self, source: SnapshotSource) -> None:

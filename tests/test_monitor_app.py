@@ -136,13 +136,15 @@ async def test_shows_a_running_run_at_a_glance():
         assert source.started
 
 
+@pytest.mark.parametrize("key", ["q", "ctrl+c"])
 @pilot_test
-async def test_q_detaches_and_stops_the_source():
+async def test_q_or_ctrl_c_detaches_and_stops_the_source(key):
+    # (Ctrl-C was Textual's notice, "Press ctrl+q to quit")
     source = FakeSource()
     app = MonitorApp(source)
     async with app.run_test() as pilot:
         await until(pilot, lambda: app.view is not None)
-        await pilot.press("q")
+        await pilot.press(key)
         await until(pilot, lambda: not app.is_running)
     assert app.return_value == "cartpole-20250615-120000-beef"
     assert app.return_code == 0 and source.stopped
