@@ -26,7 +26,11 @@ def run_train(*args, runs_dir, timeout=240):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--set", "ppo.learnin_rate=0.1"], "ppo: unknown key `learnin_rate`"),
+        (["--set", "ppo.learnin_rate=0.1"],
+         "ppo: unknown key `learnin_rate`; did you mean `learning_rate`?"),
+        (["--set", "ppo.zzz=1"], "ppo: unknown key `zzz`"),
+        (["--set", "trian.seed=1"],
+         "unknown section `trian`; did you mean `train`? (sections: env, policy, "),
         (["--set", "env.num_envs=many"], "env.num_envs: Expected `int`, got `str`"),
         (["--set", "ppo.gamma=1.5"], "ppo.gamma: Expected `float` <= 1"),
         (["--set", "env.num_envs=0"], "env.num_envs: Expected `int` >= 1"),

@@ -387,15 +387,29 @@ def _describe(error: msgspec.ValidationError, source: str) -> str:
     if not message:
         sections = ", ".join(Config.__struct_fields__)
         text = text.replace("Object contains unknown field", "unknown section")
-        return f"{source}: {text} (sections: {sections})"
+        return f"{source}: {text}{_did_you_mean(text, Config)} (sections: {sections})"
     path = where.rstrip("`").removeprefix("$").lstrip(".")
-    message = message.replace("Object contains unknown field", "unknown key")
+    if message.startswith("Object contains unknown field"):
+        section = typing.get_type_hints(Config).get(path.split(".")[0])
+        message = message.replace("Object contains unknown field", "unknown key")
+        message += _did_you_mean(message, section) if "." not in path else ""
     # FinitePositive's bound, said as what it means
     message = message.replace(f"`float` < {sys.float_info.max!r}", "a finite `float`")
     if message.startswith("Invalid enum value"):
         choices = _choices(path.split("."))
         message += f" (choices: {', '.join(choices)})" if choices else ""
     return f"{source}: {path or 'top level'}: {message}"
+
+
+def _did_you_mean(message: str, struct: Any) -> str:
+    """'; did you mean `ppo.learning_rate`?' for the unknown name in `message` (between
+    backticks) where one of `struct`'s fields is close to it; '' otherwise."""
+    import difflib
+
+    name = message.rpartition("`")[0].rpartition("`")[2]
+    fields = getattr(struct, "__struct_fields__", ())
+    close = difflib.get_close_matches(name, fields, n=1, cutoff=0.75)
+    return f"; did you mean `{close[0]}`?" if close else ""
 
 
 def _choices(parts: list[str]) -> list[str]:
