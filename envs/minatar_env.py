@@ -30,7 +30,8 @@ import gymnasium
 import numpy as np
 
 from operant.envs.contract import NotCopyable
-from operant.envs.minatar import GAME_IDS, check_render_scale
+from operant.envs.minatar import GAME_IDS
+from operant.envs.minatar_options import check_render_scale
 from operant.envs.native import load_actions
 from operant.envs.registry import EnvError, InvalidActionError, invalid_action_message, make_env
 from operant.envs.render import repeat_pixels

@@ -11,7 +11,8 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from operant.envs.episodes import AccountedPythonEnv, EpisodeAccounting
-from operant.envs.minatar import RECENT_CAPACITY, Settings, _MinAtarFace
+from operant.envs.minatar import RECENT_CAPACITY, _MinAtarFace
+from operant.envs.minatar_options import Settings
 from operant.envs.native import step_outputs
 from operant.envs.registry import EnvError, InvalidActionError, invalid_action_message
 from operant.envs.seeding import check_seed, seed_np_random

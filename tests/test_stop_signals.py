@@ -10,6 +10,7 @@ the in-process tests set the ones they test, so these pass however pytest was st
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -464,6 +465,17 @@ def _trainer_on(tmp_path: Path, run_id: str, stdout: int, preexec=None) -> subpr
     )  # fmt: skip
 
 
+@contextlib.contextmanager
+def _reaped(process: subprocess.Popen):
+    """`process`, killed on the way out if a failed assertion left it running."""
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
 def _updates(run_dir: Path) -> int:
     progress = run_dir / "progress.jsonl"
     return len(progress.read_text().splitlines()) if progress.exists() else 0
@@ -483,17 +495,12 @@ def test_a_closed_terminal_stops_the_trainer_with_a_checkpoint(tmp_path):
     import pty
 
     master, slave = pty.openpty()
-    process = _trainer_on(tmp_path, "hup", slave)
-    os.close(slave)
-    try:
+    with _reaped(_trainer_on(tmp_path, "hup", slave)) as process:
+        os.close(slave)
         _wait_for(tmp_path / "hup", 3, process)
         os.close(master)  # the terminal is gone: writes to it fail with EIO
         process.send_signal(signal.SIGHUP)
         assert process.wait(timeout=unit_seconds("TimeoutStopSec")) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
     from operant.shared.reader import MetricsReader
 
     with MetricsReader(tmp_path / "hup" / "metrics.bin") as reader:
@@ -509,17 +516,13 @@ def test_a_trainer_under_nohup_trains_through_sighup(tmp_path):
 
     with open(tmp_path / "out", "w") as out:
         process = _trainer_on(tmp_path, "nohup", out.fileno(), ignore_sighup)
-    try:
+    with _reaped(process):
         _wait_for(tmp_path / "nohup", 3, process)
         process.send_signal(signal.SIGHUP)
         before = _updates(tmp_path / "nohup")
         _wait_for(tmp_path / "nohup", before + 3, process)
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=unit_seconds("TimeoutStopSec")) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
     assert "SIGHUP" not in (tmp_path / "out").read_text()
 
 
