@@ -15,6 +15,7 @@ from typing import TypeVar
 
 import msgspec
 
+from operant.shared import runs
 from operant.shared.progress import Progress, read_progress
 from operant.shared.ranks import RunReader
 from operant.shared.reader import MetricsFileError, shown_sps
@@ -108,7 +109,9 @@ def describe_run(run_dir: Path, *, stuck_after_s: float | None = None) -> RunRow
     row.sps = _number(metrics.get("sps"), float)
     row.sps_mean = _number(metrics.get("sps_mean"), float)
     row.episode_return_mean = _number(metrics.get("episode_return_mean"), float)
-    row.age_s = max(0.0, time.time() - snapshot.created_wall_ns / 1e9)
+    # since the run started, not since this process's metrics file (a resume's is new)
+    started = runs.started_at(run_dir) or snapshot.created_wall_ns / 1e9
+    row.age_s = max(0.0, time.time() - started)
     row.heartbeat_age_s = snapshot.heartbeat_age_s
     for name in Progress.__struct_fields__:  # the row's fields of the same names
         setattr(row, name, getattr(advance, name))

@@ -14,6 +14,7 @@ import secrets
 import shlex
 import time
 from pathlib import Path
+from typing import Any
 
 from operant.shared import atomic
 
@@ -89,15 +90,27 @@ def resume_command(
 _CHECKPOINT = re.compile(r"^ckpt-\d{9,}\.pt$")
 
 
-def started_in(run_dir: Path | None) -> str | None:
-    """The folder the run was started from (run.json's `cwd`), or None where unknown."""
+def _started(run_dir: Path | None, key: str) -> Any:
+    """run.json's `key` (what started the run: kept through its resumes), or None."""
     if run_dir is None:
         return None
     try:
-        folder = json.loads((run_dir / RUN_FILE).read_text()).get("cwd")
+        return json.loads((run_dir / RUN_FILE).read_text()).get(key)
     except (OSError, ValueError, AttributeError):
         return None
+
+
+def started_in(run_dir: Path | None) -> str | None:
+    """The folder the run was started from (run.json's `cwd`), or None where unknown."""
+    folder = _started(run_dir, "cwd")
     return folder if isinstance(folder, str) else None
+
+
+def started_at(run_dir: Path | None) -> float | None:
+    """When the run was first started (run.json's `started_at`, Unix seconds; a resume's
+    metrics file is new), or None where unknown."""
+    when = _started(run_dir, "started_at")
+    return float(when) if isinstance(when, (int, float)) and not isinstance(when, bool) else None
 
 
 def where_started(error: BaseException, run_dir: Path | None) -> str:

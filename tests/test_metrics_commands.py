@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -171,6 +172,11 @@ def test_runs_lists_every_run_from_any_directory(runs, tmp_path):
     assert rows["broken-e"]["status"] == "unknown"
     assert "not an Operant metrics file" in rows["broken-e"]["error"]
     assert 0 <= rows["cartpole-a"]["age_s"] < 60
+    # A resumed run's age counts from its start (run.json), not from its new metrics file
+    (runs / "cartpole-a" / "run.json").write_text(json.dumps({"started_at": time.time() - 7200}))
+    again = operant("runs", "--json", env_extra={"OPERANT_RUNS_DIR": str(runs)})
+    aged = {row["run_id"]: row for row in json.loads(again.stdout)}["cartpole-a"]["age_s"]
+    assert 7200 <= aged < 7260
 
     table = operant("runs", "--runs-dir", str(runs))
     assert table.returncode == 0, table.stderr
