@@ -27,6 +27,7 @@ import errno
 import fcntl
 import json
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,8 @@ class RunPlan:
     """The checkpoint's verified contents."""
     restart: bool = False
     """The directory exists but holds no checkpoint: start the run again inside it."""
+    made_root: bool = False
+    """The runs root did not exist before this run created its directory in it."""
     lock_fd: int = -1
     notes: list[str] = field(default_factory=list)
     """What the trainer says about the plan once it is accepted (a rounded step budget):
@@ -350,6 +353,22 @@ def create(plan: RunPlan) -> Path:
     """The run directory of a plan that has none yet: created and locked. FileExistsError for
     a run id that is taken."""
     if plan.run_dir is None:
+        plan.made_root = not plan.root.exists()
         plan.run_dir = runs.create_run_dir(plan.root, plan.run_id)
         plan.lock_fd = lock_run_dir(plan.run_dir)
     return plan.run_dir
+
+
+def discard(plan: RunPlan) -> None:
+    """Remove what creating a new run made (its directory, the runs root where this run
+    made it and it is empty), so that "nothing was created" holds: a full disk at start
+    left an empty runs root behind."""
+    shutil.rmtree(plan.root / plan.run_id, ignore_errors=True)
+    if plan.made_root:
+        latest = plan.root / runs.LATEST_NAME
+        if os.path.islink(latest) and os.readlink(latest) == plan.run_id:
+            latest.unlink()
+        try:
+            plan.root.rmdir()
+        except OSError:  # not empty (another run, a `latest` link): it stays
+            pass

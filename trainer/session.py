@@ -19,7 +19,6 @@
 
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -90,7 +89,9 @@ def run(args: Any, plan: RunPlan, signals: StopSignals) -> int:
     status = session.run()
     if status == EXIT_NO_SPACE and fresh and not session.started:
         # A new run that could not start leaves nothing behind (its lock is released).
-        shutil.rmtree(run_dir, ignore_errors=True)
+        from operant.trainer.resume import discard
+
+        discard(plan)
     return status
 
 
@@ -134,7 +135,7 @@ def open_run_dir(plan: RunPlan) -> tuple[Path | None, int]:
             "and run again",
             file=sys.stderr,
         )
-        shutil.rmtree(plan.root / plan.run_id, ignore_errors=True)
+        resume.discard(plan)
         return None, EXIT_NO_SPACE
     except (ValueError, resume.RunInUseError) as error:
         print(
