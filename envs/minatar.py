@@ -196,8 +196,8 @@ class MinAtarVectorEnv(NotCopyable, SlotBinding, _MinAtarFace):
         from operant.cext.minatar import MinAtarKernel
 
         options = Settings(**settings)
-        num_envs = int(num_envs)
-        limit = self._declare(game, num_envs, copy, options)
+        limit = self._declare(game, num_envs, copy, options)  # checks num_envs first
+        num_envs = self.num_envs
         self.kernel = MinAtarKernel(
             game,
             num_envs,

@@ -59,11 +59,11 @@ class ReferenceMinAtarEnv(AccountedPythonEnv, _MinAtarFace):
     resumable = False  # MinAtar's games keep Python state: a resume re-seeds them
 
     def __init__(self, game: str, num_envs: int, copy: bool = True, **settings: Any):
-        """`settings`: operant.envs.minatar.Settings' keywords, as the native env's."""
+        """`settings`: operant.envs.minatar_options.Settings' keywords, as the native env's."""
         environment = minatar_environment_class()
         options = Settings(**settings)
         self.max_episode_steps = self._declare(game, num_envs, copy, options)
-        num_envs = int(num_envs)
+        num_envs = self.num_envs
         self.envs = [
             environment(
                 game,

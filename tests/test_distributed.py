@@ -202,15 +202,24 @@ def test_sigterm_to_torchrun_itself_is_a_clean_stop(tmp_path):
     assert find_checkpoint(tmp_path / "runs" / "cut" / "checkpoints") is not None
 
 
-def test_a_signal_to_torchrun_that_kills_the_ranks_is_not_a_clean_stop(tmp_path):
-    """SIGHUP to torchrun: it passes SIGHUP on, which the ranks do not catch (no checkpoint);
-    "stopped" and exit 0 would tell systemd a clean stop."""
+def test_sighup_to_torchrun_is_a_clean_stop_too(tmp_path):
+    """SIGHUP to torchrun (the terminal of a foreground group closed): it passes SIGHUP on,
+    which the ranks take as a stop with a checkpoint (they did not catch it before)."""
     status, text = _signal_torchrun(tmp_path, "hup", signal.SIGHUP)
-    assert status == 128 + signal.SIGHUP
+    assert status == 0, text[-3000:]
+    assert text.endswith("operant-train: torchrun: stopped by SIGHUP\n"), text[-3000:]
+    assert find_checkpoint(tmp_path / "runs" / "hup" / "checkpoints") is not None
+
+
+def test_a_signal_to_torchrun_that_kills_the_ranks_is_not_a_clean_stop(tmp_path):
+    """SIGQUIT to torchrun: it passes it on, and the ranks die of it (no checkpoint);
+    "stopped" and exit 0 would tell systemd a clean stop."""
+    status, text = _signal_torchrun(tmp_path, "quit", signal.SIGQUIT)
+    assert status == 128 + signal.SIGQUIT, text[-3000:]
     assert text.endswith(
-        "operant-train: torchrun: ended by SIGHUP; local rank 0 (exit status -1), local rank 1 "
-        "(exit status -1) did not stop with a checkpoint\n"
-    )
+        "operant-train: torchrun: ended by SIGQUIT; local rank 0 (exit status -3), local rank 1 "
+        "(exit status -3) did not stop with a checkpoint\n"
+    ), text[-3000:]
 
 
 def test_two_torchrun_launchers_form_one_multi_node_run(tmp_path):

@@ -68,13 +68,14 @@ def _record_shutdown() -> dict[int, int | None]:
 
 def _stopped(sig: Any, ended: dict[int, int | None]) -> int:
     """torchrun itself was signalled (systemd stopping a unit whose main process it is, or a
-    kill of its pid). SIGTERM and SIGINT stop the ranks as their own signal does, at an update
-    boundary with a checkpoint, each saying so: when every rank then exited 0, one line and
-    exit 0, as operant-train's own stop. Otherwise the ranks that did not stop so are named."""
+    kill of its pid). SIGTERM, SIGINT and SIGHUP stop the ranks as their own signal does, at
+    an update boundary with a checkpoint, each saying so: when every rank then exited 0, one
+    line and exit 0, as operant-train's own stop. Otherwise the ranks that did not stop so are
+    named."""
     import signal
 
     unclean = {rank: code for rank, code in sorted(ended.items()) if code != 0}
-    clean = sig in (signal.SIGTERM, signal.SIGINT) and ended and not unclean
+    clean = sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP) and ended and not unclean
     if clean:
         print(f"operant-train: torchrun: stopped by {sig.name}", file=sys.stderr, flush=True)
         return 0
