@@ -41,13 +41,13 @@ def split_keywords(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """`kwargs` parted into the reference env's own (`factory`'s parameters, render_mode
     among them) and the keywords of Gymnasium's env, to which `options` (env.options) add."""
+    if "env_kwargs" in kwargs:
+        raise EnvError("env_kwargs: give the env's keywords as keywords (or as env.options)")
     params = inspect.signature(factory).parameters
     own = {name: value for name, value in kwargs.items() if name in params}
     env_kwargs = {name: value for name, value in kwargs.items() if name not in params}
     if "render_mode" in env_kwargs:  # only the one-process reference env renders
         raise EnvError("render_mode: env workers do not render; use env.workers = 1")
-    if "env_kwargs" in env_kwargs:
-        raise EnvError("env_kwargs: give the env's keywords as keywords (or as env.options)")
     return own, {**(options or {}), **env_kwargs}
 
 

@@ -103,6 +103,8 @@ def test_trainer_builds_gymnasiums_env_with_env_options():
          "JSON serializable: give plain values"),
         (dict(impl="reference", workers=2, render_mode="rgb_array"),
          "render_mode: env workers do not render; use env.workers = 1"),
+        (dict(impl="reference", env_kwargs={"g": 1.0}),
+         "env_kwargs: give the env's keywords as keywords (or as env.options)"),
     ],
 )  # fmt: skip
 def test_a_keyword_the_env_does_not_take_is_one_line(kwargs, said):
