@@ -112,7 +112,7 @@ def test_no_allocation_per_step_after_warmup():
         env.step_bound()
     # Any per-step allocation would show up 5,000 times over; what remains is the
     # interpreter's own bookkeeping for the loop (a few dozen bytes, independent of steps).
-    found = traced.windows(traced.repeat(env.kernel.step, 5000))
+    found = traced.windows(traced.repeat(env.kernel.step, 5000), until=(256, 1024))
     assert traced.clean(found, held_below=256, peak_below=1024), found
 
 

@@ -136,7 +136,7 @@ def test_native_step_allocates_nothing(env_id):
     kernel = env.kernel
     # Any per-step allocation would show up 1,000 times over; what remains is the
     # interpreter's own bookkeeping for the loop (a few dozen bytes, independent of steps).
-    found = traced.windows(traced.repeat(kernel.step, 1000))
+    found = traced.windows(traced.repeat(kernel.step, 1000), until=(256, 1024))
     assert traced.clean(found, held_below=256, peak_below=1024), found
 
 

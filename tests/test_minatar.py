@@ -315,7 +315,7 @@ def test_no_allocation_per_step(env_id):
     kernel = env.kernel
     for _ in range(10):
         kernel.step()
-    found = traced.windows(traced.repeat(kernel.step, 1000))
+    found = traced.windows(traced.repeat(kernel.step, 1000), until=(256, 1024))
     assert traced.clean(found, held_below=256, peak_below=1024), found
 
 

@@ -70,7 +70,9 @@ def test_rollout_allocates_nothing_after_warm_up(env_id, extra):
     # tracemalloc first: the profiler below leaves work behind it (its own threads and
     # buffers) that would show up in a traced window after it. Each window's traced warm-up
     # rollout lets the interpreter grow its tables for tracing outside the window.
-    found = traced.windows(traced.repeat(trainer.collect, 3), warm=trainer.collect)
+    found = traced.windows(
+        traced.repeat(trainer.collect, 3), until=(1024, 8 * 1024), warm=trainer.collect
+    )
     assert storage_allocations(trainer.collect) == []
 
     # Transient Python objects (tensor wrappers, ints) come and go; one array of the rollout

@@ -36,3 +36,15 @@ def test_one_window_with_a_stray_allocation_of_three_passes():
     found = traced.windows(once_then_quiet)
     assert found[0][0] >= 4096 and traced.clean(found, held_below=256, peak_below=1024), found
     kept.clear()
+
+
+def test_windows_stop_at_the_first_clean_one_when_told_what_clean_is():
+    calls = iter(range(3))
+
+    def once_then_quiet() -> None:
+        if next(calls) == 0:
+            kept.append(bytes(4096))
+
+    found = traced.windows(once_then_quiet, until=(256, 1024))
+    assert len(found) == 2 and found[0][0] >= 4096 and found[1][0] < 256, found
+    kept.clear()

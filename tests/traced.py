@@ -41,9 +41,17 @@ def held_and_peak(run: Callable[[], object], warm: Callable[[], object] | None =
     return after - before, peak - before
 
 
-def windows(run: Callable[[], object], **kwargs) -> list[tuple[int, int]]:
-    """(held, peak) of WINDOWS windows of `run()`."""
-    return [held_and_peak(run, **kwargs) for _ in range(WINDOWS)]
+def windows(
+    run: Callable[[], object], until: tuple[int, int] | None = None, **kwargs
+) -> list[tuple[int, int]]:
+    """(held, peak) of up to WINDOWS windows of `run()`: all of them, or, with `until`
+    (held_below, peak_below), up to the first that is clean (the rest would say nothing)."""
+    found: list[tuple[int, int]] = []
+    for _ in range(WINDOWS):
+        found.append(held_and_peak(run, **kwargs))
+        if until is not None and clean(found[-1:], *until):
+            break
+    return found
 
 
 def clean(found: Sequence[tuple[int, int]], held_below: int, peak_below: int) -> bool:
@@ -53,7 +61,8 @@ def clean(found: Sequence[tuple[int, int]], held_below: int, peak_below: int) ->
 
 def grown(run: Callable[[], object], ignore: Sequence[str] = ()) -> list:
     """The files (tracemalloc's statistics by file) holding more after `run()` than before,
-    leaving out those named in `ignore`; the fewest of WINDOWS windows."""
+    leaving out those named in `ignore`; the fewest of up to WINDOWS windows (the first in
+    which nothing grew ends the search)."""
     leave_out = [tracemalloc.Filter(False, name) for name in (tracemalloc.__file__, *ignore)]
     found = []
     for _ in range(WINDOWS):
@@ -65,4 +74,6 @@ def grown(run: Callable[[], object], ignore: Sequence[str] = ()) -> list:
         finally:
             tracemalloc.stop()
         found.append([stat for stat in after.compare_to(before, "filename") if stat.size_diff > 0])
+        if not found[-1]:  # nothing grew: the other windows would say nothing
+            break
     return min(found, key=lambda stats: sum(stat.size_diff for stat in stats))
