@@ -398,9 +398,7 @@ def _make_env(
         refusal = workers_refusal(env_id, impl, chosen, workers)
         if refusal is not None:
             raise EnvError(refusal)
-    if key in FAMILIES:
-        if overlap:
-            raise EnvError(overlap_refusal(env_id) or "")
+    if key in FAMILIES:  # (overlap on a family: refused by make_env, before the frame stack)
         if device is not None:
             kwargs["device"] = device
         return _make_family(FAMILIES[key], chosen, num_envs, copy, options or {}, kwargs)
