@@ -10,6 +10,12 @@
  * critic). Every parameter is read from, and every gradient written to, one flat buffer at
  * the offsets of an `mlp_layer` table, so FlatParameters and FlatAdam see nothing new.
  *
+ * Observations are float32 rows, or byte rows (`obs_u8`: frames and tokens, flattened) which
+ * the first layer reads as they are: each call packs its rows' nonzero bytes (index, value)
+ * into the scratch, and the first layer sums only their weight rows (mlp_sparse_affine),
+ * forward and backward. No float copy of the batch is made, and a MinAtar frame's layer costs
+ * its few set cells, not its 400-1,000 inputs.
+ *
  * Loops are written so that GCC vectorises them without reassociating: the inner loop runs
  * over independent outputs, and the few reductions (dot products, the gradient norm) keep
  * MLP_LANES explicit partial sums, so their order is fixed by the code, not by the compiler.
@@ -30,13 +36,16 @@ typedef struct {
     const mlp_layer *layers; /* towers x depth */
     int64_t towers, depth, obs_dim, num_actions;
     int relu; /* else tanh */
+    int obs_u8;      /* byte rows, read sparse by the first layer; else float32 rows */
+    float obs_scale; /* what byte rows' values are multiplied by (ObsSpec.scale) */
     float clip_coef, vf_coef, ent_coef;
     int norm_adv, clip_vloss;
 } mlp_spec;
 
 /* One rollout, flattened (B, ...), read through a permutation. */
 typedef struct {
-    const float *obs;
+    const float *obs;      /* float32 rows, or NULL */
+    const uint8_t *obs_u8; /* byte rows (mlp_spec.obs_u8), or NULL */
     const int64_t *actions;
     const float *logprobs, *advantages, *returns, *values;
 } mlp_batch;
@@ -54,6 +63,12 @@ typedef struct {
     int64_t rows, total, width, weights, lanes;
     float *x, *acts, *dy, *dx, *wt, *gt, *logp, *prob, *adv, *dlogp, *dvalue, *entropy;
     float *cols; /* MLP_COLUMNS columns of a block's rows, for the loss (fused_ppo.h) */
+    /* Byte rows, packed (obs_u8): the call's row r has entries xoff[r] .. xoff[r + 1] of xi
+     * (input index) and xv (its value); xv is the call's x region, and a block's xoff starts
+     * at its first row. NULL for float32 rows. */
+    int64_t *xoff;
+    int32_t *xi;
+    float *xv;
 } mlp_scratch;
 /* wt: every layer's weight transposed (n_out, n_in), one after the other in layer order,
  * made once per call by mlp_prepare (the narrow layers' forward and every layer's input
@@ -100,11 +115,17 @@ static int64_t mlp_block_rows(int64_t rows) { return rows < MLP_BLOCK ? rows : M
 
 static int64_t mlp_lanes(int64_t rows) { return (rows + MLP_LANES - 1) / MLP_LANES * MLP_LANES; }
 
+/* The packed byte rows' offsets (int64, two floats each) and indices (int32), at the
+ * scratch's start (numpy's buffers are 16-byte aligned, so the offsets are 8-byte aligned). */
+static int64_t mlp_packed_floats(const mlp_spec *s, int64_t rows) {
+    return s->obs_u8 ? 2 * (rows + 1) + rows * s->obs_dim : 0;
+}
+
 static int64_t mlp_scratch_floats(const mlp_spec *s, int64_t rows) {
     int64_t weights, width = mlp_widest(s, &weights), block = mlp_block_rows(rows);
     const int64_t lanes = mlp_lanes(block);
-    return rows * (s->obs_dim + 1) + mlp_act_floats(s, block) + 2 * block * width +
-           2 * weights + (2 * s->num_actions + 3 + MLP_COLUMNS) * lanes;
+    return mlp_packed_floats(s, rows) + rows * (s->obs_dim + 1) + mlp_act_floats(s, block) +
+           2 * block * width + 2 * weights + (2 * s->num_actions + 3 + MLP_COLUMNS) * lanes;
 }
 
 static mlp_scratch mlp_carve(const mlp_spec *s, float *buffer, int64_t rows) {
@@ -114,7 +135,11 @@ static mlp_scratch mlp_carve(const mlp_spec *s, float *buffer, int64_t rows) {
     w.lanes = lanes;
     w.total = rows;
     w.width = mlp_widest(s, &w.weights);
+    w.xoff = s->obs_u8 ? (int64_t *)buffer : NULL;
+    w.xi = s->obs_u8 ? (int32_t *)(buffer + 2 * (rows + 1)) : NULL;
+    buffer += mlp_packed_floats(s, rows);
     w.x = buffer;
+    w.xv = s->obs_u8 ? buffer : NULL;
     w.adv = w.x + rows * s->obs_dim;
     w.acts = w.adv + rows;
     w.dy = w.acts + mlp_act_floats(s, block);
@@ -139,7 +164,27 @@ static mlp_scratch mlp_block(const mlp_spec *s, const mlp_scratch *w, int64_t st
     block.lanes = mlp_lanes(block.rows);
     block.x = w->x + start * s->obs_dim;
     block.adv = w->adv + start;
+    if (w->xoff) block.xoff = w->xoff + start;
     return block;
+}
+
+/* Row i of a call's rows, a byte row of obs_dim, packed (xoff[i] set before: 0 for row 0;
+ * this sets xoff[i + 1]). Eight bytes at a time, so a frame's empty stretches cost a load. */
+static void mlp_pack_row(const mlp_spec *s, const mlp_scratch *w, int64_t i, const uint8_t *row) {
+    int64_t n = w->xoff[i], k = 0, j;
+    const int64_t dim = s->obs_dim;
+    for (; k < dim; k += 8) {
+        const int64_t end = k + 8 < dim ? k + 8 : dim;
+        uint64_t word = 0;
+        memcpy(&word, row + k, (size_t)(end - k));
+        if (!word) continue;
+        for (j = k; j < end; j++)
+            if (row[j]) {
+                w->xi[n] = (int32_t)j;
+                w->xv[n++] = (float)row[j] * s->obs_scale;
+            }
+    }
+    w->xoff[i + 1] = n;
 }
 
 /* Layer l's activations (rows, n_out) of `tower`, inside the scratch. */
@@ -152,16 +197,25 @@ static float *mlp_acts(const mlp_spec *s, const mlp_scratch *w, int64_t tower, i
 
 /* -- the network --------------------------------------------------------------------------- */
 
+/* Whether layer l of a tower reads packed byte rows (the first, over byte observations): it
+ * needs no transposed weight and passes no gradient to its input. */
+static inline int mlp_sparse_layer(const mlp_spec *s, int64_t l) { return l == 0 && s->obs_u8; }
+
 static void mlp_layer_forward(const mlp_spec *s, const mlp_scratch *w, const mlp_layer *L,
                               const float *param, const float *wt, const float *x, float *y,
-                              int last) {
+                              int64_t l) {
+    const int last = l == s->depth - 1;
     const int act = last ? MLP_LINEAR : (s->relu ? MLP_RELU : MLP_TANH);
-    if (L->n_out >= MLP_NARROW) {
+    if (mlp_sparse_layer(s, l)) {
+        mlp_sparse_affine(w->rows, L->n_out, L->ldw, w->xoff, w->xi, w->xv, param + L->w,
+                          param + L->b, y);
+    } else if (L->n_out >= MLP_NARROW) {
         mlp_matmul(w->rows, L->n_in, L->n_out, L->ldw, x, param + L->w, param + L->b, y, NULL,
                    act);
         return;
+    } else {
+        mlp_affine_narrow(w->rows, L->n_in, L->n_out, x, wt, param + L->b, y);
     }
-    mlp_affine_narrow(w->rows, L->n_in, L->n_out, x, wt, param + L->b, y);
     if (act == MLP_RELU)
         mlp_relu(w->rows * L->n_out, y);
     else if (act == MLP_TANH)
@@ -175,7 +229,8 @@ static void mlp_prepare(const mlp_spec *s, const mlp_scratch *w, const float *pa
     mlp_clean_upper();
     for (i = 0; i < s->towers * s->depth; i++) {
         const mlp_layer *L = &s->layers[i];
-        mlp_transpose(L->n_in, L->n_out, L->ldw, param + L->w, w->wt + at);
+        if (!mlp_sparse_layer(s, i % s->depth))
+            mlp_transpose(L->n_in, L->n_out, L->ldw, param + L->w, w->wt + at);
         at += L->n_in * L->n_out;
     }
 }
@@ -187,8 +242,7 @@ static void mlp_forward_tower(const mlp_spec *s, const mlp_scratch *w, const flo
     int64_t l;
     for (l = 0; l < s->depth; l++) {
         float *y = mlp_acts(s, w, t, l);
-        mlp_layer_forward(s, w, mlp_at(s, t, l), param, w->wt + mlp_weight_at(s, t, l), x, y,
-                          l == s->depth - 1);
+        mlp_layer_forward(s, w, mlp_at(s, t, l), param, w->wt + mlp_weight_at(s, t, l), x, y, l);
         x = y;
     }
 }
@@ -202,11 +256,17 @@ static void mlp_forward(const mlp_spec *s, const mlp_scratch *w, const float *pa
 
 /* One layer's backward: weight and bias gradients from dy (rows, n_out), and, below the
  * first layer, the gradient of its input's pre-activation into dx (rows, n_in): dy @ W^T
- * times the activation's derivative at x, the layer's input. */
+ * times the activation's derivative at x, the layer's input (NULL: the first layer over
+ * packed byte rows). */
 static void mlp_layer_backward(const mlp_spec *s, const mlp_scratch *w, const mlp_layer *L,
                                int64_t at, float *grad, const float *x, const float *dy,
                                float *dx) {
     const float *wt = w->wt + at;
+    if (!x) { /* the first layer over packed byte rows (mlp_sparse_layer) */
+        mlp_sparse_grad(w->rows, L->n_out, L->ldw, w->xoff, w->xi, w->xv, dy, grad + L->w);
+        mlp_column_sums(w->rows, L->n_out, dy, grad + L->b);
+        return;
+    }
     if (L->n_out < MLP_NARROW) {
         mlp_grad_narrow(w->rows, L->n_in, L->n_out, x, dy, w->gt + at, grad + L->b);
     } else {
@@ -229,7 +289,7 @@ static void mlp_finish_gradient(const mlp_spec *s, const mlp_scratch *w, float *
     int64_t i, k, j, at = 0;
     for (i = 0; i < s->towers * s->depth; i++) {
         const mlp_layer *L = &s->layers[i];
-        if (L->n_out < MLP_NARROW)
+        if (L->n_out < MLP_NARROW && !mlp_sparse_layer(s, i % s->depth))
             for (k = 0; k < L->n_in; k++)
                 for (j = 0; j < L->n_out; j++)
                     grad[L->w + k * L->ldw + j] += w->gt[at + j * L->n_in + k];
@@ -244,7 +304,7 @@ static void mlp_tower_backward(const mlp_spec *s, const mlp_scratch *w, float *g
     float *dy = w->dy, *dx = w->dx, *swap;
     int64_t l;
     for (l = s->depth - 1; l >= 0; l--) {
-        const float *x = l > 0 ? mlp_acts(s, w, tower, l - 1) : w->x;
+        const float *x = l > 0 ? mlp_acts(s, w, tower, l - 1) : s->obs_u8 ? NULL : w->x;
         mlp_layer_backward(s, w, mlp_at(s, tower, l), mlp_weight_at(s, tower, l), grad, x, dy,
                            l > 0 ? dx : NULL);
         swap = dy;

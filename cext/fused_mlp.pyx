@@ -4,7 +4,8 @@ fused_ppo.h), called without the GIL.
 
 Layering: operant.trainer.fused builds a `FusedMLP` from an ActorCritic (its layer table of
 flat-buffer offsets) and hands over, per call, numpy views of torch's own tensors: the rollout
-(IN), FlatParameters' param and grad and FlatAdam's moments (IN/OUT, updated in place), and a
+(IN; observations as (rows, obs_dim) float32, or uint8 for a network built with `obs_u8`),
+FlatParameters' param and grad and FlatAdam's moments (IN/OUT, updated in place), and a
 scratch buffer it allocated once per row count (OUT, contents meaningless between calls).
 Nothing here allocates.
 """
@@ -22,11 +23,14 @@ cdef extern from "fused_ppo.h":
         const mlp_layer *layers
         int64_t towers, depth, obs_dim, num_actions
         int relu
+        int obs_u8
+        float obs_scale
         float clip_coef, vf_coef, ent_coef
         int norm_adv, clip_vloss
 
     ctypedef struct mlp_batch:
         const float *obs
+        const uint8_t *obs_u8
         const int64_t *actions
         const float *logprobs
         const float *advantages
@@ -40,6 +44,7 @@ cdef extern from "fused_ppo.h":
         float *x
         float *logp
         float *prob
+        int64_t *xoff
 
     ctypedef struct mlp_adam:
         double lr, beta1, beta2, eps, max_grad_norm
@@ -47,6 +52,8 @@ cdef extern from "fused_ppo.h":
     int64_t mlp_scratch_floats(const mlp_spec *s, int64_t rows) nogil
     mlp_scratch mlp_carve(const mlp_spec *s, float *buffer, int64_t rows) nogil
     mlp_scratch mlp_block(const mlp_spec *s, const mlp_scratch *w, int64_t start) nogil
+    void mlp_pack_row(const mlp_spec *s, const mlp_scratch *w, int64_t i,
+                      const uint8_t *row) nogil
     void mlp_gradient(const mlp_spec *s, const mlp_scratch *w, const mlp_batch *b,
                       const int64_t *order, const float *moments, const float *param,
                       float *grad, int64_t n_params, float *stats) nogil
@@ -70,7 +77,10 @@ cdef class FusedMLP:
 
     def __init__(self, const int64_t[:, ::1] layers, int64_t towers, int64_t obs_dim,
                  int64_t num_actions, bint relu, double clip_coef, double vf_coef,
-                 double ent_coef, bint norm_adv, bint clip_vloss):
+                 double ent_coef, bint norm_adv, bint clip_vloss, bint obs_u8=False,
+                 double obs_scale=1.0):
+        """`obs_u8`: the observations are byte rows (frames, tokens: uint8, flattened), which
+        the first layer reads sparse, their values times `obs_scale`; else float32 rows."""
         if layers.shape[1] != 5 or layers.shape[0] % towers:
             raise ValueError("layers must be (towers x depth, 5) int64 rows")
         self.layers = layers
@@ -80,6 +90,8 @@ cdef class FusedMLP:
         self.spec.obs_dim = obs_dim
         self.spec.num_actions = num_actions
         self.spec.relu = relu
+        self.spec.obs_u8 = obs_u8
+        self.spec.obs_scale = obs_scale
         self.spec.clip_coef = clip_coef
         self.spec.vf_coef = vf_coef
         self.spec.ent_coef = ent_coef
@@ -92,7 +104,7 @@ cdef class FusedMLP:
 
     @cython.boundscheck(False)
     @cython.wraparound(False)
-    def epoch(self, const float[:, ::1] obs, const int64_t[::1] actions,
+    def epoch(self, obs, const int64_t[::1] actions,
               const float[::1] logprobs, const float[::1] advantages,
               const float[::1] returns, const float[::1] values, const int64_t[::1] order,
               int64_t minibatch, float[::1] scratch, float[::1] param, float[::1] grad,
@@ -134,7 +146,7 @@ cdef class FusedMLP:
 
     @cython.boundscheck(False)
     @cython.wraparound(False)
-    def gradient(self, const float[:, ::1] obs, const int64_t[::1] actions,
+    def gradient(self, obs, const int64_t[::1] actions,
                  const float[::1] logprobs, const float[::1] advantages,
                  const float[::1] returns, const float[::1] values, const int64_t[::1] order,
                  moments, float[::1] scratch, const float[::1] param, float[::1] grad,
@@ -170,7 +182,7 @@ cdef class FusedMLP:
 
     @cython.boundscheck(False)
     @cython.wraparound(False)
-    def act(self, const float[:, ::1] obs, const float[::1] uniforms, float[::1] scratch,
+    def act(self, obs, const float[::1] uniforms, float[::1] scratch,
             const float[::1] param, int64_t[::1] actions, float[::1] logprobs,
             float[::1] values):
         """Sample one action per row (IN: obs, one uniform per row; OUT: actions, their
@@ -180,15 +192,15 @@ cdef class FusedMLP:
         cdef mlp_scratch w, block
         cdef float cdf
         cdef float *prob
-        if obs.shape[1] != self.spec.obs_dim or uniforms.shape[0] != rows:
-            raise ValueError("obs must be (rows, obs_dim) and uniforms (rows,)")
+        if uniforms.shape[0] != rows:
+            raise ValueError("uniforms must hold one per row")
         if actions.shape[0] != rows or logprobs.shape[0] != rows or values.shape[0] != rows:
             raise ValueError("actions, logprobs and values must have one entry per row")
         if scratch.shape[0] < mlp_scratch_floats(&self.spec, rows):
             raise ValueError("scratch is shorter than scratch_floats(rows)")
         w = mlp_carve(&self.spec, &scratch[0], rows)
+        self._load(obs, &w, NULL)
         with nogil:
-            w.x = <float *> &obs[0, 0]  # read only: the forward never writes its input
             mlp_prepare(&self.spec, &w, &param[0])
             start = 0
             while start < rows:
@@ -211,7 +223,7 @@ cdef class FusedMLP:
 
     @cython.boundscheck(False)
     @cython.wraparound(False)
-    def value(self, const float[:, ::1] obs, float[::1] scratch, const float[::1] param,
+    def value(self, obs, float[::1] scratch, const float[::1] param,
               float[::1] values, const uint8_t[::1] where=None, float[::1] add_to=None,
               float scale=0):
         """The critic's value of every row (IN: obs; OUT: values, scratch): the value tower
@@ -220,10 +232,10 @@ cdef class FusedMLP:
         get 0 (a row's value does not depend on the rows beside it: every row is summed in
         the same order wherever it falls); with `add_to` too (IN/OUT, one per row), each
         flagged row's scale * value is added there (the truncation bootstrap's reward)."""
-        cdef int64_t rows = obs.shape[0], i, count = 0, dim = self.spec.obs_dim
+        cdef int64_t rows = obs.shape[0], i, count = 0
         cdef mlp_scratch w
-        if obs.shape[1] != dim or values.shape[0] != rows:
-            raise ValueError("obs must be (rows, obs_dim) and values (rows,)")
+        if values.shape[0] != rows:
+            raise ValueError("values must hold one per row")
         if where is not None and where.shape[0] != rows:
             raise ValueError("where must have one flag per row")
         if add_to is not None and (where is None or add_to.shape[0] != rows):
@@ -232,8 +244,8 @@ cdef class FusedMLP:
             raise ValueError("scratch is shorter than scratch_floats(rows)")
         if where is None:
             w = mlp_carve(&self.spec, &scratch[0], rows)
+            self._load(obs, &w, NULL)
             with nogil:
-                w.x = <float *> &obs[0, 0]  # read only: the forward never writes its input
                 self._values(&w, &param[0], &values[0], NULL, rows)
             return
         with nogil:
@@ -242,18 +254,45 @@ cdef class FusedMLP:
         if count == 0:
             memset(&values[0], 0, rows * sizeof(float))
             return
+        w = mlp_carve(&self.spec, &scratch[0], count)
+        self._load(obs, &w, &where[0])
         with nogil:
-            w = mlp_carve(&self.spec, &scratch[0], count)
-            count = 0
-            for i in range(rows):
-                if where[i]:
-                    memcpy(w.x + count * dim, &obs[i, 0], dim * sizeof(float))
-                    count += 1
             self._values(&w, &param[0], &values[0], &where[0], rows)
             if add_to is not None:
                 for i in range(rows):
                     if where[i]:
                         add_to[i] += scale * values[i]
+
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    cdef int _load(self, obs, mlp_scratch *w, const uint8_t *where) except -1:
+        """w's rows from `obs` (rows, obs_dim), every row or (`where`) the flagged ones in
+        order: float32 rows read in place (flagged ones copied into the scratch), byte rows
+        packed (mlp_pack_row). w must be carved for that many rows."""
+        cdef const float[:, ::1] floats
+        cdef const uint8_t[:, ::1] frames
+        cdef int64_t i, count = 0, rows = obs.shape[0], dim = self.spec.obs_dim
+        if obs.ndim != 2 or obs.shape[1] != dim:
+            raise ValueError(f"obs must be (rows, {dim}), not {obs.shape}")
+        if self.spec.obs_u8:
+            frames = obs
+            with nogil:
+                w.xoff[0] = 0
+                for i in range(rows):
+                    if where == NULL or where[i]:
+                        mlp_pack_row(&self.spec, w, count, &frames[i, 0])
+                        count += 1
+            return 0
+        floats = obs
+        if where == NULL:
+            w.x = <float *> &floats[0, 0]  # read only: the forward never writes its input
+            return 0
+        with nogil:
+            for i in range(rows):
+                if where[i]:
+                    memcpy(w.x + count * dim, &floats[i, 0], dim * sizeof(float))
+                    count += 1
+        return 0
 
     cdef void _values(self, const mlp_scratch *w, const float *param, float *values,
                       const uint8_t *where, int64_t rows) noexcept nogil:
@@ -278,17 +317,25 @@ cdef class FusedMLP:
                 values[row] = 0
                 row += 1
 
-    cdef mlp_batch _batch(self, const float[:, ::1] obs, const int64_t[::1] actions,
+    cdef mlp_batch _batch(self, obs, const int64_t[::1] actions,
                           const float[::1] logprobs, const float[::1] advantages,
                           const float[::1] returns, const float[::1] values):
         cdef Py_ssize_t rows = obs.shape[0]
-        if obs.shape[1] != self.spec.obs_dim:
-            raise ValueError(f"obs has {obs.shape[1]} columns, the network reads {self.spec.obs_dim}")
+        cdef const float[:, ::1] floats
+        cdef const uint8_t[:, ::1] frames
+        if obs.ndim != 2 or obs.shape[1] != self.spec.obs_dim:
+            raise ValueError(f"obs has {obs.shape[1:]} columns, the network reads {self.spec.obs_dim}")
         if not (actions.shape[0] == logprobs.shape[0] == advantages.shape[0] == rows
                 and returns.shape[0] == values.shape[0] == rows):
             raise ValueError("every rollout tensor must have one entry per observation")
         cdef mlp_batch b
-        b.obs = &obs[0, 0]
+        b.obs, b.obs_u8 = NULL, NULL
+        if self.spec.obs_u8:  # (the caller holds obs: the pointers outlive these views)
+            frames = obs
+            b.obs_u8 = &frames[0, 0]
+        else:
+            floats = obs
+            b.obs = &floats[0, 0]
         b.actions = &actions[0]
         b.logprobs = &logprobs[0]
         b.advantages = &advantages[0]
@@ -298,7 +345,7 @@ cdef class FusedMLP:
 
     cdef _check(self, int64_t batch, int64_t minibatch, const float[::1] scratch,
                 int64_t n_params, const float[::1] grad, const float[::1] exp_avg,
-                const float[::1] exp_avg_sq, const float[:, ::1] obs):
+                const float[::1] exp_avg_sq, obs):
         if minibatch < 2 or batch % minibatch or batch > obs.shape[0]:
             raise ValueError("the order must cover the batch in minibatches of 2 rows or more")
         if scratch.shape[0] < mlp_scratch_floats(&self.spec, minibatch):

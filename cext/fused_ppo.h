@@ -17,12 +17,18 @@ typedef struct {
     double lr, beta1, beta2, eps, max_grad_norm;
 } mlp_adam;
 
-/* The minibatch's observations into w->x and advantages into w->adv, in `order`. */
+/* The minibatch's observations into w->x (byte rows: packed) and advantages into w->adv, in
+ * `order`. */
 static void mlp_gather(const mlp_spec *s, const mlp_scratch *w, const mlp_batch *b,
                        const int64_t *order) {
     int64_t i;
+    if (s->obs_u8) w->xoff[0] = 0;
     for (i = 0; i < w->total; i++) {
-        memcpy(w->x + i * s->obs_dim, b->obs + order[i] * s->obs_dim, sizeof(float) * s->obs_dim);
+        if (s->obs_u8)
+            mlp_pack_row(s, w, i, b->obs_u8 + order[i] * s->obs_dim);
+        else
+            memcpy(w->x + i * s->obs_dim, b->obs + order[i] * s->obs_dim,
+                   sizeof(float) * s->obs_dim);
         w->adv[i] = b->advantages[order[i]];
     }
 }

@@ -198,11 +198,36 @@ def test_agents_are_rows_and_the_batch_counts_them():
     assert record.global_step == 192 and record.updates == 2
 
 
+def test_the_mlp_reads_frames_flattened_when_named():
+    """policy.kind = "mlp" on byte frames: "auto" would choose the CNN; named, the MLP reads
+    the (2, 8, 8) frames as 128 byte inputs and trains (natively where the kernel is built)."""
+    from operant.trainer.train import Trainer
+
+    config = load_config(
+        None,
+        [
+            f"env.id={FRAMES}",
+            "env.num_envs=4",
+            "ppo.num_steps=8",
+            "ppo.num_minibatches=2",
+            "train.total_steps=64",
+            "policy.kind=mlp",
+        ],
+    )
+    trainer = Trainer(config)
+    assert type(trainer.policy).__name__ == "ActorCritic"
+    assert trainer.policy.byte_obs and trainer.policy.obs_dim == 2 * 8 * 8
+    assert trainer.storage.obs.dtype == torch.uint8  # no float copy of the rollout
+    assert trainer.native is not None and trainer.native.byte_obs
+    record = trainer.run()
+    assert record.global_step == 64 and record.updates == 2
+
+
 @pytest.mark.parametrize(
     "overrides, fragment",
     [
         (["policy.kind=nope"], "policy.kind = 'nope' is not a registered policy"),
-        (["policy.kind=mlp"], "policy.kind = 'mlp' cannot read uint8 (2, 8, 8) observations"),
+        (["policy.kind=token"], "policy.kind = 'token' cannot read uint8 (2, 8, 8) observations"),
         (["normalize.obs=true"], "normalize.obs = true needs floating-point observations"),
     ],
 )

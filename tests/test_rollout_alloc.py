@@ -3,7 +3,8 @@ every allocation its CPU allocator makes) and no array data (numpy reports its b
 tracemalloc). Covered: the policy's forward and sampling, storage writes, the env step, the
 truncation bootstrap (a short time limit makes it run every few steps) and the observation
 and reward normalisers, in the plain and the overlapped rollout; the grid world's agents
-as rows with the token encoder policy; and MinAtar's uint8 frames with the CNN policy."""
+as rows with the token encoder policy; and MinAtar's uint8 frames with the CNN policy and
+with the MLP (flattened, read natively)."""
 
 from __future__ import annotations
 
@@ -46,6 +47,7 @@ def storage_allocations(run) -> list[tuple[str, int]]:
         ),
         # uint8 (4, 10, 10) frames read in place by the CNN policy (im2col into workspaces).
         ("MinAtar-Breakout-v1", []),
+        ("MinAtar-Breakout-v1", ["policy.kind=mlp"]),
         # The generic frame stack (operant.envs.frame_stack) sliding its stacks in C.
         ("CartPole-v1", ["env.frame_stack=4"]),
     ],

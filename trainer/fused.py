@@ -109,15 +109,29 @@ def adam_arguments(optimizer: FlatAdam, config: PPOConfig) -> tuple[Any, ...]:
     )
 
 
-def _plain_rows(obs: torch.Tensor) -> bool:
-    """Whether the kernel reads `obs` as it is: (rows, dim) float32, contiguous, in host
-    memory."""
+def _plain_rows(obs: torch.Tensor, byte_obs: bool) -> bool:
+    """Whether the kernel reads `obs` as it is: (rows, dim) float32, or (rows, ...) uint8 for
+    a network over bytes, contiguous, in host memory."""
+    if byte_obs:
+        return obs.dtype == torch.uint8 and obs.is_contiguous() and obs.device.type == "cpu"
     return (
         obs.dim() == 2
         and obs.dtype == torch.float32
         and obs.is_contiguous()
         and obs.device.type == "cpu"
     )
+
+
+def _rows(obs: torch.Tensor) -> np.ndarray:
+    """`obs` (rows, ...) as the kernel's (rows, dim) numpy view (no copy: it is contiguous)."""
+    return (obs if obs.dim() == 2 else obs.view(obs.shape[0], -1)).numpy()
+
+
+def _views(batch: tuple[torch.Tensor, ...]) -> tuple[np.ndarray, ...]:
+    """A rollout's (obs, actions, logprobs, advantages, returns, values) as the kernel's numpy
+    views, the observations as (rows, dim)."""
+    obs, *rest = (tensor.detach().contiguous() for tensor in batch)
+    return (_rows(obs), *(tensor.numpy() for tensor in rest))
 
 
 def _contiguous(*tensors: torch.Tensor) -> bool:
@@ -143,7 +157,10 @@ class NativeUpdate:
             config.ent_coef,
             config.norm_adv,
             config.clip_vloss,
+            policy.byte_obs,
+            policy.obs_scale,
         )
+        self.byte_obs = policy.byte_obs
         self._scratch: dict[int, np.ndarray] = {}
         self._uniform: dict[int, tuple[torch.Tensor, np.ndarray]] = {}
         self._param_at, self._param_view = 0, np.empty(0, np.float32)
@@ -179,9 +196,7 @@ class NativeUpdate:
         """ppo_update's minibatch loop for one epoch: `batch` is its (obs, actions,
         logprobs, advantages, returns, values), read in `order`. Steps `optimizer`'s moments
         and count as FlatAdam.step would; returns the minibatches stepped."""
-        obs, actions, logprobs, advantages, returns, values = (
-            tensor.detach().contiguous().numpy() for tensor in batch
-        )
+        obs, actions, logprobs, advantages, returns, values = _views(batch)
         steps = self.kernel.epoch(
             obs,
             actions,
@@ -218,7 +233,7 @@ class NativeUpdate:
         """`epoch` under torchrun: per minibatch, the gradient, its average over the ranks
         (`group.average_`), then the clip and Adam; `moments` (minibatches, 2) are the global
         minibatches' advantage moments (None: each local minibatch's own)."""
-        views = tuple(tensor.detach().contiguous().numpy() for tensor in batch)
+        views = _views(batch)
         order_view = order.numpy()
         param = self.param()
         grad = self.flat.grad.numpy()
@@ -261,7 +276,9 @@ class NativeUpdate:
         (as the torch path does); False, having drawn nothing, where it cannot (obs or out not
         plain contiguous CPU float32/int64)."""
         actions, logprobs, values = out
-        if not (_plain_rows(obs) and actions.dtype == torch.int64 and _contiguous(*out)):
+        if not (
+            _plain_rows(obs, self.byte_obs) and actions.dtype == torch.int64 and _contiguous(*out)
+        ):
             return False
         rows = obs.shape[0]
         uniform = self._uniform.get(rows)
@@ -272,7 +289,7 @@ class NativeUpdate:
             uniform = self._uniform[rows] = (tensor, tensor.view(-1).numpy())
         torch.rand((rows, 1), generator=generator, out=uniform[0])
         self.kernel.act(
-            obs.numpy(),
+            _rows(obs),
             uniform[1],
             self.scratch(rows),
             self.param(),
@@ -294,10 +311,12 @@ class NativeUpdate:
         `where` (uint8, one flag per row) only the flagged rows, the others set to 0, and
         with `add_to` (float32, one per row) scale * value added to the flagged rows there.
         False where it cannot (obs or out not plain contiguous CPU float32)."""
-        if not (_plain_rows(obs) and out.dtype == torch.float32 and _contiguous(out)):
+        if not (
+            _plain_rows(obs, self.byte_obs) and out.dtype == torch.float32 and _contiguous(out)
+        ):
             return False
         self.kernel.value(
-            obs.numpy(),
+            _rows(obs),
             self.scratch(obs.shape[0]),
             self.param(),
             out.numpy(),

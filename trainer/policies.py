@@ -1,12 +1,15 @@
 """The policy registry: which network a run trains, chosen from the env's specs.
 
-A policy is registered once, by name, with `register_policy(name, matches, build)`:
-`matches(obs_spec, act_spec)` says whether it can read those observations and produce those
-actions, and `build(config, obs_spec, act_spec)` returns the module (on the CPU; the trainer
+A policy is registered once, by name, with `register_policy(name, matches, build, reads)`:
+`matches(obs_spec, act_spec)` says whether "auto" should choose it for those observations and
+actions, `reads(obs_spec, act_spec)` (by default `matches`) whether it can train on them when
+named, and `build(config, obs_spec, act_spec)` returns the module (on the CPU; the trainer
 moves it). `policy.kind = "auto"` (the default) takes the first registered policy that
 matches, in registration order, so the built-in MLP keeps serving flat float32 observations
-even after other families register theirs; any other `policy.kind` names one, or a user's
-network as `module:Name` (operant.trainer.user_policy).
+even after other families register theirs (and frames go to the CNN, tokens to the token
+encoder); any other `policy.kind` names one, or a user's network as `module:Name`
+(operant.trainer.user_policy). The MLP reads any observation when named: it flattens frames
+and tokens, as SB3's MlpPolicy and PureJaxRL's MinAtar agents do.
 
 What the loop needs from a policy module (operant.trainer.train, ppo, evaluate):
 - `act(obs, generator, out=(actions, logprobs, values))`: sample, without gradients;
@@ -21,6 +24,7 @@ discrete actions from a single `heads(obs)` method, for encoders written elsewhe
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -37,11 +41,15 @@ from operant.trainer.user_policy import build_user_policy, is_user_policy
 AUTO = "auto"
 
 
+Specs = Callable[[ObsSpec, ActSpec], bool]
+
+
 @dataclass(frozen=True)
 class PolicyEntry:
     name: str
-    matches: Callable[[ObsSpec, ActSpec], bool]
+    matches: Specs
     build: Callable[[Config, ObsSpec, ActSpec], nn.Module]
+    reads: Specs
 
 
 POLICIES: dict[str, PolicyEntry] = {}
@@ -49,14 +57,16 @@ POLICIES: dict[str, PolicyEntry] = {}
 
 def register_policy(
     name: str,
-    matches: Callable[[ObsSpec, ActSpec], bool],
+    matches: Specs,
     build: Callable[[Config, ObsSpec, ActSpec], nn.Module],
+    reads: Specs | None = None,
 ) -> None:
-    """Make `name` choosable as `policy.kind`, and by "auto" for specs it `matches`.
-    Registering a name again replaces it (a module imported twice registers twice)."""
+    """Make `name` choosable as `policy.kind` for specs it `reads` (default: `matches`), and
+    by "auto" for specs it `matches`. Registering a name again replaces it (a module imported
+    twice registers twice)."""
     if name == AUTO:
         raise ValueError(f"{AUTO!r} is reserved for choosing by the observation spec")
-    POLICIES[name] = PolicyEntry(name, matches, build)
+    POLICIES[name] = PolicyEntry(name, matches, build, reads or matches)
 
 
 def describe(obs_spec: ObsSpec, act_spec: ActSpec) -> str:
@@ -69,7 +79,7 @@ def choose_policy(kind: str, obs_spec: ObsSpec, act_spec: ActSpec) -> PolicyEntr
     """The registered policy `kind` names (or "auto" chooses) for these specs; ConfigError
     naming policy.kind when there is none or it does not fit."""
     if is_user_policy(kind):
-        return PolicyEntry(kind, lambda *specs: True, build_user_policy)
+        return PolicyEntry(kind, _any, build_user_policy, _any)
     if kind == AUTO:
         for entry in POLICIES.values():
             if entry.matches(obs_spec, act_spec):
@@ -87,18 +97,16 @@ def choose_policy(kind: str, obs_spec: ObsSpec, act_spec: ActSpec) -> PolicyEntr
             f"{', '.join((AUTO, *POLICIES))}; or a network of yours as module:Name "
             '(docs/envs.md, "Your own network")'
         )
-    if not entry.matches(obs_spec, act_spec):
-        flatten = (
-            " (or, for a Gymnasium env of yours, flatten them to float32 in it: "
-            "gymnasium.wrappers.FlattenObservation)"
-            if kind == "mlp" and len(obs_spec.shape) > 1
-            else ""
-        )
+    if not entry.reads(obs_spec, act_spec):
         raise ConfigError(
             f"policy.kind = {kind!r} cannot read {describe(obs_spec, act_spec)}; "
-            f'use policy.kind = "auto" or a policy made for them{flatten}'
+            f'use policy.kind = "auto" or a policy made for them'
         )
     return entry
+
+
+def _any(obs_spec: ObsSpec, act_spec: ActSpec) -> bool:
+    return True
 
 
 def build_policy(config: Config, obs_spec: ObsSpec, act_spec: ActSpec) -> nn.Module:
@@ -113,13 +121,23 @@ def _mlp_matches(obs_spec: ObsSpec, act_spec: ActSpec) -> bool:
     return len(obs_spec.shape) == 1 and obs_spec.dtype == np.float32
 
 
+def _mlp_reads(obs_spec: ObsSpec, act_spec: ActSpec) -> bool:
+    """Any float32 or byte observation, flattened (tokens and frames are uint8)."""
+    return obs_spec.dtype in (np.float32, np.uint8) and math.prod(obs_spec.shape) > 0
+
+
 def _build_mlp(config: Config, obs_spec: ObsSpec, act_spec: ActSpec) -> nn.Module:
     return ActorCritic.from_config(
-        config.policy, obs_spec.shape[0], act_spec.num_actions, not act_spec.discrete
+        config.policy,
+        math.prod(obs_spec.shape),
+        act_spec.num_actions,
+        not act_spec.discrete,
+        byte_obs=obs_spec.dtype == np.uint8,
+        obs_scale=obs_spec.scale,
     )
 
 
-register_policy("mlp", _mlp_matches, _build_mlp)
+register_policy("mlp", _mlp_matches, _build_mlp, _mlp_reads)
 
 
 # --- a base for other encoders -------------------------------------------------------------

@@ -11,6 +11,12 @@ calls, which is what bounds small networks on a CPU. The output layer is max(num
 wide for both: the critic reads column 0, and its other columns get no gradient and stay
 zero.
 
+Observations are any rows, flattened: float32 vectors, or byte frames and tokens (`byte_obs`:
+uint8 of any shape, as SB3's MlpPolicy and PureJaxRL's MinAtar agents read them), which enter
+as float times `obs_scale` (ObsSpec.scale: 1 for MinAtar's 0/1 cells). The rollout converts
+them into a workspace buffer; the native path (operant.trainer.fused) reads the bytes as they
+are.
+
 Sampling and log-probabilities are written out by hand rather than through
 torch.distributions: the same arithmetic without argument validation or object churn on the
 per-step path. All parameters live in one flat buffer (`FlatParameters`) so the optimiser,
@@ -66,8 +72,13 @@ class ActorCritic(nn.Module):
         continuous: bool = False,
         log_std_init: float = 0.0,
         shared: bool = False,
+        byte_obs: bool = False,
+        obs_scale: float = 1.0,
     ):
         super().__init__()
+        self.obs_dim = obs_dim
+        self.byte_obs = byte_obs
+        self.obs_scale = float(obs_scale)
         self.num_actions = num_actions
         self.continuous = continuous
         self.shared = shared
@@ -127,8 +138,17 @@ class ActorCritic(nn.Module):
         return state
 
     @classmethod
-    def from_config(cls, config, obs_dim: int, num_actions: int, continuous: bool) -> ActorCritic:
-        """The network a `PolicyConfig` describes."""
+    def from_config(
+        cls,
+        config,
+        obs_dim: int,
+        num_actions: int,
+        continuous: bool,
+        byte_obs: bool = False,
+        obs_scale: float = 1.0,
+    ) -> ActorCritic:
+        """The network a `PolicyConfig` describes, over `obs_dim` inputs (float32, or bytes
+        times `obs_scale` with `byte_obs`)."""
         return cls(
             obs_dim,
             num_actions,
@@ -137,10 +157,29 @@ class ActorCritic(nn.Module):
             continuous=continuous,
             log_std_init=config.log_std_init,
             shared=config.shared,
+            byte_obs=byte_obs,
+            obs_scale=obs_scale,
         )
 
+    def rows(self, obs: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Observations (B, ...) as the float (B, obs_dim) rows the layers read: float32
+        vectors as they are; byte rows flattened, converted and scaled (into `out` when
+        given, the rollout's workspace)."""
+        if not self.byte_obs and obs.dim() == 2:
+            return obs
+        flat = obs.reshape(obs.shape[0], self.obs_dim)
+        if not self.byte_obs:
+            return flat
+        rows = flat.float() if out is None else out.copy_(flat)
+        return rows if self.obs_scale == 1.0 else rows.mul_(self.obs_scale)
+
+    def _float(self, obs: torch.Tensor) -> torch.dtype:
+        """The dtype of the values and continuous actions computed from `obs`."""
+        return torch.float32 if self.byte_obs else obs.dtype
+
     def heads(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(logits (B, num_actions), values (B,)) for observations (B, obs_dim)."""
+        """(logits (B, num_actions), values (B,)) for observations (B, ...)."""
+        obs = self.rows(obs)
         if self.shared:
             x = obs
             for index, (weight, bias) in enumerate(self._layers):
@@ -184,6 +223,7 @@ class ActorCritic(nn.Module):
                 "std_offset": empty(actions),
                 "half_log_2pi": torch.full((actions,), 0.5 * LOG_2PI, device=device),
                 "values": empty(batch),
+                "obs": empty((batch, self.obs_dim)),
             }
         self._workspaces[key] = workspace
         return workspace
@@ -192,6 +232,7 @@ class ActorCritic(nn.Module):
         self, obs: torch.Tensor, workspace: dict[str, Any]
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """`heads` computed into the workspace (views of its last layer)."""
+        obs = self.rows(obs, workspace["obs"])
         outputs = workspace["layers"]
         x = obs if self.shared else obs.unsqueeze(0).expand(2, *obs.shape)
         for index, (weight, bias) in enumerate(self._layers):
@@ -232,10 +273,10 @@ class ActorCritic(nn.Module):
         with torch.no_grad():
             workspace = self._workspace(obs.shape[0], obs.device)
             if out is None:
-                out = torch.empty(obs.shape[0], device=obs.device, dtype=obs.dtype)
+                out = torch.empty(obs.shape[0], device=obs.device, dtype=self._float(obs))
             if self.shared:
                 return out.copy_(self._forward_into(obs, workspace)[1])
-            x = obs
+            x = self.rows(obs, workspace["obs"])
             for index, (weight, bias) in enumerate(self._layers):
                 layer = workspace["critic"][index]
                 torch.addmm(bias[CRITIC], x, weight[CRITIC], out=layer)
@@ -266,7 +307,9 @@ class ActorCritic(nn.Module):
                 shape = (batch, self.num_actions) if self.continuous else (batch,)
                 out = (
                     torch.empty(
-                        shape, device=obs.device, dtype=obs.dtype if self.continuous else torch.long
+                        shape,
+                        device=obs.device,
+                        dtype=self._float(obs) if self.continuous else torch.long,
                     ),
                     torch.empty(batch, device=obs.device),
                     torch.empty(batch, device=obs.device),
