@@ -25,6 +25,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("operant.trainer.bench", "measure env-only and training throughput"),
     "eval": ("operant.trainer.evaluate", "evaluate a run's policy, a model or a checkpoint"),
     "exporter": ("operant.monitor.exporter", "serve live runs' metrics in OpenMetrics format"),
+    "sweep": ("operant.trainer.sweep.cli", "tune a config with Optuna (show NAME: leaderboard)"),
 }
 
 

@@ -404,12 +404,19 @@ def _describe(error: msgspec.ValidationError, source: str) -> str:
 def _did_you_mean(message: str, struct: Any) -> str:
     """'; did you mean `ppo.learning_rate`?' for the unknown name in `message` (between
     backticks) where one of `struct`'s fields is close to it; '' otherwise."""
+    name = message.rpartition("`")[0].rpartition("`")[2]
+    close = closest_field(name, struct)
+    return f"; did you mean `{close}`?" if close else ""
+
+
+def closest_field(name: str, struct: Any) -> str | None:
+    """The field of msgspec Struct `struct` whose name is close to `name` (a misspelling), or
+    None (also where `struct` is not a Struct)."""
     import difflib
 
-    name = message.rpartition("`")[0].rpartition("`")[2]
     fields = getattr(struct, "__struct_fields__", ())
     close = difflib.get_close_matches(name, fields, n=1, cutoff=0.75)
-    return f"; did you mean `{close[0]}`?" if close else ""
+    return close[0] if close else None
 
 
 def _choices(parts: list[str]) -> list[str]:

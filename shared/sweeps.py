@@ -1,0 +1,82 @@
+"""Sweep directories and their summary file: what readers without Optuna know of a sweep.
+
+`operant sweep` (operant.trainer.sweep) keeps each sweep under `RUNS_ROOT/sweeps/NAME/`: its
+trials' run directories (ordinary runs), the Optuna study (`study.db` where the storage is the
+default SQLite file), the config the trials train (`config.toml`) and `sweep.json`, the
+leaderboard as a `SweepSummary`, rewritten whole (operant.shared.atomic) after every trial
+that ends. `operant runs` and the monitor read that file, never the study: they import
+neither Optuna nor torch, and never write into a sweep directory.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+SWEEPS_DIR = "sweeps"
+SUMMARY_FILE = "sweep.json"
+STUDY_FILE = "study.db"
+CONFIG_FILE = "config.toml"
+
+
+class TrialRow(msgspec.Struct, kw_only=True):
+    """One trial of a sweep."""
+
+    number: int
+    state: str
+    """complete, pruned, failed, running, waiting, or interrupted (stopped with a checkpoint,
+    re-queued by the next `operant sweep` of the same file)."""
+    value: float | None = None
+    """The objective, aggregated over the trial's seeds (complete trials)."""
+    params: dict[str, Any] = msgspec.field(default_factory=dict)
+    """Config path -> value."""
+    run_ids: list[str] = msgspec.field(default_factory=list)
+    """The trial's runs (one per seed), directories of the sweep directory."""
+    reason: str = ""
+    """Why a trial failed, was pruned or was interrupted."""
+
+
+class SweepSummary(msgspec.Struct, kw_only=True):
+    """A sweep's leaderboard; `operant sweep show NAME --json` prints one."""
+
+    name: str
+    metric: str
+    direction: str
+    n_trials: int
+    storage: str
+    """The study's storage, without a password."""
+    complete: int = 0
+    pruned: int = 0
+    failed: int = 0
+    running: int = 0
+    best: TrialRow | None = None
+    trials: list[TrialRow] = msgspec.field(default_factory=list)
+    updated_at: float = 0.0
+    """Unix seconds."""
+
+
+def sweeps_root(runs_root: Path) -> Path:
+    return runs_root / SWEEPS_DIR
+
+
+def sweep_dir(runs_root: Path, name: str) -> Path:
+    return sweeps_root(runs_root) / name
+
+
+def list_sweep_dirs(runs_root: Path) -> list[Path]:
+    """The sweep directories under a runs root, by name."""
+    root = sweeps_root(runs_root)
+    try:
+        return sorted(path for path in root.iterdir() if path.is_dir())
+    except OSError:
+        return []
+
+
+def read_summary(directory: Path) -> SweepSummary | None:
+    """A sweep directory's summary; None where it has none yet or it cannot be read."""
+    try:
+        return msgspec.json.decode((directory / SUMMARY_FILE).read_bytes(), type=SweepSummary)
+    except (OSError, msgspec.DecodeError):
+        return None

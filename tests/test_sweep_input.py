@@ -1,0 +1,127 @@
+"""operant sweep: the sweep file's checks (one line, exit 2, nothing created) and the
+objective's arithmetic over update records. In-process and fast: no trainer starts here."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from operant.shared.record import UpdateRecord
+from operant.trainer.sweep import objective as obj
+from operant.trainer.sweep.cli import main
+from operant.trainer.sweep.spec import config_toml, load_sweep
+
+GOOD = """
+[sweep]
+name = "t"
+n_trials = 3
+[sweep.params]
+"ppo.learning_rate" = { log_uniform = [1e-4, 1e-2] }
+"env.num_envs" = { categorical = [32, 64] }
+"policy.hidden_sizes" = { categorical = [[32], [64, 64]] }
+[train]
+total_steps = 5000
+"""
+
+
+def _refused(tmp_path: Path, capsys, text: str, *flags: str) -> str:
+    path = tmp_path / "s.toml"
+    path.write_text(text)
+    runs = tmp_path / "runs"
+    status = main([str(path), "--runs-dir", str(runs), *flags])
+    err = capsys.readouterr().err
+    assert status == 2
+    assert not runs.exists(), "a refused sweep created its runs root"
+    assert len(err.strip().splitlines()) == 1, err
+    return err
+
+
+def test_good_sweep_file_is_decoded(tmp_path: Path) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text(GOOD)
+    sweep = load_sweep(path)
+    assert sweep.name == "t" and sweep.direction == "minimize"
+    assert sweep.target == 475.0  # CartPole-v1's registered threshold
+    assert sweep.table.params["ppo.learning_rate"].log_uniform == [1e-4, 1e-2]
+    # 32 envs x 16 steps = 512 a batch: 5,000 steps round up to 10 updates
+    assert sweep.trial_budget(["env.num_envs=32"]) == 5120
+    assert "total_steps = 5000" in config_toml(sweep.config_data)
+
+
+@pytest.mark.parametrize(
+    ("params", "expected"),
+    [
+        ('"ppo.learning_rat" = { uniform = [0.1, 0.2] }', "did you mean `ppo.learning_rate`?"),
+        ('"polcy.activation" = { categorical = ["relu"] }', "did you mean `policy.activation`?"),
+        ('"ppo.gamma" = { uniform = [0.99, 0.9] }', "[0.99, 0.9] is empty or inverted"),
+        ('"ppo.gamma" = { uniform = [0.9, 0.9] }', "empty or inverted"),
+        ('"ppo.update_epochs" = { int = [4, 1] }', "sweep.params.ppo.update_epochs.int"),
+        ('"env.num_envs" = { categorical = 64 }', "categorical: Expected `array`"),
+        ('"ppo.gamma" = { uniform = [0.9, 1.5] }', "the value 1.5 is refused"),
+        ('"ppo.learning_rate" = { log_uniform = [0.0, 0.1] }', "low must be above 0"),
+        ('"train.seed" = { int = [1, 5] }', "the sweep sets `train.seed`"),
+        ('"ppo.gamma" = { uniform = [0.9, 0.99], int = [1, 2] }', "exactly one of"),
+    ],
+)
+def test_bad_params_are_one_line(tmp_path: Path, capsys, params: str, expected: str) -> None:
+    err = _refused(tmp_path, capsys, f"[sweep]\n[sweep.params]\n{params}\n")
+    assert expected in err, err
+
+
+def test_target_needed_where_the_env_has_none(tmp_path: Path, capsys) -> None:
+    text = '[env]\nid = "Pendulum-v1"\n[sweep.params]\n"ppo.gamma" = { uniform = [0.9, 0.99] }\n'
+    err = _refused(tmp_path, capsys, text)
+    assert "time_to_target needs a target return" in err and "Pendulum-v1" in err
+
+
+def test_unreachable_storage_is_refused(tmp_path: Path, capsys) -> None:
+    err = _refused(
+        tmp_path, capsys, GOOD, "--storage", "postgresql://nobody:secret@127.0.0.1:1/none"
+    )
+    assert "cannot be reached" in err and "secret" not in err
+
+
+def _record(update: int, step: int, ret: float | None, elapsed: float, solved: bool = False):
+    """An update's record as progress.jsonl holds it (only what the objectives read varies)."""
+    names = UpdateRecord.__struct_fields__
+    fields: dict = dict.fromkeys(names[: len(names) - len(UpdateRecord.__struct_defaults__)], 0.0)
+    fields.update(
+        updates=update,
+        global_step=step,
+        episodes=update,
+        episodes_this_update=1,
+        elapsed_s=elapsed,
+        episode_return_mean=ret,
+        phase_s={},
+    )
+    if solved:
+        fields["solved"] = True
+    return UpdateRecord(**fields)
+
+
+def test_objectives_from_records() -> None:
+    records = [
+        _record(1, 250, None, 0.1),
+        _record(2, 500, 100.0, 0.2),
+        _record(3, 750, 480.0, 0.3, True),
+    ]
+    assert obj.run_value(records, "time_to_target", 1000) == 0.3
+    assert obj.run_value(records[:2], "time_to_target", 1000) == pytest.approx(0.4)
+    assert obj.run_value(records, "final_return", 1000) == 480.0
+    # 0 for the first 250 steps, 100 for the next 250, then 480 held to the budget's end
+    assert obj.run_value(records, "return_auc", 1000) == pytest.approx(
+        (100 * 250 + 480 * 500) / 1000
+    )
+    assert obj.finished(records, 1000) and not obj.finished(records[:2], 1000)
+    assert obj.aggregate([1.0, 5.0, 2.0], "median") == 2.0
+    assert math.isclose(obj.aggregate([1.0, 5.0], "mean"), 3.0)
+
+
+def test_pruner_reports_on_a_common_grid() -> None:
+    records = [_record(1, 100, 10.0, 0.1), _record(2, 200, 20.0, 0.2), _record(3, 350, 30.0, 0.3)]
+    # 1,000 steps over 20 points: one point per 50 steps
+    points = obj.reports(records, 1000, "maximize")
+    assert points[0] == (1, 10.0) and points[-1] == (7, 30.0) and len(points) == 7
+    assert obj.reports(records, 1000, "minimize", after=6) == [(7, -30.0)]

@@ -1,0 +1,180 @@
+"""The sweep's Optuna study: its storage, sampler and pruner, and its trials as a leaderboard.
+
+The storage is Optuna's RDB storage: an SQLite file in the sweep directory by default, or a
+server's URL (`--storage postgresql://...`) that several `operant sweep` processes, on one
+machine or several, share. A study remembers the sweep file it was made from (its user
+attribute `spec`): running it again with other parameters or another objective is refused
+rather than mixing two searches in one leaderboard.
+
+Trial states beyond Optuna's own are user attributes: `interrupted` (stopped with a
+checkpoint, or its sweep process died: re-queued with `resume_of` by the next run of the
+sweep), `surplus` (asked for when other processes had already taken the study's n_trials),
+`reason` (why it failed or was pruned), `run_base` (its runs' ids without the seed).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import msgspec
+
+from operant.shared.sweeps import SweepSummary, TrialRow
+from operant.trainer.sweep.spec import Sweep, SweepError
+
+
+def missing_optuna() -> str | None:
+    """One line saying what to install when Optuna is not there; None when it is."""
+    try:
+        import optuna  # noqa: F401
+    except ImportError:
+        return "operant sweep needs Optuna: pip install 'operant-rl[sweep]'"
+    return None
+
+
+def open_storage(url: str) -> Any:
+    """Optuna's RDB storage at `url`, connected; SweepError when it cannot be reached."""
+    import optuna
+    import sqlalchemy.exc
+
+    if url.startswith("postgresql://"):
+        # psycopg 3 (the sweep extra's); SQLAlchemy before 2.1 takes psycopg2 for the bare name
+        url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
+    try:
+        return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url))
+    except ImportError as error:
+        raise SweepError(
+            f"--storage {redacted(url)}: its database driver is not installed ({error}): "
+            "pip install 'operant-rl[sweep]'"
+        ) from None
+    except (sqlalchemy.exc.SQLAlchemyError, ValueError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise SweepError(f"--storage {redacted(url)} cannot be reached: {first}") from None
+
+
+def _engine_kwargs(url: str) -> dict[str, Any]:
+    if url.startswith("sqlite"):
+        # A second process of the same sweep may hold the file's write lock for a moment.
+        return {"connect_args": {"timeout": 30}}
+    return {"pool_pre_ping": True, "connect_args": {"connect_timeout": 10}}
+
+
+def redacted(url: str) -> str:
+    try:
+        from sqlalchemy.engine import make_url
+
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001  (a URL SQLAlchemy cannot parse is shown as given)
+        return url
+
+
+def fingerprint(sweep: Sweep) -> str:
+    """What makes two runs of a sweep the same search."""
+    table = msgspec.to_builtins(sweep.table)
+    table.pop("n_trials", None)
+    table.pop("name", None)
+    return json.dumps({"sweep": table, "config": sweep.config_data}, sort_keys=True)
+
+
+def open_study(sweep: Sweep, storage: Any, workers: int) -> Any:
+    """The sweep's study, created or loaded; SweepError where it holds another search."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(
+        storage=storage,
+        study_name=sweep.name,
+        direction=sweep.direction,
+        sampler=_sampler(sweep, workers),
+        pruner=_pruner(sweep),
+        load_if_exists=True,
+    )
+    spec = fingerprint(sweep)
+    stored = study.user_attrs.get("spec")
+    if stored is None:
+        study.set_user_attr("spec", spec)
+        study.set_user_attr("metric", sweep.table.objective.metric)
+    elif stored != spec:
+        raise SweepError(
+            f"{sweep.source}: study {sweep.name!r} in this storage was made from another "
+            "sweep (other parameters, objective or config): give this one another sweep.name"
+        )
+    if study.direction.name.lower() != sweep.direction:
+        raise SweepError(f"{sweep.source}: study {sweep.name!r} has the other direction")
+    if study.user_attrs.get("n_trials") != sweep.table.n_trials:
+        study.set_user_attr("n_trials", sweep.table.n_trials)
+    return study
+
+
+def _sampler(sweep: Sweep, workers: int) -> Any:
+    import optuna
+
+    seed = sweep.table.sampler_seed
+    if sweep.table.sampler == "cmaes":
+        return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
+    # Several trials run at once: the constant liar keeps them from sampling the same point.
+    return optuna.samplers.TPESampler(seed=seed, constant_liar=workers > 1, multivariate=True)
+
+
+def _pruner(sweep: Sweep) -> Any:
+    import optuna
+
+    from operant.trainer.sweep.objective import REPORTS
+
+    if sweep.table.pruner == "median":
+        return optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=REPORTS // 10)
+    if sweep.table.pruner == "hyperband":
+        return optuna.pruners.HyperbandPruner(min_resource=2, max_resource=REPORTS)
+    return optuna.pruners.NopPruner()
+
+
+def row_state(trial: Any) -> str:
+    """The leaderboard's word for a trial's state."""
+    state = trial.state.name.lower()
+    attrs = trial.user_attrs
+    if state == "fail":
+        return (
+            "surplus"
+            if attrs.get("surplus")
+            else ("interrupted" if attrs.get("interrupted") else "failed")
+        )
+    return state
+
+
+def summarize(study: Any, storage_text: str) -> SweepSummary:
+    """The study as a leaderboard (surplus trials left out)."""
+    rows = []
+    for trial in study.get_trials(deepcopy=False):
+        state = row_state(trial)
+        if state == "surplus":
+            continue
+        rows.append(
+            TrialRow(
+                number=trial.number,
+                state=state,
+                value=trial.value if state == "complete" else None,
+                params=dict(trial.params),
+                run_ids=list(trial.user_attrs.get("run_ids", [])),
+                reason=str(trial.user_attrs.get("reason", "")),
+            )
+        )
+    direction = study.direction.name.lower()
+    done = [row for row in rows if row.state == "complete" and row.value is not None]
+    sign = 1.0 if direction == "minimize" else -1.0
+    best = min(done, key=lambda row: sign * (row.value or 0.0)) if done else None
+    count = {state: sum(row.state == state for row in rows) for state in ("pruned", "failed")}
+    return SweepSummary(
+        name=study.study_name,
+        metric=str(study.user_attrs.get("metric", "")),
+        direction=direction,
+        n_trials=int(study.user_attrs.get("n_trials", 0)),
+        storage=storage_text,
+        complete=len(done),
+        pruned=count["pruned"],
+        failed=count["failed"],
+        running=sum(row.state == "running" for row in rows),
+        best=best,
+        trials=rows,
+        updated_at=time.time(),
+    )

@@ -1,0 +1,142 @@
+"""A trial's run as a process of its own: started from a fork server, followed through its
+progress.jsonl, stopped with SIGTERM.
+
+Each run is operant-train's own `main(argv)` in a fresh process (its own pid, signal
+handlers, run lock, metrics file and exit status), forked from a multiprocessing fork server
+that imported torch and the trainer once (`PRELOAD`): a plain `operant-train` process spends
+about 2 s importing before it trains, longer than a tuned CartPole run trains (docs/sweeps.md).
+Nothing here imports torch: the sweep's own process stays light, and the fork server is the
+only one that imports it before a trial starts.
+
+A trial's process gets SIGTERM when the fork server ends (Linux's parent-death signal): a
+sweep killed outright (SIGKILL) still leaves its runs stopped with a checkpoint, which the
+next `operant sweep` of the same file resumes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import multiprocessing
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from operant.shared.record import UpdateRecord, decode_progress_line
+
+PRELOAD = "operant.trainer.sweep.preload"
+_PR_SET_PDEATHSIG = 1
+_context: Any = None
+
+
+def _forkserver() -> Any:
+    global _context
+    if _context is None:
+        _context = multiprocessing.get_context("forkserver")
+        _context.set_forkserver_preload([PRELOAD])
+    return _context
+
+
+def warm_up() -> None:
+    """Start the fork server now (it imports torch: seconds), while the sweep gets ready."""
+    from multiprocessing import forkserver
+
+    _forkserver()
+    forkserver.ensure_running()
+
+
+def _run_trainer(argv: list[str], log_path: str) -> None:
+    """The trial's process: operant-train's main with `argv`, its output to `log_path`."""
+    code = 1
+    try:
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() == 1:  # the fork server ended before the signal was asked for
+            os._exit(1)
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        for stream in (1, 2):
+            os.dup2(fd, stream)
+        os.close(fd)
+        from operant.trainer.main import main
+
+        code = main(argv)
+    except SystemExit as error:  # argparse's usage errors
+        code = error.code if isinstance(error.code, int) else 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+class RunProcess:
+    """One run of a trial: its process and what it has written to progress.jsonl so far."""
+
+    def __init__(self, argv: list[str], run_dir: Path, log_path: Path):
+        self.run_dir, self.log_path = run_dir, log_path
+        self.process = _forkserver().Process(
+            target=_run_trainer, args=(argv, str(log_path)), daemon=False
+        )
+        self.records: list[UpdateRecord] = []
+        self._offset, self._partial = 0, b""
+        self.stop_sent = False
+        self.process.start()
+
+    def poll(self) -> list[UpdateRecord]:
+        """The records written since the last poll (whole lines only)."""
+        try:
+            with open(self.run_dir / "progress.jsonl", "rb") as handle:
+                handle.seek(self._offset)
+                data = handle.read()
+        except FileNotFoundError:
+            return []
+        self._offset += len(data)
+        lines = (self._partial + data).split(b"\n")
+        self._partial = lines.pop()
+        new = []
+        for line in lines:
+            with contextlib.suppress(msgspec.DecodeError):
+                new.append(decode_progress_line(line))
+        self.records += new
+        return new
+
+    def stop(self) -> None:
+        """Ask the run to stop at its next update boundary, with a checkpoint (SIGTERM)."""
+        if self.process.exitcode is None and not self.stop_sent:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.process.pid, signal.SIGTERM)
+            self.stop_sent = True
+
+    @property
+    def exitcode(self) -> int | None:
+        return self.process.exitcode
+
+    def last_words(self) -> str:
+        """The last line the run wrote (why it failed), or ''."""
+        try:
+            lines = self.log_path.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return ""
+        return lines[-1].strip() if lines else ""
+
+
+def read_records(run_dir: Path) -> list[UpdateRecord]:
+    """A run's whole progress.jsonl (a resumed run's as the resume cut and continued it)."""
+    try:
+        data = (run_dir / "progress.jsonl").read_bytes()
+    except FileNotFoundError:
+        return []
+    records = []
+    for line in data.split(b"\n"):
+        with contextlib.suppress(msgspec.DecodeError):
+            if line.strip():
+                records.append(decode_progress_line(line))
+    return records
