@@ -353,13 +353,31 @@ MLP_CLONES static void mlp_sparse_affine(int64_t rows, int64_t n_out, int64_t ld
                                          const float *__restrict__ xv,
                                          const float *__restrict__ w,
                                          const float *__restrict__ b, float *__restrict__ y) {
-    int64_t r, e, j;
+    int64_t r, e, j, j0;
     for (r = 0; r < rows; r++) {
         float *__restrict__ yr = y + r * n_out;
-        for (j = 0; j < n_out; j++) yr[j] = b[j];
-        for (e = xoff[r]; e < xoff[r + 1]; e++) {
+        /* 64 outputs at a time in four vector registers, summed over the row's entries and
+         * stored once (a row kept in memory made each entry a store-to-load round trip) */
+        for (j0 = 0; j0 + 4 * MLP_LANES <= n_out; j0 += 4 * MLP_LANES) {
+            mlp_v16 a0 = mlp_load(b + j0), a1 = mlp_load(b + j0 + MLP_LANES);
+            mlp_v16 a2 = mlp_load(b + j0 + 2 * MLP_LANES), a3 = mlp_load(b + j0 + 3 * MLP_LANES);
+            for (e = xoff[r]; e < xoff[r + 1]; e++) {
+                const mlp_v16 v = mlp_splat(xv[e]);
+                const float *wk = w + (int64_t)xi[e] * ldw + j0;
+                a0 += v * mlp_load(wk);
+                a1 += v * mlp_load(wk + MLP_LANES);
+                a2 += v * mlp_load(wk + 2 * MLP_LANES);
+                a3 += v * mlp_load(wk + 3 * MLP_LANES);
+            }
+            mlp_store(yr + j0, a0);
+            mlp_store(yr + j0 + MLP_LANES, a1);
+            mlp_store(yr + j0 + 2 * MLP_LANES, a2);
+            mlp_store(yr + j0 + 3 * MLP_LANES, a3);
+        }
+        for (j = j0; j < n_out; j++) yr[j] = b[j];
+        for (e = xoff[r]; e < xoff[r + 1] && j0 < n_out; e++) {
             const float v = xv[e], *__restrict__ wk = w + (int64_t)xi[e] * ldw;
-            for (j = 0; j < n_out; j++) yr[j] += v * wk[j];
+            for (j = j0; j < n_out; j++) yr[j] += v * wk[j];
         }
     }
 }
