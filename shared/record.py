@@ -407,6 +407,28 @@ WARNING = MetricDeclaration(
     "(a checkpoint the disk refused); empty when all is well.",
     label="warning",
 )
+
+
+def _process_counter(of: str, unit: str, what: str) -> MetricDeclaration:
+    return MetricDeclaration(
+        name=f"process_{unit}",
+        kind=COUNTER,
+        unit=unit,
+        description=f"{what} this trainer process did: 0 when it started, so a resumed run's "
+        f"count starts again where {of} continues from its checkpoint (a Prometheus counter "
+        "whose increase() counts what was trained, redone updates included).",
+        label=f"{unit} (this process)",
+    )
+
+
+PROCESS_COUNTERS = {
+    "global_step": _process_counter("global_step", "steps", "Environment steps"),
+    "episodes": _process_counter("episodes", "episodes", "Episodes"),
+    "updates": _process_counter("updates", "updates", "PPO updates"),
+}
+"""For each of the record's counters (a run's position, which a resume takes back to its
+checkpoint), the counter of the same thing done by this trainer process alone."""
+
 RUN_METRICS = (
     TOTAL_STEPS,
     CPU_PERCENT,

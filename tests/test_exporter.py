@@ -1,6 +1,7 @@
 """`operant exporter` against a real training run: scraped over HTTP in both formats, the
 exposition parsed strictly and compared with the shared reader's values, bad requests
-refused with 4xx, and the daemon shown to be read-only and free of torch."""
+refused with 4xx, and the daemon shown to be read-only and free of torch.
+(tests/test_exporter_conventions.py: Prometheus's conventions, gzip, promtool, load.)"""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from operant.monitor.exporter import Collector, metric_name, wants_openmetrics
+from operant.monitor.exporter import render, wants_openmetrics
+from operant.monitor.exporter_metrics import POSITIONS, PRESENT, RunsCollector, exported_name
 from operant.shared.reader import STATUSES, MetricsReader
 
 OPENMETRICS = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
@@ -52,6 +54,11 @@ def parse(text: str, openmetrics: bool) -> tuple[dict, dict]:
         assert "# EOF" not in lines
     samples, types, family, seen_help = {}, {}, None, set()
     for line in lines:
+        if line.startswith("# UNIT "):
+            assert openmetrics, line
+            _, _, name, unit = line.split(" ")
+            assert name == family and name.endswith("_" + unit), line  # after its TYPE
+            continue
         if line.startswith("# HELP "):
             name = line.split(" ", 3)[2]
             assert name not in seen_help
@@ -123,10 +130,6 @@ def value(samples: dict, name: str, **labels: str) -> float:
     return samples[(name, frozenset(labels.items()))]
 
 
-def same(a: float, b: float) -> bool:
-    return a == b or (math.isnan(a) and math.isnan(b))
-
-
 @pytest.fixture
 def exporter(tmp_path):
     command = [
@@ -175,13 +178,18 @@ def test_exporter_serves_a_live_run_that_matches_the_reader(tmp_path, exporter, 
     assert content_type == "application/openmetrics-text; version=1.0.0; charset=utf-8"
     samples, types = parse(text, openmetrics=True)
     run = {"run": "live", "rank": "0"}
-    assert types["operant_global_step"] == "counter" and types["operant_sps"] == "gauge"
+    assert types["operant_global_step"] == "gauge" and types["operant_sps"] == "gauge"
+    assert types["operant_process_steps"] == "counter"
     assert types["operant_run"] == "info"
     assert value(samples, "operant_run_status", status="running", **run) == 1
     assert (
         sum(value(samples, "operant_run_status", status=status, **run) for status in STATUSES) == 1
     )
-    assert value(samples, "operant_global_step_total", **run) >= 3 * 256
+    assert value(samples, "operant_global_step", **run) >= 3 * 256
+    # A new run: this process trained every step of it.
+    assert value(samples, "operant_process_steps_total", **run) == value(
+        samples, "operant_global_step", **run
+    )
     info = [labels for (name, labels) in samples if name == "operant_run_info"]
     assert dict(info[0]) == {
         **run,
@@ -196,7 +204,8 @@ def test_exporter_serves_a_live_run_that_matches_the_reader(tmp_path, exporter, 
     content_type, text = scrape(port)
     assert content_type == "text/plain; version=0.0.4; charset=utf-8"
     samples, types = parse(text, openmetrics=False)
-    assert types["operant_global_step_total"] == "counter"
+    assert types["operant_process_steps_total"] == "counter"
+    assert types["operant_global_step"] == "gauge"
     assert types["operant_run_info"] == "gauge"
 
     # Frozen (SIGSTOP), the run's values hold still: the exporter's equal the reader's.
@@ -211,9 +220,18 @@ def test_exporter_serves_a_live_run_that_matches_the_reader(tmp_path, exporter, 
     assert snapshot.status == "stalled"  # a stopped process is stalled, to both
     assert value(samples, "operant_run_status", status="stalled", **run) == 1
     for name, number in snapshot.counters.items():
-        assert value(samples, metric_name(name) + "_total", **run) == number, name
+        family = exported_name(name, "")[0]
+        assert value(samples, family + ("" if name in POSITIONS else "_total"), **run) == number
+    units = {item.name: item.unit for item in [*snapshot.schema.metrics, *snapshot.schema.snapshot]}
+    absent = []
     for name, number in [*snapshot.gauges.items(), *snapshot.snapshot.items()]:
-        assert same(value(samples, metric_name(name), **run), number), name
+        family, _, factor = exported_name(name, units[name])
+        if math.isnan(number) or name in PRESENT:  # unpublished; a stalled run's rates
+            absent.append(family)
+            assert (family, frozenset(run.items())) not in samples, name
+        else:
+            assert value(samples, family, **run) == number * factor, name
+    assert "operant_sps" in absent and "operant_env_episodes" in absent  # single-agent env
     assert value(samples, "operant_run_start_time_seconds", **run) == snapshot.created_wall_ns / 1e9
 
     # Bad requests: 4xx, counted, and the exporter goes on serving.
@@ -255,9 +273,9 @@ def test_exporter_serves_a_live_run_that_matches_the_reader(tmp_path, exporter, 
     assert value(samples, "operant_run_interrupted", **run) == 1
 
     # A finished run stays for --keep-finished seconds after its last heartbeat, then goes.
-    assert [run_id for run_id, _ in Collector(tmp_path, 600).collect()] == ["live"]
-    assert [run_id for run_id, _ in Collector(tmp_path, math.inf).collect()] == ["live"]
-    assert Collector(tmp_path, 0).collect() == []
+    assert [run_id for run_id, _ in RunsCollector(tmp_path, 600).runs()] == ["live"]
+    assert [run_id for run_id, _ in RunsCollector(tmp_path, math.inf).runs()] == ["live"]
+    assert RunsCollector(tmp_path, 0).runs() == []
 
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=10) == 0
@@ -323,14 +341,14 @@ def test_unreadable_files_is_the_last_scrapes_count(tmp_path):
     good = Run(tmp_path, "good")
     bad = create_run_dir(tmp_path, "bad") / METRICS_FILE
     bad.write_bytes(b"not a metrics file" * 100)
-    collector = Collector(tmp_path, math.inf)
+    collector = RunsCollector(tmp_path, math.inf)
     try:
         for scraped in (1, 2):
-            samples, _ = parse(collector.scrape(openmetrics=False), openmetrics=False)
+            samples, _ = parse(render(collector, False).decode(), openmetrics=False)
             assert value(samples, "operant_exporter_unreadable_files") == 1
             assert value(samples, "operant_exporter_read_errors_total") == scraped
         bad.unlink()
-        samples, _ = parse(collector.scrape(openmetrics=False), openmetrics=False)
+        samples, _ = parse(render(collector, False).decode(), openmetrics=False)
         assert value(samples, "operant_exporter_unreadable_files") == 0
         assert value(samples, "operant_exporter_read_errors_total") == 2
         assert value(samples, "operant_exporter_runs") == 1

@@ -19,7 +19,8 @@ import pytest
 from user_runs import ENDLESS, SMALL, kill_quietly, run, start_trainer, stop, wait_for_updates
 
 from operant.monitor import format as mfmt
-from operant.monitor.exporter import Collector
+from operant.monitor.exporter import render
+from operant.monitor.exporter_metrics import RunsCollector
 from operant.monitor.source import ReaderSource
 from operant.monitor.widgets import describe_status, title_text
 from operant.shared import progress
@@ -133,14 +134,14 @@ def test_a_hung_env_step_reads_as_stuck_and_a_healthy_run_does_not(tmp_path, mon
         assert ", no update for " in title_text(view, paused=False).plain
 
         # The exporter: each rank's update age beside its heartbeat's.
-        scrape = Collector(root, 600).scrape(openmetrics=True)
+        scrape = render(RunsCollector(root, 600), True).decode()
         ages = {
             line.split('run="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
             for line in scrape.splitlines()
             if line.startswith("operant_run_update_age_seconds{")
         }
         assert ages["hung"] > STUCK_AFTER_S and ages["healthy"] < STUCK_AFTER_S
-        assert "operant_last_update_unix_seconds{" in scrape
+        assert "operant_last_update_timestamp_seconds{" in scrape
     finally:
         kill_quietly(hung.pid)
         hung.wait(timeout=60)

@@ -16,7 +16,8 @@ import pytest
 
 from operant.cext.metrics import MetricsWriter
 from operant.monitor import cli as monitor_cli
-from operant.monitor.exporter import exposition
+from operant.monitor.exporter import render
+from operant.monitor.exporter_metrics import families_of
 from operant.monitor.listing import describe_run
 from operant.monitor.runs_cmd import render_table
 from operant.shared import metrics_layout as fmt
@@ -176,6 +177,16 @@ def test_runs_lists_the_run_once_with_its_ranks(two_ranks):
     assert line.split()[2:5] + line.split()[-1:] == ["running", "8,000", "2,500", "2"]
 
 
+class Registry:
+    """What prometheus_client's generate_latest reads: families to collect."""
+
+    def __init__(self, families):
+        self.families = families
+
+    def collect(self):
+        return iter(self.families)
+
+
 def test_exporter_labels_each_rank_and_adds_run_totals(two_ranks):
     import test_exporter  # its strict parser of both text formats
 
@@ -183,16 +194,17 @@ def test_exporter_labels_each_rank_and_adds_run_totals(two_ranks):
     with RunReader(run_dir) as reader:
         run = reader.read()
     for openmetrics in (True, False):
-        text = exposition([(RUN_ID, run)], {"read_errors": 0, "bad_requests": 0}, openmetrics)
+        families = families_of([(RUN_ID, run)], {"read_errors": 0, "bad_requests": 0})
+        text = render(Registry(families), openmetrics).decode()
         samples, types = test_exporter.parse(text, openmetrics)
 
         def sample(name, samples=samples, **labels):
             return samples[(name, frozenset({"run": RUN_ID, **labels}.items()))]
 
-        steps = "operant_global_step_total"
+        steps = "operant_global_step"  # a gauge: the run's position
         assert (sample(steps, rank="0"), sample(steps, rank="1")) == (3000, 5000)
         assert sample("operant_run_status", rank="1", status="running") == 1
-        assert sample("operant_run_global_step_total") == 8000
+        assert sample("operant_run_global_step") == 8000
         assert sample("operant_run_sps") == 2500.0
         assert sample("operant_run_ranks") == 2
         assert samples[("operant_exporter_runs", frozenset())] == 2  # metrics files

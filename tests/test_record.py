@@ -159,7 +159,14 @@ def test_metrics_file_keeps_the_names_readers_use():
     for metric in schema.metrics:
         kinds.setdefault(metric.kind, set()).add(metric.name)
     assert kinds == {
-        "counter": {"global_step", "episodes", "updates"},
+        "counter": {
+            "global_step",
+            "episodes",
+            "updates",
+            "process_steps",
+            "process_episodes",
+            "process_updates",
+        },
         "gauge": {
             "sps",
             "sps_mean",
@@ -248,3 +255,28 @@ def test_a_resume_reads_the_records_it_keeps_without_cutting_the_log(tmp_path):
     assert kept == len(content) - len(lines[3]) - 1
     assert [item.updates for item in progress_tail(path, 10, end=kept)] == [1, 2, 3]
     assert path.read_bytes() == content[:-5]
+
+
+def test_process_counters_start_at_zero_with_the_process(tmp_path):
+    """A resumed run's position (global_step, episodes, updates) continues from its
+    checkpoint; what this process did (process_*) starts at 0, so a Prometheus counter over
+    it counts what was trained, where the position steps back after a kill."""
+    from operant.shared.reader import MetricsReader
+    from operant.trainer.telemetry import Publisher
+
+    replayed = [make_record(updates=1, global_step=2048), make_record(updates=2)]
+    publisher = Publisher(
+        tmp_path / "metrics.bin", "run", "CartPole-v1", "native", "cpu", 10_000,
+        prepare=lambda first: first.resume(replayed, {"updates": 2, "global_step": 4096,
+                                                      "episodes": 9}),
+    )  # fmt: skip
+    try:
+        with MetricsReader(tmp_path / "metrics.bin") as reader:
+            counters = reader.snapshot().counters
+            assert (counters["global_step"], counters["process_steps"]) == (4096, 0)
+            publisher.publish(make_record(updates=3, global_step=4352, episodes=20))
+            counters = reader.snapshot().counters
+            assert counters["global_step"] == 4352 and counters["process_steps"] == 256
+            assert (counters["process_episodes"], counters["process_updates"]) == (11, 1)
+    finally:
+        publisher.close()

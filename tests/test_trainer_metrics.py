@@ -43,7 +43,15 @@ def test_trainer_publishes_counters_gauges_phases_and_history(tmp_path):
         history = reader.history()
     assert snapshot.status == "finished" and snapshot.state == "finished"
     assert snapshot.run_id == "published" and snapshot.env_id == "CartPole-v1"
-    assert snapshot.counters == {"global_step": 20480, "episodes": last["episodes"], "updates": 10}
+    assert snapshot.counters == {
+        "global_step": 20480,
+        "episodes": last["episodes"],
+        "updates": 10,
+        # A new run: its one process did all of it.
+        "process_steps": 20480,
+        "process_episodes": last["episodes"],
+        "process_updates": 10,
+    }
     gauges = snapshot.gauges
     assert gauges["sps"] == last["sps"] and gauges["total_steps"] == 20480
     assert math.isclose(gauges["episode_return_mean"], last["episode_return_mean"])

@@ -37,6 +37,7 @@ def _spec(declared: MetricDeclaration) -> tuple[str, str, str]:
 
 
 COUNTERS = tuple(_spec(d) for d in _PUBLISHED if d.kind == names.COUNTER)
+PROCESS_COUNTERS = tuple(_spec(d) for d in names.PROCESS_COUNTERS.values())
 GAUGES = tuple(_spec(d) for d in (*_PUBLISHED, *names.RUN_METRICS) if d.kind == names.GAUGE)
 TEXTS = tuple(_spec(d) for d in names.RUN_METRICS if d.kind == names.TEXT)
 PHASE_FIELDS = tuple(_spec(d) for d in names.PHASE_METRICS)
@@ -67,7 +68,7 @@ def build_schema(
     return layout.make_schema(
         run_id,
         env_id=env_id,
-        counters=COUNTERS,
+        counters=(*COUNTERS, *PROCESS_COUNTERS),
         gauges=(*GAUGES, *(_spec(d) for d in names.env_phase_metrics(env_phases))),
         texts=TEXTS,
         snapshot=PHASE_FIELDS,
@@ -208,6 +209,10 @@ class Publisher:
         self.frame = frame
         slot = self.schema.slot
         self._counter_slots = [(name, slot(name)) for name, _, _ in COUNTERS]
+        self._process_slots = [
+            (name, slot(declared.name)) for name, declared in names.PROCESS_COUNTERS.items()
+        ]
+        self._start: dict[str, int] = {}  # the record's counters when this process began
         self._gauge_slots = [(d.name, slot(d.name)) for d in _PUBLISHED if d.kind == names.GAUGE]
         self._env_phase_slots = [
             (phase, slot(names.env_phase_metric(phase))) for phase in env_phases
@@ -265,6 +270,10 @@ class Publisher:
         writer = self.writer
         for name, slot in self._counter_slots:
             writer.set_counter(slot, int(getattr(record, name)))
+        for name, slot in self._process_slots:
+            # An earlier process's replayed record (resume) did nothing of this one's: 0.
+            done = int(getattr(record, name)) - self._start.get(name, 0)
+            writer.set_counter(slot, max(0, done))
         for name, slot in self._gauge_slots:
             writer.set_gauge(slot, _number(getattr(record, name)))
         if record.env_phase_s is not None:
@@ -297,6 +306,7 @@ class Publisher:
         (this process's own at the checkpoint: under torchrun a rank's, where the records
         hold the run's pooled ones), so no reader sees a counter step back. Readers of the
         run's previous file see it replaced and reopen."""
+        self._start = dict(counters)
         if records:
             self.writer.skip_history(records[0].updates - 1)
             for record in records:
@@ -312,8 +322,12 @@ class Publisher:
         self.set_counters(counters)
 
     def set_counters(self, counters: dict[str, int]) -> None:
+        """The record's counters at `counters` (a checkpoint's), and this process's at 0."""
+        self._start = {name: int(counters[name]) for name, _ in self._counter_slots}
         for name, slot in self._counter_slots:
             self.writer.set_counter(slot, int(counters[name]))
+        for _, slot in self._process_slots:
+            self.writer.set_counter(slot, 0)
 
     def finish(self, interrupted: bool = False, reason: str = "") -> None:
         self.writer.set_state(layout.STATE_FINISHED, reason, interrupted=interrupted)
