@@ -20,6 +20,7 @@ from operant.shared.progress import Progress, read_progress
 from operant.shared.ranks import RunReader
 from operant.shared.reader import MetricsFileError, shown_sps
 from operant.shared.runs import list_run_dirs, metrics_files
+from operant.shared.sweeps import list_sweep_dirs
 
 STATUS_UNKNOWN = "unknown"
 _Number = TypeVar("_Number", int, float)
@@ -63,6 +64,8 @@ class RunRow(msgspec.Struct, kw_only=True):
     stuck: bool = False
     """Running with a live heartbeat, but no update for longer than `stuck_after_s`: the
     table's status says `running, no update for 3m12s`."""
+    sweep: str = ""
+    """The sweep whose trial this run is (`RUNS_ROOT/sweeps/NAME/`, operant sweep), or ''."""
 
 
 def listed_sps(row: RunRow) -> float | None:
@@ -72,9 +75,17 @@ def listed_sps(row: RunRow) -> float | None:
 
 
 def list_runs(root: Path, *, stuck_after_s: float | None = None) -> list[RunRow]:
-    """A row for every run under `root`, oldest first; OSError when `root` cannot be listed.
-    `stuck_after_s`: when a running run is stuck (default: operant.shared.progress's)."""
-    return [describe_run(run_dir, stuck_after_s=stuck_after_s) for run_dir in list_run_dirs(root)]
+    """A row for every run under `root`, oldest first, then each sweep's trials (by sweep
+    name, `sweep` set); OSError when `root` cannot be listed. `stuck_after_s`: when a running
+    run is stuck (default: operant.shared.progress's)."""
+    rows = [describe_run(run_dir, stuck_after_s=stuck_after_s) for run_dir in list_run_dirs(root)]
+    for directory in list_sweep_dirs(root):
+        for run_dir in list_run_dirs(directory):
+            if (run_dir / runs.RUN_FILE).is_file():  # a run, not the sweep's logs
+                row = describe_run(run_dir, stuck_after_s=stuck_after_s)
+                row.sweep = directory.name
+                rows.append(row)
+    return rows
 
 
 def describe_run(run_dir: Path, *, stuck_after_s: float | None = None) -> RunRow:

@@ -10,6 +10,10 @@ A running run whose trainer lives (fresh heartbeat) but finishes no update, a hu
 shows as `running, no update for 3m12s` (operant.shared.progress; `--stuck-after SECONDS`
 sets the limit); `--json` keeps `running` and says `"stuck": true` with `update_age_s`.
 
+A sweep's trials (operant sweep) follow the other runs, a table per sweep under a line with
+its objective, its trials' states and its best value; `--json` lists them too, each with
+`sweep` naming its sweep.
+
 The rows come from operant.monitor.listing (a run whose metrics file is missing or unreadable
 is listed with status `unknown` and the reason); this module prints them as a table or JSON.
 """
@@ -19,6 +23,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from pathlib import Path
 
 import msgspec
 
@@ -29,6 +34,7 @@ from operant.shared.cli_parser import OneLineParser, add_stuck_after
 from operant.shared.ranks import status_text
 from operant.shared.reader import shown_status
 from operant.shared.runs import runs_root
+from operant.shared.sweeps import read_summary, sweep_dir
 
 PROG = "operant runs"
 
@@ -72,8 +78,26 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 0
-    print(render_table(rows))
+    blocks = [render_table(own)] if (own := [row for row in rows if not row.sweep]) else []
+    for name in dict.fromkeys(row.sweep for row in rows if row.sweep):
+        trials = render_table([row for row in rows if row.sweep == name])
+        blocks.append(f"{sweep_heading(root, name)}\n{trials}")
+    print("\n\n".join(blocks))
     return 0
+
+
+def sweep_heading(root: Path, name: str) -> str:
+    """A sweep's line above its trials: its objective, its trials' states and its best."""
+    summary = read_summary(sweep_dir(root, name))
+    if summary is None:
+        return f"sweep {name}"
+    line = (
+        f"sweep {name}: {summary.metric} ({summary.direction}); {summary.complete} complete, "
+        f"{summary.pruned} pruned, {summary.failed} failed of {summary.n_trials}"
+    )
+    if summary.best is not None and summary.best.value is not None:
+        line += f"; best {summary.best.value:.4g} (trial {summary.best.number})"
+    return line + f" (operant sweep show {name})"
 
 
 def _format_rate(sps: float | None) -> str:

@@ -222,10 +222,24 @@ def resolve_run(root: Path, run: str | None) -> Path:
         )
     path = root / run
     if not path.is_dir():
+        trial = sweep_trial_dir(root, run)
+        if trial is not None:
+            return trial
         raise RunNotFoundError(
             f"no run {run!r} under {root} (see `{command_hint('operant runs', root=root)}`)"
         )
     return path
+
+
+def sweep_trial_dir(root: Path, run: str) -> Path | None:
+    """The directory of run `run` where it is a sweep's trial (`root/sweeps/NAME/run`:
+    operant.shared.sweeps), so that a trial is named by its run id alone; None otherwise."""
+    from operant.shared.sweeps import list_sweep_dirs
+
+    for directory in list_sweep_dirs(root):
+        if (directory / run / RUN_FILE).is_file():
+            return directory / run
+    return None
 
 
 def metrics_path(run_dir: Path, rank: int = 0, world_size: int = 1) -> Path:
@@ -265,5 +279,11 @@ def list_run_dirs(root: Path) -> list[Path]:
     """Run directories under root, oldest first by name within creation time."""
     if not root.is_dir():
         return []
-    runs = [p for p in root.iterdir() if p.is_dir() and not p.is_symlink() and valid_run_id(p.name)]
+    from operant.shared.sweeps import SWEEPS_DIR  # sweeps' trials are listed by their sweep
+
+    runs = [
+        p
+        for p in root.iterdir()
+        if p.is_dir() and not p.is_symlink() and valid_run_id(p.name) and p.name != SWEEPS_DIR
+    ]
     return sorted(runs, key=lambda p: (p.stat().st_mtime, p.name))

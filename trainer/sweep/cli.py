@@ -89,7 +89,7 @@ def _sweep(args: argparse.Namespace) -> int:
     problem = runs.root_problem(root)
     if problem is not None:
         raise SweepError(f"runs root {root}: {problem}; pass --runs-dir a directory")
-    directory = sweep_dir(root, sweep.name)
+    directory = sweep_dir(root, sweep.name).absolute()
     url = args.storage or f"sqlite:///{directory / STUDY_FILE}"
     study = None
     if args.storage:  # checked before anything is created here

@@ -50,7 +50,7 @@ def main(argv: list[str]) -> int:
 
     args = _parser().parse_args(argv)
     root = runs.runs_root(args.runs_dir)
-    directory = sweep_dir(root, args.name)
+    directory = sweep_dir(root, args.name).absolute()
     if not directory.is_dir() and not args.storage:
         names = ", ".join(path.name for path in list_sweep_dirs(root)) or "none"
         print(f"{PROG}: no sweep {args.name!r} under {root} (sweeps: {names})", file=sys.stderr)

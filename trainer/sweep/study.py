@@ -90,6 +90,10 @@ def open_study(sweep: Sweep, storage: Any, workers: int) -> Any:
         pruner=_pruner(sweep),
         load_if_exists=True,
     )
+    trials = len(study.get_trials(deepcopy=False))
+    if trials and sweep.table.sampler_seed is not None:
+        # A continued sweep must not draw its first run's points again.
+        study.sampler = _sampler(sweep, workers, offset=trials)
     spec = fingerprint(sweep)
     stored = study.user_attrs.get("spec")
     if stored is None:
@@ -107,10 +111,11 @@ def open_study(sweep: Sweep, storage: Any, workers: int) -> Any:
     return study
 
 
-def _sampler(sweep: Sweep, workers: int) -> Any:
+def _sampler(sweep: Sweep, workers: int, offset: int = 0) -> Any:
     import optuna
 
     seed = sweep.table.sampler_seed
+    seed = seed + offset if seed is not None else None
     if sweep.table.sampler == "cmaes":
         return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
     # Several trials run at once: the constant liar keeps them from sampling the same point.

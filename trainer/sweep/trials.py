@@ -56,6 +56,14 @@ def _run_trainer(argv: list[str], log_path: str) -> None:
         with contextlib.suppress(OSError, AttributeError):
             libc = ctypes.CDLL(None, use_errno=True)
             libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        # Forked children hold the fork server's "alive" pipe (for forking grandchildren),
+        # which would keep the server, and so this process, alive after the sweep dies.
+        from multiprocessing import forkserver
+
+        alive = forkserver._forkserver._forkserver_alive_fd  # type: ignore[attr-defined]
+        if alive is not None:
+            os.close(alive)
+            forkserver._forkserver._forkserver_alive_fd = None  # type: ignore[attr-defined]
         if os.getppid() == 1:  # the fork server ended before the signal was asked for
             os._exit(1)
         fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -64,6 +72,7 @@ def _run_trainer(argv: list[str], log_path: str) -> None:
         os.close(fd)
         from operant.trainer.main import main
 
+        sys.argv = ["operant-train", *argv]  # what run.json records as the run's command
         code = main(argv)
     except SystemExit as error:  # argparse's usage errors
         code = error.code if isinstance(error.code, int) else 1
@@ -120,12 +129,14 @@ class RunProcess:
         return self.process.exitcode
 
     def last_words(self) -> str:
-        """The last line the run wrote (why it failed), or ''."""
+        """Why the run failed: its last line that says so ('operant-train: ... failed'),
+        else its last line, or ''."""
         try:
             lines = self.log_path.read_text(errors="replace").strip().splitlines()
         except OSError:
             return ""
-        return lines[-1].strip() if lines else ""
+        said = [line for line in lines if "failed" in line or line.startswith("operant-train:")]
+        return (said or lines or [""])[-1].strip()
 
 
 def read_records(run_dir: Path) -> list[UpdateRecord]:

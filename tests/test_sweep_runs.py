@@ -1,0 +1,233 @@
+"""operant sweep end to end: real sweeps of real CartPole runs on SQLite, stopped with SIGTERM,
+killed with SIGKILL and continued, and trials that fail; `operant sweep show` and `operant
+runs` read what they left. Tiny budgets: each trial trains a few thousand steps."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from operant.monitor import runs_cmd
+from operant.shared.runs import resolve_run
+from operant.shared.sweeps import read_summary
+
+pytest.importorskip("optuna")
+
+TESTS = Path(__file__).parent
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "s.toml"
+    path.write_text(text)
+    return path
+
+
+def _command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "operant", *args]
+
+
+def _environ() -> dict[str, str]:
+    environ = dict(os.environ)
+    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS), environ.get("PYTHONPATH")]))
+    return environ
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        _command(*args), capture_output=True, text=True, timeout=120, env=_environ()
+    )
+
+
+def _start(*args: str, log: Path) -> subprocess.Popen:
+    with open(log, "w") as out:
+        return subprocess.Popen(
+            _command(*args), stdout=out, stderr=subprocess.STDOUT, env=_environ()
+        )
+
+
+def _show(runs: Path, name: str, *flags: str) -> dict:
+    result = _run("sweep", "show", name, "--runs-dir", str(runs), "--json", *flags)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def _summary(runs: Path, name: str) -> dict:
+    """What the sweep wrote beside its runs (operant runs' and the monitor's source)."""
+    summary = read_summary(runs / "sweeps" / name)
+    assert summary is not None
+    return msgspec.to_builtins(summary)
+
+
+def _records(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "progress.jsonl").read_text().splitlines()]
+
+
+def _wait_for(path: Path, process: subprocess.Popen, lines: int = 1) -> None:
+    deadline = time.monotonic() + 60
+    while not (path.exists() and path.read_text().count("\n") >= lines):
+        assert process.poll() is None, "the sweep ended before its trial trained"
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+
+
+BASIC = """
+[sweep]
+name = "basic"
+n_trials = 4
+sampler_seed = 3
+pruner = "none"
+[sweep.params]
+"ppo.learning_rate" = { log_uniform = [1e-3, 1e-2] }
+"ppo.update_epochs" = { int = [1, 3] }
+[env]
+num_envs = 32
+[train]
+total_steps = 4096
+"""
+
+
+def test_trials_are_runs_and_the_leaderboard_says_their_values(tmp_path: Path, capsys) -> None:
+    runs = tmp_path / "runs"
+    result = _run("sweep", str(_write(tmp_path, BASIC)), "--runs-dir", str(runs), "--workers", "2")
+    assert result.returncode == 0, result.stderr
+    shown = _show(runs, "basic")
+    assert (shown["complete"], shown["pruned"], shown["failed"]) == (4, 0, 0)
+    assert sorted(row["number"] for row in shown["trials"]) == [0, 1, 2, 3]
+    directory = runs / "sweeps" / "basic"
+    for row in shown["trials"]:
+        (run_id,) = row["run_ids"]
+        run_dir = directory / run_id
+        assert {"metrics.bin", "progress.jsonl", "best.pt", "run.json"} <= {
+            p.name for p in run_dir.iterdir()
+        }
+        assert list((run_dir / "checkpoints").iterdir())
+        config = json.loads((run_dir / "run.json").read_text())["config"]
+        assert config["ppo"]["learning_rate"] == row["params"]["ppo.learning_rate"]
+        assert config["ppo"]["update_epochs"] == row["params"]["ppo.update_epochs"]
+        assert config["train"]["torch_threads"] == max(1, (os.cpu_count() or 1) // 2)
+        assert config["train"]["target_return"] == 475.0  # CartPole-v1's threshold, the target
+        records = _records(run_dir)
+        solved = [r["elapsed_s"] for r in records if r.get("solved")]
+        expected = solved[0] if solved else 2 * records[-1]["elapsed_s"]
+        assert row["value"] == pytest.approx(expected)
+    best = min(shown["trials"], key=lambda row: row["value"])
+    assert shown["best"]["number"] == best["number"]
+    assert (directory / "history.png").stat().st_size > 0  # written by show
+    assert _summary(runs, "basic")["trials"] == shown["trials"]
+    assert runs_cmd.main(["--runs-dir", str(runs)]) == 0
+    listing = capsys.readouterr().out
+    assert "sweep basic: time_to_target (minimize); 4 complete, 0 pruned, 0 failed of 4" in listing
+    assert listing.count("basic-t000") == 4 and listing.count("finished") == 4
+    # a trial is named by its run id alone, as any run (operant monitor RUN_ID)
+    assert resolve_run(runs, best["run_ids"][0]) == directory / best["run_ids"][0]
+
+
+LONG = """
+[sweep]
+name = "long"
+n_trials = {n_trials}
+sampler_seed = 5
+pruner = "none"
+[sweep.objective]
+metric = "final_return"
+[sweep.params]
+"ppo.learning_rate" = {{ log_uniform = [1e-3, 1e-2] }}
+[env]
+num_envs = 8
+[ppo]
+num_minibatches = 2
+[train]
+total_steps = {total_steps}
+"""
+
+
+def test_a_killed_sweep_continues_its_trial_from_the_checkpoint(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    sweep = _write(tmp_path, LONG.format(n_trials=1, total_steps=250_000))
+    first = _start("sweep", str(sweep), "--runs-dir", str(runs), log=tmp_path / "first.log")
+    run_dir = runs / "sweeps" / "long" / "long-t0000-s1"
+    _wait_for(run_dir / "progress.jsonl", first, lines=3)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    # The trial's trainer outlives its sweep only to stop with a checkpoint (parent-death
+    # signal): the run is left whole, to be continued.
+    deadline = time.monotonic() + 60
+    while not list((run_dir / "checkpoints").glob("ckpt-*.pt")):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    killed_at = _records(run_dir)[-1]["global_step"]
+    log = (runs / "sweeps" / "long" / "logs" / "long-t0000-s1.log").read_text()
+    assert "stopped by SIGTERM" in log
+    again = _run("sweep", str(sweep), "--runs-dir", str(runs))
+    assert again.returncode == 0, again.stderr
+    shown = _summary(runs, "long")
+    states = {row["number"]: row["state"] for row in shown["trials"]}
+    assert states == {0: "interrupted", 1: "complete"}
+    assert shown["complete"] == 1 and shown["n_trials"] == 1
+    assert shown["trials"][1]["run_ids"] == ["long-t0000-s1"]  # the same run, continued
+    assert shown["trials"][0]["reason"] == "its sweep process ended while it ran"
+    resumes = json.loads((run_dir / "run.json").read_text())["resumes"]
+    assert len(resumes) == 1 and resumes[0]["update"] > 0
+    records = _records(run_dir)
+    assert records[-1]["global_step"] >= 250_000 > killed_at
+    assert [r["update"] for r in records] == list(range(1, len(records) + 1))
+    assert shown["trials"][1]["value"] == records[-1]["episode_return_mean"]
+
+
+def test_sigterm_stops_every_trial_with_a_checkpoint(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    sweep = _write(tmp_path, LONG.format(n_trials=2, total_steps=250_000))
+    process = _start(
+        "sweep", str(sweep), "--runs-dir", str(runs), "--workers", "2", log=tmp_path / "log"
+    )
+    directory = runs / "sweeps" / "long"
+    for number in (0, 1):
+        _wait_for(directory / f"long-t000{number}-s1" / "progress.jsonl", process, lines=2)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == 0
+    said = (tmp_path / "log").read_text()
+    assert "stopped by SIGTERM; 2 trial(s) stopped with a checkpoint" in said
+    shown = _summary(runs, "long")
+    assert [(row["state"], row["reason"]) for row in shown["trials"]] == [
+        ("interrupted", "stopped by SIGTERM")
+    ] * 2
+    for number in (0, 1):
+        assert list((directory / f"long-t000{number}-s1" / "checkpoints").glob("ckpt-*.pt"))
+
+
+def test_a_failing_trial_is_recorded_with_its_reason_and_the_sweep_goes_on(tmp_path: Path) -> None:
+    text = """
+[sweep]
+name = "nan"
+n_trials = 2
+pruner = "none"
+[sweep.objective]
+metric = "final_return"
+[sweep.params]
+"env.id" = { categorical = ["nan_env:NanAfter40-v0"] }
+"ppo.learning_rate" = { log_uniform = [1e-3, 1e-2] }
+[env]
+impl = "reference"
+num_envs = 4
+[ppo]
+num_minibatches = 2
+[train]
+total_steps = 1024
+"""
+    runs = tmp_path / "runs"
+    result = _run("sweep", str(_write(tmp_path, text)), "--runs-dir", str(runs))
+    assert result.returncode == 0, result.stderr
+    shown = _summary(runs, "nan")
+    assert [row["state"] for row in shown["trials"]] == ["failed", "failed"]
+    assert shown["failed"] == 2 and shown["best"] is None
+    for row in shown["trials"]:
+        assert "non-finite" in row["reason"] and row["run_ids"][0] in row["reason"]
+    assert result.stdout.count("failed: run nan-t000") == 2
