@@ -121,11 +121,40 @@ static int64_t mlp_packed_floats(const mlp_spec *s, int64_t rows) {
     return s->obs_u8 ? 2 * (rows + 1) + rows * s->obs_dim : 0;
 }
 
-static int64_t mlp_scratch_floats(const mlp_spec *s, int64_t rows) {
+/* A block's room: its activations and gradients, the narrow layers' transposed gradient
+ * sums, the softmax and the loss's columns (what one thread works in). */
+static int64_t mlp_room_floats(const mlp_spec *s, int64_t rows) {
     int64_t weights, width = mlp_widest(s, &weights), block = mlp_block_rows(rows);
-    const int64_t lanes = mlp_lanes(block);
-    return mlp_packed_floats(s, rows) + rows * (s->obs_dim + 1) + mlp_act_floats(s, block) +
-           2 * block * width + 2 * weights + (2 * s->num_actions + 3 + MLP_COLUMNS) * lanes;
+    return mlp_act_floats(s, block) + 2 * block * width + weights +
+           (2 * s->num_actions + 3 + MLP_COLUMNS) * mlp_lanes(block);
+}
+
+static int64_t mlp_scratch_floats(const mlp_spec *s, int64_t rows) {
+    int64_t weights;
+    mlp_widest(s, &weights);
+    return mlp_packed_floats(s, rows) + rows * (s->obs_dim + 1) + weights +
+           mlp_room_floats(s, rows);
+}
+
+/* A worker thread's floats beside a call's scratch (mlp_carve_worker): a room and a gradient
+ * of n_params. */
+static int64_t mlp_worker_floats(const mlp_spec *s, int64_t rows, int64_t n_params) {
+    return mlp_room_floats(s, rows) + n_params;
+}
+
+/* w's room carved from `at`; returns the float after it. */
+static float *mlp_carve_room(const mlp_spec *s, mlp_scratch *w, float *at) {
+    w->acts = at;
+    w->dy = w->acts + mlp_act_floats(s, w->rows);
+    w->dx = w->dy + w->rows * w->width;
+    w->gt = w->dx + w->rows * w->width;
+    w->logp = w->gt + w->weights;
+    w->prob = w->logp + w->lanes * s->num_actions;
+    w->dlogp = w->prob + w->lanes * s->num_actions;
+    w->dvalue = w->dlogp + w->lanes;
+    w->entropy = w->dvalue + w->lanes;
+    w->cols = w->entropy + w->lanes;
+    return w->cols + MLP_COLUMNS * w->lanes;
 }
 
 static mlp_scratch mlp_carve(const mlp_spec *s, float *buffer, int64_t rows) {
@@ -141,17 +170,17 @@ static mlp_scratch mlp_carve(const mlp_spec *s, float *buffer, int64_t rows) {
     w.x = buffer;
     w.xv = s->obs_u8 ? buffer : NULL;
     w.adv = w.x + rows * s->obs_dim;
-    w.acts = w.adv + rows;
-    w.dy = w.acts + mlp_act_floats(s, block);
-    w.dx = w.dy + block * w.width;
-    w.wt = w.dx + block * w.width;
-    w.gt = w.wt + w.weights;
-    w.logp = w.gt + w.weights;
-    w.prob = w.logp + lanes * s->num_actions;
-    w.dlogp = w.prob + lanes * s->num_actions;
-    w.dvalue = w.dlogp + lanes;
-    w.entropy = w.dvalue + lanes;
-    w.cols = w.entropy + lanes;
+    w.wt = w.adv + rows;
+    mlp_carve_room(s, &w, w.wt + w.weights);
+    return w;
+}
+
+/* A worker's scratch: the call's inputs, advantages and transposed weights shared with
+ * `main`, a room of its own from `buffer`, and its gradient (*grad) after the room. */
+static mlp_scratch mlp_carve_worker(const mlp_spec *s, const mlp_scratch *main, float *buffer,
+                                    float **grad) {
+    mlp_scratch w = *main;
+    *grad = mlp_carve_room(s, &w, buffer);
     return w;
 }
 

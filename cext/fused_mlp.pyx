@@ -54,9 +54,16 @@ cdef extern from "fused_ppo.h":
     mlp_scratch mlp_block(const mlp_spec *s, const mlp_scratch *w, int64_t start) nogil
     void mlp_pack_row(const mlp_spec *s, const mlp_scratch *w, int64_t i,
                       const uint8_t *row) nogil
+    ctypedef struct mlp_pool:
+        int64_t threads
+
+    int mlp_pool_start(mlp_pool *pool, int64_t threads) nogil
+    void mlp_pool_stop(mlp_pool *pool) nogil
+    int64_t mlp_worker_floats(const mlp_spec *s, int64_t rows, int64_t n_params) nogil
     void mlp_gradient(const mlp_spec *s, const mlp_scratch *w, const mlp_batch *b,
                       const int64_t *order, const float *moments, const float *param,
-                      float *grad, int64_t n_params, float *stats) nogil
+                      float *grad, int64_t n_params, float *stats, mlp_pool *pool,
+                      float *spare) nogil
     void mlp_clip_adam(int64_t n, float *param, float *grad, float *m, float *v,
                        const mlp_adam *adam, int64_t step) nogil
     void mlp_prepare(const mlp_spec *s, const mlp_scratch *w, const float *param) nogil
@@ -74,15 +81,22 @@ cdef class FusedMLP:
 
     cdef mlp_spec spec
     cdef const int64_t[:, ::1] layers
+    cdef mlp_pool pool
+    cdef bint pooled
+    cdef int64_t n_params
 
     def __init__(self, const int64_t[:, ::1] layers, int64_t towers, int64_t obs_dim,
                  int64_t num_actions, bint relu, double clip_coef, double vf_coef,
                  double ent_coef, bint norm_adv, bint clip_vloss, bint obs_u8=False,
-                 double obs_scale=1.0):
+                 double obs_scale=1.0, int64_t threads=1, int64_t n_params=0):
         """`obs_u8`: the observations are byte rows (frames, tokens: uint8, flattened), which
-        the first layer reads sparse, their values times `obs_scale`; else float32 rows."""
+        the first layer reads sparse, their values times `obs_scale`; else float32 rows.
+        `threads` > 1: each minibatch's gradient is shared among that many threads (the
+        caller's and workers started here), for flat parameters of `n_params` floats."""
         if layers.shape[1] != 5 or layers.shape[0] % towers:
             raise ValueError("layers must be (towers x depth, 5) int64 rows")
+        if not 1 <= threads <= 16 or (threads > 1 and n_params < 1):
+            raise ValueError("threads must be 1 to 16, and more than 1 needs n_params")
         self.layers = layers
         self.spec.layers = <const mlp_layer *> &layers[0, 0]
         self.spec.towers = towers
@@ -97,10 +111,35 @@ cdef class FusedMLP:
         self.spec.ent_coef = ent_coef
         self.spec.norm_adv = norm_adv
         self.spec.clip_vloss = clip_vloss
+        self.n_params = n_params
+        if threads > 1 and not self.pooled:
+            if mlp_pool_start(&self.pool, threads):
+                mlp_pool_stop(&self.pool)
+                raise OSError("the update's worker threads could not be started")
+            self.pooled = True
+
+    def __dealloc__(self):
+        if self.pooled:
+            with nogil:
+                mlp_pool_stop(&self.pool)
+
+    @property
+    def threads(self):
+        """The threads each minibatch's gradient runs on (1: the caller's alone)."""
+        return self.pool.threads if self.pooled else 1
 
     def scratch_floats(self, int64_t rows):
         """The scratch length (float32 elements) a call on `rows` rows needs."""
-        return mlp_scratch_floats(&self.spec, rows)
+        return mlp_scratch_floats(&self.spec, rows) + (self.threads - 1) * mlp_worker_floats(
+            &self.spec, rows, self.n_params)
+
+    cdef mlp_pool *_pool(self, int64_t n) except? NULL:
+        """The pool for a call on flat parameters of n floats (None without workers)."""
+        if not self.pooled:
+            return NULL
+        if n != self.n_params:
+            raise ValueError(f"the parameters hold {n} floats, the workers' gradients {self.n_params}")
+        return &self.pool
 
     @cython.boundscheck(False)
     @cython.wraparound(False)
@@ -121,6 +160,8 @@ cdef class FusedMLP:
         cdef mlp_scratch w
         cdef mlp_adam adam
         cdef float stats[5]
+        cdef mlp_pool *pool
+        cdef float *spare
         if batch != obs.shape[0]:
             raise ValueError("the order must name every row of the rollout once")
         self._check(batch, minibatch, scratch, n, grad, exp_avg, exp_avg_sq, obs)
@@ -128,13 +169,15 @@ cdef class FusedMLP:
         adam.lr, adam.beta1, adam.beta2, adam.eps = lr, beta1, beta2, eps
         adam.max_grad_norm = max_grad_norm
         w = mlp_carve(&self.spec, &scratch[0], minibatch)
+        pool = self._pool(n)
+        spare = &scratch[0] + mlp_scratch_floats(&self.spec, minibatch)
         with nogil:
             start = 0
             while start < batch:
                 for k in range(5):
                     stats[k] = 0
                 mlp_gradient(&self.spec, &w, &b, &order[start], NULL, &param[0], &grad[0], n,
-                             stats)
+                             stats, pool, spare)
                 steps += 1
                 mlp_clip_adam(n, &param[0], &grad[0], &exp_avg[0], &exp_avg_sq[0], &adam,
                               step + steps)
@@ -159,6 +202,8 @@ cdef class FusedMLP:
         cdef mlp_scratch w
         cdef float given[2]
         cdef float *moments_at = NULL
+        cdef mlp_pool *pool = self._pool(param.shape[0])
+        cdef float *spare
         if stats.shape[0] != 5 or grad.shape[0] != param.shape[0]:
             raise ValueError("stats must hold 5 floats and grad one per parameter")
         self._check(rows, rows, scratch, param.shape[0], grad, grad, grad, obs)
@@ -167,9 +212,10 @@ cdef class FusedMLP:
             given[0], given[1] = moments
             moments_at = given
         w = mlp_carve(&self.spec, &scratch[0], rows)
+        spare = &scratch[0] + mlp_scratch_floats(&self.spec, rows)
         with nogil:
             mlp_gradient(&self.spec, &w, &b, &order[0], moments_at, &param[0], &grad[0],
-                         param.shape[0], &stats[0])
+                         param.shape[0], &stats[0], pool, spare)
 
     @cython.boundscheck(False)
     @cython.wraparound(False)
@@ -348,7 +394,7 @@ cdef class FusedMLP:
                 const float[::1] exp_avg_sq, obs):
         if minibatch < 2 or batch % minibatch or batch > obs.shape[0]:
             raise ValueError("the order must cover the batch in minibatches of 2 rows or more")
-        if scratch.shape[0] < mlp_scratch_floats(&self.spec, minibatch):
+        if scratch.shape[0] < self.scratch_floats(minibatch):
             raise ValueError("scratch is shorter than scratch_floats(minibatch)")
         if grad.shape[0] != n_params or exp_avg.shape[0] != n_params or exp_avg_sq.shape[0] != n_params:
             raise ValueError("param, grad, exp_avg and exp_avg_sq must be one length")

@@ -10,6 +10,7 @@
 #define OPERANT_FUSED_PPO_H
 
 #include "fused_mlp.h"
+#include "fused_pool.h"
 
 /* FlatAdam's settings as the Python floats they are (its scalars are rounded to float32 where
  * torch rounds them: after the double arithmetic). */
@@ -198,29 +199,76 @@ static void mlp_head_grad(const mlp_spec *s, const mlp_scratch *w, int64_t tower
                   w->entropy, w->cols + MLP_C_ACTION * w->lanes, w->dlogp, w->dvalue, w->dy);
 }
 
-/* The loss's gradient for one minibatch (rows `order`) into grad (zeroed first); adds the
- * minibatch's five mean statistics to stats. */
+/* One minibatch's gradient, its blocks shared among a pool's threads: thread t takes blocks
+ * t, t + threads, ... into its own room and gradient (thread 0: the caller's scratch and
+ * grad), and the statistics' sums into sums[t]. */
+typedef struct {
+    const mlp_spec *s;
+    const mlp_batch *b;
+    const int64_t *order;
+    const float *param;
+    int64_t threads, n_params;
+    mlp_scratch rooms[MLP_MAX_THREADS];
+    float *grads[MLP_MAX_THREADS];
+    double sums[MLP_MAX_THREADS][5];
+} mlp_gradient_job;
+
+static void mlp_gradient_task(void *arg, int64_t t) {
+    mlp_gradient_job *job = (mlp_gradient_job *)arg;
+    const mlp_spec *s = job->s;
+    const mlp_scratch *w = &job->rooms[t];
+    int64_t tower, start, k;
+    memset(job->grads[t], 0, sizeof(float) * job->n_params);
+    memset(w->gt, 0, sizeof(float) * w->weights); /* the narrow layers' sums (fused_mlp.h) */
+    for (k = 0; k < 5; k++) job->sums[t][k] = 0.0;
+    for (start = t * MLP_BLOCK; start < w->total; start += job->threads * MLP_BLOCK) {
+        const mlp_scratch block = mlp_block(s, w, start);
+        mlp_forward(s, &block, job->param, s->towers);
+        mlp_loss(s, &block, job->b, job->order + start, job->sums[t]);
+        for (tower = 0; tower < s->towers; tower++) {
+            mlp_head_grad(s, &block, tower);
+            mlp_tower_backward(s, &block, job->grads[t], tower);
+        }
+    }
+    mlp_finish_gradient(s, w, job->grads[t]);
+}
+
+/* The loss's gradient for one minibatch (rows `order`) into grad (overwritten); adds the
+ * minibatch's five mean statistics to stats. With a pool of several threads, `spare` holds
+ * each worker's mlp_worker_floats after the call's scratch; their gradients are added into
+ * grad in thread order, so a given thread count always sums the same way. */
 static void mlp_gradient(const mlp_spec *s, const mlp_scratch *w, const mlp_batch *b,
                          const int64_t *order, const float *moments, const float *param,
-                         float *grad, int64_t n_params, float *stats) {
-    double sums[5] = {0};
-    int64_t t, k, start;
+                         float *grad, int64_t n_params, float *stats, mlp_pool *pool,
+                         float *spare) {
+    mlp_gradient_job job;
+    int64_t t, i, k;
+    const int64_t threads = pool ? pool->threads : 1;
     mlp_prepare(s, w, param);
     mlp_gather(s, w, b, order);
     if (s->norm_adv) mlp_normalise(w, moments);
-    memset(grad, 0, sizeof(float) * n_params);
-    memset(w->gt, 0, sizeof(float) * w->weights); /* the narrow layers' sums (fused_mlp.h) */
-    for (start = 0; start < w->total; start += MLP_BLOCK) {
-        const mlp_scratch block = mlp_block(s, w, start);
-        mlp_forward(s, &block, param, s->towers);
-        mlp_loss(s, &block, b, order + start, sums);
-        for (t = 0; t < s->towers; t++) {
-            mlp_head_grad(s, &block, t);
-            mlp_tower_backward(s, &block, grad, t);
-        }
+    job.s = s;
+    job.b = b;
+    job.order = order;
+    job.param = param;
+    job.threads = threads;
+    job.n_params = n_params;
+    job.rooms[0] = *w;
+    job.grads[0] = grad;
+    for (t = 1; t < threads; t++)
+        job.rooms[t] = mlp_carve_worker(s, w, spare + (t - 1) * mlp_worker_floats(s, w->total, n_params),
+                                        &job.grads[t]);
+    if (threads > 1)
+        mlp_pool_run(pool, mlp_gradient_task, &job);
+    else
+        mlp_gradient_task(&job, 0);
+    for (t = 1; t < threads; t++)
+        for (i = 0; i < n_params; i++) grad[i] += job.grads[t][i];
+    for (k = 0; k < 5; k++) {
+        double sum = 0.0;
+        for (t = 0; t < threads; t++) sum += job.sums[t][k];
+        stats[k] += (float)(sum / w->total);
     }
-    mlp_finish_gradient(s, w, grad);
-    for (k = 0; k < 5; k++) stats[k] += (float)(sums[k] / w->total);
 }
 
 MLP_CLONES static float mlp_norm(int64_t n, const float *__restrict__ g) {

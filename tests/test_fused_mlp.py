@@ -450,3 +450,37 @@ def test_byte_rows_whole_update_matches_torch():
     assert float((native_param - torch_param).abs().max()) < 1e-5
     assert native_stats.approx_kl == pytest.approx(torch_stats.approx_kl, rel=1e-3, abs=1e-6)
     assert native_stats.entropy == pytest.approx(torch_stats.entropy, rel=1e-4)
+
+
+def test_threads_share_a_minibatch_and_sum_in_a_fixed_order():
+    """ppo.update_threads: the minibatch's blocks shared among worker threads give the
+    one-thread gradient to float32 rounding, the same bits on every call with the same count
+    (a resume reproduces a run), and the one-thread path's bits when the count is 1."""
+    shape, density, values, scale, shared, hidden = BYTE_NETWORKS[0]
+    policy, flat = byte_policy(shape, scale, shared, hidden)
+    batch = byte_batch(policy, shape, density, values, 300, seed=6)
+    rows = batch[0].shape[0]
+    grads = {}
+    for threads in (1, 2, 3):
+        native = NativeUpdate(policy, flat, PPOConfig(ent_coef=0.01, update_threads=threads))
+        assert native.kernel.threads == threads
+        runs = []
+        for _ in range(2):
+            grad = torch.full_like(flat.grad, float("nan"))
+            native.kernel.gradient(
+                batch[0].view(rows, -1).numpy(),
+                *(t.numpy() for t in batch[1:]),
+                np.arange(rows, dtype=np.int64),
+                None,
+                native.scratch(rows),
+                flat.param.detach().numpy(),
+                grad.numpy(),
+                np.zeros(5, dtype=np.float32),
+            )
+            runs.append(grad)
+        assert torch.equal(runs[0], runs[1])
+        grads[threads] = runs[0]
+    reference = torch_gradient(policy, flat, PPOConfig(ent_coef=0.01), batch, None)
+    for threads in (2, 3):
+        assert_parameterwise_close(flat, grads[threads], grads[1], 1e-6)
+        assert_parameterwise_close(flat, grads[threads], reference, 1e-5)

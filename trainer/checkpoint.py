@@ -53,9 +53,10 @@ RESUMABLE_CHANGES = (
     "train.torch_threads",
     "train.tensorboard",
     "checkpoint.",
-    # Who computes the update (torch autograd or the native kernel): the same state, the
-    # same arithmetic up to float32 rounding.
+    # Who computes the update (torch autograd or the native kernel, on how many threads):
+    # the same state, the same arithmetic up to float32 rounding.
     "ppo.update_impl",
+    "ppo.update_threads",
     # Where the policy runs (a run trained on a GPU continued on a CPU, or on another GPU):
     # weights, Adam's moments and the env's state load onto the new device as they are; only
     # the action-sampling generator cannot follow a change of device type (a CUDA generator's

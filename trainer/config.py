@@ -182,6 +182,12 @@ class PPOConfig(Struct, forbid_unknown_fields=True, kw_only=True):
     step, for the MLP actor-critic with discrete actions on the CPU; any other run is a
     config error), or "auto" (native where it can run, else torch). docs/performance.md has
     what each costs and how the two are held together."""
+    update_threads: Annotated[int, Meta(ge=1, le=16)] = 1
+    """Threads the native update shares each minibatch's gradient among (its blocks of 32
+    rows; the caller's thread and workers it starts): more than one pays where cores sit
+    idle during the update (docs/performance.md). A run is deterministic for a given count,
+    and a resume may change it (float32 rounding only). The torch update ignores it
+    (train.torch_threads is torch's)."""
 
 
 class TrainConfig(Struct, forbid_unknown_fields=True, kw_only=True):

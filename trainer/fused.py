@@ -159,6 +159,8 @@ class NativeUpdate:
             config.clip_vloss,
             policy.byte_obs,
             policy.obs_scale,
+            config.update_threads,
+            flat.param.numel(),
         )
         self.byte_obs = policy.byte_obs
         self._scratch: dict[int, np.ndarray] = {}
