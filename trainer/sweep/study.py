@@ -38,19 +38,32 @@ def open_storage(url: str) -> Any:
     import optuna
     import sqlalchemy.exc
 
+    given = url
     if url.startswith("postgresql://"):
         # psycopg 3 (the sweep extra's); SQLAlchemy before 2.1 takes psycopg2 for the bare name
         url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
-    try:
-        return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url))
-    except ImportError as error:
-        raise SweepError(
-            f"--storage {redacted(url)}: its database driver is not installed ({error}): "
-            "pip install 'operant-rl[sweep]'"
-        ) from None
-    except (sqlalchemy.exc.SQLAlchemyError, ValueError) as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise SweepError(f"--storage {redacted(url)} cannot be reached: {first}") from None
+    for attempt in range(1, SCHEMA_ATTEMPTS + 1):
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url))
+        except ImportError as error:
+            raise SweepError(
+                f"--storage {redacted(given)}: its database driver is not installed ({error}): "
+                "pip install 'operant-rl[sweep]'"
+            ) from None
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError) as error:
+            # Two processes that create a new database's tables at once: one of them loses
+            # the race, and finds the tables there when it tries again.
+            problem: BaseException = error
+            time.sleep(0.2 * attempt)
+        except (sqlalchemy.exc.SQLAlchemyError, ValueError) as error:
+            problem = error
+            break
+    text = str(problem).strip()
+    first = text.splitlines()[0] if text else type(problem).__name__
+    raise SweepError(f"--storage {redacted(given)} cannot be reached: {first}")
+
+
+SCHEMA_ATTEMPTS = 5
 
 
 def _engine_kwargs(url: str) -> dict[str, Any]:
