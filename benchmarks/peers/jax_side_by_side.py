@@ -25,9 +25,10 @@ Threads are each side's default: XLA:CPU's pool over both cores; torch with
 train.torch_threads = 1 plus Operant's own threads.
 
 What each record holds, alike for both sides:
-- sps: steps trained / training seconds. JAX: its compiled program's run, compile excluded
-  (compile_s apart). Operant: the final summary's sps_mean (global_step / elapsed_s, from the
-  trainer's start; there is no compile).
+- sps: steps trained / training seconds (train_s). JAX: its compiled program's run, compile
+  excluded (compile_s apart). Operant: the last update's sps_mean (global_step / elapsed_s
+  from the trainer's start to the end of its last update; there is no compile); finish_s is
+  the summary's elapsed_s, which adds the final checkpoint.
 - return_mean_100: the mean return of the last 100 finished episodes, across all envs, at the
   end. Operant's episode_return_mean is exactly that (trainer/update_record.py: the env's ring
   of finished returns, operant.envs.episodes.recent_returns(100)); the JAX script keeps the
@@ -101,13 +102,22 @@ def jax_command(python: str, seed: int, total_steps: int, out: str, bootstrap: b
     return command + ["--out", out] + (["--bootstrap-truncation"] if bootstrap else [])
 
 
-def locked_run(command: list[str], lock: str) -> tuple[subprocess.CompletedProcess[str], float]:
-    """Run `command` holding the bench lock; its wall seconds, the wait for the lock excluded."""
+def locked_run(
+    command: list[str], lock: str
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """Run `command` holding the bench lock: its result, and its wall seconds (the wait for the
+    lock excluded) with the 1-minute load average before and after (others' work, outside the
+    lock, shows there)."""
     with open(lock, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
+        load_before = os.getloadavg()[0]
         started = time.perf_counter()
         done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
-        return done, time.perf_counter() - started
+        timing = {
+            "process_wall_s": round(time.perf_counter() - started, 3),
+            "load_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+        }
+        return done, timing
 
 
 def failed(side: str, done: subprocess.CompletedProcess[str], command: list[str]) -> SystemExit:
@@ -123,7 +133,7 @@ def run_jax(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="jax-side-") as scratch:
         out = str(Path(scratch) / "record.json")
         command = jax_command(args.jax_python, seed, args.total_steps, out, args.bootstrap)
-        done, wall = locked_run(command, args.lock)
+        done, timing = locked_run(command, args.lock)
         if done.returncode != 0:
             raise failed("jax", done, command)
         record = json.loads(Path(out).read_text())
@@ -135,9 +145,10 @@ def run_jax(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         "return_mean_100": record["return_mean_100"],
         "episodes": record["episodes"],
         "total_steps": record["total_steps"],
-        "process_wall_s": round(wall, 3),
+        **timing,
         "versions": record["versions"],
         "machine": record["machine"],
+        "cpu_s": record["cpu_s"],
         "cores_busy": record["cores_busy"],
         "curve": record["curve"],
         "command": command,
@@ -164,7 +175,7 @@ def run_operant(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     runs_dir = tempfile.mkdtemp(prefix="operant-side-")
     try:
         command = operant_command(args.operant_train, seed, args.total_steps, runs_dir)
-        done, wall = locked_run(command, args.lock)
+        done, timing = locked_run(command, args.lock)
         if done.returncode != 0:
             raise failed("operant", done, command)
     finally:
@@ -173,13 +184,15 @@ def run_operant(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     last = progress[-1]
     return {
         "side": "operant",
-        "sps": summary["sps_mean"],
-        "train_s": summary["elapsed_s"],
+        "sps": last["sps_mean"],
+        "train_s": last["elapsed_s"],
         "last_update_sps": last["sps"],
+        "finish_s": summary["elapsed_s"],
+        "stopped_by": summary.get("stopped_by"),
         "return_mean_100": summary["episode_return_mean"],
         "episodes": last["episodes"],
         "total_steps": summary["global_step"],
-        "process_wall_s": round(wall, 3),
+        **timing,
         "curve": [[p["global_step"], p["episode_return_mean"]] for p in progress],
         "command": command,
     }

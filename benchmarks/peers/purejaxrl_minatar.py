@@ -47,8 +47,9 @@ every --curve-every updates and after the last.
 
 Threads: no XLA_FLAGS are set. XLA:CPU runs one CPU device whose intra-op thread pool (Eigen)
 has one thread per core the process may run on: both cores of this 2-core machine. The record
-carries the affinity, the process's thread count and cpu_s / train_s (how many cores the run
-kept busy).
+carries the affinity, the process's thread count, cpu_s / train_s (how many cores the run
+kept busy) and the 1-minute load average before and after training: work outside the bench
+lock shows there, and as cores_busy under 1.
 """
 
 from __future__ import annotations
@@ -409,6 +410,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
     compiled = jax.jit(ppo.train).lower(key).compile()
     compile_s = time.perf_counter() - started
+    load_before = os.getloadavg()[0]
     cpu_started, started = time.process_time(), time.perf_counter()
     means, finished = jax.block_until_ready(compiled(key))
     train_s = time.perf_counter() - started
@@ -431,6 +433,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "cpu_s": round(cpu_s, 3),
         "cores_busy": round(cpu_s / train_s, 2),
         "process_threads": thread_count(),
+        # Others' work on the machine (outside the bench lock) shows here, and as cores_busy < 1.
+        "load_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         "machine": machine(),
         "versions": versions(),
         "curve": curve_points(means, batch, args.curve_every),
