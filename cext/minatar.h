@@ -79,13 +79,26 @@ static void ma_step_rows(ma_batch *m, int64_t lo, int64_t hi) {
     }
 }
 
-/* Rows stepped, then packed, MA_PACK_BLOCK at a time: the rows a block just wrote are still in
- * cache when they are read for packing (packing the whole batch after the step read them back
- * from L3 once the step's state had pushed them out of L2: Seaquest's lists are 5 MB at 1,024
- * rows). */
-#ifndef MA_PACK_BLOCK
-#define MA_PACK_BLOCK 32
+/* Rows stepped, then packed and/or copied, MA_ROW_BLOCK at a time: the rows a block just wrote
+ * are still in cache when they are read for packing or copying (packing the whole batch after
+ * the step read them back from L3 once the step's state had pushed them out of L2: Seaquest's
+ * lists are 5 MB at 1,024 rows). */
+#ifndef MA_ROW_BLOCK
+#define MA_ROW_BLOCK 32
 #endif
+
+/* copy=True's copy of rows lo..hi (operant.envs.minatar): the observation rows, and the
+ * terminal rows of the envs that ended (what Gymnasium's info["final_obs"] means where
+ * info["_final_obs"] is set; nothing else of final_obs is copied). */
+static void ma_copy_rows(ma_batch *m, int64_t lo, int64_t hi) {
+    const op_batch *b = &m->base;
+    int64_t i, bytes = b->obs_row_bytes;
+    memcpy(m->copy_obs + lo * bytes, b->obs + lo * bytes, (size_t)((hi - lo) * bytes));
+    for (i = lo; i < hi; i++) {
+        if (b->terminated[i] | b->truncated[i])
+            memcpy(m->copy_final + i * bytes, b->final_obs + i * bytes, (size_t)bytes);
+    }
+}
 
 static int64_t ma_step(ma_batch *m) {
     op_batch *b = &m->base;
@@ -93,14 +106,16 @@ static int64_t ma_step(ma_batch *m) {
     int64_t packed = fs_packed_bytes(bytes), bad = op_first_invalid_action(b);
     if (bad >= 0) return bad;
     m->sticky_below = ma_threshold(m->sticky_prob);
-    if (m->packed == NULL) {
+    if (m->packed == NULL && m->copy_obs == NULL) {
         ma_step_rows(m, 0, n);
         return -1;
     }
     for (lo = 0; lo < n; lo = hi) {
-        hi = lo + MA_PACK_BLOCK < n ? lo + MA_PACK_BLOCK : n;
+        hi = lo + MA_ROW_BLOCK < n ? lo + MA_ROW_BLOCK : n;
         ma_step_rows(m, lo, hi);
-        fs_pack_rows(b->obs + lo * bytes, bytes, m->packed + lo * packed, hi - lo, bytes);
+        if (m->packed != NULL)
+            fs_pack_rows(b->obs + lo * bytes, bytes, m->packed + lo * packed, hi - lo, bytes);
+        if (m->copy_obs != NULL) ma_copy_rows(m, lo, hi);
     }
     return -1;
 }
