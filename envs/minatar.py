@@ -52,6 +52,7 @@ from operant.envs.contract import (
     clear_stats,
     refuse_reset_options,
 )
+from operant.envs.fresh import FreshArrays
 from operant.envs.minatar_options import (
     MA_LAST_ACTION,
     OPTIONS,
@@ -146,8 +147,10 @@ class _MinAtarFace(VectorEnv):
         return limit
 
     def _showing(self, result: tuple[Any, ...]) -> tuple[Any, ...]:
-        """A reset's or step's result, its observations kept for `render()`."""
-        self._shown = result[0]
+        """A reset's or step's result, its observations kept for `render()` when it draws
+        (kept otherwise, a copy=True step's array would count as held: operant.envs.fresh)."""
+        if self.render_mode is not None:
+            self._shown = result[0]
         return result
 
     def _rendered_step(self, acted: Any, terminal: Any, shown_obs: Any) -> None:
@@ -213,6 +216,10 @@ class MinAtarVectorEnv(NotCopyable, SlotBinding, _MinAtarFace):
             max_episode_steps=limit,
         )
         self.kernels = (self.kernel,)
+        # copy=True's outputs (_step_copied); final observations only in the rows of envs that
+        # ended, so a new array starts as zeros
+        self._fresh_obs = FreshArrays(self.obs.shape, np.uint8)
+        self._fresh_final = FreshArrays(self.obs.shape, np.uint8, zeroed=True)
         self._seeded = False
         self.sticky_action_prob = float(options.sticky_action_prob)
         self.difficulty_ramping = bool(options.difficulty_ramping)
@@ -299,14 +306,36 @@ class MinAtarVectorEnv(NotCopyable, SlotBinding, _MinAtarFace):
         return self._showing(((obs.copy() if self.copy else obs), {}))
 
     def step(self, actions: Any) -> tuple[Any, ...]:
-        if self._next_step is None:
-            return super().step(actions)
+        if self._next_step is not None:
+            self._load_actions(actions)
+            return self._showing(step_next_step_face(self))
+        if self.copy:
+            return self._showing(self._step_copied(actions))
+        return super().step(actions)
+
+    def _step_copied(self, actions: Any) -> tuple[Any, ...]:
+        """copy=True's SAME_STEP step: the kernel copies each block of observation rows, and
+        the terminal rows of the envs that ended, into arrays nothing else holds
+        (operant.envs.fresh) as it steps them, while they are in cache; a copy of the whole
+        final_obs buffer would be a second frame copy on most steps at N = 1,024."""
         self._load_actions(actions)
-        return self._showing(step_next_step_face(self))
+        obs, final_obs = self._fresh_obs.take(), self._fresh_final.take()
+        self._refuse(self.kernel.step_copy(obs, final_obs))
+        terminated, truncated = self.terminated.copy(), self.truncated.copy()
+        done = terminated | truncated
+        info: dict[str, Any] = {}
+        if done.any():
+            info["final_obs"], info["_final_obs"] = final_obs, done
+            info["final_info"], info["_final_info"] = {}, done
+        return obs, self.rewards.copy(), terminated, truncated, info
 
     def step_bound(self) -> None:
         """Step with the actions already in `self.actions`; outputs land in the buffers."""
-        bad = self.kernel.step()
+        self._refuse(self.kernel.step())
+
+    def _refuse(self, bad: int) -> None:
+        """InvalidActionError for env `bad`'s action (a kernel's step returned it, having moved
+        no env); nothing for -1."""
         if bad >= 0:
             raise InvalidActionError(
                 invalid_action_message(self.single_action_space, bad, int(self._action_rows()[bad]))
