@@ -203,5 +203,13 @@ def test_each_rank_publishes_its_own_metrics_file(tmp_path):
     with MetricsReader(tmp_path / "metrics/rank-00001.bin") as reader:
         snapshot = reader.snapshot()
         assert snapshot.history_head == 7
-        assert snapshot.counters == {"updates": 7, "global_step": 7_000, "episodes": 300}
+        assert snapshot.counters == {
+            "updates": 7,
+            "global_step": 7_000,
+            "episodes": 300,
+            # What this process did: nothing yet.
+            "process_updates": 0,
+            "process_steps": 0,
+            "process_episodes": 0,
+        }
     service.close()

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from operant.shared.record import RETURN_WINDOW
+from operant.trainer.run_dir_watch import RunDirLost
 from operant.trainer.service_protocol import Outcome, Service
 
 BEST_FILE = "best.pt"
@@ -150,6 +151,8 @@ class TrackBest(Service):
             )
 
     def on_stop(self, outcome: Outcome) -> None:
+        if isinstance(outcome.error, RunDirLost):
+            return  # nowhere to write it: its line says what became of the run
         if self._pending is not None and outcome.kind in ("finished", "stopped", "failed"):
             self.write()
 

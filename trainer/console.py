@@ -18,6 +18,7 @@ from operant.trainer.checkpoint import Checkpointer
 from operant.trainer.errors import counted
 from operant.trainer.progress import number_or_dash
 from operant.trainer.resume import RunPlan, resume_hint
+from operant.trainer.run_dir_watch import RunDirLost
 from operant.trainer.service_protocol import Outcome, Service
 
 
@@ -90,7 +91,9 @@ class Console(Service):
     def on_stop(self, outcome: Outcome) -> None:
         self.outcome = outcome
         last_path = self.checkpointer.last_path
-        if outcome.kind == "failed":
+        if isinstance(outcome.error, RunDirLost):  # its line says where the checkpoints are
+            print(f"operant-train: training failed: {outcome.error}", file=sys.stderr)
+        elif outcome.kind == "failed":
             kept = (
                 f"; the last good checkpoint is {last_path}"
                 if last_path

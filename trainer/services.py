@@ -6,6 +6,7 @@ What a person reads is operant.trainer.console's; the verdict and best.pt, opera
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
@@ -298,8 +299,9 @@ class WriteProgress(Service):
         try:
             self.log.close()
         except OSError as error:
-            # A full disk that refused the last lines has ended the run already, and said so.
-            if not is_storage_error(error):
+            # A full disk, or a filesystem turned read-only (operant.trainer.run_dir_watch),
+            # that refused the last lines has ended the run already, and said so.
+            if not (is_storage_error(error) or error.errno == errno.EROFS):
                 raise
 
 

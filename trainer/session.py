@@ -38,6 +38,7 @@ from operant.trainer.exit_codes import (
     EXIT_USAGE,
 )
 from operant.trainer.resume import RunPlan
+from operant.trainer.run_dir_watch import WatchRunDir
 from operant.trainer.sdnotify import SystemdNotifier
 from operant.trainer.service_protocol import HOOKS, Outcome, Rank, Role, Service
 from operant.trainer.services import (
@@ -184,6 +185,9 @@ def compose(
         # Under torchrun the stop is the group's decision, taken with the checkpoints'.
         *([StopOnSignal(signals)] if group is None else []),
         StopsReachEnvSteps(config.env.stop_grace_s),
+        # Before the checkpoints at each boundary: a run directory gone from its path stops
+        # the run before anything else writes into it.
+        WatchRunDir(run_dir, trainer, checkpointer),
         records,
         # What a full disk refuses first (the metrics file, run.json, each written whole or
         # not at all); then a resumed run's records are cut: a start that fails leaves them.
@@ -257,6 +261,7 @@ class Session:
         """Every service's on_start has run."""
         self.outcome = Outcome()
         """How the run ended (after `run()`)."""
+        self.watches = [service for service in services if isinstance(service, WatchRunDir)]
         # Only the services that override a hook are called for it: on_update and
         # on_boundary run once per update.
         self.hooks = {
@@ -284,6 +289,8 @@ class Session:
             self._call("on_stop", outcome)
             self.signals.settled = True
         except BaseException as error:
+            for watch in self.watches:  # a write the run directory's loss refused
+                error = watch.explain(error)
             outcome.error = error
             self._call("on_stop", outcome)
             # Its line is out: a stop signal now (torchrun's SIGTERM to a failed group's
