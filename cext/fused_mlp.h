@@ -5,8 +5,10 @@
  * it without the GIL; operant.trainer.fused decides when it is used, and torch autograd
  * (operant.trainer.ppo) stays the reference it is tested against.
  *
- * The network is operant.trainer.policy.ActorCritic with a categorical head: one tower
- * (shared: its last layer's columns are the logits then the value) or two (separate: actor,
+ * The network is operant.trainer.policy.ActorCritic with a categorical head, or a diagonal
+ * Gaussian one (`continuous`: the actor's outputs are the means, and one learned log standard
+ * deviation per action dimension sits in the flat buffer at `log_std`): one tower (shared:
+ * its last layer's columns are the logits or means, then the value) or two (separate: actor,
  * critic). Every parameter is read from, and every gradient written to, one flat buffer at
  * the offsets of an `mlp_layer` table, so FlatParameters and FlatAdam see nothing new.
  *
@@ -36,6 +38,8 @@ typedef struct {
     const mlp_layer *layers; /* towers x depth */
     int64_t towers, depth, obs_dim, num_actions;
     int relu; /* else tanh */
+    int continuous;  /* a Gaussian head over num_actions dimensions; else categorical */
+    int64_t log_std; /* where the Gaussian's log standard deviations start in the buffer */
     int obs_u8;      /* byte rows, read sparse by the first layer; else float32 rows */
     float obs_scale; /* what byte rows' values are multiplied by (ObsSpec.scale) */
     float clip_coef, vf_coef, ent_coef;
@@ -46,7 +50,8 @@ typedef struct {
 typedef struct {
     const float *obs;      /* float32 rows, or NULL */
     const uint8_t *obs_u8; /* byte rows (mlp_spec.obs_u8), or NULL */
-    const int64_t *actions;
+    const int64_t *actions;  /* categorical: one index per row, or NULL */
+    const float *cactions;   /* Gaussian: (rows, num_actions) samples, or NULL */
     const float *logprobs, *advantages, *returns, *values;
 } mlp_batch;
 

@@ -12,6 +12,7 @@ Nothing here allocates.
 
 cimport cython
 from libc.stdint cimport int64_t, uint8_t
+from libc.math cimport expf
 from libc.string cimport memcpy, memset
 
 
@@ -23,6 +24,8 @@ cdef extern from "fused_ppo.h":
         const mlp_layer *layers
         int64_t towers, depth, obs_dim, num_actions
         int relu
+        int continuous
+        int64_t log_std
         int obs_u8
         float obs_scale
         float clip_coef, vf_coef, ent_coef
@@ -32,6 +35,7 @@ cdef extern from "fused_ppo.h":
         const float *obs
         const uint8_t *obs_u8
         const int64_t *actions
+        const float *cactions
         const float *logprobs
         const float *advantages
         const float *returns
@@ -72,6 +76,7 @@ cdef extern from "fused_ppo.h":
     void mlp_forward_tower(const mlp_spec *s, const mlp_scratch *w, const float *param,
                            int64_t t) nogil
     const float *mlp_logits(const mlp_spec *s, const mlp_scratch *w, int64_t i) nogil
+    float MLP_HALF_LOG_2PI
     float mlp_value(const mlp_spec *s, const mlp_scratch *w, int64_t i) nogil
     void mlp_softmax(const mlp_spec *s, const mlp_scratch *w) nogil
 
@@ -88,11 +93,14 @@ cdef class FusedMLP:
     def __init__(self, const int64_t[:, ::1] layers, int64_t towers, int64_t obs_dim,
                  int64_t num_actions, bint relu, double clip_coef, double vf_coef,
                  double ent_coef, bint norm_adv, bint clip_vloss, bint obs_u8=False,
-                 double obs_scale=1.0, int64_t threads=1, int64_t n_params=0):
+                 double obs_scale=1.0, int64_t threads=1, int64_t n_params=0,
+                 int64_t log_std=-1):
         """`obs_u8`: the observations are byte rows (frames, tokens: uint8, flattened), which
         the first layer reads sparse, their values times `obs_scale`; else float32 rows.
         `threads` > 1: each minibatch's gradient is shared among that many threads (the
-        caller's and workers started here), for flat parameters of `n_params` floats."""
+        caller's and workers started here), for flat parameters of `n_params` floats.
+        `log_std` >= 0: a Gaussian head over `num_actions` dimensions whose log standard
+        deviations start there in the flat parameters; else a categorical one."""
         if layers.shape[1] != 5 or layers.shape[0] % towers:
             raise ValueError("layers must be (towers x depth, 5) int64 rows")
         if not 1 <= threads <= 16 or (threads > 1 and n_params < 1):
@@ -104,6 +112,8 @@ cdef class FusedMLP:
         self.spec.obs_dim = obs_dim
         self.spec.num_actions = num_actions
         self.spec.relu = relu
+        self.spec.continuous = log_std >= 0
+        self.spec.log_std = log_std
         self.spec.obs_u8 = obs_u8
         self.spec.obs_scale = obs_scale
         self.spec.clip_coef = clip_coef
@@ -143,7 +153,7 @@ cdef class FusedMLP:
 
     @cython.boundscheck(False)
     @cython.wraparound(False)
-    def epoch(self, obs, const int64_t[::1] actions,
+    def epoch(self, obs, actions,
               const float[::1] logprobs, const float[::1] advantages,
               const float[::1] returns, const float[::1] values, const int64_t[::1] order,
               int64_t minibatch, float[::1] scratch, float[::1] param, float[::1] grad,
@@ -189,7 +199,7 @@ cdef class FusedMLP:
 
     @cython.boundscheck(False)
     @cython.wraparound(False)
-    def gradient(self, obs, const int64_t[::1] actions,
+    def gradient(self, obs, actions,
                  const float[::1] logprobs, const float[::1] advantages,
                  const float[::1] returns, const float[::1] values, const int64_t[::1] order,
                  moments, float[::1] scratch, const float[::1] param, float[::1] grad,
@@ -264,6 +274,51 @@ cdef class FusedMLP:
                         index = count - 1
                     actions[start + i] = index
                     logprobs[start + i] = block.logp[index * block.lanes + i]
+                    values[start + i] = mlp_value(&self.spec, &block, i)
+                start += block.rows
+
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    def act_gaussian(self, obs, float[:, ::1] actions, float[::1] scratch,
+                     const float[::1] param, float[::1] logprobs, float[::1] values):
+        """A Gaussian head's samples (IN: obs, and in `actions` one standard normal draw per
+        row and dimension; OUT: actions = mean + std * draw, their log-probabilities, the
+        values, scratch), as ActorCritic.act's continuous branch computes them."""
+        cdef int64_t rows = obs.shape[0], n = self.spec.num_actions, i, j, start
+        cdef mlp_scratch w, block
+        cdef const float *mean
+        cdef float std[16]
+        cdef float inv_std[16]
+        cdef float offset[16]
+        cdef float z, logp
+        if not self.spec.continuous or n > 16:
+            raise ValueError("act_gaussian is for a Gaussian head of at most 16 dimensions")
+        if actions.shape[0] != rows or actions.shape[1] != n:
+            raise ValueError(f"actions must be (rows, {n})")
+        if logprobs.shape[0] != rows or values.shape[0] != rows:
+            raise ValueError("logprobs and values must have one entry per row")
+        if scratch.shape[0] < mlp_scratch_floats(&self.spec, rows):
+            raise ValueError("scratch is shorter than scratch_floats(rows)")
+        w = mlp_carve(&self.spec, &scratch[0], rows)
+        self._load(obs, &w, NULL)
+        with nogil:
+            for j in range(n):  # (the torch path's exp(log_std), exp(-log_std), offset)
+                std[j] = expf(param[self.spec.log_std + j])
+                inv_std[j] = expf(-param[self.spec.log_std + j])
+                offset[j] = param[self.spec.log_std + j] + MLP_HALF_LOG_2PI
+            mlp_prepare(&self.spec, &w, &param[0])
+            start = 0
+            while start < rows:
+                block = mlp_block(&self.spec, &w, start)
+                mlp_forward(&self.spec, &block, &param[0], self.spec.towers)
+                for i in range(block.rows):
+                    mean = mlp_logits(&self.spec, &block, i)
+                    logp = 0
+                    for j in range(n):
+                        actions[start + i, j] = actions[start + i, j] * std[j] + mean[j]
+                        z = (actions[start + i, j] - mean[j]) * inv_std[j]
+                        logp = logp + (offset[j] + 0.5 * z * z)
+                    logprobs[start + i] = -logp
                     values[start + i] = mlp_value(&self.spec, &block, i)
                 start += block.rows
 
@@ -363,14 +418,18 @@ cdef class FusedMLP:
                 values[row] = 0
                 row += 1
 
-    cdef mlp_batch _batch(self, obs, const int64_t[::1] actions,
+    cdef mlp_batch _batch(self, obs, actions,
                           const float[::1] logprobs, const float[::1] advantages,
                           const float[::1] returns, const float[::1] values):
         cdef Py_ssize_t rows = obs.shape[0]
         cdef const float[:, ::1] floats
         cdef const uint8_t[:, ::1] frames
+        cdef const int64_t[::1] indices
+        cdef const float[:, ::1] samples
         if obs.ndim != 2 or obs.shape[1] != self.spec.obs_dim:
             raise ValueError(f"obs has {obs.shape[1:]} columns, the network reads {self.spec.obs_dim}")
+        if self.spec.continuous and (actions.ndim != 2 or actions.shape[1] != self.spec.num_actions):
+            raise ValueError(f"actions must be (rows, {self.spec.num_actions}) float32 samples")
         if not (actions.shape[0] == logprobs.shape[0] == advantages.shape[0] == rows
                 and returns.shape[0] == values.shape[0] == rows):
             raise ValueError("every rollout tensor must have one entry per observation")
@@ -382,7 +441,13 @@ cdef class FusedMLP:
         else:
             floats = obs
             b.obs = &floats[0, 0]
-        b.actions = &actions[0]
+        b.actions, b.cactions = NULL, NULL
+        if self.spec.continuous:
+            samples = actions
+            b.cactions = &samples[0, 0]
+        else:
+            indices = actions
+            b.actions = &indices[0]
         b.logprobs = &logprobs[0]
         b.advantages = &advantages[0]
         b.returns = &returns[0]
@@ -404,17 +469,20 @@ cdef class FusedMLP:
 
     @cython.boundscheck(False)
     @cython.wraparound(False)
-    cdef _check_indices(self, const int64_t[::1] order, int64_t batch,
-                        const int64_t[::1] actions, int64_t rows):
+    cdef _check_indices(self, const int64_t[::1] order, int64_t batch, actions, int64_t rows):
         # Both index memory: one bad entry would read outside the rollout.
         cdef int64_t i, bad = 0, count = self.spec.num_actions
+        cdef const int64_t[::1] indices
         if order.shape[0] < rows:
             raise ValueError("the order is shorter than the rows it should name")
         with nogil:
             for i in range(rows):
                 bad |= (order[i] < 0) | (order[i] >= batch)
-            for i in range(batch):
-                bad |= (actions[i] < 0) | (actions[i] >= count)
+        if not self.spec.continuous:
+            indices = actions
+            with nogil:
+                for i in range(batch):
+                    bad |= (indices[i] < 0) | (indices[i] >= count)
         if bad:
             raise ValueError("an order entry is outside the batch or an action outside the space")
 

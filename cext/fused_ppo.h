@@ -132,27 +132,60 @@ MLP_CLONES static void mlp_loss_rows(int64_t lanes, int64_t n, const mlp_loss_te
     for (i = 0; i < lanes; i += MLP_LANES) mlp_loss16(i, lanes, n, t, logp, cols, dlogp, dvalue);
 }
 
-/* The block's softmax, loss gradients at the heads' outputs, and the five statistics' sums
- * added into stats in row order (policy loss, value loss, entropy, approx KL, clip
- * fraction). */
+#define MLP_HALF_LOG_2PI 0.91893853320467274178f
+
+/* The block's Gaussian log-probabilities of its taken actions (w->logp, one column), their
+ * standardised distances z = (a - mean) / std (w->prob, action dimension j's column, 0 past
+ * the rows) and the entropy (w->entropy), as ActorCritic._gaussian_logprob and
+ * _gaussian_entropy compute them, the means being the actor's outputs. */
+static void mlp_gaussian(const mlp_spec *s, const mlp_scratch *w, const mlp_batch *b,
+                         const int64_t *order, const float *param) {
+    const mlp_layer *L = mlp_at(s, 0, s->depth - 1);
+    const float *mean = mlp_acts(s, w, 0, s->depth - 1), *log_std = param + s->log_std;
+    const int64_t n = s->num_actions, lanes = w->lanes;
+    float entropy = 0.0f;
+    int64_t i, j;
+    for (j = 0; j < n; j++) entropy += (0.5f + MLP_HALF_LOG_2PI) + log_std[j];
+    for (i = 0; i < lanes; i++) {
+        float logp = 0.0f;
+        for (j = 0; j < n; j++) {
+            const float z = i < w->rows ? (b->cactions[order[i] * n + j] - mean[i * L->n_out + j]) *
+                                              expf(-log_std[j])
+                                        : 0.0f;
+            w->prob[j * lanes + i] = z;
+            logp += -0.5f * z * z - log_std[j] - MLP_HALF_LOG_2PI;
+        }
+        w->logp[i] = logp;
+        w->entropy[i] = entropy;
+    }
+}
+
+/* The block's softmax (or Gaussian), loss gradients at the heads' outputs, and the five
+ * statistics' sums added into stats in row order (policy loss, value loss, entropy, approx
+ * KL, clip fraction). */
 static void mlp_loss(const mlp_spec *s, const mlp_scratch *w, const mlp_batch *b,
-                     const int64_t *order, double *stats) {
+                     const int64_t *order, const float *param, double *stats) {
     const int64_t rows = w->rows, lanes = w->lanes;
     const mlp_loss_terms terms = {s->clip_coef, s->vf_coef, 1.0f / w->total, s->clip_vloss};
     float *cols = w->cols, *st = cols + MLP_C_STATS * lanes;
     int64_t i, k;
-    mlp_softmax(s, w);
+    if (s->continuous)
+        mlp_gaussian(s, w, b, order, param);
+    else
+        mlp_softmax(s, w);
     for (i = 0; i < lanes; i++) {
         const int64_t row = order[i < rows ? i : 0];
         const int in = i < rows;
-        cols[MLP_C_ACTION * lanes + i] = in ? (float)b->actions[row] : 0.0f;
+        cols[MLP_C_ACTION * lanes + i] = in && !s->continuous ? (float)b->actions[row] : 0.0f;
         cols[MLP_C_OLD_LOGP * lanes + i] = in ? b->logprobs[row] : 0.0f;
         cols[MLP_C_RETURN * lanes + i] = in ? b->returns[row] : 0.0f;
         cols[MLP_C_OLD_VALUE * lanes + i] = in ? b->values[row] : 0.0f;
         cols[MLP_C_VALUE * lanes + i] = in ? mlp_value(s, w, i) : 0.0f;
         cols[MLP_C_ADV * lanes + i] = in ? w->adv[i] : 0.0f;
     }
-    mlp_loss_rows(lanes, s->num_actions, &terms, w->logp, cols, w->dlogp, w->dvalue);
+    /* (a Gaussian's one log-probability column is "action 0's") */
+    mlp_loss_rows(lanes, s->continuous ? 1 : s->num_actions, &terms, w->logp, cols, w->dlogp,
+                  w->dvalue);
     for (i = 0; i < rows; i++) {
         stats[0] += st[i];
         stats[1] += 0.5 * st[lanes + i];
@@ -186,13 +219,39 @@ MLP_CLONES static void mlp_head_rows(int64_t rows, int64_t lanes, int64_t n, int
     }
 }
 
-/* w->dy for a tower's last layer: the logits' gradient (tower 0), then the value's (the
- * shared tower's last column, or the critic tower's only one). */
-static void mlp_head_grad(const mlp_spec *s, const mlp_scratch *w, int64_t tower) {
+/* A Gaussian head's dy (rows, width): the means' gradient dlogp z / std, then, for a shared
+ * tower, the value's in column n; the log standard deviations' gradient, sum over rows of
+ * dlogp (z^2 - 1), added to grad at s->log_std. */
+static void mlp_gaussian_head(const mlp_spec *s, const mlp_scratch *w, int64_t width,
+                              const float *param, float *grad) {
+    const int64_t n = s->num_actions, lanes = w->lanes;
+    int64_t i, j;
+    for (j = 0; j < n; j++) {
+        const float inv_std = expf(-param[s->log_std + j]);
+        float sum = 0.0f;
+        for (i = 0; i < w->rows; i++) {
+            const float z = w->prob[j * lanes + i], d = w->dlogp[i];
+            w->dy[i * width + j] = d * z * inv_std;
+            sum += d * (z * z - 1.0f);
+        }
+        grad[s->log_std + j] += sum;
+    }
+    if (width > n)
+        for (i = 0; i < w->rows; i++) w->dy[i * width + n] = w->dvalue[i];
+}
+
+/* w->dy for a tower's last layer: the logits' (or means') gradient (tower 0), then the
+ * value's (the shared tower's last column, or the critic tower's only one). */
+static void mlp_head_grad(const mlp_spec *s, const mlp_scratch *w, int64_t tower,
+                          const float *param, float *grad) {
     const int64_t n = s->num_actions, width = mlp_at(s, tower, s->depth - 1)->n_out;
     int64_t i;
     if (tower == 1) {
         for (i = 0; i < w->rows; i++) w->dy[i] = w->dvalue[i];
+        return;
+    }
+    if (s->continuous) {
+        mlp_gaussian_head(s, w, width, param, grad);
         return;
     }
     mlp_head_rows(w->rows, w->lanes, n, width, s->ent_coef / w->total, w->logp, w->prob,
@@ -224,9 +283,9 @@ static void mlp_gradient_task(void *arg, int64_t t) {
     for (start = t * MLP_BLOCK; start < w->total; start += job->threads * MLP_BLOCK) {
         const mlp_scratch block = mlp_block(s, w, start);
         mlp_forward(s, &block, job->param, s->towers);
-        mlp_loss(s, &block, job->b, job->order + start, job->sums[t]);
+        mlp_loss(s, &block, job->b, job->order + start, job->param, job->sums[t]);
         for (tower = 0; tower < s->towers; tower++) {
-            mlp_head_grad(s, &block, tower);
+            mlp_head_grad(s, &block, tower, job->param, job->grads[t]);
             mlp_tower_backward(s, &block, job->grads[t], tower);
         }
     }
@@ -264,6 +323,8 @@ static void mlp_gradient(const mlp_spec *s, const mlp_scratch *w, const mlp_batc
         mlp_gradient_task(&job, 0);
     for (t = 1; t < threads; t++)
         for (i = 0; i < n_params; i++) grad[i] += job.grads[t][i];
+    if (s->continuous) /* the entropy bonus: the mean entropy's gradient is 1 per log std */
+        for (i = 0; i < s->num_actions; i++) grad[s->log_std + i] -= s->ent_coef;
     for (k = 0; k < 5; k++) {
         double sum = 0.0;
         for (t = 0; t < threads; t++) sum += job.sums[t][k];

@@ -28,14 +28,17 @@ except ImportError:  # an unbuilt checkout: torch serves every run
     FusedMLP = None
 
 
+MAX_GAUSSIAN_DIMS = 16  # (cext/fused_mlp.pyx's act_gaussian keeps them on its stack)
+
+
 def native_unsupported(policy: Any, device: torch.device) -> str | None:
     """Why the native path cannot train this run, in a few words; None when it can."""
     if FusedMLP is None:
         return "operant.cext.fused_mlp is not built"
     if type(policy) is not ActorCritic:
         return f"it covers the MLP actor-critic, not {type(policy).__name__}"
-    if policy.continuous:
-        return "it covers discrete actions only (this env's are continuous)"
+    if policy.continuous and policy.num_actions > MAX_GAUSSIAN_DIMS:
+        return f"it covers Gaussian heads of at most {MAX_GAUSSIAN_DIMS} action dimensions"
     if torch.device(device).type != "cpu":
         return f"it runs on the CPU, not {device}"
     return None
@@ -127,6 +130,16 @@ def _rows(obs: torch.Tensor) -> np.ndarray:
     return (obs if obs.dim() == 2 else obs.view(obs.shape[0], -1)).numpy()
 
 
+def _offset(flat: FlatParameters, parameter: torch.Tensor) -> int:
+    """Where `parameter` starts in `flat`'s buffer."""
+    at = 0
+    for candidate in flat.params:
+        if candidate is parameter:
+            return at
+        at += candidate.numel()
+    raise ValueError("the parameter is not one of the flat buffer's")
+
+
 def _views(batch: tuple[torch.Tensor, ...]) -> tuple[np.ndarray, ...]:
     """A rollout's (obs, actions, logprobs, advantages, returns, values) as the kernel's numpy
     views, the observations as (rows, dim)."""
@@ -161,7 +174,9 @@ class NativeUpdate:
             policy.obs_scale,
             config.update_threads,
             flat.param.numel(),
+            _offset(flat, policy.log_std) if policy.continuous else -1,
         )
+        self.continuous = policy.continuous
         self.byte_obs = policy.byte_obs
         self._scratch: dict[int, np.ndarray] = {}
         self._uniform: dict[int, tuple[torch.Tensor, np.ndarray]] = {}
@@ -274,14 +289,27 @@ class NativeUpdate:
         generator: torch.Generator | None,
         out: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
     ) -> bool:
-        """ActorCritic.act into `out` natively, drawing one uniform per row from `generator`
-        (as the torch path does); False, having drawn nothing, where it cannot (obs or out not
-        plain contiguous CPU float32/int64)."""
+        """ActorCritic.act into `out` natively, drawing from `generator` what the torch path
+        draws (one uniform per row; a Gaussian's standard normals, into the actions); False,
+        having drawn nothing, where it cannot (obs or out not plain contiguous CPU
+        float32/int64)."""
         actions, logprobs, values = out
+        action_dtype = torch.float32 if self.continuous else torch.int64
         if not (
-            _plain_rows(obs, self.byte_obs) and actions.dtype == torch.int64 and _contiguous(*out)
+            _plain_rows(obs, self.byte_obs) and actions.dtype == action_dtype and _contiguous(*out)
         ):
             return False
+        if self.continuous:
+            actions.normal_(generator=generator)
+            self.kernel.act_gaussian(
+                _rows(obs),
+                actions.numpy(),
+                self.scratch(obs.shape[0]),
+                self.param(),
+                logprobs.numpy(),
+                values.numpy(),
+            )
+            return True
         rows = obs.shape[0]
         uniform = self._uniform.get(rows)
         if uniform is None:
