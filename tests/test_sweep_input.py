@@ -125,3 +125,9 @@ def test_pruner_reports_on_a_common_grid() -> None:
     points = obj.reports(records, 1000, "maximize")
     assert points[0] == (1, 10.0) and points[-1] == (7, 30.0) and len(points) == 7
     assert obj.reports(records, 1000, "minimize", after=6) == [(7, -30.0)]
+    # time_to_target's grid: one point every 0.1 s of training, whatever the batch
+    assert obj.reports(records, 1000, "minimize", unit_s=0.1) == [
+        (1, -10.0),
+        (2, -20.0),
+        (3, -30.0),
+    ]

@@ -131,7 +131,11 @@ class Driver:
 
     def _report(self, slot: Slot, records: list[Any]) -> None:
         for point, value in obj.reports(
-            records, slot.budget_steps, self.sweep.direction, after=slot.reported
+            records,
+            slot.budget_steps,
+            self.sweep.direction,
+            after=slot.reported,
+            unit_s=self.sweep.report_unit_s,
         ):
             slot.trial.report(value, point)
             slot.reported, slot.last_report = point, value
@@ -237,9 +241,7 @@ class Driver:
             words = run.last_words() or f"exit status {run.exitcode}"
             self._fail(slot, f"run {run.run_dir.name}: {words}")
         elif slot.pruned:
-            self._end(
-                slot, "PRUNED", reason=f"pruned at {slot.reported}/{obj.REPORTS} of its budget"
-            )
+            self._end(slot, "PRUNED", reason=self._pruned_at(slot))
         elif not obj.finished(records, slot.budget_steps):
             self._interrupt(slot, f"stopped by {self.stopping or 'a signal'}")
         elif self._take_value(slot, records):
@@ -247,6 +249,12 @@ class Driver:
                 self._interrupt(slot, f"stopped by {self.stopping}")
             else:
                 self._next_run(slot)
+
+    def _pruned_at(self, slot: Slot) -> str:
+        unit = self.sweep.report_unit_s
+        if unit is not None:
+            return f"pruned after {slot.reported * unit:.4g} s of training"
+        return f"pruned at {slot.reported}/{obj.REPORTS} of its budget"
 
     def _take_value(self, slot: Slot, records: list[Any]) -> bool:
         value = obj.run_value(records, self.sweep.table.objective.metric, slot.budget_steps)
@@ -260,9 +268,10 @@ class Driver:
     def _complete(self, slot: Slot) -> None:
         if slot.index == 0:  # resumed from a trial that had already finished every run
             return
-        # A run that stopped at its target holds its last value for the rest of the grid,
-        # so the pruner compares later trials with it at every point.
-        if slot.last_report is not None:
+        # A run that stopped at its target holds its last value for the rest of a grid of
+        # steps, so the pruner compares later trials with it at every point (a time grid
+        # has no end: there, later trials meet only the trials that were still training).
+        if slot.last_report is not None and self.sweep.report_unit_s is None:
             for point in range(slot.reported + 1, obj.REPORTS + 1):
                 slot.trial.report(slot.last_report, point)
         value = obj.aggregate(slot.values, self.sweep.table.objective.aggregate)

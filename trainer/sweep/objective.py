@@ -3,10 +3,14 @@
 Pure functions over `UpdateRecord`s (progress.jsonl's lines): no Optuna, no files.
 
 The pruner compares trials at the same step, and trials sweep batch sizes, so a run's
-records are placed on a common grid: REPORTS points, each 1/REPORTS of the step budget. The
-value reported at a point is the mean return of the last 100 episodes (negated when the
-study minimizes, so that "better" has the study's direction); a run that stops early because
-it reached its target keeps that value for the rest of the grid.
+records are placed on a common grid: for a return objective REPORTS points, each 1/REPORTS of
+the step budget (a run that stops early at its target keeps its last value for the rest of
+the grid); for time_to_target one point every `unit_s` seconds of training, so that trials are
+compared at equal training time, which is what that objective ranks (on a grid of steps, a
+small batch's many updates per step looked better than a large batch's fewer, faster ones:
+the pruned CartPole sweep drifted to slow configs, docs/sweeps.md). The value reported at a
+point is the mean return of the last 100 episodes, negated when the study minimizes, so that
+"better" has the study's direction.
 """
 
 from __future__ import annotations
@@ -23,9 +27,16 @@ UNSOLVED_FACTOR = 2.0
 trained, so it ranks below every run that solved within its budget's time."""
 
 
-def grid_point(global_step: int, budget_steps: int) -> int:
-    """The last grid point (0..REPORTS) a run has passed at `global_step`."""
-    return min(REPORTS, global_step * REPORTS // max(1, budget_steps))
+MAX_TIME_POINTS = 100_000
+"""A time grid's last point: a run reports no further (at 0.1 s a point, 2.8 hours)."""
+
+
+def grid_point(record: UpdateRecord, budget_steps: int, unit_s: float | None = None) -> int:
+    """The last grid point a run has passed at `record`: of REPORTS over the step budget, or
+    with `unit_s`, one every `unit_s` seconds of training."""
+    if unit_s is not None:
+        return min(MAX_TIME_POINTS, int(record.elapsed_s / unit_s + 1e-9))  # 0.3 / 0.1 < 3
+    return min(REPORTS, record.global_step * REPORTS // max(1, budget_steps))
 
 
 def report_value(record: UpdateRecord, direction: str) -> float | None:
@@ -37,13 +48,17 @@ def report_value(record: UpdateRecord, direction: str) -> float | None:
 
 
 def reports(
-    records: Iterable[UpdateRecord], budget_steps: int, direction: str, after: int = 0
+    records: Iterable[UpdateRecord],
+    budget_steps: int,
+    direction: str,
+    after: int = 0,
+    unit_s: float | None = None,
 ) -> list[tuple[int, float]]:
     """(grid point, value) for every point past `after` that `records` reach."""
     out: list[tuple[int, float]] = []
     last = after
     for record in records:
-        point = grid_point(record.global_step, budget_steps)
+        point = grid_point(record, budget_steps, unit_s)
         value = report_value(record, direction)
         if value is None or point <= last:
             continue

@@ -84,6 +84,10 @@ class Objective(Struct, forbid_unknown_fields=True, kw_only=True):
     """For time_to_target: default train.target_return, else the env's reward threshold."""
     aggregate: Literal["median", "mean"] = "median"
     """How a trial's seeds' values make the trial's."""
+    report_every_s: Annotated[float, Meta(gt=0, le=3600)] = 0.1
+    """time_to_target: the pruner compares trials' returns at every this many seconds of
+    training (about a twentieth of a trial's time is right; other objectives compare them
+    at every 1/20 of the step budget)."""
 
 
 class SweepTable(Struct, forbid_unknown_fields=True, kw_only=True):
@@ -109,6 +113,12 @@ class Sweep(Struct, kw_only=True):
     direction: Literal["minimize", "maximize"]
     target: float | None
     source: str
+
+    @property
+    def report_unit_s(self) -> float | None:
+        """The pruner's grid in seconds of training, or None for a grid of steps."""
+        objective = self.table.objective
+        return objective.report_every_s if objective.metric == "time_to_target" else None
 
     def trial_budget(self, overrides: list[str]) -> int:
         """The steps each run of a trial with these --set assignments trains (its
