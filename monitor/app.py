@@ -49,6 +49,7 @@ from operant.monitor.widgets import (
 from operant.shared.reader import shown_sps, shown_status
 from operant.shared.record import label
 from operant.shared.runs import command_hint, has_checkpoint, resume_command
+from operant.shared.sweeps import describe, read_summary
 
 # History fields drawn as curves when the run records them, in this order, with their titles
 # (operant.shared.record's labels).
@@ -129,6 +130,8 @@ class RunPicker(ModalScreen[str | None]):
                 "Attach to a run: ↑↓ choose, enter attaches, esc closes", id="picker-title"
             )
             yield DataTable(id="runs", cursor_type="row", zebra_stripes=True)
+            if any(row.sweep for row in self.rows):
+                yield Static(sweep_lines(self.rows), id="sweeps")
 
     def on_mount(self) -> None:
         table = self.query_one("#runs", DataTable)
@@ -154,6 +157,18 @@ class RunPicker(ModalScreen[str | None]):
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         self.dismiss(event.row_key.value)
+
+
+def sweep_lines(rows: list[RunRow]) -> str:
+    """The leaderboard line of each sweep whose trials are among `rows` (read from the
+    sweep's summary file: operant.shared.sweeps)."""
+    lines = []
+    for row in rows:
+        if row.sweep and not any(line.startswith(f"sweep {row.sweep}:") for line in lines):
+            # row.path is the trial's metrics file: its sweep directory is two levels up
+            summary = read_summary(Path(row.path).parent.parent)
+            lines.append(describe(summary) if summary is not None else f"sweep {row.sweep}:")
+    return "\n".join(lines)
 
 
 class RunCommands(Provider):

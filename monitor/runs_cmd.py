@@ -34,7 +34,7 @@ from operant.shared.cli_parser import OneLineParser, add_stuck_after
 from operant.shared.ranks import status_text
 from operant.shared.reader import shown_status
 from operant.shared.runs import runs_root
-from operant.shared.sweeps import read_summary, sweep_dir
+from operant.shared.sweeps import describe, read_summary, sweep_dir
 
 PROG = "operant runs"
 
@@ -87,17 +87,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def sweep_heading(root: Path, name: str) -> str:
-    """A sweep's line above its trials: its objective, its trials' states and its best."""
+    """A sweep's line above its trials (operant.shared.sweeps.describe)."""
     summary = read_summary(sweep_dir(root, name))
-    if summary is None:
-        return f"sweep {name}"
-    line = (
-        f"sweep {name}: {summary.metric} ({summary.direction}); {summary.complete} complete, "
-        f"{summary.pruned} pruned, {summary.failed} failed of {summary.n_trials}"
-    )
-    if summary.best is not None and summary.best.value is not None:
-        line += f"; best {summary.best.value:.4g} (trial {summary.best.number})"
-    return line + f" (operant sweep show {name})"
+    line = describe(summary) if summary is not None else f"sweep {name}"
+    return f"{line} (operant sweep show {name})"
 
 
 def _format_rate(sps: float | None) -> str:

@@ -80,3 +80,22 @@ def read_summary(directory: Path) -> SweepSummary | None:
         return msgspec.json.decode((directory / SUMMARY_FILE).read_bytes(), type=SweepSummary)
     except (OSError, msgspec.DecodeError):
         return None
+
+
+def describe(summary: SweepSummary) -> str:
+    """A sweep in one line: its objective, its trials' states and its best value."""
+    line = (
+        f"sweep {summary.name}: {summary.metric} ({summary.direction}); "
+        f"{summary.complete} complete, {summary.pruned} pruned, {summary.failed} failed of "
+        f"{summary.n_trials}"
+    )
+    best = summary.best
+    if best is not None and best.value is not None:
+        params = ", ".join(f"{path}={_short(value)}" for path, value in best.params.items())
+        line += f"; best {best.value:.4g} (trial {best.number}: {params})"
+    return line
+
+
+def _short(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
