@@ -135,6 +135,13 @@ def add_rank(families: Families, run_id: str, snapshot: Snapshot) -> None:
         if key not in _RESERVED_LABELS:
             info[key] = text
     families.info(PREFIX + "run", "The run: environment, host, writer, implementation.", info)
+    if snapshot.reason:
+        families.info(
+            PREFIX + "run_reason",
+            "Why the run failed or stopped, as its trainer said: the NaN guard's begins "
+            "'non-finite values', a full disk's 'the disk is full'.",
+            {**labels, "reason": snapshot.reason},
+        )
     for status in STATUSES:
         families.gauge(
             PREFIX + "run_status",
@@ -196,12 +203,27 @@ _TOTALS = (
 )  # fmt: skip
 
 
-def add_run(families: Families, run_id: str, run: RunSnapshot) -> None:
+def add_run(
+    families: Families, run_id: str, run: RunSnapshot, advance: progress.Progress | None = None
+) -> None:
     """The run's own samples, labelled `run` only: its rank count, its summed and pooled
-    values, and its steps/s while one of its ranks runs."""
+    values, its steps/s while one of its ranks runs, and whether it is stuck (`advance`: a
+    live run's operant.shared.progress verdict, as the monitor's)."""
     labels = {"run": run_id}
     families.gauge(PREFIX + "run_ranks", "Processes (ranks) that train the run.", labels,
                    float(run.world_size))  # fmt: skip
+    if advance is not None and advance.stuck_after_s is not None:
+        families.gauge(
+            PREFIX + "run_stuck",
+            "1 while the run is running but has made no "
+            "update for operant_run_stuck_after_seconds (a hung env step), as "
+            "operant monitor says STUCK; else 0.",
+            labels,
+            float(advance.stuck),
+        )
+        families.gauge(PREFIX + "run_stuck_after_seconds", "No update for this long makes the "
+                       "running run stuck: max(60 s, 10 x its recent updates' time).", labels,
+                       advance.stuck_after_s, "seconds")  # fmt: skip
     metrics = run.total.metrics()
     for family, kind, help_text, name in _TOTALS:
         value = metrics.get(name)
@@ -239,14 +261,19 @@ def add_exporter(families: Families, files: int, stats: dict[str, int]) -> None:
                      "status.", {}, stats.get("bad_requests", 0))  # fmt: skip
 
 
-def families_of(runs_seen: list[tuple[str, RunSnapshot]], stats: dict[str, int]) -> list[Metric]:
-    """Every family of one scrape, from the runs read and the exporter's counts."""
+def families_of(
+    runs_seen: list[tuple[str, RunSnapshot]],
+    stats: dict[str, int],
+    advances: dict[str, progress.Progress] | None = None,
+) -> list[Metric]:
+    """Every family of one scrape, from the runs read (with `advances`, live runs' progress
+    verdicts by run id) and the exporter's counts."""
     families = Families()
     for run_id, run in runs_seen:
         for snapshot in run.per_rank:
             add_rank(families, run_id, snapshot)
     for run_id, run in runs_seen:
-        add_run(families, run_id, run)
+        add_run(families, run_id, run, (advances or {}).get(run_id))
     add_exporter(families, sum(len(run.per_rank) for _, run in runs_seen), stats)
     return list(families.by_name.values())
 
@@ -273,9 +300,19 @@ class RunsCollector:
     def collect(self) -> Iterator[Metric]:
         with self.lock:
             found = self.runs()
+            advances = {run_id: self._advance(run_id, run) for run_id, run in found}
             stats = {"read_errors": self.read_errors, "unreadable": self.unreadable,
                      "bad_requests": self.bad_requests}  # fmt: skip
-        yield from families_of(found, stats)
+        yield from families_of(found, stats, advances)
+
+    def _advance(self, run_id: str, run: RunSnapshot) -> progress.Progress:
+        reader = self._readers.get(self.root / run_id)
+        if reader is None:
+            return progress.Progress()
+        try:
+            return progress.read_progress(reader, run)
+        except MetricsFileError:  # replaced since: the next scrape reads the new file
+            return progress.Progress()
 
     def count_bad_request(self) -> None:
         with self.lock:
