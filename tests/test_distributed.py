@@ -107,6 +107,11 @@ def test_two_ranks_train_one_run_with_identical_parameters(two_ranks):
     assert torch.equal(zero["optimizer"]["exp_avg"], one["optimizer"]["exp_avg"])
     run_json = json.loads((run_dir / "run.json").read_text())
     assert run_json["config"]["env"]["num_envs"] == 16
+    # A 4-64-64 MLP's minibatch step is shorter than a gloo all-reduce (about a tenth here):
+    # the update is latency-bound, and rank 0 says so once, at start, and trains on.
+    slow = [line for line in done.stderr.splitlines() if "ranks will slow this run" in line]
+    assert len(slow) == 1 and slow[0].startswith("operant-train: warning: 2 ranks"), slow
+    assert "each of its 4 minibatch steps an update waits" in slow[0]
     # Each rank published its own metrics file; the monitor shows them as one run.
     assert sorted(p.name for p in (run_dir / "metrics").iterdir()) == [
         "rank-00000.bin",
@@ -126,6 +131,16 @@ def test_two_ranks_train_one_run_with_identical_parameters(two_ranks):
     assert [rank["global_step"] for rank in document["ranks"]] == [UPDATES * BATCH // 2] * 2
     for key in ("global_step", "episodes", "episode_return_mean"):
         assert document["metrics"][key] == pytest.approx(last[key]), key
+
+
+def test_the_latency_verdict_compares_the_all_reduce_with_the_arithmetic():
+    from operant.trainer.rank_latency import verdict
+
+    assert verdict(2, allreduce_s=0.0002, minibatch_s=0.0015, steps=24) is None
+    said = verdict(4, allreduce_s=0.00084, minibatch_s=0.00007, steps=8)
+    assert said is not None and said.startswith("warning: 4 ranks will slow this run")
+    assert "each of its 8 minibatch steps an update waits 0.84 ms" in said
+    assert "(0.07 ms here)" in said and "\n" not in said
 
 
 def test_replica_crc_is_the_parameters_bytes():

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from operant.shared import runs
+from operant.trainer import rank_latency
 from operant.trainer.distributed import Group, Launch, backend_problem, choose_backend
 from operant.trainer.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from operant.trainer.resume import AUTO, RunPlan
@@ -204,6 +205,9 @@ def _train(args: Any, launch: Launch, group: Group, signals: StopSignals, plan: 
         return EXIT_USAGE
     assert trainer is not None
     group.broadcast_(trainer.flat.param.data, "the initial parameters' broadcast")
+    latency_bound = rank_latency.probe(trainer, group)
+    if latency_bound:
+        _say(launch, latency_bound)
     status = EXIT_OK
     if launch.rank == 0:
         run_dir, status = session.open_run_dir(plan)
