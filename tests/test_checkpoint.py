@@ -42,7 +42,12 @@ def updates(run: Trainer, count: int) -> list[dict]:
         ("native", ()),
         ("torch", ()),
         ("native", ("normalize.obs=true", "normalize.reward=true")),
-        ("native", ('env.id="Pendulum-v1"',)),
+        ("native", ('env.id="Pendulum-v1"',)),  # the native Gaussian head
+        # a MinAtar frame through the MLP, read natively, its gradient shared by two threads
+        (
+            "native",
+            ('env.id="MinAtar-Breakout-v1"', 'policy.kind="mlp"', "ppo.update_threads=2"),
+        ),
     ],
 )
 def test_a_loaded_checkpoint_continues_bit_for_bit(tmp_path, impl, overrides):

@@ -191,3 +191,27 @@ def test_a_grid_runs_newer_checkpoint_is_its_last_policy(tmp_path):
         "checkpoint",
         str(checkpoints / "ckpt-000000003.pt"),
     )
+
+
+@pytest.mark.parametrize(
+    "env_id, extra",
+    [
+        ("MinAtar-Breakout-v1", ["--set", "policy.kind=mlp"]),  # frames through the MLP
+        ("Pendulum-v1", []),  # the native Gaussian head's run
+    ],
+)
+def test_a_frame_mlp_and_a_continuous_policy_train_and_evaluate(tmp_path, env_id, extra):
+    """Issue 37's "nothing lost": an MLP over MinAtar's frames and a continuous policy, both
+    trained by the native update, evaluate (and the frame MLP's run draws its video)."""
+    trained = run("operant", "train", "--env", env_id, "--total-steps", "1024", "--run-id",
+                  "r", "--quiet", "--runs-dir", tmp_path, "--set", "env.num_envs=8", "--set",
+                  "ppo.num_steps=64", "--set", "ppo.num_minibatches=2", *extra)  # fmt: skip
+    assert trained.returncode == 0, trained.stderr
+    run_json = json.loads((tmp_path / "r" / "run.json").read_text())
+    assert run_json["config"]["policy"]["kind"] == ("mlp" if extra else "auto")
+    video = tmp_path / "play.gif" if env_id.startswith("MinAtar") else None
+    args = ["r", "--episodes", "2", "--num-envs", "2", "--max-episode-steps", "60"]
+    report = _eval(tmp_path, *args, *(["--video", video] if video else []))
+    assert report["episodes"] == 2 and np.isfinite(report["return_mean"])
+    if video:
+        assert video.stat().st_size > 0
