@@ -46,7 +46,8 @@ in env order), as Operant's episode_return_mean is; curve holds [global_step, th
 every --curve-every updates and after the last.
 
 Threads: no XLA_FLAGS are set. XLA:CPU runs one CPU device whose intra-op thread pool (Eigen)
-has one thread per core the process may run on: both cores of this 2-core machine. The record
+has one thread per core the process may run on: both cores of this 2-core machine (the
+update's matrix products use both: cores_busy 1.4-1.7 here with the machine free). The record
 carries the affinity, the process's thread count, cpu_s / train_s (how many cores the run
 kept busy) and the 1-minute load average before and after training: work outside the bench
 lock shows there, and as cores_busy under 1.
