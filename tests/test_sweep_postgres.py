@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from operant.trainer.sweep import show
+
 pytest.importorskip("optuna")
 pytest.importorskip("psycopg")
 
@@ -98,7 +100,7 @@ total_steps = 40000
 """
 
 
-def test_two_sweeps_share_one_postgresql_study(tmp_path: Path, postgres_url: str) -> None:
+def test_two_sweeps_share_one_postgresql_study(tmp_path: Path, postgres_url: str, capsys) -> None:
     sweep, runs = tmp_path / "s.toml", tmp_path / "runs"
     sweep.write_text(SWEEP)
     command = [sys.executable, "-m", "operant", "sweep", str(sweep), "--runs-dir", str(runs),
@@ -115,12 +117,9 @@ def test_two_sweeps_share_one_postgresql_study(tmp_path: Path, postgres_url: str
     ]
     assert not ran[0] & ran[1], "a trial was run by both processes"
     assert all(ran), f"one process ran every trial: {ran}"
-    shown = subprocess.run(
-        [sys.executable, "-m", "operant", "sweep", "show", "shared", "--runs-dir", str(runs),
-         "--storage", postgres_url, "--json", "--no-plots"],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    summary = json.loads(shown.stdout)
+    arguments = ["shared", "--runs-dir", str(runs), "--storage", postgres_url, "--json"]
+    assert show.main([*arguments, "--no-plots"]) == 0
+    summary = json.loads(capsys.readouterr().out)
     assert summary["complete"] == 6 and len(summary["trials"]) == 6
     assert {row["number"] for row in summary["trials"]} == ran[0] | ran[1]
     run_ids = [row["run_ids"][0] for row in summary["trials"]]

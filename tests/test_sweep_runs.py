@@ -18,6 +18,7 @@ import pytest
 from operant.monitor import runs_cmd
 from operant.shared.runs import resolve_run
 from operant.shared.sweeps import read_summary
+from operant.trainer.sweep import show
 
 pytest.importorskip("optuna")
 
@@ -53,10 +54,10 @@ def _start(*args: str, log: Path) -> subprocess.Popen:
         )
 
 
-def _show(runs: Path, name: str, *flags: str) -> dict:
-    result = _run("sweep", "show", name, "--runs-dir", str(runs), "--json", *flags)
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
+def _show(runs: Path, name: str, capsys) -> dict:
+    """`operant sweep show NAME --json` (in this process: it reads the study, and draws)."""
+    assert show.main([name, "--runs-dir", str(runs), "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
 
 
 def _summary(runs: Path, name: str) -> dict:
@@ -98,7 +99,7 @@ def test_trials_are_runs_and_the_leaderboard_says_their_values(tmp_path: Path, c
     runs = tmp_path / "runs"
     result = _run("sweep", str(_write(tmp_path, BASIC)), "--runs-dir", str(runs), "--workers", "2")
     assert result.returncode == 0, result.stderr
-    shown = _show(runs, "basic")
+    shown = _show(runs, "basic", capsys)
     assert (shown["complete"], shown["pruned"], shown["failed"]) == (4, 0, 0)
     assert sorted(row["number"] for row in shown["trials"]) == [0, 1, 2, 3]
     directory = runs / "sweeps" / "basic"
@@ -159,13 +160,13 @@ def test_a_killed_sweep_continues_its_trial_from_the_checkpoint(tmp_path: Path) 
     first.wait()
     # The trial's trainer outlives its sweep only to stop with a checkpoint (parent-death
     # signal): the run is left whole, to be continued.
+    log = runs / "sweeps" / "long" / "logs" / "long-t0000-s1.log"
     deadline = time.monotonic() + 60
-    while not list((run_dir / "checkpoints").glob("ckpt-*.pt")):
+    while "stopped by SIGTERM" not in log.read_text():
         assert time.monotonic() < deadline
         time.sleep(0.05)
+    assert list((run_dir / "checkpoints").glob("ckpt-*.pt"))
     killed_at = _records(run_dir)[-1]["global_step"]
-    log = (runs / "sweeps" / "long" / "logs" / "long-t0000-s1.log").read_text()
-    assert "stopped by SIGTERM" in log
     again = _run("sweep", str(sweep), "--runs-dir", str(runs))
     assert again.returncode == 0, again.stderr
     shown = _summary(runs, "long")

@@ -33,7 +33,7 @@ from operant.trainer.config import toml_value
 from operant.trainer.sweep import objective as obj
 from operant.trainer.sweep.spec import Sweep
 from operant.trainer.sweep.study import row_state, summarize
-from operant.trainer.sweep.trials import RunProcess, read_records
+from operant.trainer.sweep.trials import RunProcess, read_records, wait_until_free
 
 POLL_S = 0.02
 HEARTBEAT_S = 10.0
@@ -207,6 +207,7 @@ class Driver:
         trial's run already finished."""
         while slot.index < len(slot.seeds):
             run_dir = self.directory / slot.run_id
+            wait_until_free(run_dir)  # a killed sweep's run may still be writing its checkpoint
             records = read_records(run_dir)
             if not obj.finished(records, slot.budget_steps):
                 slot.run = RunProcess(

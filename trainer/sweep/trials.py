@@ -139,6 +139,32 @@ class RunProcess:
         return (said or lines or [""])[-1].strip()
 
 
+def wait_until_free(run_dir: Path, timeout_s: float = 60.0) -> bool:
+    """Wait while another process trains `run_dir` (holds its lock: operant.trainer.resume):
+    a run of a sweep killed a moment ago is still writing its checkpoint. True once free."""
+    import errno
+    import fcntl
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            return True  # no directory yet: nobody trains it
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except OSError as error:
+            if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise
+        finally:
+            os.close(fd)
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+
+
 def read_records(run_dir: Path) -> list[UpdateRecord]:
     """A run's whole progress.jsonl (a resumed run's as the resume cut and continued it)."""
     try:
