@@ -212,6 +212,7 @@ def _where(error: msgspec.ValidationError, prefix: str) -> str:
     field = where.rstrip("`").removeprefix("$").lstrip(".")
     field = field.replace("int_range", "int")
     message = message.replace(" | null", "")  # every distribution's field is optional
+    message = message.replace("Object contains unknown field", "unknown key")
     return f"{prefix}.{field}: {message}" if field else f"{prefix}: {message}"
 
 
