@@ -68,6 +68,9 @@ cdef extern from "fused_ppo.h":
                       const int64_t *order, const float *moments, const float *param,
                       float *grad, int64_t n_params, float *stats, mlp_pool *pool,
                       float *spare) nogil
+    void mlp_act(const mlp_spec *s, const mlp_scratch *w, const float *param,
+                 const float *uniforms, int64_t *actions, float *logprobs, float *values,
+                 mlp_pool *pool, float *spare, int64_t n_params) nogil
     void mlp_clip_adam(int64_t n, float *param, float *grad, float *m, float *v,
                        const mlp_adam *adam, int64_t step) nogil
     void mlp_prepare(const mlp_spec *s, const mlp_scratch *w, const float *param) nogil
@@ -244,38 +247,22 @@ cdef class FusedMLP:
         """Sample one action per row (IN: obs, one uniform per row; OUT: actions, their
         log-probabilities, the values, scratch): the categorical's CDF inverted at the
         uniform, as operant.trainer.sampling.sample_categorical does."""
-        cdef int64_t rows = obs.shape[0], i, j, index, count = self.spec.num_actions, start
-        cdef mlp_scratch w, block
-        cdef float cdf
-        cdef float *prob
+        cdef int64_t rows = obs.shape[0], n = param.shape[0]
+        cdef mlp_scratch w
+        cdef mlp_pool *pool = self._pool(n)
+        cdef float *spare
         if uniforms.shape[0] != rows:
             raise ValueError("uniforms must hold one per row")
         if actions.shape[0] != rows or logprobs.shape[0] != rows or values.shape[0] != rows:
             raise ValueError("actions, logprobs and values must have one entry per row")
-        if scratch.shape[0] < mlp_scratch_floats(&self.spec, rows):
+        if scratch.shape[0] < self.scratch_floats(rows):
             raise ValueError("scratch is shorter than scratch_floats(rows)")
         w = mlp_carve(&self.spec, &scratch[0], rows)
         self._load(obs, &w, NULL)
+        spare = &scratch[0] + mlp_scratch_floats(&self.spec, rows)
         with nogil:
-            mlp_prepare(&self.spec, &w, &param[0])
-            start = 0
-            while start < rows:
-                block = mlp_block(&self.spec, &w, start)
-                mlp_forward(&self.spec, &block, &param[0], self.spec.towers)
-                mlp_softmax(&self.spec, &block)
-                for i in range(block.rows):
-                    prob = block.prob + i  # column-major: action j's at prob[j * lanes]
-                    cdf = 0
-                    index = 0
-                    for j in range(count):
-                        cdf = cdf + prob[j * block.lanes]
-                        index += cdf <= uniforms[start + i]
-                    if index > count - 1:
-                        index = count - 1
-                    actions[start + i] = index
-                    logprobs[start + i] = block.logp[index * block.lanes + i]
-                    values[start + i] = mlp_value(&self.spec, &block, i)
-                start += block.rows
+            mlp_act(&self.spec, &w, &param[0], &uniforms[0], &actions[0], &logprobs[0],
+                    &values[0], pool, spare, n)
 
     @cython.boundscheck(False)
     @cython.wraparound(False)

@@ -332,6 +332,72 @@ static void mlp_gradient(const mlp_spec *s, const mlp_scratch *w, const mlp_batc
     }
 }
 
+/* The rollout's categorical samples for a call's rows, its blocks shared among a pool's
+ * threads as the gradient's are (each row's sample depends on that row alone, so any
+ * sharing gives the same bits): row i's action inverts the CDF, summed in action order, at
+ * uniforms[i], as operant.trainer.sampling.sample_categorical does. */
+typedef struct {
+    const mlp_spec *s;
+    const float *param, *uniforms;
+    int64_t *actions;
+    float *logprobs, *values;
+    int64_t threads;
+    mlp_scratch rooms[MLP_MAX_THREADS];
+} mlp_act_job;
+
+static void mlp_act_task(void *arg, int64_t t) {
+    const mlp_act_job *job = (const mlp_act_job *)arg;
+    const mlp_spec *s = job->s;
+    const int64_t count = s->num_actions;
+    int64_t start, i, j;
+    for (start = t * MLP_BLOCK; start < job->rooms[t].total; start += job->threads * MLP_BLOCK) {
+        const mlp_scratch block = mlp_block(s, &job->rooms[t], start);
+        mlp_forward(s, &block, job->param, s->towers);
+        mlp_softmax(s, &block);
+        for (i = 0; i < block.rows; i++) {
+            const float *prob = block.prob + i; /* action j's at prob[j * lanes] */
+            const float uniform = job->uniforms[start + i];
+            float cdf = 0.0f;
+            int64_t index = 0;
+            for (j = 0; j < count; j++) {
+                cdf = cdf + prob[j * block.lanes];
+                index += cdf <= uniform;
+            }
+            if (index > count - 1) index = count - 1;
+            job->actions[start + i] = index;
+            job->logprobs[start + i] = block.logp[index * block.lanes + i];
+            job->values[start + i] = mlp_value(s, &block, i);
+        }
+    }
+}
+
+/* One action per row of w (its inputs loaded), with its log-probability and value; with a
+ * pool, `spare` holds each worker's mlp_worker_floats for these rows. */
+static void mlp_act(const mlp_spec *s, const mlp_scratch *w, const float *param,
+                    const float *uniforms, int64_t *actions, float *logprobs, float *values,
+                    mlp_pool *pool, float *spare, int64_t n_params) {
+    mlp_act_job job;
+    float *unused;
+    int64_t t;
+    mlp_prepare(s, w, param);
+    job.s = s;
+    job.param = param;
+    job.uniforms = uniforms;
+    job.actions = actions;
+    job.logprobs = logprobs;
+    job.values = values;
+    /* a worker takes a block only where there are two or more */
+    job.threads = pool && w->total > MLP_BLOCK ? pool->threads : 1;
+    job.rooms[0] = *w;
+    for (t = 1; t < job.threads; t++)
+        job.rooms[t] = mlp_carve_worker(s, w, spare + (t - 1) * mlp_worker_floats(s, w->total, n_params),
+                                        &unused);
+    if (job.threads > 1)
+        mlp_pool_run(pool, mlp_act_task, &job);
+    else
+        mlp_act_task(&job, 0);
+}
+
 MLP_CLONES static float mlp_norm(int64_t n, const float *__restrict__ g) {
     float lanes[MLP_LANES] = {0}, sum = 0.0f;
     int64_t k = 0, l;

@@ -459,7 +459,7 @@ def test_byte_rows_whole_update_matches_torch():
 def test_threads_share_a_minibatch_and_sum_in_a_fixed_order():
     """ppo.update_threads: the minibatch's blocks shared among worker threads give the
     one-thread gradient to float32 rounding, the same bits on every call with the same count
-    (a resume reproduces a run), and the one-thread path's bits when the count is 1."""
+    (a resume reproduces a run), and the rollout's samples the same bits whatever the count."""
     shape, density, values, scale, shared, hidden = BYTE_NETWORKS[0]
     policy, flat = byte_policy(shape, scale, shared, hidden)
     batch = byte_batch(policy, shape, density, values, 300, seed=6)
@@ -488,6 +488,17 @@ def test_threads_share_a_minibatch_and_sum_in_a_fixed_order():
     for threads in (2, 3):
         assert_parameterwise_close(flat, grads[threads], grads[1], 1e-6)
         assert_parameterwise_close(flat, grads[threads], reference, 1e-5)
+    # The rollout's samples: a row's depends on that row alone, so every count gives the
+    # same bits (100 rows: four blocks, the last short).
+    samples = []
+    for threads in (1, 2, 3):
+        native = NativeUpdate(policy, flat, PPOConfig(update_threads=threads))
+        out = (torch.empty(100, dtype=torch.long), torch.empty(100), torch.empty(100))
+        assert native.act(batch[0][:100], torch.Generator().manual_seed(8), out)
+        samples.append(out)
+    for other in samples[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(samples[0], other))
+    assert len(set(samples[0][0].tolist())) > 1
 
 
 # -- Gaussian heads: continuous actions ---------------------------------------------------------
