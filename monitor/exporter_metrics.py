@@ -323,10 +323,16 @@ class RunsCollector:
         found: list[tuple[str, RunSnapshot]] = []
         seen: set[Path] = set()
         self.unreadable = 0
-        try:
-            run_dirs = runs.list_run_dirs(self.root)
-        except OSError:  # the root vanished or changed while being listed
-            run_dirs = []
+        run_dirs: list[Path] = []
+        for _ in range(3):
+            # A directory removed between the listing and its stat fails the whole listing;
+            # a scrape without every run would end their series (Prometheus marks them stale,
+            # and OperantRunVanished fires), so the listing is taken again.
+            try:
+                run_dirs = runs.list_run_dirs(self.root)
+                break
+            except OSError:  # the root vanished or changed while being listed
+                continue
         for run_dir in run_dirs:
             seen.add(run_dir)
             run = self._exportable(run_dir)
