@@ -222,8 +222,8 @@ def make_server(host: str, port: int, collector: RunsCollector) -> ThreadingHTTP
     class Server(ThreadingHTTPServer):
         address_family = socket.AF_INET6 if family == 6 else socket.AF_INET
         daemon_threads = True
-        # socketserver's default backlog of 5 left a burst of clients (100 at once, measured)
-        # waiting out SYN retransmits, 1 s and 3 s each: 15 s before a scrape got through.
+        # socketserver's default backlog of 5 left a burst of clients (100 at once, in the
+        # tests) waiting out the kernel's SYN retransmits, 1 s and then 3 s, before a scrape.
         request_queue_size = 128
 
     handler = type(
