@@ -46,9 +46,8 @@ cdef extern from "minatar.h" nogil:
         uint8_t *maps
         int32_t *slots
         uint8_t *packed
-        uint8_t *copy_obs
-        uint8_t *copy_final
     int64_t ma_step(ma_batch *m)
+    void ma_copy_out(const ma_batch *m, uint8_t *obs, uint8_t *final_obs)
     void ma_reset(ma_batch *m, int reseed, uint64_t seed)
     void ma_write_obs(ma_batch *m)
     int64_t ma_step_batch(op_batch *b)
@@ -290,11 +289,11 @@ cdef class MinAtarKernel:
                 and rows.shape[2] == 10 and rows.shape[3] == 10)
 
     def step_copy(self, uint8_t[:, :, :, ::1] obs, uint8_t[:, :, :, ::1] final_obs):
-        """step(), copying as it goes (copy=True's step, operant.envs.minatar): each block of
-        observation rows into `obs` right after stepping it, while it is in cache, and the
-        terminal row of each env that ended into the same row of `final_obs` (its other rows
-        untouched). Both are the caller's uint8 (N, C, 10, 10) arrays, fresh for this step;
-        the kernel's own buffers are written as step() writes them. Returns what step() does."""
+        """step(), then its frames copied (copy=True's step, operant.envs.minatar): every
+        observation row into `obs`, and the terminal row of each env that ended into the same
+        row of `final_obs` (its other rows untouched). Both are the caller's uint8 (N, C, 10,
+        10) arrays; the kernel's own buffers are written as step() writes them. Returns what
+        step() does (and then copies nothing)."""
         cdef int64_t result
         if not (self._fits(obs) and self._fits(final_obs)):
             shape = (self.num_envs, self.channels, 10, 10)
@@ -303,10 +302,8 @@ cdef class MinAtarKernel:
                     final_obs.shape[3]))
             raise ValueError(f"obs and final_obs must be uint8 {shape}, got {got[0]} and "
                              f"{got[1]}")
-        self._m.copy_obs = &obs[0, 0, 0, 0]
-        self._m.copy_final = &final_obs[0, 0, 0, 0]
         with nogil:
             result = ma_step(&self._m)
-        self._m.copy_obs = NULL
-        self._m.copy_final = NULL
+            if result < 0:
+                ma_copy_out(&self._m, &obs[0, 0, 0, 0], &final_obs[0, 0, 0, 0])
         return result

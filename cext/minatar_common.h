@@ -35,10 +35,6 @@ typedef struct {
     uint8_t *packed;           /* NULL, or where each step also writes its rows as bits
                                   (N, fs_packed_bytes(obs_row_bytes)): a frame stack's ring
                                   slot (cext/frame_pack.h) */
-    uint8_t *copy_obs;         /* NULL, or (for one step) where it also copies its observation
-                                  rows, (N, obs_row_bytes): copy=True's fresh array */
-    uint8_t *copy_final;       /* with copy_obs: where it also copies the terminal rows of the
-                                  envs that ended (the other rows untouched) */
 } ma_batch;
 
 #define MA_S(m, k, i) ((m)->scalars[(int64_t)(i) * (m)->scalars_per_env + (k)])
