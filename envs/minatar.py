@@ -320,11 +320,13 @@ class MinAtarVectorEnv(NotCopyable, SlotBinding, _MinAtarFace):
         final_obs buffer would be a second frame copy on most steps at N = 1,024."""
         self._load_actions(actions)
         obs, final_obs = self._fresh_obs.take(), self._fresh_final.take()
+        episodes = self.kernel.recent_head  # every episode the kernel ends counts here
+        ended_before = episodes[0]
         self._refuse(self.kernel.step_copy(obs, final_obs))
         terminated, truncated = self.terminated.copy(), self.truncated.copy()
-        done = terminated | truncated
         info: dict[str, Any] = {}
-        if done.any():
+        if episodes[0] != ended_before:  # no reduction over the flags to learn it (2 us)
+            done = terminated | truncated
             info["final_obs"], info["_final_obs"] = final_obs, done
             info["final_info"], info["_final_info"] = {}, done
         return obs, self.rewards.copy(), terminated, truncated, info
