@@ -98,4 +98,3 @@ def describe(summary: SweepSummary) -> str:
 
 def _short(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
-
