@@ -65,8 +65,10 @@ def main() -> int:
     if args.json:
         print(json.dumps(result))
     else:
-        print(f"median seconds to the target: default {medians['default']:.3f}, best "
-              f"{medians['best']:.3f}: {result['speedup']:.2f}x")
+        print(
+            f"median seconds to the target: default {medians['default']:.3f}, best "
+            f"{medians['best']:.3f}: {result['speedup']:.2f}x"
+        )
     return 0
 
 
