@@ -267,8 +267,6 @@ class Driver:
         return True
 
     def _complete(self, slot: Slot) -> None:
-        if slot.index == 0:  # resumed from a trial that had already finished every run
-            return
         # A run that stopped at its target holds its last value for the rest of a grid of
         # steps, so the pruner compares later trials with it at every point (a time grid
         # has no end: there, later trials meet only the trials that were still training).
