@@ -180,6 +180,7 @@ class Soak:
         self.exits: dict[str, int] = {}
         self.filler = stack.root / ".filler"
         self.corrupted: set[str] = set()
+        self.last_exit = 0
 
     def account(self) -> None:
         """Add the steps the ended trainer published, once per metrics file."""
@@ -197,15 +198,18 @@ class Soak:
     def supervise(self) -> None:
         """Restart an ended trainer as systemd would (after the delay it waited)."""
         trainer = self.stack.trainer
-        if trainer is None or trainer.poll() is None:
-            return
-        code = trainer.returncode
-        self.exits[str(code)] = self.exits.get(str(code), 0) + 1
-        self.account()
-        if code == 75 and self.filler.exists():
+        if trainer is not None:
+            if trainer.poll() is None:
+                return
+            code = trainer.returncode
+            self.exits[str(code)] = self.exits.get(str(code), 0) + 1
+            self.account()
+            self.stack.trainer = None
+            if code == 2:
+                self._fall_back()
+            self.last_exit = code
+        if self.last_exit == 75 and self.filler.exists():
             return  # not restarted into the same full disk: the fill fault empties it
-        if code == 2:
-            self._fall_back()
         time.sleep(self.args.restart_delay)
         self.restarts += 1
         self.stack.start_trainer()
@@ -263,8 +267,7 @@ class Soak:
         started = time.monotonic()
         while time.monotonic() - started < seconds:
             time.sleep(0.2)
-            if self.stack.trainer is not None and self.stack.trainer.poll() is not None:
-                self.supervise()
+            self.supervise()
         return seconds
 
     def _fill(self) -> float:
