@@ -19,7 +19,7 @@ The HTTP server is this module's, not prometheus_client's `start_http_server`, w
 measured (prometheus_client 0.26, 2026-11-29) to keep a stalled client's connection and thread
 for ever (200 slowloris connections: 200 threads, none released after 12 s), to answer a
 garbled request line and an unknown protocol version with a bare HTML body without a status
-line, and to serve the metrics at every path and for every method. Here anything but
+line, and to serve the metrics at every path (`/nothing` got 200). Here anything but
 `GET`/`HEAD` of `/metrics` or `/` gets a 4xx answer (404 unknown path, 405 other methods, 400 a
 malformed request), counted in operant_exporter_bad_requests_total, and a client that stalls is
 dropped after 10 s. It listens on loopback by default; the systemd unit
