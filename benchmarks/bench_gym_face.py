@@ -18,9 +18,15 @@ alone (`np.copyto` into one of two arrays). Prints a table and one JSON line: ea
 microseconds per step with each copy and for the copy alone, the median of the rounds' ratios
 (steps/s with copy=True over steps/s with copy=False), and what copy=False plus that one copy
 would give, the most any copy=True can reach on this machine.
+
+    python benchmarks/bench_gym_face.py --copy-parts [--rounds 25] [--steps 100]
+
+Where MinAtar's copy=True step spends its time: the kernel's step alone and with its copies
+(`kernel.step_copy`), both faces, and the copy of the frames alone; the fastest of the rounds.
 """
 
 import argparse
+import functools
 import json
 import statistics
 import time
@@ -123,17 +129,72 @@ def main_copy(args: argparse.Namespace) -> None:
     print(json.dumps({"num_envs": args.num_envs, "rounds": args.rounds, "results": results}))
 
 
+def copy_parts(env_id: str, n: int, rounds: int, steps: int) -> dict:
+    """Where a MinAtar copy=True step's time goes: the kernel's step alone, the kernel's step
+    with its copies (`kernel.step_copy` into two arrays in turn), the two faces, and a copy of
+    the frames alone; the fastest of `rounds` alternating rounds of each."""
+    make = functools.partial(
+        gymnasium.make_vec, env_id, num_envs=n, vectorization_mode="vector_entry_point"
+    )
+    live, copied, bare, copying = (
+        make(copy=False),
+        make(copy=True),
+        make(copy=False),
+        make(copy=False),
+    )
+    for env in (live, copied, bare, copying):
+        env.reset(seed=0)
+    table = np.random.default_rng(0).integers(0, live.single_action_space.n, (ACTION_TABLE, n))
+    spares = [np.zeros_like(live.obs) for _ in range(4)]
+
+    def kernel(env, k: int, copy: bool) -> None:
+        np.copyto(env.actions, table[k % ACTION_TABLE])
+        if copy:
+            env.kernel.step_copy(spares[k % 2], spares[2 + k % 2])
+        else:
+            env.kernel.step()
+
+    paths = {
+        "kernel": lambda k: kernel(bare, k, False),
+        "kernel with its copies": lambda k: kernel(copying, k, True),
+        "face copy=False": lambda k: live.step(table[k % ACTION_TABLE]),
+        "face copy=True": lambda k: copied.step(table[k % ACTION_TABLE]),
+        "frames copy alone": lambda k: np.copyto(spares[k % 2], bare.obs),
+    }
+    times: dict[str, list[float]] = {name: [] for name in paths}
+    for round_index in range(rounds):
+        order = list(paths) if round_index % 2 == 0 else list(reversed(paths))
+        for name in order:
+            started = time.perf_counter()
+            for k in range(steps):
+                paths[name](k)
+            times[name].append((time.perf_counter() - started) / steps * 1e6)
+    return {"env_id": env_id, **{name: round(min(values), 2) for name, values in times.items()}}
+
+
+def main_copy_parts(args: argparse.Namespace) -> None:
+    print(f"N = {args.num_envs}: us a step, the fastest of {args.rounds} rounds")
+    results = []
+    for env_id in COPY_IDS[:-1]:  # MinAtar's (CartPole's kernel has no step_copy)
+        results.append(copy_parts(env_id, args.num_envs, args.rounds, args.steps))
+        print("  " + "  ".join(f"{key} {value}" for key, value in results[-1].items()), flush=True)
+    print(json.dumps({"num_envs": args.num_envs, "rounds": args.rounds, "results": results}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--copy", action="store_true", help="copy=True against copy=False")
+    parser.add_argument(
+        "--copy-parts", action="store_true", help="where MinAtar's copy=True step spends its time"
+    )
     parser.add_argument("--num-envs", type=int, default=None)
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--steps", type=int, default=None)
     args = parser.parse_args()
-    if args.copy:
+    if args.copy or args.copy_parts:
         args.num_envs = args.num_envs or 1024
-        args.steps = args.steps or 300
-        main_copy(args)
+        args.steps = args.steps or (300 if args.copy else 100)
+        (main_copy if args.copy else main_copy_parts)(args)
         return
     n = args.num_envs = args.num_envs or 4096
     args.steps = args.steps or 2000
