@@ -40,6 +40,8 @@ def runs(tmp_path_factory):
         "ppo.num_steps=64",
         "--set",
         "ppo.num_minibatches=2",
+        "--set",
+        "policy.kind=cnn",  # (the shipped config's MLP has no actor head by that name)
     )
     assert result.returncode == 0, result.stderr
     model = torch.load(root / "sq" / "model.pt", weights_only=True)
