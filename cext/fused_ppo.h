@@ -258,6 +258,17 @@ static void mlp_head_grad(const mlp_spec *s, const mlp_scratch *w, int64_t tower
                   w->entropy, w->cols + MLP_C_ACTION * w->lanes, w->dlogp, w->dvalue, w->dy);
 }
 
+/* rooms[0] = *w, and for each worker t < threads its scratch beside w, carved from `spare`
+ * (mlp_worker_floats each), its gradient in grads[t]. */
+static void mlp_carve_workers(const mlp_spec *s, const mlp_scratch *w, float *spare,
+                              int64_t threads, int64_t n_params, mlp_scratch *rooms,
+                              float **grads) {
+    const int64_t each = mlp_worker_floats(s, w->total, n_params);
+    int64_t t;
+    rooms[0] = *w;
+    for (t = 1; t < threads; t++) rooms[t] = mlp_carve_worker(s, w, spare + (t - 1) * each, &grads[t]);
+}
+
 /* One minibatch's gradient, its blocks shared among a pool's threads: thread t takes blocks
  * t, t + threads, ... into its own room and gradient (thread 0: the caller's scratch and
  * grad), and the statistics' sums into sums[t]. */
@@ -312,11 +323,8 @@ static void mlp_gradient(const mlp_spec *s, const mlp_scratch *w, const mlp_batc
     job.param = param;
     job.threads = threads;
     job.n_params = n_params;
-    job.rooms[0] = *w;
+    mlp_carve_workers(s, w, spare, threads, n_params, job.rooms, job.grads);
     job.grads[0] = grad;
-    for (t = 1; t < threads; t++)
-        job.rooms[t] = mlp_carve_worker(s, w, spare + (t - 1) * mlp_worker_floats(s, w->total, n_params),
-                                        &job.grads[t]);
     if (threads > 1)
         mlp_pool_run(pool, mlp_gradient_task, &job);
     else
@@ -377,8 +385,7 @@ static void mlp_act(const mlp_spec *s, const mlp_scratch *w, const float *param,
                     const float *uniforms, int64_t *actions, float *logprobs, float *values,
                     mlp_pool *pool, float *spare, int64_t n_params) {
     mlp_act_job job;
-    float *unused;
-    int64_t t;
+    float *unused[MLP_MAX_THREADS];
     mlp_prepare(s, w, param);
     job.s = s;
     job.param = param;
@@ -388,10 +395,7 @@ static void mlp_act(const mlp_spec *s, const mlp_scratch *w, const float *param,
     job.values = values;
     /* a worker takes a block only where there are two or more */
     job.threads = pool && w->total > MLP_BLOCK ? pool->threads : 1;
-    job.rooms[0] = *w;
-    for (t = 1; t < job.threads; t++)
-        job.rooms[t] = mlp_carve_worker(s, w, spare + (t - 1) * mlp_worker_floats(s, w->total, n_params),
-                                        &unused);
+    mlp_carve_workers(s, w, spare, job.threads, n_params, job.rooms, unused);
     if (job.threads > 1)
         mlp_pool_run(pool, mlp_act_task, &job);
     else

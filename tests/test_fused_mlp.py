@@ -387,9 +387,16 @@ def byte_batch(policy, shape, density, values, rows, seed):
         torch.uint8
     )
     actions = torch.randint(0, policy.num_actions, (rows,), generator=generator)
+    return rollout_columns(policy, obs, actions, generator)
+
+
+def rollout_columns(policy, obs, actions, generator) -> tuple[torch.Tensor, ...]:
+    """(obs, actions, logprobs, advantages, returns, values) around the policy's own
+    log-probabilities and values, noised so that ratios and value changes fall on both
+    sides of the clip range."""
     with torch.no_grad():
         logprob, _, value = policy.evaluate(obs, actions)
-    noise = [torch.randn(rows, generator=generator) for _ in range(4)]
+    noise = [torch.randn(obs.shape[0], generator=generator) for _ in range(4)]
     return (
         obs,
         actions,
@@ -519,18 +526,7 @@ def gaussian_batch(policy, rows, seed):
     with torch.no_grad():
         mean = policy.heads(obs)[0]
     noise = torch.randn(rows, policy.num_actions, generator=generator)
-    actions = (mean + 0.8 * noise).contiguous()
-    with torch.no_grad():
-        logprob, _, value = policy.evaluate(obs, actions)
-    rest = [torch.randn(rows, generator=generator) for _ in range(4)]
-    return (
-        obs,
-        actions,
-        logprob + 0.3 * rest[0],
-        2.0 * rest[1] + 0.5,
-        value + rest[2],
-        value + 0.3 * rest[3],
-    )
+    return rollout_columns(policy, obs, (mean + 0.8 * noise).contiguous(), generator)
 
 
 @pytest.mark.parametrize("network", GAUSSIAN_NETWORKS, ids=lambda n: f"{n}")

@@ -121,17 +121,21 @@ def cnn_shape(config: Any, obs_spec: Any, act_spec: Any) -> CNNShape | None:
 
 
 def takes_native_update(config: Any, obs_spec: Any, act_spec: Any) -> bool:
-    """Whether the run will take the native update (operant.trainer.fused: the MLP with
-    discrete actions on the CPU, unless `ppo.update_impl = "torch"`), told without building it
-    (nor importing torch)."""
+    """Whether the run will take the native update (operant.trainer.fused: the MLP, over
+    float32 or byte rows, with discrete actions or a Gaussian head of at most 16 dimensions,
+    on the CPU, unless `ppo.update_impl = "torch"`), told without building it (nor importing
+    torch). "auto" picks the MLP for flat float32 observations only."""
     import importlib.util
+    import math
 
     flat = len(obs_spec.shape) == 1 and str(obs_spec.dtype) == "float32"
+    mlp = (config.policy.kind == "auto" and flat) or (
+        config.policy.kind == "mlp" and str(obs_spec.dtype) in ("float32", "uint8")
+    )
     return (
         config.ppo.update_impl != "torch"
-        and act_spec.discrete
-        and config.policy.kind in ("auto", "mlp")
-        and flat
+        and (act_spec.discrete or math.prod(act_spec.shape) <= 16)
+        and mlp
         and config.train.device.split(":")[0] in ("cpu", "")
         and importlib.util.find_spec("operant.cext.fused_mlp") is not None
     )
