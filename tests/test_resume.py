@@ -184,9 +184,10 @@ def test_sigterm_then_resume_is_bit_identical_to_one_run(server, whole, tmp_path
     ]
     # What the resuming process itself did: the updates after the stop.
     assert snapshot_b.counters["process_updates"] == updates - stopped_at
-    assert snapshot_b.counters["process_steps"] == snapshot_a.counters["global_step"] * (
-        updates - stopped_at
-    ) // updates
+    assert (
+        snapshot_b.counters["process_steps"]
+        == snapshot_a.counters["global_step"] * (updates - stopped_at) // updates
+    )
     assert (snapshot_b.state, snapshot_b.interrupted) == ("finished", False)
     meta = json.loads((run_dir / "run.json").read_text())
     assert [entry["update"] for entry in meta["resumes"]] == [stopped_at]
