@@ -337,6 +337,91 @@ class BatchEnv(Protocol):
     def close(self) -> None: ...
 
 
+# -- optional capabilities: what a family declares beyond BatchEnv, tested with isinstance ----
+# A layer over an env (operant.envs.forwarding.EnvLayer) forwards a family's extras, but not
+# a capability that changes how the trainer drives it (SLOT_BINDING's members): a layer has
+# that capability only by declaring it itself, as the frame stack does.
+
+
+@runtime_checkable
+class BindsSlots(Protocol):
+    """The env's kernels write straight into rows of the trainer's rollout storage
+    (operant.trainer.collect): `bind_slots(obs=..., rewards=..., terminated=...,
+    truncated=..., actions=..., final_obs=...)` takes numpy arrays `(slots, rows, ...)` (None
+    keeps the env's own buffer; no argument unbinds), `select_slots(obs_slot, step_slot)`
+    aims the next step at those slots (-1: the env's own buffers), `slot_selectors()` are the
+    kernels' own selects, for a caller that steps them apart (the overlapped halves).
+    `binds_slots`: whether binding works here (a frame stack over a Python env declares the
+    methods but cannot); `binds_obs`: whether observations may move to slots (false for a
+    kernel that writes its observation rows by difference). Fulfilled by
+    operant.envs.slots.SlotBinding (NativeVectorEnv, MinAtar's) and the frame stack."""
+
+    binds_slots: bool
+    binds_obs: bool
+
+    def bind_slots(self, **arrays: Any) -> None: ...
+
+    def select_slots(self, obs_slot: int, step_slot: int) -> None: ...
+
+    def slot_selectors(self) -> tuple[Any, ...]: ...
+
+
+SLOT_BINDING = frozenset(
+    ("binds_slots", "binds_obs", "bind_slots", "select_slots", "slot_selectors")
+)
+
+
+@runtime_checkable
+class DeclaresTimeLimit(Protocol):
+    """The env says whether its episodes have a time limit: `time_limit` is its step limit,
+    or None where episodes may never end (MinAtar's games), which `operant eval` then cuts
+    at its own limit."""
+
+    time_limit: int | None
+
+
+@runtime_checkable
+class NamesChannels(Protocol):
+    """The observation's channels have names (MinAtar's: the game's objects), which the
+    monitor's frame view shows; one name per channel of one frame."""
+
+    channels: tuple[str, ...]
+
+
+@runtime_checkable
+class StacksFrames(Protocol):
+    """The observation is the last `depth` frames stacked along its first axis (the frame
+    stack's layer: k frames of C channels)."""
+
+    depth: int
+
+
+@runtime_checkable
+class ProfilesStep(Protocol):
+    """The env can time its step's phases: with `profiling` on, `step_timing` holds the
+    nanoseconds per phase since construction (the grid's), which the trainer reports."""
+
+    profiling: bool
+    step_timing: dict[str, int]
+
+
+@runtime_checkable
+class ShadowChecked(Protocol):
+    """`operant bench env_only --validate`: the family checks a twin of this env against its
+    reference itself and returns the report (MinAtar's, against the minatar package)."""
+
+    def shadow_check(self, steps: int) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class ComparesEncoders(Protocol):
+    """Built with `validate=True`, the env encodes every observation twice and counts the
+    bytes where the encoders disagree (`obs_mismatches`, since construction): the grid's
+    check where no Gymnasium env exists."""
+
+    obs_mismatches: int
+
+
 class NotCopyable:
     """An env whose state lives outside Python objects (a C kernel's buffers, worker processes
     and shared memory): pickling or copying it is refused in one line saying what to do,

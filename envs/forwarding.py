@@ -9,6 +9,8 @@ from typing import Any
 
 from gymnasium.vector import VectorEnv
 
+from operant.envs.contract import SLOT_BINDING
+
 
 class EnvLayer(VectorEnv):
     """Base of InfoModeEnv and FrameStackEnv. VectorEnv's class attributes (metadata, spec,
@@ -50,7 +52,8 @@ class EnvLayer(VectorEnv):
         return self.env.np_random_seed
 
     def __getattr__(self, name: str) -> Any:
-        # What a family declares beyond the contract (a game's channels, step_timing, ...).
-        if name == "env":
+        # What a family declares beyond the contract (a game's channels, step_timing, ...);
+        # not slot binding (contract.BindsSlots): a layer binds only if it says so itself.
+        if name == "env" or name in SLOT_BINDING:
             raise AttributeError(name)
         return getattr(self.env, name)

@@ -45,7 +45,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from operant.envs.contract import EpisodeStats, NotCopyable, ObsSpec, check_state
+from operant.envs.contract import BindsSlots, EpisodeStats, NotCopyable, ObsSpec, check_state
 from operant.envs.forwarding import EnvLayer
 from operant.envs.registry import EnvError
 
@@ -92,7 +92,8 @@ def _slot_bytes(array: np.ndarray) -> np.ndarray:
 
 class FrameStackEnv(NotCopyable, EnvLayer):
     """The last `depth` observations of `env`'s rows, stacked along the first axis. A
-    Gymnasium VectorEnv (EnvLayer), so Gymnasium's vector wrappers take it."""
+    Gymnasium VectorEnv (EnvLayer), so Gymnasium's vector wrappers take it. Declares
+    operant.envs.contract.BindsSlots itself (`binds_slots` where its inner env binds)."""
 
     binds_obs = True  # the stacks it writes into observation slots are whole
 
@@ -122,8 +123,8 @@ class FrameStackEnv(NotCopyable, EnvLayer):
         # A native env writes the ring itself; another (or one that keeps its observation
         # rows by difference) is copied from its own buffer, as bits where its space says
         # every value is 0 or 1.
-        self.binds_slots = callable(getattr(type(env), "bind_slots", None))
-        self.writes_ring = self.binds_slots and getattr(env, "binds_obs", True)
+        self.binds_slots = isinstance(env, BindsSlots) and env.binds_slots
+        self.writes_ring = self.binds_slots and env.binds_obs
         self.packed = not self.writes_ring and _binary(env.single_observation_space)
         if self.packed:
             frame = int(np.prod(inner.shape)) * np.dtype(inner.dtype).itemsize

@@ -247,6 +247,11 @@ class NativeVectorEnv(NotCopyable, SlotBinding, RenderFace, VectorEnv):
             index_offset=lo,
         )
 
+    @property
+    def time_limit(self) -> int | None:
+        """operant.envs.contract.DeclaresTimeLimit: the episode step limit."""
+        return self.max_episode_steps
+
     def reset(
         self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
     ):

@@ -9,7 +9,9 @@ import numpy as np
 
 
 class SlotBinding:
-    """Rebinding a native env's kernels to rows of larger arrays (cext/kernel_slots.pxd): the
+    """Fulfils operant.envs.contract.BindsSlots.
+
+    Rebinding a native env's kernels to rows of larger arrays (cext/kernel_slots.pxd): the
     trainer's rollout storage, so that step t's outputs land in the storage's row t and its
     observations in row t + 1 without a copy (operant.trainer.collect).
 
@@ -23,6 +25,7 @@ class SlotBinding:
     `obs`, `final_obs`, `rewards` and flags are not written for steps that select other
     slots."""
 
+    binds_slots = True
     keeps_obs_rows = False
     """Whether a step reads the observation rows the previous step wrote (a kernel that
     writes them by difference): then only the env's own buffer may hold them, and

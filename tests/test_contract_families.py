@@ -283,3 +283,41 @@ def test_episode_accounting_per_agent_and_per_env():
     assert accounting.recent_returns(3).tolist() == [2, 3]
     with pytest.raises(ValueError, match="'ring' is float64 \\(3,\\)"):
         accounting.load_state_dict({**saved, "ring": np.zeros(3)})
+
+
+def test_optional_capabilities_are_declared_protocols_not_probed_attributes():
+    """What the trainer reads beyond BatchEnv is a Protocol of envs/contract.py, tested with
+    isinstance: each family declares what it has, a layer forwards a family's extras but binds
+    slots only where it says so itself, and trainer/ probes no env attribute by name."""
+    import re
+
+    from operant.envs import make_env
+    from operant.envs.contract import (
+        BindsSlots,
+        ComparesEncoders,
+        DeclaresTimeLimit,
+        ShadowChecked,
+    )
+
+    protocols = (BindsSlots, DeclaresTimeLimit, ShadowChecked, ComparesEncoders)
+    expected = {
+        ("CartPole-v1", ()): (True, True, False, False),
+        ("MinAtar-Breakout-v1", ()): (True, True, True, False),
+        ("Grid-v0", ()): (False, False, False, True),
+        ("MinAtar-Breakout-v1", (("frame_stack", 2),)): (True, True, True, False),
+        ("MinAtar-Breakout-v1", (("info_mode", "full"),)): (False, True, True, False),
+    }
+    for (env_id, options), has in expected.items():
+        env = make_env(env_id, 4, copy=False, **dict(options))
+        try:
+            assert tuple(isinstance(env, p) for p in protocols) == has, (env_id, options)
+        finally:
+            env.close()
+    probe = re.compile(r"(getattr|hasattr)\((self\.)?env\b")
+    probes = [
+        f"{path.relative_to(REPO)}:{number}"
+        for path in sorted((REPO / "trainer").rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if probe.search(line)
+    ]
+    assert probes == [], probes

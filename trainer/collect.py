@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from operant.cext.rollout_rows import rollout_dones
+from operant.envs.contract import BindsSlots
 from operant.trainer.bootstrap import BatchedBootstrap, batchable
 from operant.trainer.row_slice import RowSlice, row_slice
 from operant.trainer.storage import RolloutStorage
@@ -51,13 +52,13 @@ def as_tensor(buffer: Any) -> torch.Tensor:
 
 
 def bindable(env: Any, storage: RolloutStorage) -> bool:
-    """Whether `env`'s kernels can write into `storage` directly: an env that declares
-    `bind_slots` itself (a wrapper that only forwards attributes does not) and can use it
-    (`binds_slots`, where that depends on what it wraps), numpy buffers, and the storage in
-    host memory with the env's dtypes."""
+    """Whether `env`'s kernels can write into `storage` directly: an env that binds slots
+    (operant.envs.contract.BindsSlots; a layer that only forwards attributes does not) and
+    can here (`binds_slots`, where that depends on what it wraps), numpy buffers, and the
+    storage in host memory with the env's dtypes."""
     return (
-        callable(getattr(type(env), "bind_slots", None))
-        and getattr(env, "binds_slots", True)
+        isinstance(env, BindsSlots)
+        and env.binds_slots
         and isinstance(env.obs, np.ndarray)
         and storage.obs.device.type == "cpu"
         and storage.obs.dtype == torch.from_numpy(env.obs[:0]).dtype
@@ -105,7 +106,7 @@ class Collector:
         self.bound = bindable(env, storage)
         # A kernel that keeps its observation rows by difference writes its own buffer,
         # copied into the storage each step as for an unbound env.
-        self.obs_bound = self.bound and getattr(env, "binds_obs", True)
+        self.obs_bound = self.bound and env.binds_obs
         last = storage.num_steps - 1
         self.obs_slots = tuple(
             t + 1 if t < last and self.obs_bound else -1 for t in range(last + 1)

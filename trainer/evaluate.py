@@ -112,6 +112,7 @@ def build_policy(
     import msgspec
 
     from operant.envs import EnvError, make_env
+    from operant.envs.contract import DeclaresTimeLimit
     from operant.shared import runs
     from operant.trainer.config import Config, ConfigError, env_kwargs
     from operant.trainer.normalize import ObservationNormalizer
@@ -129,7 +130,8 @@ def build_policy(
         options["max_episode_steps"] = max_episode_steps
     try:
         env = make_env(config.env.id, num_envs, impl=config.env.impl, copy=False, **options)
-        if "max_episode_steps" not in options and getattr(env, "time_limit", 0) is None:
+        unlimited = isinstance(env, DeclaresTimeLimit) and env.time_limit is None
+        if "max_episode_steps" not in options and unlimited:
             env.close()
             options["max_episode_steps"] = EVAL_STEP_LIMIT
             env = make_env(config.env.id, num_envs, impl=config.env.impl, copy=False, **options)
@@ -154,6 +156,18 @@ def build_policy(
     # (CleanRL's own evaluation does the same); the trainer's own policies have neither.
     policy.eval()
     return config, env, policy, normalizer, options
+
+
+def episode_limit(env: Any, options: dict[str, Any]) -> int | None:
+    """The step limit the episodes were cut at: eval's own, else the env's (CartPole's 500; a
+    Gymnasium env's registration's, through the reference face)."""
+    from operant.envs.contract import DeclaresTimeLimit
+
+    limit = options.get("max_episode_steps")
+    if limit is not None:
+        return limit
+    own = env.time_limit if isinstance(env, DeclaresTimeLimit) else None
+    return own or (env.spec and env.spec.max_episode_steps)
 
 
 def play(
@@ -289,10 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         video = {"video": str(Path(args.video).expanduser()), "video_frames": frames}
     else:
         returns, cut = play(env, policy, normalizer, args.episodes, args.seed, args.stochastic)
-    limit = options.get("max_episode_steps")
-    if limit is None:  # the env's own limit (CartPole's 500), what the episodes were cut at
-        spec = getattr(env, "spec", None)
-        limit = getattr(env, "max_episode_steps", None) or (spec and spec.max_episode_steps)
+    limit = episode_limit(env, options)
     result = {
         "model": str(loaded.path),
         "kind": loaded.kind,

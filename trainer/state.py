@@ -144,7 +144,7 @@ def _to_tensor(value: Any) -> tuple[torch.Tensor, str]:
 
 def capture_env_state(env: Any) -> dict[str, Any]:
     """The `env` part of the trainer's state: a copy of the env's state_dict()."""
-    impl = str(getattr(env, "impl", "unknown"))
+    impl = str(env.impl)
     if not env.resumable:
         return {"impl": impl, "exact": False, "arrays": {}, "dtypes": {}}
     tensors, dtypes = {}, {}

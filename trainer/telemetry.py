@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import psutil
 
+from operant.envs.contract import NamesChannels, StacksFrames
 from operant.shared import metrics_layout as layout
 from operant.shared import record as names
 from operant.shared.frame import frame_palette
@@ -140,13 +141,13 @@ def frame_source(env: Any) -> FrameSource | None:
         return None
     if spec.scale != 1.0:  # 0-255 pictures: every cell of every channel would read as set
         return None
-    declared = tuple(str(name) for name in getattr(env, "channels", ()) or ())
+    declared = tuple(str(name) for name in env.channels) if isinstance(env, NamesChannels) else ()
     channels = spec.shape[0]
     if declared and channels % len(declared) == 0:
         channels = len(declared)
     else:
         declared = ()
-        depth = getattr(env, "depth", 1)  # env.frame_stack's layer: k frames of C channels
+        depth = env.depth if isinstance(env, StacksFrames) else 1
         if isinstance(depth, int) and depth > 1 and channels % depth == 0:
             channels //= depth
     frame = layout.FrameSpec(

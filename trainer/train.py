@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from operant.envs import make_env, resolve_impl
+from operant.envs.contract import ProfilesStep
 from operant.shared import atomic
 from operant.shared.record import PHASES, UpdateRecord
 from operant.trainer import user_policy
@@ -256,7 +257,7 @@ class Trainer:
 
     def env_phases(self) -> tuple[str, ...]:
         """The env's own step phases, for an env that profiles its step; else ()."""
-        if not getattr(self.env, "profiling", False) or not hasattr(self.env, "step_timing"):
+        if not (isinstance(self.env, ProfilesStep) and self.env.profiling):
             return ()
         return tuple(self.env.step_timing)
 

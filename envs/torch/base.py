@@ -301,6 +301,12 @@ class TorchVectorEnv(RenderFace, VectorEnv):
         raise NotImplementedError
 
     # --- Gymnasium's vector API --------------------------------------------------------------
+
+    @property
+    def time_limit(self) -> int | None:
+        """operant.envs.contract.DeclaresTimeLimit: the episode step limit."""
+        return self.max_episode_steps
+
     def reset(
         self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
     ):

@@ -61,12 +61,12 @@ def disagreement(env_id: str, reports: list[dict[str, Any]] | None = None) -> st
 def _family_check(env_id: str, num_envs: int, steps: int) -> dict[str, Any]:
     """A family's own shadow check where its face offers one, else its encoders compared."""
     from operant.envs import make_env
+    from operant.envs.contract import ShadowChecked
 
     env = make_env(env_id, num_envs, copy=False)
-    shadow_check = getattr(env, "shadow_check", None)
     try:
-        if shadow_check is not None:
-            return dict(shadow_check(steps))
+        if isinstance(env, ShadowChecked):
+            return dict(env.shadow_check(steps))
     finally:
         env.close()
     return _encoder_check(env_id, num_envs, steps)
@@ -76,10 +76,11 @@ def _encoder_check(env_id: str, num_envs: int, steps: int) -> dict[str, Any]:
     import numpy as np
 
     from operant.envs import make_env
+    from operant.envs.contract import ComparesEncoders
     from operant.envs.parity import random_actions
 
     env = make_env(env_id, num_envs, copy=False, validate=True)
-    if not hasattr(env, "obs_mismatches"):
+    if not isinstance(env, ComparesEncoders):
         env.close()
         raise ValueError(f"--validate: {env_id} has neither a Gymnasium env nor two encoders")
     env.reset(seed=0)
