@@ -314,10 +314,10 @@ class MinAtarVectorEnv(NotCopyable, SlotBinding, _MinAtarFace):
         return super().step(actions)
 
     def _step_copied(self, actions: Any) -> tuple[Any, ...]:
-        """copy=True's SAME_STEP step: the kernel copies each block of observation rows, and
-        the terminal rows of the envs that ended, into arrays nothing else holds
-        (operant.envs.fresh) as it steps them, while they are in cache; a copy of the whole
-        final_obs buffer would be a second frame copy on most steps at N = 1,024."""
+        """copy=True's SAME_STEP step: after stepping, the kernel copies the observation rows
+        (one memcpy), and the terminal rows of the envs that ended, into arrays nothing else
+        holds (operant.envs.fresh); a copy of the whole final_obs buffer would be a second
+        frame copy on most steps at N = 1,024."""
         self._load_actions(actions)
         obs, final_obs = self._fresh_obs.take(), self._fresh_final.take()
         episodes = self.kernel.recent_head  # every episode the kernel ends counts here

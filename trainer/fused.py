@@ -73,10 +73,7 @@ def layer_table(policy: ActorCritic, flat: FlatParameters) -> np.ndarray:
     inputs and outputs, in `flat`'s buffer (shared: one tower whose last layer is the logits
     then the value; separate: the actor's tower, then the critic's, which reads column 0 of
     the stacked head)."""
-    offsets, at = {}, 0
-    for parameter in flat.params:
-        offsets[id(parameter)] = at
-        at += parameter.numel()
+    offsets = parameter_offsets(flat)
     towers = 1 if policy.shared else 2
     depth = len(policy.weights)
     rows = []
@@ -130,17 +127,16 @@ def _rows(obs: torch.Tensor) -> np.ndarray:
     return (obs if obs.dim() == 2 else obs.view(obs.shape[0], -1)).numpy()
 
 
-def _offset(flat: FlatParameters, parameter: torch.Tensor) -> int:
-    """Where `parameter` starts in `flat`'s buffer."""
-    at = 0
-    for candidate in flat.params:
-        if candidate is parameter:
-            return at
-        at += candidate.numel()
-    raise ValueError("the parameter is not one of the flat buffer's")
+def parameter_offsets(flat: FlatParameters) -> dict[int, int]:
+    """Where each parameter (by id) starts in `flat`'s buffer."""
+    offsets, at = {}, 0
+    for parameter in flat.params:
+        offsets[id(parameter)] = at
+        at += parameter.numel()
+    return offsets
 
 
-def _views(batch: tuple[torch.Tensor, ...]) -> tuple[np.ndarray, ...]:
+def kernel_views(batch: tuple[torch.Tensor, ...]) -> tuple[np.ndarray, ...]:
     """A rollout's (obs, actions, logprobs, advantages, returns, values) as the kernel's numpy
     views, the observations as (rows, dim)."""
     obs, *rest = (tensor.detach().contiguous() for tensor in batch)
@@ -174,7 +170,7 @@ class NativeUpdate:
             policy.obs_scale,
             config.update_threads,
             flat.param.numel(),
-            _offset(flat, policy.log_std) if policy.continuous else -1,
+            parameter_offsets(flat)[id(policy.log_std)] if policy.continuous else -1,
         )
         self.continuous = policy.continuous
         self.byte_obs = policy.byte_obs
@@ -213,7 +209,7 @@ class NativeUpdate:
         """ppo_update's minibatch loop for one epoch: `batch` is its (obs, actions,
         logprobs, advantages, returns, values), read in `order`. Steps `optimizer`'s moments
         and count as FlatAdam.step would; returns the minibatches stepped."""
-        obs, actions, logprobs, advantages, returns, values = _views(batch)
+        obs, actions, logprobs, advantages, returns, values = kernel_views(batch)
         steps = self.kernel.epoch(
             obs,
             actions,
@@ -250,7 +246,7 @@ class NativeUpdate:
         """`epoch` under torchrun: per minibatch, the gradient, its average over the ranks
         (`group.average_`), then the clip and Adam; `moments` (minibatches, 2) are the global
         minibatches' advantage moments (None: each local minibatch's own)."""
-        views = _views(batch)
+        views = kernel_views(batch)
         order_view = order.numpy()
         param = self.param()
         grad = self.flat.grad.numpy()

@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from operant.trainer.fused import kernel_views
+
 ROUNDS = 5
 
 
@@ -46,7 +48,7 @@ def minibatch_seconds(trainer: Any) -> float:
         start = time.perf_counter()
         if native is not None and rows > 1:
             native.kernel.gradient(
-                *native_views(batch),
+                *kernel_views(batch),
                 np.arange(rows, dtype=np.int64),
                 None,
                 native.scratch(rows),
@@ -60,12 +62,6 @@ def minibatch_seconds(trainer: Any) -> float:
         times.append(time.perf_counter() - start)
     trainer.flat.zero_grad()
     return times[-1]
-
-
-def native_views(batch: tuple[torch.Tensor, ...]) -> tuple[np.ndarray, ...]:
-    """A rollout's tensors as the native kernel reads them (observations as (rows, dim))."""
-    obs, *rest = batch
-    return (obs.reshape(obs.shape[0], -1).numpy(), *(tensor.numpy() for tensor in rest))
 
 
 def verdict(world_size: int, allreduce_s: float, minibatch_s: float, steps: int) -> str | None:

@@ -148,7 +148,7 @@ def frame_source(env: Any) -> FrameSource | None:
     else:
         declared = ()
         depth = env.depth if isinstance(env, StacksFrames) else 1
-        if isinstance(depth, int) and depth > 1 and channels % depth == 0:
+        if depth > 1 and channels % depth == 0:
             channels //= depth
     frame = layout.FrameSpec(
         shape=(channels, spec.shape[1], spec.shape[2]),
