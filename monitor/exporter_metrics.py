@@ -13,6 +13,9 @@ How the metrics file's values become metrics (docs/deploy.md, "What the exporter
   to its checkpoint. What the current trainer process did (`process_steps`, ...) is the
   counter: it starts at 0 with the process, so `increase()` over a resume counts what was
   trained (the updates redone after a kill included), where the position stepped back;
+- `trained_steps`, the run's count of steps trained by all its processes, is a counter that
+  a resumed process continues from its predecessor's file: no reset at all, so increase() is
+  right even when a restart comes faster than a scrape could see the process count's reset;
 - a gauge the trainer has not published (NaN in the file) is absent, not NaN, so a run
   exports no series that can only be NaN (`env_episodes` of a single-agent env);
 - the trainer process's present rates (`sps`, `sps_mean`, CPU, RSS) only while the run is
@@ -197,6 +200,9 @@ _TOTALS = (
      "The run's position: environment steps of all its ranks together.", "global_step"),
     ("run_process_steps", "counter", "Environment steps the run's current trainer processes "
      "took, all ranks together: 0 when they started.", record.PROCESS_COUNTERS["global_step"].name),
+    ("run_trained_steps", "counter", "Environment steps all of the run's trainer processes "
+     "did, all ranks together, redone updates included: a resume continues the count, so "
+     "increase() over restarts is right.", record.TRAINED_STEPS.name),
     ("run_episode_return_mean", "gauge",
      "Mean return of the run's last 100 episodes: its ranks' means, pooled.",
      "episode_return_mean"),

@@ -429,6 +429,20 @@ PROCESS_COUNTERS = {
 """For each of the record's counters (a run's position, which a resume takes back to its
 checkpoint), the counter of the same thing done by this trainer process alone."""
 
+TRAINED_STEPS = MetricDeclaration(
+    name="trained_steps",
+    kind=COUNTER,
+    unit="steps",
+    description="Environment steps all of the run's trainer processes did, redone updates "
+    "included: a resumed process starts from its predecessor's last published count (read "
+    "from the metrics file it replaces), so the count never steps back and Prometheus's "
+    "increase() is right however fast the restarts come; 0 only for a new run.",
+    label="steps trained (all processes)",
+)
+"""The run's own counter of steps trained: unlike `process_steps`, no reset at a restart that
+a scrape might miss (a successor that passed its predecessor's count before its first scrape
+hid the reset, and increase() lost the predecessor's steps)."""
+
 RUN_METRICS = (
     TOTAL_STEPS,
     CPU_PERCENT,
@@ -445,7 +459,8 @@ process's resources, and texts. (A field added later goes last in its kind: read
 metrics by name.)"""
 
 _LABELS = {
-    declared.name: declared.label for declared in (*RECORD_METRICS, *PHASE_METRICS, *RUN_METRICS)
+    declared.name: declared.label
+    for declared in (*RECORD_METRICS, *PHASE_METRICS, *RUN_METRICS, TRAINED_STEPS)
 }
 
 

@@ -81,6 +81,7 @@ def test_conventions_gzip_build_and_process_metrics(published):
     assert value(samples, "operant_process_steps_total", **run) == 256
     assert value(samples, "operant_process_episodes_total", **run) == 11
     assert value(samples, "operant_run_process_steps_total", run="real") == 256
+    assert value(samples, "operant_trained_steps_total", **run) == 256  # a new file: from 0
     # Units: base units only, as UNIT metadata and as the name's suffix.
     assert families["operant_elapsed_seconds"].unit == "seconds"
     assert families["operant_rss_bytes"].unit == "bytes"
@@ -218,6 +219,10 @@ def test_steps_counter_is_right_over_a_sigkill_and_a_resume(tmp_path, trainer_se
     assert second_steps == 3 * 256
     trained = first_steps + (total - checkpoint_step)  # the redone updates count twice
     assert increase([0, first_steps, second_steps]) == trained
+    # The run's own count continues over the resume: no reset for a scrape to miss.
+    assert value(before, "operant_trained_steps_total", **run) == first_steps
+    assert value(after, "operant_trained_steps_total", **run) == trained
+    assert value(after, "operant_run_trained_steps_total", run="resumed") == trained
     # The position read as a counter (the old operant_global_step_total) says otherwise.
     positions = [0, first_steps, value(after, "operant_global_step", **run)]
     assert increase(positions) != trained

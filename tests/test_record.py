@@ -166,6 +166,7 @@ def test_metrics_file_keeps_the_names_readers_use():
             "process_steps",
             "process_episodes",
             "process_updates",
+            "trained_steps",
         },
         "gauge": {
             "sps",
@@ -280,3 +281,40 @@ def test_process_counters_start_at_zero_with_the_process(tmp_path):
             assert (counters["process_episodes"], counters["process_updates"]) == (11, 1)
     finally:
         publisher.close()
+
+
+def test_trained_steps_continue_from_the_file_a_resume_replaces(tmp_path):
+    """trained_steps counts every process's steps: a resumed process starts from the count
+    its predecessor last published (read from the file it replaces), so the counter never
+    steps back, however fast a restart comes; an unreadable predecessor starts it at 0."""
+    from operant.shared.reader import MetricsReader
+    from operant.trainer.telemetry import Publisher
+
+    path = tmp_path / "metrics.bin"
+
+    def publisher(resume_at: int) -> Publisher:
+        counters = {"updates": resume_at, "global_step": 256 * resume_at, "episodes": 0}
+        return Publisher(
+            path, "run", "CartPole-v1", "native", "cpu", 10_000,
+            prepare=lambda first: first.set_counters(counters) if resume_at else None,
+        )  # fmt: skip
+
+    def trained() -> tuple[int, int]:
+        with MetricsReader(path) as reader:
+            counters = reader.snapshot().counters
+        return counters["trained_steps"], counters["process_steps"]
+
+    first = publisher(0)
+    for update in (1, 2, 3):  # killed after update 3; its checkpoint was update 2
+        first.publish(make_record(updates=update, global_step=256 * update))
+    first.close()
+    assert trained() == (768, 768)
+    second = publisher(2)
+    assert trained() == (768, 0)  # before it trained: its predecessor's count, not 0
+    second.publish(make_record(updates=3, global_step=768))  # update 3 redone
+    second.close()
+    assert trained() == (1024, 256)
+    path.write_bytes(b"\0" * 4096)  # a lost predecessor: the counter starts again
+    publisher(3).close()
+    assert trained() == (0, 0)
+

@@ -211,5 +211,7 @@ def test_each_rank_publishes_its_own_metrics_file(tmp_path):
             "process_updates": 0,
             "process_steps": 0,
             "process_episodes": 0,
+            # No earlier file at this path: nothing trained before.
+            "trained_steps": 0,
         }
     service.close()

@@ -51,6 +51,7 @@ def test_trainer_publishes_counters_gauges_phases_and_history(tmp_path):
         "process_steps": 20480,
         "process_episodes": last["episodes"],
         "process_updates": 10,
+        "trained_steps": 20480,
     }
     gauges = snapshot.gauges
     assert gauges["sps"] == last["sps"] and gauges["total_steps"] == 20480

@@ -39,6 +39,7 @@ def _spec(declared: MetricDeclaration) -> tuple[str, str, str]:
 
 COUNTERS = tuple(_spec(d) for d in _PUBLISHED if d.kind == names.COUNTER)
 PROCESS_COUNTERS = tuple(_spec(d) for d in names.PROCESS_COUNTERS.values())
+TRAINED = (_spec(names.TRAINED_STEPS),)
 GAUGES = tuple(_spec(d) for d in (*_PUBLISHED, *names.RUN_METRICS) if d.kind == names.GAUGE)
 TEXTS = tuple(_spec(d) for d in names.RUN_METRICS if d.kind == names.TEXT)
 PHASE_FIELDS = tuple(_spec(d) for d in names.PHASE_METRICS)
@@ -69,7 +70,7 @@ def build_schema(
     return layout.make_schema(
         run_id,
         env_id=env_id,
-        counters=(*COUNTERS, *PROCESS_COUNTERS),
+        counters=(*COUNTERS, *PROCESS_COUNTERS, *TRAINED),
         gauges=(*GAUGES, *(_spec(d) for d in names.env_phase_metrics(env_phases))),
         texts=TEXTS,
         snapshot=PHASE_FIELDS,
@@ -105,6 +106,19 @@ class FrameSource:
         if row is None:
             row = self._buffer[0].detach().to("cpu").numpy()
         return _row_bytes(row, self.spec)
+
+
+def carried_steps(path: Path) -> int:
+    """The steps the run's earlier processes trained: `trained_steps` of the metrics file at
+    `path`, which this process's file is about to replace (a resumed or restarted run's); 0
+    when there is none, or it is unreadable (a new run; a lost file: a counter reset)."""
+    from operant.shared.reader import MetricsFileError, MetricsReader
+
+    try:
+        with MetricsReader(path) as reader:
+            return int(reader.snapshot().counters.get(names.TRAINED_STEPS.name, 0))
+    except (OSError, MetricsFileError):
+        return 0
 
 
 def _host_row(buffer: Any) -> np.ndarray | None:
@@ -214,6 +228,8 @@ class Publisher:
             (name, slot(declared.name)) for name, declared in names.PROCESS_COUNTERS.items()
         ]
         self._start: dict[str, int] = {}  # the record's counters when this process began
+        self._trained_slot = slot(names.TRAINED_STEPS.name)
+        self._carried = carried_steps(path)  # before this process's file replaces it
         self._gauge_slots = [(d.name, slot(d.name)) for d in _PUBLISHED if d.kind == names.GAUGE]
         self._env_phase_slots = [
             (phase, slot(names.env_phase_metric(phase))) for phase in env_phases
@@ -230,6 +246,7 @@ class Publisher:
         def first_values(writer: Any) -> None:
             self.writer = writer
             writer.set_gauge(slot(names.TOTAL_STEPS.name), float(total_steps))
+            writer.set_counter(self._trained_slot, self._carried)
             writer.set_text(slot(names.ENV_ID.name), env_id)
             writer.set_text(slot(names.ENV_IMPL.name), impl)
             writer.set_text(slot(names.DEVICE.name), device)
@@ -273,8 +290,10 @@ class Publisher:
             writer.set_counter(slot, int(getattr(record, name)))
         for name, slot in self._process_slots:
             # An earlier process's replayed record (resume) did nothing of this one's: 0.
-            done = int(getattr(record, name)) - self._start.get(name, 0)
-            writer.set_counter(slot, max(0, done))
+            done = max(0, int(getattr(record, name)) - self._start.get(name, 0))
+            writer.set_counter(slot, done)
+            if name == "global_step":
+                writer.set_counter(self._trained_slot, self._carried + done)
         for name, slot in self._gauge_slots:
             writer.set_gauge(slot, _number(getattr(record, name)))
         if record.env_phase_s is not None:
@@ -329,6 +348,7 @@ class Publisher:
             self.writer.set_counter(slot, int(counters[name]))
         for _, slot in self._process_slots:
             self.writer.set_counter(slot, 0)
+        self.writer.set_counter(self._trained_slot, self._carried)
 
     def finish(self, interrupted: bool = False, reason: str = "") -> None:
         self.writer.set_state(layout.STATE_FINISHED, reason, interrupted=interrupted)
