@@ -2,9 +2,12 @@
 the metrics file publishes (readers and dashboards depend on them), and that the monitor can
 import it without torch."""
 
+import errno
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -318,3 +321,40 @@ def test_trained_steps_continue_from_the_file_a_resume_replaces(tmp_path):
     publisher(3).close()
     assert trained() == (0, 0)
 
+
+REFUSED_WRITE = """
+import io, resource, signal, sys
+from pathlib import Path
+from operant.trainer.progress import ProgressLog
+from test_record import make_record
+
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails instead
+path = Path(sys.argv[1])
+log = ProgressLog(path, io.StringIO(), "plain", 1, 10, quiet=True)
+log(make_record(updates=1))
+resource.setrlimit(resource.RLIMIT_FSIZE, (path.stat().st_size + 100, resource.RLIM_INFINITY))
+try:
+    log(make_record(updates=2))  # the disk takes 100 bytes of it
+except OSError as error:
+    print(error.errno)
+"""
+
+
+def test_a_progress_line_the_disk_refuses_part_of_is_cut_off(tmp_path):
+    """A full disk that took part of a line (here a file size limit: the write stops short,
+    then fails) leaves progress.jsonl whole lines: the torn part is cut before the error goes
+    on, so readers never meet it while the run is down."""
+    from operant.trainer.progress import progress_tail
+
+    path = tmp_path / "progress.jsonl"
+    tests = Path(__file__).resolve().parent
+    done = subprocess.run(
+        [sys.executable, "-c", REFUSED_WRITE, str(path)],
+        capture_output=True, text=True, cwd=tests, timeout=60,
+        env={**os.environ, "PYTHONPATH": str(tests)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [str(errno.EFBIG)]
+    content = path.read_bytes()
+    assert content.endswith(b"\n") and content.count(b"\n") == 1
+    assert [record.updates for record in progress_tail(path, 10)] == [1]

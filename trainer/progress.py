@@ -43,18 +43,23 @@ def plain_line(record: UpdateRecord, total_updates: int) -> str:
 
 
 class ProgressLog:
-    """Every update to progress.jsonl; every `every`-th to `out`, plain or JSON (`fmt`)."""
+    """Every update to progress.jsonl; every `every`-th to `out`, plain or JSON (`fmt`).
+
+    A line goes whole or not at all: one the disk refuses part of (full, or a file size
+    limit) is cut off again before the error goes on, so readers of progress.jsonl (the
+    monitor's backfill, jq, scripts) never meet a torn last line while the run is down."""
 
     def __init__(
         self, path: Path, out: TextIO, fmt: str, every: int, total_updates: int, quiet: bool
     ):
-        self.file = open(path, "a", buffering=1)  # noqa: SIM115 (open for the run; close())
+        self.file = open(path, "ab", buffering=0)  # noqa: SIM115 (open for the run; close())
+        self._end = self.file.tell()  # the end of its last whole line
         self.out, self.fmt, self.every = out, fmt, every
         self.total, self.quiet = total_updates, quiet
 
     def __call__(self, record: UpdateRecord) -> None:
         line = encode_progress_line(record)
-        self.file.write(line + "\n")
+        self._append((line + "\n").encode())
         if self.quiet or (record.updates % self.every and not record.solved):
             return
         text = line if self.fmt == "json" else plain_line(record, self.total)
@@ -64,6 +69,19 @@ class ProgressLog:
             if not detach_if_gone(error):
                 raise
             self.quiet = True
+
+    def _append(self, data: bytes) -> None:
+        try:
+            written = 0
+            while written < len(data):  # a raw write may take part of it
+                written += self.file.write(data[written:]) or 0
+        except OSError:
+            try:
+                os.ftruncate(self.file.fileno(), self._end)  # shrinking needs no space
+            except OSError:
+                pass  # a read-only filesystem: a resume cuts the line (cut_progress)
+            raise
+        self._end += len(data)
 
     def close(self) -> None:
         self.file.close()
