@@ -511,6 +511,43 @@ def test_a_run_written_on_a_gpu_continues_on_a_cpu(server, tmp_path):
         assert after.shape == before.shape and 0 < (after - before).abs().max() < 0.1, name
 
 
+def test_resume_auto_falls_back_past_damaged_checkpoints_and_sets_them_aside(server, tmp_path):
+    """A service must not stay down for a damaged newest checkpoint: `--resume auto` takes the
+    newest older one that reads, renames the damaged ones to *.damaged (their bytes kept),
+    drops the `latest` that named one, and says so in one line; with none readable left it
+    refuses (exit 2) as before."""
+    common = ["--runs-dir", tmp_path, "--run-id", "damaged", *SMALL, "--quiet",
+              "--set", "checkpoint.every_updates=1"]  # fmt: skip
+    code, _, err = server.run([*common, "--total-steps", 4 * STEPS_PER_UPDATE], tmp_path / "a")
+    assert code == 0, err
+    directory = tmp_path / "damaged" / "checkpoints"
+    newest, middle = directory / "ckpt-000000004.pt", directory / "ckpt-000000003.pt"
+    _flip_tensor_byte(newest)
+    middle.write_bytes(middle.read_bytes()[:1000])
+    damaged_bytes = {path.name: path.read_bytes() for path in (newest, middle)}
+    auto = [*common, "--resume", "auto", "--total-steps", 6 * STEPS_PER_UPDATE]
+    code, _, err = server.run(auto, tmp_path / "b")
+    assert code == 0, err
+    assert (
+        "operant-train: ckpt-000000004.pt is corrupt (its content does not match its digest); "
+        "resuming from ckpt-000000002.pt, the newest checkpoint that reads (ckpt-000000004.pt, "
+        "ckpt-000000003.pt set aside as *.damaged)"
+    ) in err.splitlines()
+    assert "resumed at update 2" in err
+    assert [record["update"] for record in progress(tmp_path / "damaged")] == list(range(1, 7))
+    for name, content in damaged_bytes.items():
+        assert (directory / f"{name}.damaged").read_bytes() == content
+    files = checkpoint.checkpoint_files(directory)
+    assert [path.name for path in files] == [f"ckpt-00000000{n}.pt" for n in (4, 5, 6)]
+    for path in files:
+        checkpoint_format.load(path)  # every checkpoint left reads
+    # Nothing readable left: refused, as an explicit --resume always is.
+    for path in checkpoint.checkpoint_files(directory):
+        path.write_bytes(b"not a checkpoint\n")
+    code, _, err = server.run([*auto[:-1], 8 * STEPS_PER_UPDATE], tmp_path / "c")
+    assert code == 2 and "is corrupt or not a checkpoint" in err, err
+
+
 def _flip_tensor_byte(path: Path) -> None:
     """Change one byte of tensor data inside the zip archive, which torch.load does not
     notice (it does not check the archive's CRCs): only the digest can."""

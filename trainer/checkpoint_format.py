@@ -52,6 +52,16 @@ class CheckpointError(ResumeError):
     another configuration. The message is one line naming the file and what to do."""
 
 
+class DamagedCheckpointError(CheckpointError):
+    """A checkpoint whose bytes are damaged: it does not parse, or its content does not match
+    its digest. (Not one that is unreadable for its permissions, or written by another
+    version or for another config: an older checkpoint of the run would not mend those.)"""
+
+    def __init__(self, path: Path, problem: str):
+        super().__init__(f"{path}: {problem}; delete it to resume from an older one")
+        self.path, self.problem = path, problem
+
+
 def _feed(digest: Any, value: Any) -> None:
     """Hash `value` canonically: type tags, dict keys in a fixed order, tensors by bytes."""
     if isinstance(value, torch.Tensor):
@@ -164,9 +174,8 @@ def _read(path: Path) -> Any:
     except IsADirectoryError:
         raise CheckpointError(f"{path}: is a directory, not a checkpoint") from None
     except Exception as error:  # any failure to parse an untrusted file means it is unusable
-        raise CheckpointError(
-            f"{path}: is corrupt or not a checkpoint ({first_line(error, limit=160)}); "
-            "delete it to resume from an older one"
+        raise DamagedCheckpointError(
+            path, f"is corrupt or not a checkpoint ({first_line(error, limit=160)})"
         ) from None
 
 
@@ -197,8 +206,5 @@ def load(path: Path) -> dict[str, Any]:
             "it with the operant version that wrote it"
         )
     if payload.get("digest") != content_digest(payload):
-        raise CheckpointError(
-            f"{path}: is corrupt (its content does not match its digest); "
-            "delete it to resume from an older one"
-        )
+        raise DamagedCheckpointError(path, "is corrupt (its content does not match its digest)")
     return migrate(path, payload)

@@ -9,6 +9,12 @@
   (`train.run_id`): if that run has a checkpoint, continue it; if not (no directory yet, or a
   crash before its first checkpoint), start it, in the same directory. Without `--config`, an
   existing run's own config is used (its checkpoint's, else the one its run.json recorded).
+  A damaged newest checkpoint (its bytes: it does not parse, or fails its digest) does not
+  keep a service down: auto continues from the newest older one that reads, sets the
+  damaged file(s) aside as `ckpt-*.pt.damaged` (kept, never read again) and says so in one
+  line. Only damage falls back: a checkpoint refused for its permissions, version or config
+  is refused as always, and so is a run with no readable checkpoint left. An explicit
+  `--resume RUN_ID` is a person's choice and refuses a damaged checkpoint, naming it.
 
 A resumed config may differ from the checkpoint's only in keys that do not change what the
 saved state means (checkpoint.RESUMABLE_CHANGES: the step budget, logging, checkpoint
@@ -30,10 +36,13 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from operant.shared import runs
 from operant.trainer.config import Config, ConfigError, derive, load_config
+
+if TYPE_CHECKING:  # (checkpoint_format imports torch: a refusal comes before it)
+    from operant.trainer.checkpoint_format import DamagedCheckpointError
 
 AUTO = "auto"
 
@@ -93,7 +102,7 @@ class RunPlan:
             # The budget trained is the one recorded (run.json, checkpoints, the monitor's
             # progress), so every place that shows it agrees with the summary.
             self.config.train.total_steps = derived.total_steps
-            self.notes = [note]
+            self.notes.append(note)
 
     @property
     def resumed_update(self) -> int:
@@ -140,11 +149,15 @@ def _finish(config: Config, root: Path, run_id: str) -> RunPlan:
     )
 
 
-def _read_checkpoint(run_dir: Path, required: bool) -> tuple[int, Path | None, dict | None]:
-    """Lock `run_dir`, then find and load its checkpoint: (lock descriptor, path, payload);
-    (descriptor, None, None) when it has none and none is `required`."""
+def _read_checkpoint(
+    run_dir: Path, required: bool
+) -> tuple[int, Path | None, dict | None, Fallback | None]:
+    """Lock `run_dir`, then find and load its checkpoint: (lock descriptor, path, payload,
+    None); (descriptor, None, None, None) when it has none and none is `required`. Without
+    `required` (auto), a damaged checkpoint falls back to the newest older one that reads
+    (`_fallback`), and the Fallback says which it passed."""
     from operant.trainer import checkpoint, checkpoint_format
-    from operant.trainer.checkpoint_format import CheckpointError
+    from operant.trainer.checkpoint_format import CheckpointError, DamagedCheckpointError
 
     fd = lock_run_dir(run_dir)
     try:
@@ -156,17 +169,80 @@ def _read_checkpoint(run_dir: Path, required: bool) -> tuple[int, Path | None, d
                     f"run {run_dir.name!r} has no checkpoint to resume from (it stopped before "
                     f"writing one); start it again, with the config it started with: {again}"
                 )
-            return fd, None, None
-        return fd, path, checkpoint_format.load(path)
+            return fd, None, None, None
+        try:
+            return fd, path, checkpoint_format.load(path), None
+        except DamagedCheckpointError as error:
+            if required:
+                raise
+            return (fd, *_fallback(path, error))
     except BaseException:
         os.close(fd)
         raise
 
 
+@dataclass
+class Fallback:
+    """Auto's fallback past damaged checkpoints: the files it passed (newest first) and why
+    the newest was refused."""
+
+    damaged: list[Path]
+    reason: str
+
+
+def _fallback(path: Path, error: DamagedCheckpointError) -> tuple[Path, dict[str, Any], Fallback]:
+    """The newest checkpoint older than the damaged `path` that reads, its payload, and the
+    damaged files passed; `error` again when none does."""
+    from operant.trainer import checkpoint, checkpoint_format
+    from operant.trainer.checkpoint_format import DamagedCheckpointError
+
+    damaged, newest = [path], checkpoint.update_of(path) or 0
+    files = checkpoint.checkpoint_files(path.parent)
+    for older in reversed([file for file in files if (checkpoint.update_of(file) or 0) < newest]):
+        try:
+            payload = checkpoint_format.load(older)
+        except DamagedCheckpointError:
+            damaged.append(older)
+            continue
+        return older, payload, Fallback(damaged, f"{path.name} {error.problem}")
+    raise error
+
+
+def _set_aside(plan: RunPlan, fallback: Fallback) -> None:
+    """Rename the damaged checkpoints auto passed to `*.damaged` (kept for a look, never read
+    again, out of the rotation), drop a `latest` that named one, and say so."""
+    from operant.trainer.checkpoint import POINTER, read_pointer
+    from operant.trainer.checkpoint_format import CheckpointError
+
+    directory = fallback.damaged[0].parent
+    try:
+        named = read_pointer(directory)
+        for path in fallback.damaged:
+            path.rename(path.with_name(path.name + ".damaged"))
+        if named in fallback.damaged:
+            (directory / POINTER).unlink(missing_ok=True)
+    except OSError as error:
+        raise CheckpointError(
+            f"{fallback.reason}, and it cannot be set aside ({error.strerror}); "
+            "delete it to resume from an older one"
+        ) from None
+    names = ", ".join(path.name for path in fallback.damaged)
+    plan.notes.append(
+        f"{fallback.reason}; resuming from {plan.checkpoint.name if plan.checkpoint else '?'}, "
+        f"the newest checkpoint that reads ({names} set aside as *.damaged)"
+    )
+
+
 def _attach(
-    plan: RunPlan, run_dir: Path, fd: int, path: Path | None, payload: dict[str, Any] | None
+    plan: RunPlan,
+    run_dir: Path,
+    fd: int,
+    path: Path | None,
+    payload: dict[str, Any] | None,
+    fallback: Fallback | None = None,
 ) -> RunPlan:
-    """Give the plan its locked directory and checkpoint, checked against its config."""
+    """Give the plan its locked directory and checkpoint, checked against its config (and,
+    once it passes, set a `fallback`'s damaged checkpoints aside)."""
     from operant.trainer import checkpoint
     from operant.trainer.checkpoint_format import CheckpointError
 
@@ -188,6 +264,12 @@ def _attach(
         plan.release()
         raise
     plan.checkpoint, plan.payload = path, payload
+    if fallback is not None:
+        try:
+            _set_aside(plan, fallback)
+        except BaseException:
+            plan.release()
+            raise
     return plan
 
 
@@ -293,7 +375,7 @@ def _continue(
     the run's own (its checkpoint's, else the one its run.json recorded at its start: never
     the default config, which would train another env inside this run's directory), the flags
     and --set on top."""
-    fd, path, payload = _read_checkpoint(run_dir, required=required)
+    fd, path, payload, fallback = _read_checkpoint(run_dir, required=required)
     try:
         config = given or _own_config(run_dir, path, payload, overrides, flags)
         if config is None:  # neither a checkpoint nor a readable run.json: the flags alone
@@ -302,7 +384,7 @@ def _continue(
     except BaseException:
         os.close(fd)
         raise
-    return _attach(plan, run_dir, fd, path, payload)
+    return _attach(plan, run_dir, fd, path, payload, fallback)
 
 
 def _own_config(
