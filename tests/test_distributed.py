@@ -107,11 +107,6 @@ def test_two_ranks_train_one_run_with_identical_parameters(two_ranks):
     assert torch.equal(zero["optimizer"]["exp_avg"], one["optimizer"]["exp_avg"])
     run_json = json.loads((run_dir / "run.json").read_text())
     assert run_json["config"]["env"]["num_envs"] == 16
-    # A 4-64-64 MLP's minibatch step is shorter than a gloo all-reduce (about a tenth here):
-    # the update is latency-bound, and rank 0 says so once, at start, and trains on.
-    slow = [line for line in done.stderr.splitlines() if "ranks will slow this run" in line]
-    assert len(slow) == 1 and slow[0].startswith("operant-train: warning: 2 ranks"), slow
-    assert "each of its 4 minibatch steps an update waits" in slow[0]
     # Each rank published its own metrics file; the monitor shows them as one run.
     assert sorted(p.name for p in (run_dir / "metrics").iterdir()) == [
         "rank-00000.bin",
@@ -153,13 +148,19 @@ def test_replica_crc_is_the_parameters_bytes():
 
 def test_sigterm_then_resume_continues_bit_for_bit(two_ranks, tmp_path):
     """SIGTERM to torchrun: every rank stops at one update boundary, one checkpoint; the
-    resumed 2-rank run ends with the uninterrupted run's parameters exactly."""
+    resumed 2-rank run ends with the uninterrupted run's parameters exactly. The first part
+    sums the gradients with gloo, the resumed part and the reference through shared memory
+    (train.dist_shared_memory): for two ranks the same bits."""
     reference, _ = two_ranks
     root = tmp_path / "runs"
     log = tmp_path / "log"
+    gloo = ("--set", "train.dist_shared_memory=false")
     with open(log, "w") as out:
         launcher = subprocess.Popen(
-            command(_train(root, "cut")), stdout=out, stderr=subprocess.STDOUT, env=_environ()
+            command(_train(root, "cut", *gloo)),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=_environ(),
         )
     run_dir = root / "cut"
     wait_for_updates(run_dir, 6)
@@ -169,6 +170,11 @@ def test_sigterm_then_resume_continues_bit_for_bit(two_ranks, tmp_path):
     stopped = [json.loads(line) for line in text.splitlines() if line.startswith('{"summary"')]
     assert stopped and stopped[0]["summary"]["stopped_by"] == "SIGTERM", text[-3000:]
     assert "Traceback" not in text, text[-3000:]
+    # A 4-64-64 MLP's minibatch step is shorter than a gloo all-reduce (about a tenth here):
+    # the update is latency-bound, and rank 0 says so once, at start, and trains on.
+    slow = [line for line in text.splitlines() if "ranks will slow this run" in line]
+    assert len(slow) == 1 and slow[0].startswith("operant-train: warning: 2 ranks"), slow
+    assert "each of its 4 minibatch steps an update waits" in slow[0]
     cut_at = stopped[0]["summary"]["global_step"] // BATCH
     assert 6 <= cut_at < UPDATES
     assert find_checkpoint(run_dir / "checkpoints").name.endswith(f"{cut_at:08d}.pt")

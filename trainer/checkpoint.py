@@ -51,6 +51,9 @@ RESUMABLE_CHANGES = (
     "train.runs_dir",
     "train.run_id",
     "train.torch_threads",
+    # How the ranks' gradient sum travels (shared memory or gloo): the same sum, in rank
+    # order or gloo's (for two ranks the same bits).
+    "train.dist_shared_memory",
     "train.tensorboard",
     "checkpoint.",
     # Who computes the update (torch autograd or the native kernel, on how many threads):

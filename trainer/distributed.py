@@ -43,6 +43,7 @@ import torch.distributed as dist
 
 from operant.trainer.config import ConfigError
 from operant.trainer.errors import first_line
+from operant.trainer.local_reduce import LocalReduce, open_local_reduce
 from operant.trainer.service_protocol import GroupError
 
 # torchrun's variables (torch.distributed.run): which process of which group this is.
@@ -60,6 +61,8 @@ class Launch:
     run_id: str = ""
     """torchrun's rendezvous id (TORCHELASTIC_RUN_ID): the same for every rank of a job and
     across its restarts."""
+    local_world_size: int = 1
+    """Ranks on this machine (LOCAL_WORLD_SIZE); all of them when it equals world_size."""
 
     @property
     def distributed(self) -> bool:
@@ -72,8 +75,9 @@ def launch_from_environ(environ: Any = None) -> Launch:
     if not any(name in environ for name in _RANK_VARIABLES):
         return Launch()
     values = {}
-    for name in _RANK_VARIABLES + ("TORCHELASTIC_RESTART_COUNT",):
-        text = environ.get(name, "0" if name != "WORLD_SIZE" else "1")
+    for name in _RANK_VARIABLES + ("TORCHELASTIC_RESTART_COUNT", "LOCAL_WORLD_SIZE"):
+        default = environ.get("WORLD_SIZE", "1") if name == "LOCAL_WORLD_SIZE" else "0"
+        text = environ.get(name, "1" if name == "WORLD_SIZE" else default)
         try:
             values[name] = int(text)
         except ValueError:
@@ -87,6 +91,7 @@ def launch_from_environ(environ: Any = None) -> Launch:
         local_rank=values["LOCAL_RANK"],
         restart_count=values["TORCHELASTIC_RESTART_COUNT"],
         run_id=environ.get("TORCHELASTIC_RUN_ID", ""),
+        local_world_size=values["LOCAL_WORLD_SIZE"],
     )
 
 
@@ -122,7 +127,14 @@ class Group:
 
     Every method is a collective: each rank must call it, in the same order."""
 
-    def __init__(self, launch: Launch, backend: str, timeout_s: float, device: str):
+    def __init__(
+        self,
+        launch: Launch,
+        backend: str,
+        timeout_s: float,
+        device: str,
+        shared_memory: bool = False,
+    ):
         self.rank, self.world_size = launch.rank, launch.world_size
         self.local_rank = launch.local_rank
         self.node = socket.gethostname()
@@ -146,8 +158,17 @@ class Group:
             raise GroupError(
                 f"rank {self.rank}: cannot join the process group ({backend}): {_first_line(error)}"
             ) from None
+        # train.dist_shared_memory: float32 sums between ranks that all run on this machine go
+        # through one shared segment (trainer/local_reduce.py), made at the first such sum
+        self._local_ok = (
+            shared_memory and backend == "gloo" and launch.local_world_size == self.world_size
+        )
+        self._local: LocalReduce | None = None
 
     def close(self) -> None:
+        if self._local is not None:
+            self._local.close()
+            self._local = None
         if dist.is_initialized():
             dist.destroy_process_group()
 
@@ -156,11 +177,13 @@ class Group:
         try:
             return call(*args, **kwargs)
         except RuntimeError as error:
-            raise GroupError(
-                f"rank {self.rank}: {what} failed, so {_what_ends()}: a rank died, or stopped "
-                f"or hung for longer than train.dist_timeout_s = {self.timeout_s:g} s "
-                f"({_first_line(error)})"
-            ) from None
+            raise self._failed(what, _first_line(error)) from None
+
+    def _failed(self, what: str, detail: str) -> GroupError:
+        return GroupError(
+            f"rank {self.rank}: {what} failed, so {_what_ends()}: a rank died, or stopped "
+            f"or hung for longer than train.dist_timeout_s = {self.timeout_s:g} s ({detail})"
+        )
 
     def _on_device(self, tensor: torch.Tensor) -> tuple[torch.Tensor, bool]:
         if tensor.device == self.device:
@@ -174,10 +197,34 @@ class Group:
 
     def sum_(self, tensor: torch.Tensor, what: str = "an all-reduce") -> None:
         """Replace `tensor` by its sum over the ranks, in place."""
+        if self._local_sum(tensor, what):
+            return
         moved, copied = self._on_device(tensor)
         self._guard(what, dist.all_reduce, moved)
         if copied:
             tensor.copy_(moved)
+
+    def _local_sum(self, tensor: torch.Tensor, what: str) -> bool:
+        """Sum `tensor` through the shared segment where it can go there; False where not."""
+        fits = tensor.dtype == torch.float32 and tensor.device.type == "cpu"
+        if not (self._local_ok and fits and tensor.is_contiguous()):
+            return False
+        if self._local is None or self._local.capacity < tensor.numel():
+            if self._local is not None:
+                self._local.close()
+            self._local = open_local_reduce(
+                self.rank,
+                self.world_size,
+                tensor.numel(),
+                lambda value: self.broadcast_from_zero(value, "mapping the shared segment"),
+                self.agree,
+            )
+            self._local_ok = self._local is not None
+            if self._local is None:
+                return False
+        if not self._local.sum_(tensor, self.timeout_s):
+            raise self._failed(what, "the wait of the all-reduce through shared memory")
+        return True
 
     def agree(self, flags: Sequence[bool]) -> list[bool]:
         """Each flag true on any rank is true on every rank (the boundary's decisions)."""

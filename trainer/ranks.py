@@ -85,7 +85,13 @@ def run_rank(args: Any, launch: Launch, signals: StopSignals, flags: dict[str, A
     # ranks because one refused) ends this rank at once instead of after its rendezvous.
     signals.restore()
     try:
-        group = Group(launch, backend, given.train.dist_timeout_s, given.train.device)
+        group = Group(
+            launch,
+            backend,
+            given.train.dist_timeout_s,
+            given.train.device,
+            shared_memory=given.train.dist_shared_memory,
+        )
     except GroupError as error:
         _say(launch, str(error), every_rank=True)
         return EXIT_FAILED

@@ -1,0 +1,78 @@
+/* An all-reduce (sum) of float32 vectors between the ranks of one machine, through a mapping
+ * they share: each rank copies its vector into its slot, says so on one counter, waits until
+ * every rank has, and sums the slots in rank order into its own vector, so every rank gets
+ * the same bits. The trainer's gradient all-reduce (trainer/local_reduce.py) takes it instead
+ * of gloo's, whose loopback TCP round trips and sleeping waits cost several times the copy
+ * (docs/distributed.md, "When ranks pay").
+ *
+ * Layout: one 64-byte line holding the counter, then two sets of `world` slots of `capacity`
+ * floats. Call g uses set g & 1, so one counter is the only barrier: a rank can write set
+ * g & 1 again only at call g + 2, after passing call g + 1's barrier, which every rank
+ * reaches only after it has finished reading call g's slots.
+ *
+ * The counter is monotonic: call g is complete when it reads (g + 1) * world. A waiting rank
+ * spins (a core each, as torchrun gives ranks here), then yields its core, and gives up at
+ * the deadline, so a rank that died or stopped ends the run as gloo's timeout would. */
+#ifndef OPERANT_LOCAL_REDUCE_H
+#define OPERANT_LOCAL_REDUCE_H
+
+#include <sched.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#define LR_HEADER 64
+#define LR_SPINS 20000
+
+static inline void lr_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+static inline double lr_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Bytes of a segment for `world` ranks and vectors of up to `capacity` floats. */
+static inline int64_t lr_segment_bytes(int64_t world, int64_t capacity) {
+    return LR_HEADER + 2 * world * capacity * (int64_t)sizeof(float);
+}
+
+/* Wait until `counter` reaches `target`; 0, or -1 at the deadline. */
+static inline int lr_wait(uint64_t *counter, uint64_t target, double timeout_s) {
+    int64_t spins = 0;
+    double deadline = 0.0;
+    while (__atomic_load_n(counter, __ATOMIC_ACQUIRE) < target) {
+        if (++spins < LR_SPINS) {
+            lr_pause();
+            continue;
+        }
+        if (deadline == 0.0) deadline = lr_now() + timeout_s;
+        else if ((spins & 255) == 0 && lr_now() > deadline) return -1;
+        sched_yield();
+    }
+    return 0;
+}
+
+/* Call number `call` (0, 1, ... in the same order on every rank): data[0:n] becomes the sum
+ * over the ranks, summed in rank order. 0, or -1 when the other ranks did not all arrive
+ * within timeout_s. */
+static inline int lr_all_reduce_sum(char *base, int64_t world, int64_t rank, int64_t capacity,
+                                    float *data, int64_t n, uint64_t call, double timeout_s) {
+    uint64_t *counter = (uint64_t *)base;
+    float *set = (float *)(base + LR_HEADER) + (int64_t)(call & 1) * world * capacity;
+    memcpy(set + rank * capacity, data, (size_t)n * sizeof(float));
+    __atomic_fetch_add(counter, 1, __ATOMIC_ACQ_REL);
+    if (lr_wait(counter, (call + 1) * (uint64_t)world, timeout_s) != 0) return -1;
+    memcpy(data, set, (size_t)n * sizeof(float));
+    for (int64_t r = 1; r < world; r++) {
+        const float *slot = set + r * capacity;
+        for (int64_t i = 0; i < n; i++) data[i] += slot[i];
+    }
+    return 0;
+}
+
+#endif

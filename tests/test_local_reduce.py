@@ -1,0 +1,94 @@
+"""The ranks' all-reduce through shared memory (operant.trainer.local_reduce), between real
+processes: each gets the same bits, the sum in rank order; a rank that never arrives makes
+the others give up at the deadline instead of waiting forever; the segment's name is gone
+once every rank has mapped it."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+
+import numpy as np
+import torch
+
+from operant.trainer import local_reduce
+from operant.trainer.local_reduce import LocalReduce, open_local_reduce
+
+WORLD = 3
+SIZE = 10_007  # not a multiple of any vector width
+
+
+def _vector(rank: int, call: int) -> np.ndarray:
+    generator = np.random.default_rng(100 * call + rank)
+    return (generator.standard_normal(SIZE) * 10.0 ** generator.integers(-3, 4)).astype(np.float32)
+
+
+def _rank(path: str, rank: int, calls: int, out) -> None:
+    fd = os.open(path, os.O_RDWR)
+    segment = local_reduce._map(fd, os.path.getsize(path))
+    assert segment is not None
+    reduce = LocalReduce(segment, WORLD, rank, SIZE)
+    sums = []
+    for call in range(calls):
+        tensor = torch.from_numpy(_vector(rank, call)[: SIZE - call])  # shorter each call
+        assert reduce.sum_(tensor, timeout_s=30.0)
+        sums.append(tensor.numpy().tobytes())
+    out.put((rank, sums))
+
+
+def test_every_rank_gets_the_sum_in_rank_order(tmp_path):
+    path = str(tmp_path / "segment")
+    with open(path, "wb") as segment:
+        segment.truncate(local_reduce.native.segment_bytes(WORLD, SIZE))
+    calls = 7  # both sets of slots, several times over
+    context = multiprocessing.get_context("fork")
+    out = context.Queue()
+    ranks = [context.Process(target=_rank, args=(path, r, calls, out)) for r in range(WORLD)]
+    for process in ranks:
+        process.start()
+    results = dict(out.get(timeout=60) for _ in ranks)
+    for process in ranks:
+        process.join(timeout=30)
+        assert process.exitcode == 0
+    for call in range(calls):
+        parts = [_vector(r, call)[: SIZE - call] for r in range(WORLD)]
+        expected = (parts[0] + parts[1]) + parts[2]  # float32, rank order
+        for rank in range(WORLD):
+            got = np.frombuffer(results[rank][call], dtype=np.float32)
+            assert got.tobytes() == expected.tobytes(), (rank, call)
+
+
+def test_a_rank_that_never_arrives_ends_the_wait_at_the_deadline(tmp_path):
+    path = str(tmp_path / "segment")
+    with open(path, "wb") as segment:
+        segment.truncate(local_reduce.native.segment_bytes(2, 16))
+    mapped = local_reduce._map(os.open(path, os.O_RDWR), os.path.getsize(path))
+    assert mapped is not None
+    reduce = LocalReduce(mapped, 2, 0, 16)
+    started = time.monotonic()
+    assert not reduce.sum_(torch.ones(16), timeout_s=0.3)
+    assert 0.3 <= time.monotonic() - started < 5.0
+
+
+def test_setting_up_leaves_no_name_in_dev_shm(monkeypatch, tmp_path):
+    """One process as a world of one: rank 0 makes the segment, maps it and unlinks it."""
+    monkeypatch.setattr(local_reduce, "SHM_DIR", str(tmp_path))
+    reduce = open_local_reduce(0, 1, 64, lambda value: value, lambda flags: flags)
+    assert reduce is not None and list(tmp_path.iterdir()) == []
+    tensor = torch.arange(64, dtype=torch.float32)
+    assert reduce.sum_(tensor, timeout_s=1.0)
+    assert torch.equal(tensor, torch.arange(64, dtype=torch.float32))
+    reduce.close()
+
+
+def test_a_rank_that_cannot_map_it_keeps_every_rank_on_gloo(monkeypatch, tmp_path):
+    monkeypatch.setattr(local_reduce, "SHM_DIR", str(tmp_path / "missing"))
+    agreed = []
+
+    def agree(flags):
+        agreed.append(flags)
+        return flags
+
+    assert open_local_reduce(0, 1, 64, lambda value: value, agree) is None
+    assert agreed == [[True]]
