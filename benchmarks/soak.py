@@ -6,22 +6,25 @@ Prometheus, with clock-independent checks at the end.
 
 The stack: `operant-train --resume auto` under a supervisor that restarts it as systemd's
 unit would (after `--restart-delay` seconds; exit 0 ends it; exit 75, a full disk, waits until
-the disk has room; exit 2 on a damaged newest checkpoint gets the documented fallback, the
-newer files and `latest` deleted, and is counted as an operator's recovery), `operant monitor`
-in tmux, `operant exporter`, and Debian's Prometheus scraping it every second and evaluating
-deploy/prometheus/operant-alerts.yml every second. As root the runs root is a tmpfs of
-`--disk-mib` MiB, so the disk can fill; else a plain folder and no disk fault.
+the disk has room; a damaged newest checkpoint is the trainer's own business: `--resume auto`
+falls back to the newest one that reads and sets the damaged one aside, and the report counts
+those fallbacks; an exit 2 would still get the documented manual fallback, counted as an
+operator's recovery), `operant monitor` in tmux, `operant exporter`, and Debian's Prometheus
+scraping it every second and evaluating deploy/prometheus/operant-alerts.yml every second. As
+root the runs root is a tmpfs of `--disk-mib` MiB, so the disk can fill; else a plain folder
+and no disk fault.
 
-Faults, one every `--gap MIN MAX` seconds (seeded): SIGKILL of the trainer (stopped first for
-1.5 s, so that Prometheus scrapes its last count), SIGTERM of the trainer, SIGKILL of the
-monitor and of the exporter (restarted at once), SIGSTOP/SIGCONT of the trainer for `--stop-s`
-seconds (beyond OperantRunStalled's 30 s), a disk that fills for `--full-s` seconds and empties,
-a corrupted newest checkpoint, a deleted `latest` (the runs root's link and the checkpoints'
-pointer).
+Faults, one every `--gap MIN MAX` seconds (seeded): SIGKILL and SIGTERM of the trainer, SIGKILL
+of the monitor and of the exporter (restarted at once), SIGSTOP/SIGCONT of the trainer for
+`--stop-s` seconds (beyond OperantRunStalled's 30 s), a disk that fills for `--full-s` seconds
+and empties, a crash that leaves the checkpoint a restart takes damaged (a flipped byte), a
+deleted `latest` (the runs root's link and the checkpoints' pointer).
 
 The checks (exit 1 if one fails): progress.jsonl holds every update from 1 to the last exactly
-once; every checkpoint left reads (digest checked); the final policy evaluates; Prometheus's
-increase() of operant_process_steps_total over the soak, plus the series' first sample (which
+once, apart from the updates redone after a kill (counted); every checkpoint left reads
+(digest checked); the final policy evaluates; Prometheus's increase() of
+operant_trained_steps_total (the run's count over all its processes: a resumed process
+continues it, so no restart resets it) over the soak, plus the series' first sample (which
 increase() cannot count: nothing before it to compare with), is within 1% of the steps the
 trainer processes published (read from each process's metrics file when it ended); every fault
 an alert covers fired that alert, and no alert fired without a fault. Prints one JSON report.
@@ -52,10 +55,20 @@ BIN = Path(sys.executable).parent
 RUN_ID = "soak"
 EXPECTED = {
     "kill": {"OperantRunCrashed"},
+    "corrupt": {"OperantRunCrashed"},
     "stop": {"OperantRunStalled"},
     "fill": {"OperantDiskFull"},
 }
 """Faults an alert covers: the alert each must fire."""
+SEEN = {
+    "kill": 'operant_run_status{status="crashed"} == 1',
+    "corrupt": 'operant_run_status{status="crashed"} == 1',
+    "stop": 'operant_run_status{status="stalled"} == 1',
+    "fill": 'operant_run_info{warning=~".+"}'
+    ' or operant_run_reason_info{reason=~"the disk is full.*"}',
+}
+"""What Prometheus scrapes when each of those faults happens (the alert's condition): so a
+fault whose alert was still firing from an earlier one shows it was seen all the same."""
 ALLOWED = {**EXPECTED, "fill": {"OperantDiskFull", "OperantRunFailed"}}
 """Alerts each fault may fire (a full disk that refuses progress.jsonl fails the run)."""
 FAULTS = (
@@ -94,7 +107,7 @@ class Stack:
         args = self.args
         command = [str(BIN / "operant-train"), "--env", args.env, "--run-id", RUN_ID,
                    "--runs-dir", str(self.root), "--resume", "auto", "--quiet",
-                   "--total-steps", str(10**12), "--seed", str(args.seed),
+                   "--total-steps", str(2**40), "--seed", str(args.seed),
                    "--set", "checkpoint.every_seconds=5", "--set", "checkpoint.keep=3",
                    *args.trainer_args]  # fmt: skip
         self.trainer = subprocess.Popen(command, stdout=self._log("trainer"),
@@ -140,6 +153,16 @@ class Stack:
                 time.sleep(0.2)
         raise RuntimeError(f"prometheus did not start: see {self.work / 'prometheus.log'}")
 
+    def wait_scraped(self, timeout: float = 60) -> None:
+        """Until Prometheus has scraped the exporter (its first scrape of a new target comes
+        seconds after it starts)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any(sample["value"][1] == "1" for sample in self.query('up{job="operant"}')):
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"prometheus never scraped the exporter: see {self.work}")
+
     def query(self, expr: str, at: float | None = None) -> list:
         params = {"query": expr, **({"time": str(at)} if at is not None else {})}
         url = f"http://127.0.0.1:{self.prometheus_port}/api/v1/query?"
@@ -174,6 +197,8 @@ class Soak:
         self.faults: list[dict] = []
         self.counts: dict[str, int] = {}
         self.trained = 0
+        self.updates_trained = 0
+        self.processes_that_trained = 0
         self.counted: set[tuple[int, int]] = set()
         self.restarts = 0
         self.operator_recoveries = 0
@@ -194,6 +219,8 @@ class Soak:
         if identity not in self.counted:
             self.counted.add(identity)
             self.trained += snapshot.counters.get("process_steps", 0)
+            self.updates_trained += snapshot.counters.get("process_updates", 0)
+            self.processes_that_trained += snapshot.counters.get("process_updates", 0) > 0
 
     def supervise(self) -> None:
         """Restart an ended trainer as systemd would (after the delay it waited)."""
@@ -216,13 +243,32 @@ class Soak:
 
     def _fall_back(self) -> None:
         """docs/deploy.md section 8: a damaged newest checkpoint is deleted with `latest`,
-        and the trainer takes the newest file left."""
+        and the trainer takes the newest file left. (What the trainer refused is kept first,
+        under the work folder's refused-N/, with each file's verdict.)"""
         checkpoints = sorted((self.run_dir / "checkpoints").glob("ckpt-*.pt"))
+        self._keep_refused(checkpoints)
         damaged = [path for path in checkpoints if path.name in self.corrupted]
         for path in damaged[-1:] or checkpoints[-1:]:
             path.unlink()
         (self.run_dir / "checkpoints" / "latest").unlink(missing_ok=True)
         self.operator_recoveries += 1
+
+    def _keep_refused(self, checkpoints: list[Path]) -> None:
+        from operant.trainer.checkpoint_format import load
+
+        kept = self.stack.work / f"refused-{self.operator_recoveries}"
+        kept.mkdir()
+        verdicts = []
+        for path in checkpoints:
+            shutil.copy2(path, kept / path.name)
+            try:
+                load(path)
+                verdicts.append(f"{path.name}: reads")
+            except Exception as error:  # noqa: BLE001 (the verdict is the finding)
+                verdicts.append(f"{path.name}: {error}")
+        pointer = self.run_dir / "checkpoints" / "latest"
+        named = pointer.read_text() if pointer.exists() else "(no latest)"
+        (kept / "verdicts.txt").write_text("\n".join([f"latest: {named.strip()}", *verdicts]))
 
     def inject(self, kind: str) -> float:
         """Apply one fault; the seconds it was held."""
@@ -232,8 +278,6 @@ class Soak:
         if kind in ("kill", "term", "stop") and not alive:
             return -1.0
         if kind == "kill":
-            trainer.send_signal(signal.SIGSTOP)  # its last count is scraped before it dies
-            time.sleep(1.5)
             trainer.kill()
             trainer.wait()
         elif kind == "term":
@@ -283,17 +327,32 @@ class Soak:
         return held
 
     def _corrupt(self) -> float:
-        checkpoints = sorted((self.run_dir / "checkpoints").glob("ckpt-*.pt"))
-        if not checkpoints:
-            return -1.0
-        newest = checkpoints[-1]
-        with open(newest, "r+b") as handle:  # a flipped byte in the middle
-            handle.seek(newest.stat().st_size // 2)
-            byte = handle.read(1)
-            handle.seek(-1, os.SEEK_CUR)
-            handle.write(bytes([byte[0] ^ 0xFF]))
-        self.corrupted.add(newest.name)
-        return 0.0
+        """A crash that leaves the checkpoint a restart would take damaged (a flipped byte,
+        as a bad disk would): the trainer is stopped, the checkpoint `latest` names (else the
+        newest) gets its middle byte flipped, and the trainer is SIGKILLed, so that its
+        restart meets it. (Flipping a checkpoint the trainer then replaces tests nothing.)"""
+        from operant.trainer.checkpoint import find_checkpoint
+
+        trainer = self.stack.trainer
+        alive = trainer is not None and trainer.poll() is None
+        if alive:
+            trainer.send_signal(signal.SIGSTOP)
+            time.sleep(0.2)
+        try:
+            target = find_checkpoint(self.run_dir / "checkpoints")
+        except Exception:  # noqa: BLE001 (a pointer the delete-latest fault left dangling)
+            target = None
+        if target is not None and target.name not in self.corrupted:  # (a second flip mends)
+            with open(target, "r+b") as handle:
+                handle.seek(target.stat().st_size // 2)
+                byte = handle.read(1)
+                handle.seek(-1, os.SEEK_CUR)
+                handle.write(bytes([byte[0] ^ 0xFF]))
+            self.corrupted.add(target.name)
+        if alive:
+            trainer.kill()
+            trainer.wait()
+        return 0.0 if target is not None or alive else -1.0
 
     def run(self) -> None:
         args = self.args
@@ -315,27 +374,31 @@ class Soak:
 
 
 def firing_intervals(stack: Stack, start: float, end: float) -> dict[str, list[list[float]]]:
-    """Each alert's firing intervals, as Prometheus evaluated the rules."""
+    """Each alert's firing intervals, as Prometheus evaluated the rules: one list per alert
+    name, the spans of each of its series (label sets) apart, so that a second series that
+    began while another fired is not hidden in the first's span."""
     step = max(1.0, (end - start) / 5000)
     intervals: dict[str, list[list[float]]] = {}
     for series in stack.query_range('ALERTS{alertstate="firing"}', start, end, step):
-        name = series["metric"]["alertname"]
+        spans: list[list[float]] = []
         for stamp, _ in series["values"]:
-            spans = intervals.setdefault(name, [])
             if spans and stamp - spans[-1][1] <= 2 * step:
                 spans[-1][1] = stamp
             else:
                 spans.append([stamp, stamp])
+        intervals.setdefault(series["metric"]["alertname"], []).extend(spans)
     return intervals
+
+
+def window(fault: dict) -> tuple[float, float]:
+    """When an alert may begin for `fault`: from its start (2 s of clock slack) to 90 s after
+    it ended (a `for:` clause and the rule's evaluation)."""
+    return fault["at"] - 2, fault["at"] + fault["held_s"] + 90
 
 
 def check_alerts(faults: list[dict], intervals: dict[str, list[list[float]]], stop_s: float):
     """(faults whose alert did not fire, alerts that fired without a fault)."""
     allowed = {**ALLOWED, "stop": {"OperantRunStalled", "OperantRunStuck"}}
-
-    def window(fault: dict) -> tuple[float, float]:
-        return fault["at"] - 2, fault["at"] + fault["held_s"] + 90
-
     missed = []
     for fault in faults:
         expected = EXPECTED.get(fault["kind"], set())
@@ -385,6 +448,9 @@ def check_run(run_dir: Path, corrupted: set[str]) -> dict:
         "checkpoints": len(checkpoints),
         "unreadable_checkpoints": unreadable,
         "damaged_by_the_soak_left": damaged_by_soak,
+        "set_aside_by_the_trainer": sorted(
+            path.name for path in (run_dir / "checkpoints").glob("*.damaged")
+        ),
         "evaluates": evaluation.returncode == 0,
         "evaluation": evaluation.stdout.strip()[-400:] or evaluation.stderr.strip()[-400:],
     }
@@ -455,6 +521,27 @@ def wait_for_own_update(run_dir: Path, since_ns: int, timeout: float = 300) -> N
     raise RuntimeError(f"the restarted trainer made no update in {run_dir}")
 
 
+def count_steps(stack: Stack, started: float, ended: float) -> dict:
+    """Prometheus's count of the steps trained over the soak: increase() of the run's
+    trained-steps counter from its first sample to its last exactly (increase() extrapolates a
+    window's ends by up to half a scrape interval of the average rate, which is no step
+    trained), plus the first sample (what the counter held then: nothing earlier to compare
+    with); and, for reference, the plain increase() over the whole window."""
+    window = int(ended - started) + 5
+    series = f'operant_trained_steps_total{{run="{RUN_ID}"}}'
+    samples = stack.query(f"{series}[{window}s]", at=ended)[0]["values"]
+    (first_at, first_text), last_at = samples[0], samples[-1][0]
+    span_ms = round((last_at - first_at) * 1000)
+    result = stack.query(f"sum(increase({series}[{span_ms}ms]))", at=last_at)
+    plain = stack.query(f"sum(increase({series}[{window}s]))", at=ended)
+    return {
+        "increase": float(result[0]["value"][1]) if result else 0.0,
+        "first": float(first_text),
+        "plain": float(plain[0]["value"][1]) if plain else 0.0,
+        "samples": len(samples),
+    }
+
+
 def finish(stack: Stack, soak: Soak, started: float) -> dict:
     """End the run cleanly, let Prometheus scrape its end, and run the checks."""
     before = time.time_ns()
@@ -470,36 +557,38 @@ def finish(stack: Stack, soak: Soak, started: float) -> dict:
     soak.account()
     time.sleep(3)  # a few scrapes of the final state
     ended = time.time()
-    window = int(ended - started) + 5
-    series = f'operant_process_steps_total{{run="{RUN_ID}"}}'
-    samples = stack.query(f"{series}[{window}s]", at=ended)[0]["values"]
-    # From the first sample to the last exactly: increase() extrapolates a window's ends by
-    # up to half a scrape interval of the average rate, which is no step trained. And it
-    # cannot count what the series held at its first sample (nothing earlier to compare
-    # with): the steps before the first scrape, read back from Prometheus.
-    (first_at, first_text), last_at = samples[0], samples[-1][0]
-    span_ms = round((last_at - first_at) * 1000)
-    result = stack.query(f"sum(increase({series}[{span_ms}ms]))", at=last_at)
-    increase, first = float(result[0]["value"][1]) if result else 0.0, float(first_text)
-    missed, spurious = check_alerts(
-        soak.faults, firing_intervals(stack, started, ended), soak.args.stop_s
-    )
+    steps = count_steps(stack, started, ended)
+    intervals = firing_intervals(stack, started, ended)
+    missed, spurious = check_alerts(soak.faults, intervals, soak.args.stop_s)
     run = check_run(soak.run_dir, soak.corrupted)
-    final_step = MetricsReader(soak.run_dir / "metrics.bin").snapshot().counters["global_step"]
-    counted = increase + first
-    steps_ok = soak.trained > 0 and abs(counted - soak.trained) <= 0.01 * soak.trained
+    counters = MetricsReader(soak.run_dir / "metrics.bin").snapshot().counters
+    counted = steps["increase"] + steps["first"]
+    trained = soak.trained
+    steps_ok = trained > 0 and abs(counted - trained) <= 0.01 * trained
+    log = (stack.work / "trainer.log").read_text(errors="replace")
     return {
         "seconds": round(ended - started, 1),
         "faults": soak.counts,
+        "alerts_fired": alerts_per_fault(soak.faults, intervals),
+        "fault_seen_by_prometheus": seen_per_fault(stack, soak.faults, started, ended),
         "trainer_exits": soak.exits,
         "restarts": soak.restarts,
+        "restarts_that_trained_again": soak.processes_that_trained - 1,
+        "checkpoint_fallbacks": log.count("the newest checkpoint that reads"),
         "operator_recoveries": soak.operator_recoveries,
-        "steps_trained": soak.trained,
-        "steps_redone": soak.trained - final_step,
-        "final_global_step": final_step,
-        "prometheus_increase": round(increase),
-        "first_sample": round(first),
-        "increase_error_percent": round(100 * (counted - soak.trained) / max(1, soak.trained), 3),
+        "steps_trained": trained,
+        "final_global_step": counters["global_step"],
+        "steps_redone": trained - counters["global_step"],
+        "updates_trained": soak.updates_trained,
+        "updates_redone": soak.updates_trained - counters["updates"],
+        "trained_steps_counter": counters.get("trained_steps"),
+        "prometheus_increase": round(steps["increase"]),
+        "first_sample": round(steps["first"]),
+        "prometheus_samples": steps["samples"],
+        "increase_error_percent": round(100 * (counted - trained) / max(1, trained), 3),
+        "plain_increase_error_percent": round(
+            100 * (steps["plain"] - trained) / max(1, trained), 3
+        ),
         "increase_within_1_percent": steps_ok,
         "alerts_missed": missed,
         "alerts_without_fault": spurious,
@@ -510,6 +599,51 @@ def finish(stack: Stack, soak: Soak, started: float) -> dict:
             and run["evaluates"] and not missed and not spurious
         ),
     }  # fmt: skip
+
+
+def seen_per_fault(stack: Stack, faults: list[dict], start: float, end: float) -> dict:
+    """For each fault kind in SEEN: its faults, and how many of them Prometheus scraped the
+    condition of (a sample within 30 s after the fault began)."""
+    seen: dict[str, list[int]] = {}
+    for kind, expr in SEEN.items():
+        stamps = [
+            stamp
+            for series in stack.query_range(expr, start, end, 1.0)
+            for stamp, _ in series["values"]
+        ]
+        for fault in faults:
+            if fault["kind"] == kind:
+                row = seen.setdefault(kind, [0, 0])
+                row[0] += 1
+                row[1] += any(fault["at"] <= stamp <= fault["at"] + 30 for stamp in stamps)
+    return {kind: f"{hits} of {total}" for kind, (total, hits) in seen.items()}
+
+
+def alerts_per_fault(faults: list[dict], intervals: dict[str, list[list[float]]]) -> dict:
+    """For each fault kind: its faults, and for each alert how many of them it fired for. A
+    firing belongs to the latest fault whose window holds its start (none: "without a
+    fault"); a fault its alert covers that began no firing of its own, because the alert was
+    still firing (held by its rule) from an earlier fault, counts under "<alert> (firing
+    already)"."""
+    table: dict[str, dict[str, int]] = {}
+    began: dict[int, set[str]] = {}
+    for name, spans in intervals.items():
+        for first, _ in spans:
+            owners = [n for n, fault in enumerate(faults) if window(fault)[0] <= first]
+            owners = [n for n in owners if first <= window(faults[n])[1]]
+            began.setdefault(owners[-1] if owners else -1, set()).add(name)
+    for number, fault in enumerate(faults):
+        row = table.setdefault(fault["kind"], {"faults": 0})
+        row["faults"] += 1
+        for name in began.get(number, set()):
+            row[name] = row.get(name, 0) + 1
+        low, high = window(fault)
+        for name in EXPECTED.get(fault["kind"], set()) - began.get(number, set()):
+            if any(a <= high and b >= low for a, b in intervals.get(name, [])):
+                row[f"{name} (firing already)"] = row.get(f"{name} (firing already)", 0) + 1
+    if -1 in began:
+        table["without a fault"] = {name: 1 for name in began[-1]}
+    return table
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -529,6 +663,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         stack.start_prometheus()
         stack.start_exporter()
+        stack.wait_scraped()  # so the trained-steps series starts near 0
         started = time.time() - 1  # before the first trainer: its steps are in the window
         stack.start_trainer()
         wait_for_updates(root / RUN_ID, 1)
@@ -543,6 +678,7 @@ def main(argv: list[str] | None = None) -> int:
                 break
             time.sleep(0.2)
     report["work"] = str(work)
+    (work / "faults.json").write_text(json.dumps(soak.faults, indent=1))
     print(json.dumps(report, indent=1))
     return 0 if report["ok"] else 1
 
