@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from textual.widgets import DataTable, Footer, Static
 from operant.monitor import format as fmt
 from operant.monitor.frame_view import FrameView
 from operant.monitor.listing import RunRow, listed_sps
-from operant.monitor.runs_cmd import listed_status
+from operant.monitor.runs_cmd import listed_status, sweep_heading
 from operant.monitor.source import (
     ReaderSource,
     RunUpdate,
@@ -49,7 +50,7 @@ from operant.monitor.widgets import (
 from operant.shared.reader import shown_sps, shown_status
 from operant.shared.record import label
 from operant.shared.runs import command_hint, has_checkpoint, resume_command
-from operant.shared.sweeps import describe, read_summary
+from operant.shared.sweeps import read_summary
 
 # History fields drawn as curves when the run records them, in this order, with their titles
 # (operant.shared.record's labels).
@@ -67,6 +68,8 @@ CURVES = tuple(
 # Fields never worth a curve of their own (they only grow).
 _NOT_CURVES = {"global_step", "episodes", "updates", "elapsed_s"}
 MAX_CURVES = len(CURVES)
+# How often the run picker lists the runs again while it is open, seconds.
+PICKER_REFRESH_S = 1.0
 # How much the monitor process lowers its own scheduling priority (os.nice) when it starts.
 NICENESS = 10
 
@@ -115,28 +118,53 @@ class HelpScreen(ModalScreen[None]):
 
 
 class RunPicker(ModalScreen[str | None]):
-    """The runs under the runs root, as `operant runs` lists them; Enter attaches."""
+    """The runs under the runs root, as `operant runs` lists them, listed again every
+    PICKER_REFRESH_S while open (a live sweep's leaderboard and its running trial's steps
+    move as they do); Enter attaches."""
 
     BINDINGS = [Binding("escape,r", "dismiss(None)", "Close")]
 
-    def __init__(self, rows: list[RunRow], current: str) -> None:
+    def __init__(
+        self, rows: list[RunRow], current: str, relist: Callable[[], list[RunRow]] | None = None
+    ) -> None:
+        """`relist`: lists the runs again (off the UI thread: it reads every run's file)."""
         super().__init__()
         self.rows = rows
         self.current = current
+        self.relist = relist
 
     def compose(self) -> ComposeResult:
         with Vertical(id="picker"):
-            yield Static(
-                "Attach to a run: ↑↓ choose, enter attaches, esc closes", id="picker-title"
-            )
+            yield Static(id="picker-title")
             yield DataTable(id="runs", cursor_type="row", zebra_stripes=True)
-            if any(row.sweep for row in self.rows):
-                yield Static(sweep_lines(self.rows), id="sweeps")
+            yield Static(id="sweeps")
 
     def on_mount(self) -> None:
         table = self.query_one("#runs", DataTable)
         table.add_columns("run id", "env", "status", "steps", "steps/s", "age")
-        for row in reversed(self.rows):  # newest first
+        self._fill(self.current)
+        table.focus()
+        if self.relist is not None:
+            self.set_interval(PICKER_REFRESH_S, self._refresh_rows)
+
+    async def _refresh_rows(self) -> None:
+        assert self.relist is not None
+        rows = await asyncio.to_thread(self.relist)
+        if not self.is_attached:  # closed while listing
+            return
+        table = self.query_one("#runs", DataTable)
+        # the run under the cursor stays under it (its row may have moved)
+        chosen = self.current
+        if table.row_count:
+            chosen = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value or chosen
+        self.rows = rows
+        self._fill(chosen)
+
+    def _fill(self, chosen: str) -> None:
+        """The table from `self.rows` (newest first), the cursor on run `chosen`."""
+        table = self.query_one("#runs", DataTable)
+        table.clear()
+        for row in reversed(self.rows):
             table.add_row(
                 row.run_id,
                 row.env_id or "-",
@@ -146,29 +174,28 @@ class RunPicker(ModalScreen[str | None]):
                 fmt.duration(row.age_s),
                 key=row.run_id,
             )
-        if not self.rows:
-            self.query_one("#picker-title", Static).update(
-                "No runs under the runs root yet (esc closes)"
-            )
+        self.query_one("#picker-title", Static).update(
+            "Attach to a run: ↑↓ choose, enter attaches, esc closes"
+            if self.rows
+            else "No runs under the runs root yet (esc closes)"
+        )
         ids = [row.run_id for row in reversed(self.rows)]
-        if self.current in ids:
-            table.move_cursor(row=ids.index(self.current))
-        table.focus()
+        if chosen in ids:
+            table.move_cursor(row=ids.index(chosen))
+        sweeps = self.query_one("#sweeps", Static)
+        sweeps.display = any(row.sweep for row in self.rows)
+        sweeps.update(sweep_lines(self.rows))
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         self.dismiss(event.row_key.value)
 
 
 def sweep_lines(rows: list[RunRow]) -> str:
-    """The leaderboard line of each sweep whose trials are among `rows` (read from the
-    sweep's summary file: operant.shared.sweeps)."""
-    lines = []
-    for row in rows:
-        if row.sweep and not any(line.startswith(f"sweep {row.sweep}:") for line in lines):
-            # row.path is the trial's metrics file: its sweep directory is two levels up
-            summary = read_summary(Path(row.path).parent.parent)
-            lines.append(describe(summary) if summary is not None else f"sweep {row.sweep}:")
-    return "\n".join(lines)
+    """The leaderboard line of each sweep whose trials are among `rows`, as `operant runs`
+    heads them (read from the sweep's summary file: operant.shared.sweeps)."""
+    # row.path is the trial's metrics file (or folder): its sweep directory is two levels up
+    directories = dict.fromkeys(Path(row.path).parent.parent for row in rows if row.sweep)
+    return "\n".join(sweep_heading(directory, rows) for directory in directories)
 
 
 class RunCommands(Provider):
@@ -420,7 +447,8 @@ class MonitorApp(App[str | None]):
 
     def action_pick_run(self) -> None:
         current = self.view.run_id if self.view is not None else ""
-        self.push_screen(RunPicker(self.source.runs(), current), self._picked)
+        source = self.source
+        self.push_screen(RunPicker(source.runs(), current, source.runs), self._picked)
 
     def _picked(self, run_id: str | None) -> None:
         if run_id and (self.view is None or run_id != self.view.run_id):
@@ -474,6 +502,8 @@ def detach_message(run_id: str, view: RunView | None, root: Path) -> str:
     if status not in ("running", "stalled", "finished", "failed", "crashed"):
         # never read (a file being created, corrupt, or none): nothing to say of training
         return f"detached from {run_id}. Reattach: {reattach}"
+    if read and view is not None and (said := trial_detach(run_id, view, root)):
+        return said
     # a run of K ranks resumes with K ranks (its checkpoints hold each rank's state)
     ranks = view.world_size if read else 1
     nodes = len({row.node for row in view.ranks}) if read and ranks > 1 else 1
@@ -501,3 +531,24 @@ def detach_message(run_id: str, view: RunView | None, root: Path) -> str:
         )
         return f"detached from {run_id}, whose trainer {status}{why}. {how}: {resume}"
     return f"detached from {run_id}; training goes on. Reattach: {reattach}"
+
+
+def trial_detach(run_id: str, view: RunView, root: Path) -> str | None:
+    """What `q` says of a sweep's trial that ended early (pruned, stopped with its sweep,
+    failed): what became of the trial, as its sweep's summary says; its sweep, not a resume by
+    hand, continues it. None for a run that is no sweep's trial, or did not end early."""
+    stopped = view.status == "finished" and view.interrupted
+    if not (stopped or view.status in ("failed", "crashed")):
+        return None
+    summary = read_summary(Path(view.run_dir).parent)
+    trials = [row for row in summary.trials if run_id in row.run_ids] if summary else []
+    if summary is None or not trials:
+        return None
+    trial = trials[-1]  # a trial continued by a later one shares its runs
+    state = f"{trial.state}: {trial.reason}" if trial.reason else trial.state
+    then = (
+        "run the same operant sweep command to continue it"
+        if trial.state == "interrupted"
+        else f"see {command_hint('operant sweep show', summary.name, root=root)}"
+    )
+    return f"detached from {run_id}, trial {trial.number} of sweep {summary.name} ({state}); {then}"

@@ -31,10 +31,10 @@ from operant.shared.record import UNIX_TIME
 from operant.shared.runs import (
     LATEST_NAME,
     RunNotFoundError,
-    resolve_run,
     root_problem,
     runs_root,
 )
+from operant.shared.sweeps import resolve_newest
 
 PROG = "operant monitor"
 # Top-level keys of `--json` besides the run's own metrics, which also appear under "metrics".
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         return interactive(args)
     root = runs_root(args.runs_dir)
     try:
-        run_dir = resolve_run(root, args.run)
+        run_dir = resolve_newest(root, args.run)
     except RunNotFoundError as error:
         return _error(str(error))
     try:
@@ -131,7 +131,7 @@ def interactive(args: argparse.Namespace) -> int:
         return _error(f"--refresh {args.refresh:g}: give a number of seconds from 0.05 to 3600")
     root = runs_root(args.runs_dir)
     try:
-        run_dir: Path | None = resolve_run(root, args.run)
+        run_dir: Path | None = resolve_newest(root, args.run)
     except RunNotFoundError as error:
         # --follow on a root with no run yet (the monitor opened before the first run is
         # started, in a pane beside it) waits for one; a root that cannot hold runs cannot

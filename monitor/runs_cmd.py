@@ -32,7 +32,7 @@ from operant.monitor.format import no_update_text
 from operant.monitor.listing import RunRow, list_runs, listed_sps, row_progress
 from operant.shared.cli_parser import OneLineParser, add_stuck_after
 from operant.shared.ranks import status_text
-from operant.shared.reader import shown_status
+from operant.shared.reader import STATUS_RUNNING, shown_status
 from operant.shared.runs import runs_root
 from operant.shared.sweeps import describe, read_summary, sweep_dir
 
@@ -81,15 +81,18 @@ def main(argv: list[str] | None = None) -> int:
     blocks = [render_table(own)] if (own := [row for row in rows if not row.sweep]) else []
     for name in dict.fromkeys(row.sweep for row in rows if row.sweep):
         trials = render_table([row for row in rows if row.sweep == name])
-        blocks.append(f"{sweep_heading(root, name)}\n{trials}")
+        blocks.append(f"{sweep_heading(sweep_dir(root, name), rows)}\n{trials}")
     print("\n\n".join(blocks))
     return 0
 
 
-def sweep_heading(root: Path, name: str) -> str:
-    """A sweep's line above its trials (operant.shared.sweeps.describe)."""
-    summary = read_summary(sweep_dir(root, name))
-    line = describe(summary) if summary is not None else f"sweep {name}"
+def sweep_heading(directory: Path, rows: list[RunRow]) -> str:
+    """The line of the sweep in `directory` (operant.shared.sweeps.describe): its summary,
+    and how many of its trials among `rows` are running now."""
+    name = directory.name
+    summary = read_summary(directory)
+    running = sum(row.sweep == name and row.status == STATUS_RUNNING for row in rows)
+    line = describe(summary, running) if summary is not None else f"sweep {name}"
     return f"{line} (operant sweep show {name})"
 
 

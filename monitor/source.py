@@ -35,12 +35,8 @@ from operant.shared import progress, record
 from operant.shared.progress import Progress
 from operant.shared.ranks import RankRow, RunReader, RunSnapshot
 from operant.shared.reader import STATUS_RUNNING, STATUS_STALLED, Frame, MetricsFileError
-from operant.shared.runs import (
-    LATEST_NAME,
-    RunNotFoundError,
-    metrics_files,
-    resolve_run,
-)
+from operant.shared.runs import LATEST_NAME, RunNotFoundError, metrics_files
+from operant.shared.sweeps import resolve_newest
 
 DEFAULT_INTERVAL_S = 1.0
 # Points kept per curve: a run's whole history at one point per update for long runs, and a
@@ -372,7 +368,7 @@ class ReaderSource:
     def _resolve(self) -> Path:
         if self._run is None and not self._follow and self._run_dir is not None:
             return self._run_dir  # --latest without --follow stays on the run it found
-        return resolve_run(self.root, self._run)
+        return resolve_newest(self.root, self._run)
 
     def _open(self, run_dir: Path) -> RunReader:
         reader = RunReader(run_dir)

@@ -10,10 +10,13 @@ neither Optuna nor torch, and never write into a sweep directory.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import msgspec
+
+from operant.shared.runs import LATEST_NAME, RunNotFoundError, resolve_run
 
 SWEEPS_DIR = "sweeps"
 SUMMARY_FILE = "sweep.json"
@@ -74,6 +77,33 @@ def list_sweep_dirs(runs_root: Path) -> list[Path]:
         return []
 
 
+def resolve_newest(runs_root: Path, run: str | None) -> Path:
+    """`resolve_run`, where the latest run (`run` None or 'latest') is the one started last,
+    a sweep's trial included: a sweep's trials are the `latest` of its own directory, not of
+    the runs root, so that `operant eval latest` and `operant-train --resume latest` keep
+    naming the root's own runs. The monitor watches this one: a sweep's live trial where it
+    started after the root's newest run, or where the root has none."""
+    if run is not None and run != LATEST_NAME:
+        return resolve_run(runs_root, run)
+    newest = max(
+        ((os.lstat(link).st_mtime_ns, directory) for directory in list_sweep_dirs(runs_root)
+         if os.path.islink(link := directory / LATEST_NAME)),
+        default=None,
+    )  # fmt: skip
+    try:
+        own = resolve_run(runs_root, None)
+    except RunNotFoundError:
+        if newest is None:
+            raise
+        return resolve_run(newest[1], None)
+    if newest is not None and newest[0] > os.lstat(runs_root / LATEST_NAME).st_mtime_ns:
+        try:
+            return resolve_run(newest[1], None)
+        except RunNotFoundError:  # its trial's directory was removed: the root's own run
+            pass
+    return own
+
+
 def read_summary(directory: Path) -> SweepSummary | None:
     """A sweep directory's summary; None where it has none yet or it cannot be read."""
     try:
@@ -82,13 +112,17 @@ def read_summary(directory: Path) -> SweepSummary | None:
         return None
 
 
-def describe(summary: SweepSummary) -> str:
-    """A sweep in one line: its objective, its trials' states and its best value."""
+def describe(summary: SweepSummary, running: int | None = None) -> str:
+    """A sweep in one line: its objective, its trials' states and its best value. `running`:
+    how many of its trials train now, where the reader knows (from their metrics files: the
+    summary's own count is as of the last trial that ended)."""
     line = (
         f"sweep {summary.name}: {summary.metric} ({summary.direction}); "
         f"{summary.complete} complete, {summary.pruned} pruned, {summary.failed} failed of "
         f"{summary.n_trials}"
     )
+    if running:
+        line += f", {running} running"
     best = summary.best
     if best is not None and best.value is not None:
         params = ", ".join(f"{path}={_short(value)}" for path, value in best.params.items())
