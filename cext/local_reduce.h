@@ -1,14 +1,14 @@
-/* An all-reduce (sum) of float32 vectors between the ranks of one machine, through a mapping
- * they share: each rank copies its vector into its slot, says so on one counter, waits until
- * every rank has, and sums the slots in rank order into its own vector, so every rank gets
- * the same bits. The trainer's gradient all-reduce (trainer/local_reduce.py) takes it instead
- * of gloo's, whose loopback TCP round trips and sleeping waits cost several times the copy
- * (docs/distributed.md, "When ranks pay").
+/* An all-reduce (sum) of float32 or float64 vectors between the ranks of one machine,
+ * through a mapping they share: each rank copies its vector into its slot, says so on one
+ * counter, waits until every rank has, and sums the slots in rank order into its own
+ * vector, so every rank gets the same bits. The trainer's sums between ranks on one machine
+ * (trainer/local_reduce.py) take it instead of gloo's, whose loopback TCP round trips and
+ * sleeping waits cost several times the copy (docs/distributed.md, "When ranks pay").
  *
- * Layout: one 64-byte line holding the counter, then two sets of `world` slots of `capacity`
- * floats. Call g uses set g & 1, so one counter is the only barrier: a rank can write set
- * g & 1 again only at call g + 2, after passing call g + 1's barrier, which every rank
- * reaches only after it has finished reading call g's slots.
+ * Layout: one 64-byte line holding the counter, then two sets of `world` slots of
+ * `slot_bytes` each. Call g uses set g & 1, so one counter is the only barrier: a rank can
+ * write set g & 1 again only at call g + 2, after passing call g + 1's barrier, which every
+ * rank reaches only after it has finished reading call g's slots.
  *
  * The counter is monotonic: call g is complete when it reads (g + 1) * world. A waiting rank
  * spins (a core each, as torchrun gives ranks here), then yields its core, and gives up at
@@ -36,9 +36,9 @@ static inline double lr_now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* Bytes of a segment for `world` ranks and vectors of up to `capacity` floats. */
-static inline int64_t lr_segment_bytes(int64_t world, int64_t capacity) {
-    return LR_HEADER + 2 * world * capacity * (int64_t)sizeof(float);
+/* Bytes of a segment for `world` ranks and vectors of up to `slot_bytes` bytes. */
+static inline int64_t lr_segment_bytes(int64_t world, int64_t slot_bytes) {
+    return LR_HEADER + 2 * world * slot_bytes;
 }
 
 /* Wait until `counter` reaches `target`; 0, or -1 at the deadline. */
@@ -57,21 +57,45 @@ static inline int lr_wait(uint64_t *counter, uint64_t target, double timeout_s) 
     return 0;
 }
 
-/* Call number `call` (0, 1, ... in the same order on every rank): data[0:n] becomes the sum
- * over the ranks, summed in rank order. 0, or -1 when the other ranks did not all arrive
- * within timeout_s. */
-static inline int lr_all_reduce_sum(char *base, int64_t world, int64_t rank, int64_t capacity,
-                                    float *data, int64_t n, uint64_t call, double timeout_s) {
+/* Call number `call` (0, 1, ... in the same order on every rank): copy `bytes` of `data`
+ * into this rank's slot of the call's set and wait for the others; the set's first slot,
+ * or NULL when they did not all arrive within timeout_s. */
+static inline char *lr_arrive(char *base, int64_t world, int64_t rank, int64_t slot_bytes,
+                              const void *data, int64_t bytes, uint64_t call, double timeout_s) {
     uint64_t *counter = (uint64_t *)base;
-    float *set = (float *)(base + LR_HEADER) + (int64_t)(call & 1) * world * capacity;
-    memcpy(set + rank * capacity, data, (size_t)n * sizeof(float));
+    char *set = base + LR_HEADER + (int64_t)(call & 1) * world * slot_bytes;
+    memcpy(set + rank * slot_bytes, data, (size_t)bytes);
     __atomic_fetch_add(counter, 1, __ATOMIC_ACQ_REL);
-    if (lr_wait(counter, (call + 1) * (uint64_t)world, timeout_s) != 0) return -1;
-    memcpy(data, set, (size_t)n * sizeof(float));
-    for (int64_t r = 1; r < world; r++) {
-        const float *slot = set + r * capacity;
-        for (int64_t i = 0; i < n; i++) data[i] += slot[i];
+    if (lr_wait(counter, (call + 1) * (uint64_t)world, timeout_s) != 0) return NULL;
+    return set;
+}
+
+/* data[0:n] becomes the sum over the ranks, summed in rank order; 0, or -1 at the deadline. */
+#define LR_SUM(NAME, T)                                                                    \
+    static inline int NAME(char *base, int64_t world, int64_t rank, int64_t slot_bytes,     \
+                           T *data, int64_t n, uint64_t call, double timeout_s) {           \
+        int64_t bytes = n * (int64_t)sizeof(T);                                             \
+        char *set = lr_arrive(base, world, rank, slot_bytes, data, bytes, call, timeout_s); \
+        if (set == NULL) return -1;                                                         \
+        memcpy(data, set, (size_t)bytes);                                                   \
+        for (int64_t r = 1; r < world; r++) {                                               \
+            const T *slot = (const T *)(set + r * slot_bytes);                              \
+            for (int64_t i = 0; i < n; i++) data[i] += slot[i];                             \
+        }                                                                                   \
+        return 0;                                                                           \
     }
+
+LR_SUM(lr_all_reduce_sum_f32, float)
+LR_SUM(lr_all_reduce_sum_f64, double)
+
+/* out[r * bytes : (r + 1) * bytes] becomes rank r's `data`, for every rank; 0, or -1 at the
+ * deadline. */
+static inline int lr_all_gather(char *base, int64_t world, int64_t rank, int64_t slot_bytes,
+                                const void *data, int64_t bytes, char *out, uint64_t call,
+                                double timeout_s) {
+    char *set = lr_arrive(base, world, rank, slot_bytes, data, bytes, call, timeout_s);
+    if (set == NULL) return -1;
+    for (int64_t r = 0; r < world; r++) memcpy(out + r * bytes, set + r * slot_bytes, (size_t)bytes);
     return 0;
 }
 

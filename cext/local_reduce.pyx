@@ -3,27 +3,68 @@ from libc.stdint cimport int64_t, uint64_t
 
 
 cdef extern from "local_reduce.h" nogil:
-    int64_t lr_segment_bytes(int64_t world, int64_t capacity)
-    int lr_all_reduce_sum(char *base, int64_t world, int64_t rank, int64_t capacity,
-                          float *data, int64_t n, uint64_t call, double timeout_s)
+    int64_t lr_segment_bytes(int64_t world, int64_t slot_bytes)
+    int lr_all_reduce_sum_f32(char *base, int64_t world, int64_t rank, int64_t slot_bytes,
+                              float *data, int64_t n, uint64_t call, double timeout_s)
+    int lr_all_reduce_sum_f64(char *base, int64_t world, int64_t rank, int64_t slot_bytes,
+                              double *data, int64_t n, uint64_t call, double timeout_s)
+    int lr_all_gather(char *base, int64_t world, int64_t rank, int64_t slot_bytes,
+                      const void *data, int64_t bytes, char *out, uint64_t call,
+                      double timeout_s)
 
 
-def segment_bytes(int64_t world, int64_t capacity):
-    """Bytes of a segment for `world` ranks and vectors of up to `capacity` floats."""
-    return lr_segment_bytes(world, capacity)
+def segment_bytes(int64_t world, int64_t slot_bytes):
+    """Bytes of a segment for `world` ranks and vectors of up to `slot_bytes` bytes."""
+    return lr_segment_bytes(world, slot_bytes)
 
 
-def all_reduce_sum(unsigned char[::1] segment, int64_t world, int64_t rank, int64_t capacity,
-                   float[::1] data, uint64_t call, double timeout_s):
+cdef char *_base(unsigned char[::1] segment, int64_t world, int64_t slot_bytes,
+                 int64_t bytes) except NULL:
+    if bytes > slot_bytes:
+        raise ValueError(f"{bytes} bytes do not fit the segment's slots of {slot_bytes}")
+    if segment.shape[0] < lr_segment_bytes(world, slot_bytes):
+        raise ValueError("the segment is smaller than its world and slots need")
+    return <char *>&segment[0]
+
+
+def all_reduce_sum_f32(unsigned char[::1] segment, int64_t world, int64_t rank,
+                       int64_t slot_bytes, float[::1] data, uint64_t call, double timeout_s):
     """`data` becomes the sum over the ranks (in rank order, the same bits on every rank);
     False when the other ranks did not all arrive within timeout_s."""
     cdef int64_t n = data.shape[0]
+    cdef char *base = _base(segment, world, slot_bytes, n * 4)
     cdef int status
-    if n > capacity:
-        raise ValueError(f"{n} floats do not fit the segment's {capacity}")
-    if segment.shape[0] < lr_segment_bytes(world, capacity):
-        raise ValueError("the segment is smaller than its world and capacity need")
     with nogil:
-        status = lr_all_reduce_sum(<char *>&segment[0], world, rank, capacity, &data[0], n,
-                                   call, timeout_s)
+        status = lr_all_reduce_sum_f32(base, world, rank, slot_bytes, &data[0], n, call,
+                                       timeout_s)
+    return status == 0
+
+
+def all_reduce_sum_f64(unsigned char[::1] segment, int64_t world, int64_t rank,
+                       int64_t slot_bytes, double[::1] data, uint64_t call, double timeout_s):
+    """all_reduce_sum_f32 for float64 vectors."""
+    cdef int64_t n = data.shape[0]
+    cdef char *base = _base(segment, world, slot_bytes, n * 8)
+    cdef int status
+    with nogil:
+        status = lr_all_reduce_sum_f64(base, world, rank, slot_bytes, &data[0], n, call,
+                                       timeout_s)
+    return status == 0
+
+
+def all_gather(unsigned char[::1] segment, int64_t world, int64_t rank, int64_t slot_bytes,
+               const unsigned char[::1] data, unsigned char[::1] out, uint64_t call,
+               double timeout_s):
+    """`out` (world x len(data) bytes) becomes every rank's `data` in rank order; False when
+    the other ranks did not all arrive within timeout_s."""
+    cdef int64_t n = data.shape[0]
+    cdef char *base = _base(segment, world, slot_bytes, n)
+    cdef int status
+    if out.shape[0] != world * n:
+        raise ValueError(f"out holds {out.shape[0]} bytes, not {world} x {n}")
+    if n == 0:
+        return True
+    with nogil:
+        status = lr_all_gather(base, world, rank, slot_bytes, &data[0], n, <char *>&out[0],
+                               call, timeout_s)
     return status == 0

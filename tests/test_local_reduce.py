@@ -28,7 +28,7 @@ def _rank(path: str, rank: int, calls: int, out) -> None:
     fd = os.open(path, os.O_RDWR)
     segment = local_reduce._map(fd, os.path.getsize(path))
     assert segment is not None
-    reduce = LocalReduce(segment, WORLD, rank, SIZE)
+    reduce = LocalReduce(segment, WORLD, rank, SIZE * 8)
     sums = []
     for call in range(calls):
         tensor = torch.from_numpy(_vector(rank, call)[: SIZE - call])  # shorter each call
@@ -40,7 +40,7 @@ def _rank(path: str, rank: int, calls: int, out) -> None:
 def test_every_rank_gets_the_sum_in_rank_order(tmp_path):
     path = str(tmp_path / "segment")
     with open(path, "wb") as segment:
-        segment.truncate(local_reduce.native.segment_bytes(WORLD, SIZE))
+        segment.truncate(local_reduce.native.segment_bytes(WORLD, SIZE * 8))
     calls = 7  # both sets of slots, several times over
     context = multiprocessing.get_context("fork")
     out = context.Queue()
@@ -53,19 +53,19 @@ def test_every_rank_gets_the_sum_in_rank_order(tmp_path):
         assert process.exitcode == 0
     for call in range(calls):
         parts = [_vector(r, call)[: SIZE - call] for r in range(WORLD)]
-        expected = (parts[0] + parts[1]) + parts[2]  # float32, rank order
+        expected = (parts[0] + parts[1]) + parts[2]  # in their dtype, rank order
         for rank in range(WORLD):
-            got = np.frombuffer(results[rank][call], dtype=np.float32)
+            got = np.frombuffer(results[rank][call], dtype=expected.dtype)
             assert got.tobytes() == expected.tobytes(), (rank, call)
 
 
 def test_a_rank_that_never_arrives_ends_the_wait_at_the_deadline(tmp_path):
     path = str(tmp_path / "segment")
     with open(path, "wb") as segment:
-        segment.truncate(local_reduce.native.segment_bytes(2, 16))
+        segment.truncate(local_reduce.native.segment_bytes(2, 64))
     mapped = local_reduce._map(os.open(path, os.O_RDWR), os.path.getsize(path))
     assert mapped is not None
-    reduce = LocalReduce(mapped, 2, 0, 16)
+    reduce = LocalReduce(mapped, 2, 0, 64)
     started = time.monotonic()
     assert not reduce.sum_(torch.ones(16), timeout_s=0.3)
     assert 0.3 <= time.monotonic() - started < 5.0
@@ -74,7 +74,7 @@ def test_a_rank_that_never_arrives_ends_the_wait_at_the_deadline(tmp_path):
 def test_setting_up_leaves_no_name_in_dev_shm(monkeypatch, tmp_path):
     """One process as a world of one: rank 0 makes the segment, maps it and unlinks it."""
     monkeypatch.setattr(local_reduce, "SHM_DIR", str(tmp_path))
-    reduce = open_local_reduce(0, 1, 64, lambda value: value, lambda flags: flags)
+    reduce = open_local_reduce(0, 1, 256, lambda value: value, lambda flags: flags)
     assert reduce is not None and list(tmp_path.iterdir()) == []
     tensor = torch.arange(64, dtype=torch.float32)
     assert reduce.sum_(tensor, timeout_s=1.0)
@@ -90,5 +90,35 @@ def test_a_rank_that_cannot_map_it_keeps_every_rank_on_gloo(monkeypatch, tmp_pat
         agreed.append(flags)
         return flags
 
-    assert open_local_reduce(0, 1, 64, lambda value: value, agree) is None
+    assert open_local_reduce(0, 1, 256, lambda value: value, agree) is None
     assert agreed == [[True]]
+
+
+def test_a_gather_hands_every_rank_every_ranks_bytes(tmp_path):
+    """Two ranks gather int32 votes and float64 rows (the update record's) alternately."""
+    path = str(tmp_path / "segment")
+    with open(path, "wb") as segment:
+        segment.truncate(local_reduce.native.segment_bytes(2, 4096))
+    context = multiprocessing.get_context("fork")
+    out = context.Queue()
+    ranks = [context.Process(target=_gatherer, args=(path, r, out)) for r in range(2)]
+    for process in ranks:
+        process.start()
+    results = dict(out.get(timeout=60) for _ in ranks)
+    for process in ranks:
+        process.join(timeout=30)
+        assert process.exitcode == 0
+    for rank in range(2):
+        votes, is_float64, firsts = results[rank]
+        assert votes == [[1, 0, 7], [0, 1, 8]]
+        assert is_float64 and firsts == [0.5, 1.5]
+
+
+def _gatherer(path: str, rank: int, out) -> None:
+    segment = local_reduce._map(os.open(path, os.O_RDWR), os.path.getsize(path))
+    assert segment is not None
+    reduce = LocalReduce(segment, 2, rank, 4096)
+    votes = reduce.all_gather(torch.tensor([1 - rank, rank, 7 + rank], dtype=torch.int32), 30.0)
+    rows = reduce.all_gather(torch.full((9,), rank + 0.5, dtype=torch.float64), 30.0)
+    assert votes is not None and rows is not None
+    out.put((rank, (votes.tolist(), rows.dtype == torch.float64, rows[:, 0].tolist())))

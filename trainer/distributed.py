@@ -43,11 +43,13 @@ import torch.distributed as dist
 
 from operant.trainer.config import ConfigError
 from operant.trainer.errors import first_line
-from operant.trainer.local_reduce import LocalReduce, open_local_reduce
+from operant.trainer.local_reduce import LocalReduce, gatherable, open_local_reduce, reducible
 from operant.trainer.service_protocol import GroupError
 
 # torchrun's variables (torch.distributed.run): which process of which group this is.
 _RANK_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+# What a rank waited on when a collective through the shared segment timed out.
+_SHARED_WAIT = "the wait of a collective through shared memory"
 
 
 @dataclass(frozen=True)
@@ -158,7 +160,7 @@ class Group:
             raise GroupError(
                 f"rank {self.rank}: cannot join the process group ({backend}): {_first_line(error)}"
             ) from None
-        # train.dist_shared_memory: float32 sums between ranks that all run on this machine go
+        # train.dist_shared_memory: float sums between ranks that all run on this machine go
         # through one shared segment (trainer/local_reduce.py), made at the first such sum
         self._local_ok = (
             shared_memory and backend == "gloo" and launch.local_world_size == self.world_size
@@ -204,37 +206,56 @@ class Group:
         if copied:
             tensor.copy_(moved)
 
-    def _local_sum(self, tensor: torch.Tensor, what: str) -> bool:
-        """Sum `tensor` through the shared segment where it can go there; False where not."""
-        fits = tensor.dtype == torch.float32 and tensor.device.type == "cpu"
-        if not (self._local_ok and fits and tensor.is_contiguous()):
-            return False
-        if self._local is None or self._local.capacity < tensor.numel():
+    def _segment(self, tensor: torch.Tensor) -> LocalReduce | None:
+        """The shared segment, (re)made to hold `tensor`; None where ranks cannot use one."""
+        if not (self._local_ok and gatherable(tensor)):
+            return None
+        nbytes = tensor.numel() * tensor.element_size()
+        if self._local is None or self._local.slot_bytes < nbytes:
             if self._local is not None:
                 self._local.close()
             self._local = open_local_reduce(
                 self.rank,
                 self.world_size,
-                tensor.numel(),
+                max(nbytes, 4096),
                 lambda value: self.broadcast_from_zero(value, "mapping the shared segment"),
-                self.agree,
+                self._agree_by_gloo,
             )
             self._local_ok = self._local is not None
-            if self._local is None:
-                return False
-        if not self._local.sum_(tensor, self.timeout_s):
-            raise self._failed(what, "the wait of the all-reduce through shared memory")
+        return self._local
+
+    def _local_sum(self, tensor: torch.Tensor, what: str) -> bool:
+        """Sum `tensor` through the shared segment where it can go there; False where not."""
+        segment = self._segment(tensor) if reducible(tensor) else None
+        if segment is None:
+            return False
+        if not segment.sum_(tensor, self.timeout_s):
+            raise self._failed(what, _SHARED_WAIT)
         return True
 
     def agree(self, flags: Sequence[bool]) -> list[bool]:
         """Each flag true on any rank is true on every rank (the boundary's decisions)."""
+        votes = torch.tensor([int(flag) for flag in flags], dtype=torch.int32)
+        if self._segment(votes) is None:
+            return self._agree_by_gloo(flags)
+        rows = self.all_gather(votes, "the update boundary's vote")
+        return [bool(vote) for vote in rows.max(dim=0).values.tolist()]
+
+    def _agree_by_gloo(self, flags: Sequence[bool]) -> list[bool]:
         votes = torch.tensor([int(flag) for flag in flags], dtype=torch.int32, device=self.device)
         self._guard("the update boundary's vote", dist.all_reduce, votes, op=dist.ReduceOp.MAX)
         return [bool(vote) for vote in votes.tolist()]
 
     def all_gather(self, row: torch.Tensor, what: str) -> torch.Tensor:
         """(world_size, *row.shape): every rank's `row`, in rank order."""
-        moved, _ = self._on_device(row.contiguous())
+        row = row.contiguous()
+        segment = self._segment(row)
+        if segment is not None:
+            gathered = segment.all_gather(row, self.timeout_s)
+            if gathered is None:
+                raise self._failed(what, _SHARED_WAIT)
+            return gathered
+        moved, _ = self._on_device(row)
         rows = [torch.empty_like(moved) for _ in range(self.world_size)]
         self._guard(what, dist.all_gather, rows, moved)
         return torch.stack(rows).cpu()

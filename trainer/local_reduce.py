@@ -1,14 +1,16 @@
-"""The gradient's all-reduce between ranks on one machine, through shared memory.
+"""Collectives between ranks on one machine, through shared memory.
 
-Every minibatch step of a K-rank run averages the flat gradient over the ranks. Gloo does
-that over loopback TCP: for the CNN's 132K floats about 0.7 ms alone, and 3-4 ms inside the
-step, where each wait lets the waiting core sleep and the wake-up comes late (measured in
-docs/performance.md, "Ranks"). When every rank runs on this machine, the ranks instead map
-one segment in /dev/shm: each copies its gradient into its slot, counts itself in, and sums
-the slots in rank order (operant.cext.local_reduce: the same bits on every rank; for two
-ranks the bits gloo's sum gives, since a + b == b + a). Setting up is itself collective
-(rank 0 makes the segment, the others map it, then rank 0 unlinks its name, so nothing is
-left in /dev/shm however the run ends); if any rank cannot map it, every rank keeps gloo.
+Every minibatch step of a K-rank run averages the flat gradient over the ranks; each epoch
+sums the advantages' statistics, and each update gathers every rank's record and votes.
+Gloo does that over loopback TCP: for the CNN's 132K floats about 0.7 ms alone, and 3-4 ms
+inside the step, where each wait lets the waiting core sleep and the wake-up comes late
+(measured in docs/performance.md, "Ranks"). When every rank runs on this machine, the ranks
+instead map one segment in /dev/shm: each copies its vector into its slot, counts itself
+in, and sums the slots in rank order, or copies them all out to gather
+(operant.cext.local_reduce: the same bits on every rank; for two ranks the bits gloo's sum
+gives, since a + b == b + a). Setting up is itself collective (rank 0 makes the segment,
+the others map it, then rank 0 unlinks its name, so nothing is left in /dev/shm however the
+run ends); if any rank cannot map it, every rank keeps gloo.
 """
 
 from __future__ import annotations
@@ -27,24 +29,54 @@ import operant.cext.local_reduce as native
 SHM_DIR = "/dev/shm"
 
 
-class LocalReduce:
-    """One mapped segment for `world` ranks and vectors of up to `capacity` float32s."""
+_SUMS = {torch.float32: native.all_reduce_sum_f32, torch.float64: native.all_reduce_sum_f64}
 
-    def __init__(self, segment: mmap.mmap, world: int, rank: int, capacity: int):
+
+def reducible(tensor: torch.Tensor) -> bool:
+    """Whether a sum of `tensor` can go through a segment (float32 or float64, CPU, dense)."""
+    return tensor.dtype in _SUMS and gatherable(tensor)
+
+
+def gatherable(tensor: torch.Tensor) -> bool:
+    """Whether `tensor` can be gathered through a segment (CPU, dense)."""
+    return tensor.device.type == "cpu" and tensor.is_contiguous()
+
+
+class LocalReduce:
+    """One mapped segment for `world` ranks and vectors of up to `slot_bytes` bytes."""
+
+    def __init__(self, segment: mmap.mmap, world: int, rank: int, slot_bytes: int):
         self.segment = segment
         self.view = np.frombuffer(segment, dtype=np.uint8)
-        self.world, self.rank, self.capacity = world, rank, capacity
+        self.world, self.rank, self.slot_bytes = world, rank, slot_bytes
         self.calls = 0
 
     def sum_(self, tensor: torch.Tensor, timeout_s: float) -> bool:
-        """`tensor` (float32, CPU, contiguous, at most `capacity`) becomes its sum over the
-        ranks; False when the other ranks did not all arrive within timeout_s."""
+        """`tensor` (`reducible`, at most `slot_bytes`) becomes its sum over the ranks; False
+        when the other ranks did not all arrive within timeout_s."""
         data = tensor.view(-1).numpy()
-        done = native.all_reduce_sum(
-            self.view, self.world, self.rank, self.capacity, data, self.calls, timeout_s
+        done = _SUMS[tensor.dtype](
+            self.view, self.world, self.rank, self.slot_bytes, data, self.calls, timeout_s
         )
         self.calls += 1
         return bool(done)
+
+    def all_gather(self, tensor: torch.Tensor, timeout_s: float) -> torch.Tensor | None:
+        """(world, *tensor.shape): every rank's `tensor` (CPU, dense, at most `slot_bytes`),
+        in rank order; None when the other ranks did not all arrive within timeout_s."""
+        out = torch.empty((self.world, *tensor.shape), dtype=tensor.dtype)
+        done = native.all_gather(
+            self.view,
+            self.world,
+            self.rank,
+            self.slot_bytes,
+            tensor.view(-1).view(torch.uint8).numpy(),
+            out.view(-1).view(torch.uint8).numpy(),
+            self.calls,
+            timeout_s,
+        )
+        self.calls += 1
+        return out if done else None
 
     def close(self) -> None:
         del self.view
@@ -54,14 +86,14 @@ class LocalReduce:
 def open_local_reduce(
     rank: int,
     world: int,
-    capacity: int,
+    slot_bytes: int,
     share: Callable[[Any], Any],
     agree: Callable[[list[bool]], list[bool]],
 ) -> LocalReduce | None:
     """A segment every rank maps (a collective: every rank calls it, in the same order), or
     None on every rank when one of them could not map it. `share` hands rank 0's value to
     every rank, `agree` ORs a flag over the ranks (the group's own collectives)."""
-    size = native.segment_bytes(world, capacity)
+    size = native.segment_bytes(world, slot_bytes)
     path, fd = None, -1
     if rank == 0:
         path, fd = _create(size)
@@ -77,7 +109,7 @@ def open_local_reduce(
             segment.close()
         return None
     assert segment is not None
-    return LocalReduce(segment, world, rank, capacity)
+    return LocalReduce(segment, world, rank, slot_bytes)
 
 
 def _create(size: int) -> tuple[str | None, int]:
