@@ -27,28 +27,25 @@ cdef char *_base(unsigned char[::1] segment, int64_t world, int64_t slot_bytes,
     return <char *>&segment[0]
 
 
-def all_reduce_sum_f32(unsigned char[::1] segment, int64_t world, int64_t rank,
-                       int64_t slot_bytes, float[::1] data, uint64_t call, double timeout_s):
-    """`data` becomes the sum over the ranks (in rank order, the same bits on every rank);
-    False when the other ranks did not all arrive within timeout_s."""
-    cdef int64_t n = data.shape[0]
-    cdef char *base = _base(segment, world, slot_bytes, n * 4)
-    cdef int status
-    with nogil:
-        status = lr_all_reduce_sum_f32(base, world, rank, slot_bytes, &data[0], n, call,
-                                       timeout_s)
-    return status == 0
+ctypedef fused real:
+    float
+    double
 
 
-def all_reduce_sum_f64(unsigned char[::1] segment, int64_t world, int64_t rank,
-                       int64_t slot_bytes, double[::1] data, uint64_t call, double timeout_s):
-    """all_reduce_sum_f32 for float64 vectors."""
+def all_reduce_sum(unsigned char[::1] segment, int64_t world, int64_t rank,
+                   int64_t slot_bytes, real[::1] data, uint64_t call, double timeout_s):
+    """`data` (float32 or float64) becomes the sum over the ranks (in rank order, the same
+    bits on every rank); False when the other ranks did not all arrive within timeout_s."""
     cdef int64_t n = data.shape[0]
-    cdef char *base = _base(segment, world, slot_bytes, n * 8)
+    cdef char *base = _base(segment, world, slot_bytes, n * sizeof(real))
     cdef int status
     with nogil:
-        status = lr_all_reduce_sum_f64(base, world, rank, slot_bytes, &data[0], n, call,
-                                       timeout_s)
+        if real is float:
+            status = lr_all_reduce_sum_f32(base, world, rank, slot_bytes, &data[0], n, call,
+                                           timeout_s)
+        else:
+            status = lr_all_reduce_sum_f64(base, world, rank, slot_bytes, &data[0], n, call,
+                                           timeout_s)
     return status == 0
 
 

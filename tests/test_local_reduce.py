@@ -24,7 +24,21 @@ def _vector(rank: int, call: int) -> np.ndarray:
     return (generator.standard_normal(SIZE) * 10.0 ** generator.integers(-3, 4)).astype(np.float32)
 
 
-def _rank(path: str, rank: int, calls: int, out) -> None:
+def _run_ranks(world: int, target, *args) -> dict:
+    """target(*args, rank, queue) in `world` forked processes: what each put, by rank."""
+    context = multiprocessing.get_context("fork")
+    out = context.Queue()
+    ranks = [context.Process(target=target, args=(*args, r, out)) for r in range(world)]
+    for process in ranks:
+        process.start()
+    results = dict(out.get(timeout=60) for _ in ranks)
+    for process in ranks:
+        process.join(timeout=30)
+        assert process.exitcode == 0
+    return results
+
+
+def _rank(path: str, calls: int, rank: int, out) -> None:
     fd = os.open(path, os.O_RDWR)
     segment = local_reduce._map(fd, os.path.getsize(path))
     assert segment is not None
@@ -42,15 +56,7 @@ def test_every_rank_gets_the_sum_in_rank_order(tmp_path):
     with open(path, "wb") as segment:
         segment.truncate(local_reduce.native.segment_bytes(WORLD, SIZE * 8))
     calls = 7  # both sets of slots, several times over
-    context = multiprocessing.get_context("fork")
-    out = context.Queue()
-    ranks = [context.Process(target=_rank, args=(path, r, calls, out)) for r in range(WORLD)]
-    for process in ranks:
-        process.start()
-    results = dict(out.get(timeout=60) for _ in ranks)
-    for process in ranks:
-        process.join(timeout=30)
-        assert process.exitcode == 0
+    results = _run_ranks(WORLD, _rank, path, calls)
     for call in range(calls):
         parts = [_vector(r, call)[: SIZE - call] for r in range(WORLD)]
         expected = (parts[0] + parts[1]) + parts[2]  # in their dtype, rank order
@@ -99,15 +105,7 @@ def test_a_gather_hands_every_rank_every_ranks_bytes(tmp_path):
     path = str(tmp_path / "segment")
     with open(path, "wb") as segment:
         segment.truncate(local_reduce.native.segment_bytes(2, 4096))
-    context = multiprocessing.get_context("fork")
-    out = context.Queue()
-    ranks = [context.Process(target=_gatherer, args=(path, r, out)) for r in range(2)]
-    for process in ranks:
-        process.start()
-    results = dict(out.get(timeout=60) for _ in ranks)
-    for process in ranks:
-        process.join(timeout=30)
-        assert process.exitcode == 0
+    results = _run_ranks(2, _gatherer, path)
     for rank in range(2):
         votes, is_float64, firsts = results[rank]
         assert votes == [[1, 0, 7], [0, 1, 8]]

@@ -29,12 +29,12 @@ import operant.cext.local_reduce as native
 SHM_DIR = "/dev/shm"
 
 
-_SUMS = {torch.float32: native.all_reduce_sum_f32, torch.float64: native.all_reduce_sum_f64}
+_SUMMABLE = (torch.float32, torch.float64)
 
 
 def reducible(tensor: torch.Tensor) -> bool:
     """Whether a sum of `tensor` can go through a segment (float32 or float64, CPU, dense)."""
-    return tensor.dtype in _SUMS and gatherable(tensor)
+    return tensor.dtype in _SUMMABLE and gatherable(tensor)
 
 
 def gatherable(tensor: torch.Tensor) -> bool:
@@ -55,7 +55,7 @@ class LocalReduce:
         """`tensor` (`reducible`, at most `slot_bytes`) becomes its sum over the ranks; False
         when the other ranks did not all arrive within timeout_s."""
         data = tensor.view(-1).numpy()
-        done = _SUMS[tensor.dtype](
+        done = native.all_reduce_sum(
             self.view, self.world, self.rank, self.slot_bytes, data, self.calls, timeout_s
         )
         self.calls += 1
