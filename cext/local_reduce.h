@@ -23,6 +23,8 @@
 
 #define LR_HEADER 64
 #define LR_SPINS 20000
+#define LR_YIELD_S 0.01
+#define LR_NAP_NS 100000
 
 static inline void lr_pause(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -41,18 +43,26 @@ static inline int64_t lr_segment_bytes(int64_t world, int64_t slot_bytes) {
     return LR_HEADER + 2 * world * slot_bytes;
 }
 
-/* Wait until `counter` reaches `target`; 0, or -1 at the deadline. */
+/* Wait until `counter` reaches `target`; 0, or -1 at the deadline. Spin first (the other
+ * ranks are a minibatch's jitter away), then yield the core, and after LR_YIELD_S of that
+ * sleep between looks, so a rank waiting on a stopped one does not hold its core for the
+ * whole timeout. */
 static inline int lr_wait(uint64_t *counter, uint64_t target, double timeout_s) {
     int64_t spins = 0;
-    double deadline = 0.0;
+    double start = 0.0, waited = 0.0;
+    const struct timespec nap = {0, LR_NAP_NS};
     while (__atomic_load_n(counter, __ATOMIC_ACQUIRE) < target) {
         if (++spins < LR_SPINS) {
             lr_pause();
             continue;
         }
-        if (deadline == 0.0) deadline = lr_now() + timeout_s;
-        else if ((spins & 255) == 0 && lr_now() > deadline) return -1;
-        sched_yield();
+        if (start == 0.0) start = lr_now();
+        if (waited > LR_YIELD_S || (spins & 255) == 0) {
+            waited = lr_now() - start;
+            if (waited > timeout_s) return -1;
+        }
+        if (waited > LR_YIELD_S) nanosleep(&nap, NULL);
+        else sched_yield();
     }
     return 0;
 }

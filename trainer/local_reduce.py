@@ -113,10 +113,18 @@ def open_local_reduce(
 
 
 def _create(size: int) -> tuple[str | None, int]:
+    """A new file of `size` bytes in SHM_DIR, its pages reserved: a tmpfs too small for it
+    (a container's 64 MB /dev/shm) refuses here, where a sparse file would kill a rank with
+    SIGBUS at its first write past the space."""
     try:
         fd, path = tempfile.mkstemp(prefix="operant-reduce-", dir=SHM_DIR)
-        os.ftruncate(fd, size)
     except OSError:
+        return None, -1
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError:
+        os.close(fd)
+        os.unlink(path)
         return None, -1
     return path, fd
 
