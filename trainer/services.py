@@ -348,6 +348,11 @@ class Checkpoints(Service):
 
         if not is_storage_error(error):
             raise error
+        if _read_only(self.checkpointer.directory):
+            # ext4 turning read-only on a disk error fails the write in flight with EIO: the
+            # run directory's loss, which ends the run in its one line (run_dir_watch), not a
+            # full disk's warning
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(self.checkpointer.directory))
         self.checkpointer.failed()
         return describe_storage_error(
             error, self.checkpointer.directory, self.checkpointer.last_size
@@ -492,3 +497,11 @@ class ReleaseRunLock(Service):
 
     def close(self) -> None:
         self.plan.release()
+
+
+def _read_only(directory: Path) -> bool:
+    """Whether `directory`'s filesystem is mounted read-only now."""
+    try:
+        return bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
