@@ -77,9 +77,9 @@ def launch_from_environ(environ: Any = None) -> Launch:
     if not any(name in environ for name in _RANK_VARIABLES):
         return Launch()
     values = {}
+    defaults = {"WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": environ.get("WORLD_SIZE", "1")}
     for name in _RANK_VARIABLES + ("TORCHELASTIC_RESTART_COUNT", "LOCAL_WORLD_SIZE"):
-        default = environ.get("WORLD_SIZE", "1") if name == "LOCAL_WORLD_SIZE" else "0"
-        text = environ.get(name, "1" if name == "WORLD_SIZE" else default)
+        text = environ.get(name, defaults.get(name, "0"))
         try:
             values[name] = int(text)
         except ValueError:
@@ -206,6 +206,12 @@ class Group:
         if copied:
             tensor.copy_(moved)
 
+    def reserve_shared(self, tensor: torch.Tensor) -> None:
+        """Make the shared segment large enough for `tensor` now (the trainer passes the
+        flat gradient, the largest vector it sums), so that the first smaller collective
+        does not make one that the gradient's first sum would make again."""
+        self._segment(tensor)
+
     def _segment(self, tensor: torch.Tensor) -> LocalReduce | None:
         """The shared segment, (re)made to hold `tensor`; None where ranks cannot use one."""
         if not (self._local_ok and gatherable(tensor)):
@@ -236,9 +242,10 @@ class Group:
     def agree(self, flags: Sequence[bool]) -> list[bool]:
         """Each flag true on any rank is true on every rank (the boundary's decisions)."""
         votes = torch.tensor([int(flag) for flag in flags], dtype=torch.int32)
-        if self._segment(votes) is None:
+        segment = self._segment(votes)
+        if segment is None:
             return self._agree_by_gloo(flags)
-        rows = self.all_gather(votes, "the update boundary's vote")
+        rows = self._gather_shared(segment, votes, "the update boundary's vote")
         return [bool(vote) for vote in rows.max(dim=0).values.tolist()]
 
     def _agree_by_gloo(self, flags: Sequence[bool]) -> list[bool]:
@@ -251,14 +258,17 @@ class Group:
         row = row.contiguous()
         segment = self._segment(row)
         if segment is not None:
-            gathered = segment.all_gather(row, self.timeout_s)
-            if gathered is None:
-                raise self._failed(what, _SHARED_WAIT)
-            return gathered
+            return self._gather_shared(segment, row, what)
         moved, _ = self._on_device(row)
         rows = [torch.empty_like(moved) for _ in range(self.world_size)]
         self._guard(what, dist.all_gather, rows, moved)
         return torch.stack(rows).cpu()
+
+    def _gather_shared(self, segment: LocalReduce, row: torch.Tensor, what: str) -> torch.Tensor:
+        gathered = segment.all_gather(row, self.timeout_s)
+        if gathered is None:
+            raise self._failed(what, _SHARED_WAIT)
+        return gathered
 
     def gather_to_zero(self, value: Any, what: str) -> list[Any] | None:
         """Every rank's `value` (picklable) on rank 0, in rank order; None elsewhere."""

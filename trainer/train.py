@@ -149,6 +149,8 @@ class Trainer:
         )
         # ppo.update_impl: the C update and rollout forward where they cover the run.
         self.native = make_native(config, self.policy, self.flat, self.device)
+        if self.group is not None:
+            self.group.reserve_shared(self.flat.grad)
 
     def _build_storage(self, obs_spec: Any, act_spec: Any, layout: Any) -> None:
         """Build the rollout storage, the phase timer, and the collector that fills it."""
