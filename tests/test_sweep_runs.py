@@ -14,6 +14,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from signal_defaults import default_signals
 
 from operant.monitor import runs_cmd
 from operant.shared.runs import resolve_run
@@ -202,6 +203,77 @@ def test_sigterm_stops_every_trial_with_a_checkpoint(tmp_path: Path) -> None:
     ] * 2
     for number in (0, 1):
         assert list((directory / f"long-t000{number}-s1" / "checkpoints").glob("ckpt-*.pt"))
+
+
+def _gone(pgid: int, deadline_s: float = 30.0) -> bool:
+    """Wait until no process of the group `pgid` is left (False at the deadline)."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_stop_signal_to_the_sweeps_process_group_interrupts_its_trial(
+    tmp_path: Path, signum: signal.Signals
+) -> None:
+    """What systemd's KillMode=control-group, a closed terminal or `kill -TERM -PGID` do:
+    the signal reaches the sweep, its fork server and its trial's run at once. The fork
+    server used to die of it, and the run's exit status then read 255: the trial was
+    recorded failed, and the same command did not run it again. (The continuation is
+    checked after SIGTERM only: the study holds the same state after either signal, and a
+    sweep's start costs seconds.)"""
+    runs, name = tmp_path / "runs", signum.name
+    sweep = _write(tmp_path, LONG.format(n_trials=1, total_steps=100_000))
+    command = _command("sweep", str(sweep), "--runs-dir", str(runs))
+    with open(tmp_path / "log", "w") as out:
+        process = subprocess.Popen(
+            command,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=_environ(),
+            start_new_session=True,  # its own group: the signal below reaches only the sweep's
+            preexec_fn=default_signals,
+        )
+    run_dir = runs / "sweeps" / "long" / "long-t0000-s1"
+    _wait_for(run_dir / "progress.jsonl", process, lines=2)
+    os.killpg(process.pid, signum)
+    assert process.wait(timeout=60) == 0
+    assert _gone(process.pid), "a process of the sweep outlived it"  # its fork server, a run
+    said = (tmp_path / "log").read_text()
+    assert f"stopped by {name}; 1 trial(s) stopped with a checkpoint" in said, said
+    shown = _summary(runs, "long")
+    assert [(r["number"], r["state"], r["reason"]) for r in shown["trials"]] == [
+        (0, "interrupted", f"stopped by {name}")
+    ]
+    assert shown["failed"] == 0 and shown["complete"] == 0
+    log = (runs / "sweeps" / "long" / "logs" / "long-t0000-s1.log").read_text()
+    assert "stopped by SIGTERM at step" in log  # the sweep's own stop, taken by the trainer
+    assert list((run_dir / "checkpoints").glob("ckpt-*.pt"))
+    if signum == signal.SIGTERM:
+        _continued(command, runs, run_dir, stopped_at=_records(run_dir)[-1]["global_step"])
+
+
+def _continued(command: list[str], runs: Path, run_dir: Path, stopped_at: int) -> None:
+    """The same command again: the interrupted trial is queued again and its run continued
+    from its checkpoint to the end of its budget; the study counts one trial."""
+    again = subprocess.run(command, capture_output=True, text=True, timeout=120, env=_environ())
+    assert again.returncode == 0, again.stderr
+    shown = _summary(runs, "long")
+    assert [(r["number"], r["state"]) for r in shown["trials"]] == [
+        (0, "interrupted"),
+        (1, "complete"),
+    ]
+    assert (shown["n_trials"], shown["complete"], shown["failed"]) == (1, 1, 0)
+    assert shown["trials"][1]["run_ids"] == ["long-t0000-s1"]  # the same run, continued
+    assert len(json.loads((run_dir / "run.json").read_text())["resumes"]) == 1
+    records = _records(run_dir)
+    assert records[-1]["global_step"] >= 100_000 > stopped_at
+    assert [r["update"] for r in records] == list(range(1, len(records) + 1))
 
 
 def test_a_failing_trial_is_recorded_with_its_reason_and_the_sweep_goes_on(tmp_path: Path) -> None:

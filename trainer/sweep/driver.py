@@ -10,6 +10,11 @@ the sweep goes on.
 SIGTERM, SIGINT and SIGHUP stop every run with a checkpoint; their trials are told failed
 with `interrupted`, and the next `operant sweep` of the same file queues each again
 (`resume_of`), continuing its runs from their checkpoints (operant-train --resume auto).
+Sent to the sweep's process group or cgroup, they reach the sweep alone: its fork server and
+runs ignore them (operant.trainer.sweep.trials), and the sweep sends each run its SIGTERM,
+again every RESEND_S until it ends; a run that SIGTERM ended before its handler went in
+stopped before it trained, and is interrupted too. A trial asked for as the signal came
+starts no run.
 Trials left running by a sweep process that died (SIGKILL, power loss) are found the same
 way: with the SQLite storage the sweep directory's lock says no process runs them; with a
 shared server their heartbeat (a user attribute, refreshed every HEARTBEAT_S) is older than
@@ -120,6 +125,8 @@ class Driver:
             run = slot.run
             if run is None:
                 continue
+            if self.stopping or slot.pruned:
+                run.stop()  # again, until it ends (a run started as the signal came, too)
             new = run.poll()
             if slot.index == 0 and new and not slot.pruned and not self.stopping:
                 self._report(slot, new)
@@ -206,6 +213,9 @@ class Driver:
         """Start the slot's run for its current seed, or take its value where a resumed
         trial's run already finished."""
         while slot.index < len(slot.seeds):
+            if self.stopping:  # came while the trial was asked for
+                self._interrupt(slot, f"stopped by {self.stopping}")
+                return
             run_dir = self.directory / slot.run_id
             wait_until_free(run_dir)  # a killed sweep's run may still be writing its checkpoint
             records = read_records(run_dir)
@@ -238,7 +248,7 @@ class Driver:
         assert run is not None
         slot.run = None
         records = read_records(run.run_dir)
-        if run.exitcode != 0:
+        if run.exitcode != 0 and not _stopped(run):
             words = run.last_words() or f"exit status {run.exitcode}"
             self._fail(slot, f"run {run.run_dir.name}: {words}")
         elif slot.pruned:
@@ -366,6 +376,12 @@ def _counted(trials: list[Any]) -> int:
     """Trials that count toward n_trials: all but interrupted (re-queued) and surplus ones,
     and those waiting in the queue (resumes of interrupted ones)."""
     return sum(row_state(t) not in ("interrupted", "surplus", "waiting") for t in trials)
+
+
+def _stopped(run: RunProcess) -> bool:
+    """Whether the sweep's SIGTERM ended the run before operant-train's handler went in (it
+    had trained nothing since its last checkpoint, if any): a stop, not a failure."""
+    return run.stop_sent and run.exitcode == -signal.SIGTERM
 
 
 def _resumed(number: int, study: Any) -> bool:

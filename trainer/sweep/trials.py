@@ -11,6 +11,18 @@ only one that imports it before a trial starts.
 A trial's process gets SIGTERM when the fork server ends (Linux's parent-death signal): a
 sweep killed outright (SIGKILL) still leaves its runs stopped with a checkpoint, which the
 next `operant sweep` of the same file resumes.
+
+Stop signals are the sweep's own to take: the fork server and the trials ignore SIGTERM,
+SIGHUP and SIGINT sent to them with the sweep (a signal to its process group: Ctrl-C, a
+terminal's hangup, `kill -TERM -PGID`; or to its cgroup: systemd's KillMode=control-group),
+and the sweep stops each trial with SIGTERM (`RunProcess.stop`). The fork server once died
+of such a SIGTERM, and every running trial's exit status then read 255 (the server reports
+its children's): they were recorded failed, not interrupted, and no resume re-ran them. A
+process group of their own would not have done: systemd signals every process of the
+service's cgroup, whatever its group. So the fork server starts with the three blocked (no
+moment where their default kills it, as multiprocessing's resource tracker starts) and ignores
+them (`ignore_stops`, from `preload`); a trial inherits the ignoring, and takes back SIGTERM's
+default first thing (`_run_trainer`), until operant-train's handler replaces it.
 """
 
 from __future__ import annotations
@@ -21,6 +33,8 @@ import multiprocessing
 import os
 import signal
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +44,11 @@ from operant.shared.record import UpdateRecord, decode_progress_line
 
 PRELOAD = "operant.trainer.sweep.preload"
 _PR_SET_PDEATHSIG = 1
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+RESEND_S = 0.5
+"""A stopping run gets SIGTERM again this often until it ends (the trainer takes repeats as
+one): a SIGTERM that reaches a trial between its fork and its first line is ignored, as the
+fork server's disposition still is there."""
 _context: Any = None
 
 
@@ -43,15 +62,46 @@ def _forkserver() -> Any:
 
 def warm_up() -> None:
     """Start the fork server now (it imports torch: seconds), while the sweep gets ready."""
+    _forkserver()
+    _ensure_server()
+
+
+def _ensure_server() -> None:
+    """Start the fork server if it is not running (multiprocessing starts it again, should
+    it have died), with the stop signals blocked, so that it inherits them blocked until
+    `ignore_stops` runs there; here they are delivered when unblocked."""
     from multiprocessing import forkserver
 
-    _forkserver()
-    forkserver.ensure_running()
+    with _stops_held():
+        forkserver.ensure_running()
+
+
+@contextlib.contextmanager
+def _stops_held() -> Iterator[None]:
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def ignore_stops() -> None:
+    """In the fork server (`preload`): SIGTERM, SIGHUP and SIGINT ignored, then unblocked.
+    It ends when the sweep's process does (its "alive" pipe closes), never on a stop signal
+    meant for the sweep; its trials inherit the ignoring."""
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
 def _run_trainer(argv: list[str], log_path: str) -> None:
     """The trial's process: operant-train's main with `argv`, its output to `log_path`."""
     code = 1
+    # SIGTERM as any operant-train process starts with it (its handler goes in first thing
+    # in main(): before, SIGTERM ends the process, nothing trained yet, and the sweep that
+    # sent it records the trial interrupted). SIGINT and SIGHUP stay ignored: they reach a
+    # trial only with its sweep, which stops it with SIGTERM (module docstring).
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
         with contextlib.suppress(OSError, AttributeError):
             libc = ctypes.CDLL(None, use_errno=True)
@@ -81,6 +131,9 @@ def _run_trainer(argv: list[str], log_path: str) -> None:
 
         traceback.print_exc()
     finally:
+        # The run's outcome is written: a SIGTERM now (the sweep's repeat) must not turn its
+        # exit status into a signal's.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
@@ -97,6 +150,8 @@ class RunProcess:
         self.records: list[UpdateRecord] = []
         self._offset, self._partial = 0, b""
         self.stop_sent = False
+        self._sent_at = 0.0
+        _ensure_server()
         self.process.start()
 
     def poll(self) -> list[UpdateRecord]:
@@ -118,11 +173,15 @@ class RunProcess:
         return new
 
     def stop(self) -> None:
-        """Ask the run to stop at its next update boundary, with a checkpoint (SIGTERM)."""
-        if self.process.exitcode is None and not self.stop_sent:
+        """Ask the run to stop at its next update boundary, with a checkpoint (SIGTERM);
+        called again, send it again once RESEND_S have passed, until the run ends."""
+        now = time.monotonic()
+        if self.process.exitcode is None and (
+            not self.stop_sent or now - self._sent_at >= RESEND_S
+        ):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.process.pid, signal.SIGTERM)
-            self.stop_sent = True
+            self.stop_sent, self._sent_at = True, now
 
     @property
     def exitcode(self) -> int | None:
