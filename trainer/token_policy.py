@@ -14,10 +14,22 @@ different magnitudes, and the token budget truncates crowded windows anyway); un
 one resource in an empty window is not diluted by the other tokens. Attention would also
 bind tokens to each other, at several times the arithmetic per token for windows this small.
 
-Tokens are left-packed (padding only at the end), so the training pass (`heads`) first cuts
-the batch to its longest real row: a window with 10 tokens out of a budget of 200 costs 10.
-The rollout's pass (`act`, `value`) computes the same over every slot, padding masked, into a
-workspace kept per batch shape: nothing is allocated per step after the first.
+On the host (uint8 tokens, float32 weights) the per-token layer and the masked max-pool, with
+their backward, run in one native call (operant.trainer.token_encoder, cext/token_encoder.h):
+the layer is linear and a token's input is the sum of two table rows, so each table row's
+product with the layer's weight is computed once per call and a token costs one add and the
+max per unit; about 13x torch's encoder forward and backward on a minibatch
+(docs/performance.md). The backward is sparse because max-pooling is: a (row, unit)'s
+gradient reaches only the token that gave its maximum (the first on ties, as torch's CPU max),
+and only where that maximum is > 0 (relu's gradient at 0 is 0). Values agree with torch's
+operations (`encode_torch`, the reference and the path elsewhere) to float32 rounding, and the
+kernel's sums run in a fixed order: resumed runs stay bit-exact.
+
+The torch path cuts the batch to its longest real row first (tokens are left-packed, padding
+only at the end): a window with 10 tokens out of a budget of 200 costs 10; the kernel skips
+padding wherever it is, at a byte's test per slot. The rollout's pass (`act`, `value`) runs
+the kernel without its argmax bookkeeping (or torch's operations over every slot, padding
+masked) into a workspace kept per batch shape: nothing is allocated per step after the first.
 """
 
 from __future__ import annotations
@@ -29,6 +41,7 @@ import torch
 from torch import nn
 
 from operant.envs.contract import ActSpec, ObsSpec
+from operant.trainer import token_encoder
 from operant.trainer.config import Config
 from operant.trainer.policies import WorkspaceHeadsPolicy, register_policy
 from operant.trainer.sampling import categorical_workspace
@@ -55,7 +68,15 @@ class TokenPolicy(WorkspaceHeadsPolicy):
         self._workspaces: dict[tuple[int, int, torch.device], dict[str, torch.Tensor]] = {}
 
     def encode(self, obs: torch.Tensor) -> torch.Tensor:
-        """(B, T, 3) uint8 tokens -> (B, hidden) pooled features."""
+        """(B, T, 3) uint8 tokens -> (B, hidden) pooled features: the native kernel where it
+        applies (operant.trainer.token_encoder), else torch's operations (`encode_torch`)."""
+        if token_encoder.applies(obs, self.feature_value, self.location, self.token[0]):
+            return token_encoder.pool(obs, self.feature_value, self.location, self.token[0])
+        return self.encode_torch(obs)
+
+    def encode_torch(self, obs: torch.Tensor) -> torch.Tensor:
+        """`encode` in torch's operations: the reference, and the path elsewhere (other
+        devices and dtypes, an unbuilt checkout)."""
         real = obs[..., 1] != PAD
         used = int(real.sum(-1).max().item()) if obs.shape[0] else 0
         tokens, real = obs[:, : max(used, 1)].long(), real[:, : max(used, 1)]
@@ -83,18 +104,10 @@ class TokenPolicy(WorkspaceHeadsPolicy):
         if workspace is None:
             if len(self._workspaces) >= 4:
                 self._workspaces.clear()
-            embed, hidden = self.location.embedding_dim, self.trunk[0].in_features
+            hidden = self.trunk[0].in_features
             with torch.inference_mode(False):
                 empty = partial(torch.empty, device=obs.device)
                 workspace = {
-                    "feature": empty((batch, tokens), dtype=torch.long),
-                    "location": empty((batch, tokens), dtype=torch.long),
-                    "pad": empty((batch, tokens), dtype=torch.bool),
-                    # A tensor, not the int: eq would make a tensor of the int on every call.
-                    "pad_value": torch.full((), PAD, dtype=torch.uint8, device=obs.device),
-                    "embed": empty((batch * tokens, embed)),
-                    "embed_location": empty((batch * tokens, embed)),
-                    "token": empty((batch * tokens, hidden)),
                     "pooled": empty((batch, hidden)),
                     "trunk": empty((batch, hidden)),
                     "values": empty((batch, 1)),
@@ -103,10 +116,51 @@ class TokenPolicy(WorkspaceHeadsPolicy):
             self._workspaces[key] = workspace
         return workspace
 
+    def _encoder_buffers(self, obs: torch.Tensor, native: bool) -> dict[str, torch.Tensor]:
+        """The encoder's part of the workspace, made on its first call for a shape: the
+        kernel's scratch (native), or the torch path's gathered and per-token buffers."""
+        embed, hidden = self.location.embedding_dim, self.trunk[0].in_features
+        with torch.inference_mode(False):
+            if native:
+                return token_encoder.scratch(FEATURES, embed, hidden)
+            batch, tokens = obs.shape[0], obs.shape[1]
+            empty = partial(torch.empty, device=obs.device)
+            return {
+                "feature": empty((batch, tokens), dtype=torch.long),
+                "location": empty((batch, tokens), dtype=torch.long),
+                "pad": empty((batch, tokens), dtype=torch.bool),
+                # A tensor, not the int: eq would make a tensor of the int on every call.
+                "pad_value": torch.full((), PAD, dtype=torch.uint8, device=obs.device),
+                "embed": empty((batch * tokens, embed)),
+                "embed_location": empty((batch * tokens, embed)),
+                "token": empty((batch * tokens, hidden)),
+            }
+
     def _heads_into(
         self, obs: torch.Tensor, workspace: dict[str, torch.Tensor]
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """`heads` over every token slot (padding masked, not cut), into the workspace."""
+        """`heads` into the workspace: the pooled features by the native kernel without its
+        argmax bookkeeping where it applies, else torch's operations over every token slot
+        (padding masked, not cut)."""
+        token = self.token[0]
+        native = token_encoder.applies(obs, self.feature_value, self.location, token)
+        if ("table" if native else "token") not in workspace:
+            workspace.update(self._encoder_buffers(obs, native))
+        if native:
+            weights = (self.feature_value.weight, self.location.weight, token.weight, token.bias)
+            pooled = token_encoder.forward_into(obs, weights, workspace, workspace["pooled"])
+        else:
+            pooled = self._pool_torch_into(obs, workspace)
+        trunk = self.trunk[0]
+        x = torch.addmm(trunk.bias, pooled, trunk.weight.t(), out=workspace["trunk"]).tanh_()
+        logits = torch.addmm(self.actor.bias, x, self.actor.weight.t(), out=workspace["logits"])
+        values = torch.addmm(self.critic.bias, x, self.critic.weight.t(), out=workspace["values"])
+        return logits, values.view(-1)
+
+    def _pool_torch_into(
+        self, obs: torch.Tensor, workspace: dict[str, torch.Tensor]
+    ) -> torch.Tensor:
+        """The pooled features in torch's operations, into the workspace."""
         batch, tokens = obs.shape[0], obs.shape[1]
         feature, location = workspace["feature"], workspace["location"]
         # feature * 256 + value, in int64 (location holds the values first: adding uint8 to
@@ -129,11 +183,7 @@ class TokenPolicy(WorkspaceHeadsPolicy):
         hidden.masked_fill_(pad.unsqueeze(-1), float("-inf"))
         pooled = torch.amax(hidden, dim=1, out=workspace["pooled"])
         pooled.nan_to_num_(nan=0.0, neginf=0.0)  # a row without a real token: zeros
-        trunk = self.trunk[0]
-        x = torch.addmm(trunk.bias, pooled, trunk.weight.t(), out=workspace["trunk"]).tanh_()
-        logits = torch.addmm(self.actor.bias, x, self.actor.weight.t(), out=workspace["logits"])
-        values = torch.addmm(self.critic.bias, x, self.critic.weight.t(), out=workspace["values"])
-        return logits, values.view(-1)
+        return pooled
 
 
 def reads_tokens(obs_spec: ObsSpec, act_spec: ActSpec) -> bool:
