@@ -22,11 +22,16 @@ from __future__ import annotations
 
 import errno
 import os
+import time
 from pathlib import Path
 from typing import Any
 
 from operant.trainer.resume import resume_hint
 from operant.trainer.service_protocol import Service
+
+EIO_SETTLE_S = 1.0
+"""How long an EIO's write waits for the mount to show read-only before it counts as the
+disk's error (a failing disk that stays writable): one second, once per refused write."""
 
 
 class RunDirLost(Exception):
@@ -65,9 +70,29 @@ class WatchRunDir(Service):
         if not isinstance(error, OSError) or isinstance(error, RunDirLost) or self.fd < 0:
             return error
         problem = self.problem()
-        if problem is None and error.errno == errno.EROFS:
-            problem = self._read_only(error)
+        if problem is None and self._turned_read_only(error):
+            problem = self._read_only(OSError(errno.EROFS, os.strerror(errno.EROFS)))
         return error if problem is None else RunDirLost(problem)
+
+    def _turned_read_only(self, error: OSError) -> bool:
+        """Whether the filesystem refused `error`'s write by turning read-only. ext4 with
+        errors=remount-ro fails the write in flight with EIO and marks the mount read-only
+        only after it (tests/test_run_dir_lost.py saw a checkpoint's EIO while statvfs still
+        said read-write): after an EIO, look for up to EIO_SETTLE_S."""
+        if error.errno == errno.EROFS:
+            return True
+        if error.errno != errno.EIO:
+            return False
+        deadline = time.monotonic() + EIO_SETTLE_S
+        while True:
+            try:
+                if os.statvfs(self.run_dir).f_flag & os.ST_RDONLY:
+                    return True
+            except OSError:
+                return False
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
 
     def problem(self) -> str | None:
         """What happened to the run directory, or None while it is where it was."""

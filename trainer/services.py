@@ -319,9 +319,13 @@ class Checkpoints(Service):
         signals: StopSignals,
         progress: WriteProgress,
         warn: Callable[[str], None] = lambda text: None,
+        explain: Callable[[BaseException], BaseException] = lambda error: error,
     ):
         self.trainer, self.checkpointer, self.signals = trainer, checkpointer, signals
         self.progress, self.warn = progress, warn
+        self.explain = explain
+        """The run directory's watch (WatchRunDir.explain): a refused write that its loss
+        caused ends the run instead of a warning."""
         self.config_dict = to_dict(trainer.config)
         self.failing = False
         """The last periodic checkpoint was refused (warned once until one is written)."""
@@ -348,11 +352,11 @@ class Checkpoints(Service):
 
         if not is_storage_error(error):
             raise error
-        if _read_only(self.checkpointer.directory):
-            # ext4 turning read-only on a disk error fails the write in flight with EIO: the
-            # run directory's loss, which ends the run in its one line (run_dir_watch), not a
-            # full disk's warning
-            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(self.checkpointer.directory))
+        lost = self.explain(error)
+        if lost is not error:
+            # the run directory's loss (ext4 turned read-only on a disk error, which fails the
+            # write in flight with EIO): the run ends in its one line, not a full disk's warning
+            raise lost
         self.checkpointer.failed()
         return describe_storage_error(
             error, self.checkpointer.directory, self.checkpointer.last_size
@@ -497,11 +501,3 @@ class ReleaseRunLock(Service):
 
     def close(self) -> None:
         self.plan.release()
-
-
-def _read_only(directory: Path) -> bool:
-    """Whether `directory`'s filesystem is mounted read-only now."""
-    try:
-        return bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
-    except OSError:
-        return False

@@ -181,13 +181,14 @@ def compose(
         else []
     )
     best = TrackBest(trainer, run_dir, records)
+    watch = WatchRunDir(run_dir, trainer, checkpointer)
     services: list[Service] = [
         # Under torchrun the stop is the group's decision, taken with the checkpoints'.
         *([StopOnSignal(signals)] if group is None else []),
         StopsReachEnvSteps(config.env.stop_grace_s),
         # Before the checkpoints at each boundary: a run directory gone from its path stops
         # the run before anything else writes into it.
-        WatchRunDir(run_dir, trainer, checkpointer),
+        watch,
         records,
         # What a full disk refuses first (the metrics file, run.json, each written whole or
         # not at all); then a resumed run's records are cut: a start that fails leaves them.
@@ -207,6 +208,7 @@ def compose(
             signals,
             progress,
             publish[0].warn if publish else lambda text: None,
+            watch.explain,
             group,
             plan,
         ),
@@ -240,15 +242,23 @@ def _checkpoints(
     signals: StopSignals,
     progress: WriteProgress,
     warn: Any,
+    explain: Any,
     group: Any,
     plan: RunPlan,
 ) -> Service:
     if group is None:
-        return Checkpoints(trainer, checkpointer, signals, progress, warn=warn)
+        return Checkpoints(trainer, checkpointer, signals, progress, warn=warn, explain=explain)
     from operant.trainer.ranks import GroupCheckpoints
 
     return GroupCheckpoints(
-        trainer, checkpointer, signals, progress, warn=warn, group=group, plan=plan
+        trainer,
+        checkpointer,
+        signals,
+        progress,
+        warn=warn,
+        explain=explain,
+        group=group,
+        plan=plan,
     )
 
 
