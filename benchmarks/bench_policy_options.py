@@ -7,9 +7,10 @@ one process, alternating, one thread: what the trainer keeps and why (issue 37).
 Options (each the PPO update's minibatch step and the rollout's `act`):
 - `today`: the trainer's path (operant.trainer.ppo.ppo_update and the policy's `act`, with every
   native piece: the set-cell convolution, the dense layer's transposed copy, the loss and heads
-  in one call, the native clip and Adam, Adam's floor, the C im2col, the native categorical);
+  in one call, the native clip and Adam, Adam's floor, the C im2col, the native categorical,
+  the token encoder's layer and max-pool);
 - `eager`: the same calls with every native piece switched off (benchmarks/bench_cnn_paths.py's
-  switches, and the C im2col): torch eager, the reference;
+  switches, the C im2col and the token encoder's kernel): torch eager, the reference;
 - `eager-no-onednn` (CNN): `eager` under `torch.backends.mkldnn.flags(enabled=False)` (torch's
   convolution then runs NNPACK's, not oneDNN's);
 - `inductor`, `inductor-max-autotune`, `inductor-avx2`: torch.compile (inductor's CPU C++
@@ -66,7 +67,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_cnn_paths import SWITCHES, _switch  # noqa: E402
 from bench_sparse_conv import frames  # noqa: E402
 
-from operant.trainer import cnn_policy, ppo  # noqa: E402
+from operant.trainer import cnn_policy, ppo, token_encoder  # noqa: E402
 from operant.trainer import flat as flat_module  # noqa: E402
 from operant.trainer.allocator import keep_freed_memory  # noqa: E402
 from operant.trainer.cnn_policy import CNNPolicy  # noqa: E402
@@ -76,6 +77,7 @@ from operant.trainer.token_policy import PAD, TokenPolicy  # noqa: E402
 
 INVISIBLE_BELOW = flat_module._invisible_below  # (kept: the `adam` switch replaces it)
 PATCHES_U8 = cnn_policy.patches_u8
+TOKEN_APPLIES = token_encoder.applies
 ACTIONS = 6
 ACT_BATCH, ACT_CALLS = 64, 50
 MODES: dict[str, tuple[str, dict[str, Any]]] = {
@@ -107,10 +109,11 @@ class Bench:
 
 
 def native(bench: Bench, on: bool) -> None:
-    """Every native piece of the trainer's path on or off (bench_cnn_paths' switches, and the
-    rollout's C im2col)."""
+    """Every native piece of the trainer's path on or off (bench_cnn_paths' switches, the
+    rollout's C im2col and the token encoder's kernel)."""
     _switch(list(SWITCHES), on, bench.saved)
     cnn_policy.patches_u8 = PATCHES_U8 if on else None
+    token_encoder.applies = TOKEN_APPLIES if on else (lambda *_: False)
 
 
 def minatar_tokens(obs: torch.Tensor) -> torch.Tensor:

@@ -18,7 +18,7 @@ On the host (uint8 tokens, float32 weights) the per-token layer and the masked m
 their backward, run in one native call (operant.trainer.token_encoder, cext/token_encoder.h):
 the layer is linear and a token's input is the sum of two table rows, so each table row's
 product with the layer's weight is computed once per call and a token costs one add and the
-max per unit; about 13x torch's encoder forward and backward on a minibatch
+max per unit: 14x torch's minibatch step and 12x the trainer's steps/s on Grid-v0
 (docs/performance.md). The backward is sparse because max-pooling is: a (row, unit)'s
 gradient reaches only the token that gave its maximum (the first on ties, as torch's CPU max),
 and only where that maximum is > 0 (relu's gradient at 0 is 0). Values agree with torch's
