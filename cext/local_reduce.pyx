@@ -5,9 +5,11 @@ from libc.stdint cimport int64_t, uint64_t
 cdef extern from "local_reduce.h" nogil:
     int64_t lr_segment_bytes(int64_t world, int64_t slot_bytes)
     int lr_all_reduce_sum_f32(char *base, int64_t world, int64_t rank, int64_t slot_bytes,
-                              float *data, int64_t n, uint64_t call, double timeout_s)
+                              float *data, int64_t n, uint64_t call, double timeout_s,
+                              float divisor)
     int lr_all_reduce_sum_f64(char *base, int64_t world, int64_t rank, int64_t slot_bytes,
-                              double *data, int64_t n, uint64_t call, double timeout_s)
+                              double *data, int64_t n, uint64_t call, double timeout_s,
+                              double divisor)
     int lr_all_gather(char *base, int64_t world, int64_t rank, int64_t slot_bytes,
                       const void *data, int64_t bytes, char *out, uint64_t call,
                       double timeout_s)
@@ -33,19 +35,22 @@ ctypedef fused real:
 
 
 def all_reduce_sum(unsigned char[::1] segment, int64_t world, int64_t rank,
-                   int64_t slot_bytes, real[::1] data, uint64_t call, double timeout_s):
+                   int64_t slot_bytes, real[::1] data, uint64_t call, double timeout_s,
+                   bint mean=False):
     """`data` (float32 or float64) becomes the sum over the ranks (in rank order, the same
-    bits on every rank); False when the other ranks did not all arrive within timeout_s."""
+    bits on every rank), divided by `world` with `mean`; False when the other ranks did not
+    all arrive within timeout_s."""
+    cdef real divisor = world if mean else 1
     cdef int64_t n = data.shape[0]
     cdef char *base = _base(segment, world, slot_bytes, n * sizeof(real))
     cdef int status
     with nogil:
         if real is float:
             status = lr_all_reduce_sum_f32(base, world, rank, slot_bytes, &data[0], n, call,
-                                           timeout_s)
+                                           timeout_s, divisor)
         else:
             status = lr_all_reduce_sum_f64(base, world, rank, slot_bytes, &data[0], n, call,
-                                           timeout_s)
+                                           timeout_s, divisor)
     return status == 0
 
 

@@ -11,6 +11,7 @@ import subprocess
 import time
 
 import numpy as np
+import pytest
 import torch
 
 from operant.trainer import local_reduce
@@ -39,31 +40,43 @@ def _run_ranks(world: int, target, *args) -> dict:
     return results
 
 
-def _rank(path: str, calls: int, rank: int, out) -> None:
+def _rank(path: str, calls: int, world: int, mean: bool, rank: int, out) -> None:
     fd = os.open(path, os.O_RDWR)
     segment = local_reduce._map(fd, os.path.getsize(path))
     assert segment is not None
-    reduce = LocalReduce(segment, WORLD, rank, SIZE * 8)
+    reduce = LocalReduce(segment, world, rank, SIZE * 8)
     sums = []
     for call in range(calls):
         tensor = torch.from_numpy(_vector(rank, call)[: SIZE - call])  # shorter each call
-        assert reduce.sum_(tensor, timeout_s=30.0)
+        if call % 2:
+            tensor = tensor.double()  # float64 too (the advantage moments' sums)
+        assert reduce.sum_(tensor, timeout_s=30.0, mean=mean)
         sums.append(tensor.numpy().tobytes())
     out.put((rank, sums))
 
 
-def test_every_rank_gets_the_sum_in_rank_order(tmp_path):
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("mean", [False, True])
+def test_every_rank_gets_the_sum_in_rank_order(tmp_path, world, mean):
+    """The sum in rank order, bit for bit; the mean is that sum then torch's division (what
+    Group.average_ did through gloo: all_reduce, then div_), from one pass over the slots."""
     path = str(tmp_path / "segment")
     with open(path, "wb") as segment:
-        segment.truncate(local_reduce.native.segment_bytes(WORLD, SIZE * 8))
+        segment.truncate(local_reduce.native.segment_bytes(world, SIZE * 8))
     calls = 7  # both sets of slots, several times over
-    results = _run_ranks(WORLD, _rank, path, calls)
+    results = _run_ranks(world, _rank, path, calls, world, mean)
     for call in range(calls):
-        parts = [_vector(r, call)[: SIZE - call] for r in range(WORLD)]
-        expected = (parts[0] + parts[1]) + parts[2]  # in their dtype, rank order
-        for rank in range(WORLD):
-            got = np.frombuffer(results[rank][call], dtype=expected.dtype)
-            assert got.tobytes() == expected.tobytes(), (rank, call)
+        parts = [torch.from_numpy(_vector(r, call)[: SIZE - call]) for r in range(world)]
+        if call % 2:
+            parts = [part.double() for part in parts]
+        expected = parts[0].clone()
+        for part in parts[1:]:  # in their dtype, rank order
+            expected += part
+        if mean:
+            expected.div_(world)
+        for rank in range(world):
+            got = np.frombuffer(results[rank][call], dtype=expected.numpy().dtype)
+            assert got.tobytes() == expected.numpy().tobytes(), (rank, call)
 
 
 def test_a_rank_that_never_arrives_ends_the_wait_at_the_deadline(tmp_path):

@@ -194,6 +194,8 @@ class Group:
 
     def average_(self, tensor: torch.Tensor, what: str = "the gradient all-reduce") -> None:
         """Replace `tensor` by its mean over the ranks, in place."""
+        if self._local_sum(tensor, what, mean=True):
+            return
         self.sum_(tensor, what)
         tensor.div_(self.world_size)
 
@@ -230,12 +232,13 @@ class Group:
             self._local_ok = self._local is not None
         return self._local
 
-    def _local_sum(self, tensor: torch.Tensor, what: str) -> bool:
-        """Sum `tensor` through the shared segment where it can go there; False where not."""
+    def _local_sum(self, tensor: torch.Tensor, what: str, mean: bool = False) -> bool:
+        """Sum (or average) `tensor` through the shared segment where it can go there; False
+        where not."""
         segment = self._segment(tensor) if reducible(tensor) else None
         if segment is None:
             return False
-        if not segment.sum_(tensor, self.timeout_s):
+        if not segment.sum_(tensor, self.timeout_s, mean):
             raise self._failed(what, _SHARED_WAIT)
         return True
 

@@ -51,12 +51,13 @@ class LocalReduce:
         self.world, self.rank, self.slot_bytes = world, rank, slot_bytes
         self.calls = 0
 
-    def sum_(self, tensor: torch.Tensor, timeout_s: float) -> bool:
-        """`tensor` (`reducible`, at most `slot_bytes`) becomes its sum over the ranks; False
-        when the other ranks did not all arrive within timeout_s."""
+    def sum_(self, tensor: torch.Tensor, timeout_s: float, mean: bool = False) -> bool:
+        """`tensor` (`reducible`, at most `slot_bytes`) becomes its sum over the ranks (with
+        `mean`, that sum divided by the world size: the bits of the sum then torch's div_);
+        False when the other ranks did not all arrive within timeout_s."""
         data = tensor.view(-1).numpy()
         done = native.all_reduce_sum(
-            self.view, self.world, self.rank, self.slot_bytes, data, self.calls, timeout_s
+            self.view, self.world, self.rank, self.slot_bytes, data, self.calls, timeout_s, mean
         )
         self.calls += 1
         return bool(done)
