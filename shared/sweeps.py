@@ -2,10 +2,11 @@
 
 `operant sweep` (operant.trainer.sweep) keeps each sweep under `RUNS_ROOT/sweeps/NAME/`: its
 trials' run directories (ordinary runs), the Optuna study (`study.db` where the storage is the
-default SQLite file), the config the trials train (`config.toml`) and `sweep.json`, the
-leaderboard as a `SweepSummary`, rewritten whole (operant.shared.atomic) after every trial
-that ends. `operant runs` and the monitor read that file, never the study: they import
-neither Optuna nor torch, and never write into a sweep directory.
+default SQLite file), the config the trials train (`config.toml`), the best one found
+(`best.toml`) and `sweep.json`, the leaderboard as a `SweepSummary`, rewritten whole
+(operant.shared.atomic) after every trial that ends. `operant runs` and the monitor read
+that file, never the study: they import neither Optuna nor torch, and never write into a
+sweep directory.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ SWEEPS_DIR = "sweeps"
 SUMMARY_FILE = "sweep.json"
 STUDY_FILE = "study.db"
 CONFIG_FILE = "config.toml"
+BEST_FILE = "best.toml"
+"""The best trial's config as a file operant-train reads (the confirmed best, once any)."""
 
 
 class TrialRow(msgspec.Struct, kw_only=True):
@@ -39,6 +42,12 @@ class TrialRow(msgspec.Struct, kw_only=True):
     """The trial's runs (one per seed), directories of the sweep directory."""
     reason: str = ""
     """Why a trial failed, was pruned or was interrupted."""
+    confirm_of: int | None = None
+    """A confirmation: the trial whose config this one re-ran on fresh seeds (its runs are
+    that trial's run id with other seeds). Not counted among the sweep's trials."""
+    confirmed: float | None = None
+    """A trial that was confirmed: its confirmation's value (the objective aggregated over
+    the fresh seeds' runs)."""
 
 
 class SweepSummary(msgspec.Struct, kw_only=True):
@@ -54,6 +63,12 @@ class SweepSummary(msgspec.Struct, kw_only=True):
     pruned: int = 0
     failed: int = 0
     running: int = 0
+    confirm: int = 0
+    """Trials the sweep confirms (sweep.confirm), each on `confirm_seeds` fresh seeds."""
+    confirm_seeds: int = 0
+    confirmed: int = 0
+    """Confirmations complete. Once there is one, `best` is the confirmed trial with the
+    best confirmed value (its `confirmed`), else the trial with the best value."""
     best: TrialRow | None = None
     trials: list[TrialRow] = msgspec.field(default_factory=list)
     updated_at: float = 0.0
@@ -126,7 +141,11 @@ def describe(summary: SweepSummary, running: int | None = None) -> str:
     best = summary.best
     if best is not None and best.value is not None:
         params = ", ".join(f"{path}={_short(value)}" for path, value in best.params.items())
-        line += f"; best {best.value:.4g} (trial {best.number}: {params})"
+        if best.confirmed is not None:
+            line += f"; best {best.confirmed:.4g} on {summary.confirm_seeds} fresh seeds"
+        else:
+            line += f"; best {best.value:.4g}"
+        line += f" (trial {best.number}: {params})"
     return line
 
 

@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 
 from operant.shared.record import UpdateRecord
+from operant.shared.sweeps import TrialRow
 from operant.trainer.sweep import objective as obj
 from operant.trainer.sweep.cli import main
 from operant.trainer.sweep.spec import config_toml, load_sweep
+from operant.trainer.sweep.study import best_row
 
 GOOD = """
 [sweep]
@@ -48,6 +50,7 @@ def test_good_sweep_file_is_decoded(tmp_path: Path) -> None:
     # 32 envs x 16 steps = 512 a batch: 5,000 steps round up to 10 updates
     assert sweep.trial_budget(["env.num_envs=32"]) == 5120
     assert "total_steps = 5000" in config_toml(sweep.config_data)
+    assert (sweep.table.confirm, sweep.confirm_seeds()) == (5, [2, 3, 4])  # after train.seed 1
 
 
 @pytest.mark.parametrize(
@@ -68,6 +71,38 @@ def test_good_sweep_file_is_decoded(tmp_path: Path) -> None:
 def test_bad_params_are_one_line(tmp_path: Path, capsys, params: str, expected: str) -> None:
     err = _refused(tmp_path, capsys, f"[sweep]\n[sweep.params]\n{params}\n")
     assert expected in err, err
+
+
+@pytest.mark.parametrize(
+    ("setting", "expected"),
+    [
+        ("confirm = -1", "sweep.confirm: Expected `int` >= 0"),
+        ('confirm = "5"', "sweep.confirm: Expected `int`, got `str`"),
+        ("confirm = 2.5", "sweep.confirm: Expected `int`, got `float`"),
+        ("confirm_seeds = 0", "sweep.confirm_seeds: Expected `int` >= 1"),
+    ],
+)
+def test_bad_confirm_settings_are_one_line(
+    tmp_path: Path, capsys, setting: str, expected: str
+) -> None:
+    err = _refused(tmp_path, capsys, GOOD.replace("n_trials = 3", f"n_trials = 3\n{setting}"))
+    assert expected in err, err
+
+
+def test_the_best_is_the_best_confirmed_value() -> None:
+    """Once trials are confirmed, the best is chosen by the confirmation's value (fresh
+    seeds), not by the value the search saw, which picked the luckiest run."""
+    rows = [
+        TrialRow(number=0, state="complete", value=0.30, confirmed=0.60),
+        TrialRow(number=1, state="complete", value=0.35, confirmed=0.40),
+        TrialRow(number=2, state="complete", value=0.32),
+    ]
+    assert best_row(rows, "minimize") is rows[1]
+    assert best_row(rows, "maximize") is rows[0]
+    assert (
+        best_row([rows[2], TrialRow(number=3, state="complete", value=0.5)], "minimize")
+        is (rows[2])
+    )  # none confirmed (confirm = 0): by value, as before
 
 
 def test_target_needed_where_the_env_has_none(tmp_path: Path, capsys) -> None:

@@ -27,6 +27,7 @@ pytest.importorskip("optuna")
 SWEEP = """
 [sweep]
 name = "live"
+confirm = 0
 n_trials = 2
 sampler_seed = 6
 pruner = "none"

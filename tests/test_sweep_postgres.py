@@ -87,6 +87,7 @@ def postgres_url() -> Iterator[str]:
 SWEEP = """
 [sweep]
 name = "shared"
+confirm = 0
 n_trials = 6
 pruner = "none"
 [sweep.objective]

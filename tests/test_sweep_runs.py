@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 import msgspec
@@ -20,6 +21,7 @@ from operant.monitor import runs_cmd
 from operant.shared.runs import resolve_run
 from operant.shared.sweeps import read_summary
 from operant.trainer.sweep import show
+from operant.trainer.sweep.trials import wait_until_free
 
 pytest.importorskip("optuna")
 
@@ -83,6 +85,7 @@ def _wait_for(path: Path, process: subprocess.Popen, lines: int = 1) -> None:
 BASIC = """
 [sweep]
 name = "basic"
+confirm = 0
 n_trials = 4
 sampler_seed = 3
 pruner = "none"
@@ -122,6 +125,11 @@ def test_trials_are_runs_and_the_leaderboard_says_their_values(tmp_path: Path, c
         assert row["value"] == pytest.approx(expected)
     best = min(shown["trials"], key=lambda row: row["value"])
     assert shown["best"]["number"] == best["number"]
+    # confirm = 0: no confirmation, the best is the best trial's own value, as before it was
+    assert all(row["confirm_of"] is None and row["confirmed"] is None for row in shown["trials"])
+    assert (shown["confirm"], shown["confirmed"]) == (0, 0)
+    assert f"best time_to_target {best['value']:.4g} (trial {best['number']})" in result.stdout
+    assert "confirm" not in result.stdout
     assert (directory / "history.png").stat().st_size > 0  # written by show
     assert _summary(runs, "basic")["trials"] == shown["trials"]
     assert runs_cmd.main(["--runs-dir", str(runs)]) == 0
@@ -135,6 +143,7 @@ def test_trials_are_runs_and_the_leaderboard_says_their_values(tmp_path: Path, c
 LONG = """
 [sweep]
 name = "long"
+confirm = 0
 n_trials = {n_trials}
 sampler_seed = 5
 pruner = "none"
@@ -304,3 +313,100 @@ total_steps = 1024
     for row in shown["trials"]:
         assert "non-finite" in row["reason"] and row["run_ids"][0] in row["reason"]
     assert result.stdout.count("failed: run nan-t000") == 2
+
+
+# BASIC, confirming its best 2 trials on 2 fresh seeds each; trials train seed 7.
+CONFIRM = BASIC.replace('"basic"\nconfirm = 0', '"confirm"\nconfirm = 2\nconfirm_seeds = 2')
+CONFIRM = CONFIRM.replace("[train]\n", "[train]\nseed = 7\n")
+
+
+def _value(run_dir: Path) -> float:
+    """A run's time_to_target, from its records."""
+    records = _records(run_dir)
+    solved = [r["elapsed_s"] for r in records if r.get("solved")]
+    return solved[0] if solved else 2 * records[-1]["elapsed_s"]
+
+
+def test_the_best_trials_are_confirmed_on_fresh_seeds(tmp_path: Path, capsys) -> None:
+    """After n_trials, the best `confirm` trials each train `confirm_seeds` runs on seeds no
+    trial used; the sweep's best is the best confirmed median, and best.toml is its config."""
+    runs = tmp_path / "runs"
+    sweep = _write(tmp_path, CONFIRM)
+    result = _run("sweep", str(sweep), "--runs-dir", str(runs), "--workers", "2")
+    assert result.returncode == 0, result.stderr
+    assert show.main(["confirm", "--runs-dir", str(runs), "--json", "--no-plots"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    directory = runs / "sweeps" / "confirm"
+    trials = [row for row in shown["trials"] if row["confirm_of"] is None]
+    checks = [row for row in shown["trials"] if row["confirm_of"] is not None]
+    assert (shown["n_trials"], shown["complete"], shown["confirmed"]) == (4, 4, 2)
+    assert sorted(row["number"] for row in trials) == [0, 1, 2, 3]
+    top = sorted(trials, key=lambda row: row["value"])[:2]
+    assert sorted(row["confirm_of"] for row in checks) == sorted(row["number"] for row in top)
+    seeds = {row["number"]: row for row in trials}
+    for row in trials:
+        (run_id,) = row["run_ids"]
+        assert (
+            json.loads((directory / run_id / "run.json").read_text())["config"]["train"]["seed"]
+            == 7
+        )
+    for row in checks:
+        trial = seeds[row["confirm_of"]]
+        assert row["state"] == "complete" and row["params"] == trial["params"]
+        base = trial["run_ids"][0].removesuffix("-s7")
+        assert row["run_ids"] == [f"{base}-s8", f"{base}-s9"]  # seeds no trial used
+        for run_id, seed in zip(row["run_ids"], (8, 9)):
+            config = json.loads((directory / run_id / "run.json").read_text())["config"]
+            assert config["train"]["seed"] == seed
+        values = [_value(directory / run_id) for run_id in row["run_ids"]]
+        assert row["value"] == pytest.approx(sum(values) / 2)  # the median of two
+        assert trial["confirmed"] == row["value"]
+    best = min(top, key=lambda row: seeds[row["number"]]["confirmed"])
+    assert shown["best"]["number"] == best["number"]
+    assert shown["best"]["confirmed"] == best["confirmed"]
+    said = f"best time_to_target {best['confirmed']:.4g} on 2 fresh seeds (trial {best['number']};"
+    assert said in result.stdout and "4 complete, 0 pruned, 0 failed of 4, 2 confirmed" in (
+        result.stdout
+    )
+    written = tomllib.loads((directory / "best.toml").read_text())
+    assert written["ppo"]["learning_rate"] == best["params"]["ppo.learning_rate"]
+    assert written["ppo"]["update_epochs"] == best["params"]["ppo.update_epochs"]
+    assert written["train"]["target_return"] == 475.0
+    # the same command again: nothing left to run, no run trained again
+    again = _run("sweep", str(sweep), "--runs-dir", str(runs), "--workers", "2")
+    assert again.returncode == 0, again.stderr
+    assert not [line for line in again.stdout.splitlines() if line.startswith("trial ")]
+    assert len(_summary(runs, "confirm")["trials"]) == 6
+
+
+def test_a_killed_confirmation_keeps_its_finished_runs(tmp_path: Path) -> None:
+    """A sweep killed while it confirms: the next run of the command continues the
+    confirmation, its first seed's finished run kept as it was, its second's continued."""
+    runs = tmp_path / "runs"
+    text = LONG.format(n_trials=1, total_steps=200_000).replace(
+        "confirm = 0", "confirm = 1\nconfirm_seeds = 2"
+    )
+    sweep = _write(tmp_path, text)
+    first = _start("sweep", str(sweep), "--runs-dir", str(runs), log=tmp_path / "first.log")
+    directory = runs / "sweeps" / "long"
+    done, running = directory / "long-t0000-s2", directory / "long-t0000-s3"
+    _wait_for(running / "progress.jsonl", first, lines=2)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    kept = (done / "progress.jsonl").read_bytes()
+    wait_until_free(running)
+    again = _run("sweep", str(sweep), "--runs-dir", str(runs))
+    assert again.returncode == 0, again.stderr
+    shown = _summary(runs, "long")
+    assert [(r["number"], r["state"], r["confirm_of"]) for r in shown["trials"]] == [
+        (0, "complete", None),
+        (1, "interrupted", 0),
+        (2, "complete", 0),
+    ]
+    assert (shown["complete"], shown["confirmed"], shown["n_trials"]) == (1, 1, 1)
+    assert (done / "progress.jsonl").read_bytes() == kept  # not trained again
+    assert "resumes" not in json.loads((done / "run.json").read_text())
+    assert len(json.loads((running / "run.json").read_text())["resumes"]) == 1
+    values = [_records(run_dir)[-1]["episode_return_mean"] for run_dir in (done, running)]
+    assert shown["trials"][2]["value"] == pytest.approx(sum(values) / 2)
+    assert shown["best"]["confirmed"] == shown["trials"][2]["value"]

@@ -88,33 +88,59 @@ def _study(args: argparse.Namespace, directory: Path) -> tuple[Any, SweepSummary
 
 
 def render(summary: SweepSummary, top: int) -> str:
-    """The leaderboard: a head line, the best trial's parameters, the best `top` trials."""
+    """The leaderboard: a head line, the best trial's parameters, the best `top` trials
+    (confirmed ones first, by their confirmed value: the sweep's best is chosen by it)."""
     lines = [
         f"sweep {summary.name}: {summary.metric} ({summary.direction}); "
         f"{summary.complete} complete, {summary.pruned} pruned, {summary.failed} failed, "
         f"{summary.running} running of {summary.n_trials}; storage {summary.storage}"
     ]
+    if summary.confirm:
+        lines[0] += (
+            f"; {summary.confirmed} of the best {summary.confirm} confirmed on "
+            f"{summary.confirm_seeds} fresh seeds"
+        )
     if summary.best is None:
         return "\n".join([*lines, "no trial has completed yet"])
-    best = summary.best
-    lines.append(
-        f"best: trial {best.number}, {summary.metric} {_number(best.value)}, runs "
-        f"{', '.join(best.run_ids)}"
-    )
-    lines += [f"  {path} = {_number(value)}" for path, value in best.params.items()]
-    done = [row for row in summary.trials if row.state == "complete" and row.value is not None]
+    lines += _best_lines(summary)
+    done = [
+        row
+        for row in summary.trials
+        if row.state == "complete" and row.value is not None and row.confirm_of is None
+    ]
     sign = 1.0 if summary.direction == "minimize" else -1.0
-    done.sort(key=lambda row: sign * (row.value or 0.0))
-    names = list(best.params)
-    header = ["TRIAL", summary.metric.upper(), *[name.split(".")[-1].upper() for name in names]]
+    done.sort(key=lambda row: (row.confirmed is None, sign * (row.confirmed or row.value or 0.0)))
+    names = list(summary.best.params)
+    header = ["TRIAL", summary.metric.upper(), "CONFIRMED"]
+    header += [name.split(".")[-1].upper() for name in names]
     cells = [header] + [
-        [str(row.number), _number(row.value), *[_number(row.params.get(n)) for n in names]]
+        [str(row.number), _number(row.value), _number(row.confirmed)]
+        + [_number(row.params.get(n)) for n in names]
         for row in done[:top]
     ]
     widths = [max(len(line[i]) for line in cells) for i in range(len(header))]
     lines.append("")
     lines += ["  ".join(c.rjust(w) for c, w in zip(line, widths)).rstrip() for line in cells]
     return "\n".join(lines)
+
+
+def _best_lines(summary: SweepSummary) -> list[str]:
+    """The best trial: its value, its confirmation's and their runs, its parameters."""
+    best = summary.best
+    assert best is not None
+    line = f"best: trial {best.number}, {summary.metric} {_number(best.value)}"
+    if best.confirmed is not None:
+        runs = [
+            run_id
+            for row in summary.trials
+            if row.confirm_of == best.number and row.state == "complete"
+            for run_id in row.run_ids
+        ]
+        line += f" (runs {', '.join(best.run_ids)}); confirmed {_number(best.confirmed)}"
+        line += f" on {summary.confirm_seeds} fresh seeds (runs {', '.join(runs)})"
+    else:
+        line += f", runs {', '.join(best.run_ids)}"
+    return [line] + [f"  {path} = {_number(value)}" for path, value in best.params.items()]
 
 
 def _number(value: Any) -> str:

@@ -9,6 +9,8 @@ A sweep file is a config file (the sections operant-train reads) with a `[sweep]
     seeds = 1                      # runs per trial: train.seed, train.seed + 1, ...
     sampler = "tpe"                # or "cmaes"
     pruner = "median"              # or "hyperband", "none"
+    confirm = 5                    # the best 5 trials re-run on fresh seeds (0: none)
+    confirm_seeds = 3
 
     [sweep.objective]
     metric = "time_to_target"      # or "final_return", "return_auc"
@@ -98,6 +100,11 @@ class SweepTable(Struct, forbid_unknown_fields=True, kw_only=True):
     sampler: Literal["tpe", "cmaes"] = "tpe"
     sampler_seed: int | None = None
     pruner: Literal["median", "hyperband", "none"] = "median"
+    confirm: Annotated[int, Meta(ge=0, le=1000)] = 5
+    """After n_trials, the best this many trials' configs are re-run on fresh seeds, and the
+    best of those medians is the sweep's best (operant.trainer.sweep.driver); 0: none."""
+    confirm_seeds: Annotated[int, Meta(gt=0, le=1000)] = 3
+    """Runs per confirmation, on seeds no trial used (after the trials' own `seeds`)."""
     objective: Objective = msgspec.field(default_factory=Objective)
     params: dict[str, Param] = msgspec.field(default_factory=dict)
 
@@ -129,6 +136,20 @@ class Sweep(Struct, kw_only=True):
         except msgspec.ValidationError as error:
             raise ConfigError(_where(error, "config")) from None
         return derive(config, world_size=1).total_steps
+
+    def confirm_seeds(self) -> list[int]:
+        """A confirmation's seeds: the next ones after every trial's (train.seed + i for i
+        below `seeds`), so that no run a trial was chosen by is counted again."""
+        first = self.config.train.seed + self.table.seeds
+        return [first + i for i in range(self.table.confirm_seeds)]
+
+    def best_toml(self, params: dict[str, Any], header: str) -> str:
+        """The trials' config with `params` (a trial's, as the study holds them) set, and the
+        target the trials stopped at: a file operant-train --config reads."""
+        sets = [assignment(self, path, value) for path, value in params.items()]
+        if self.table.objective.metric == "time_to_target":  # as the trials trained: to it
+            sets.append(f"train.target_return={self.target!r}")
+        return config_toml(_with_data(self.config_data, sets), header)
 
 
 def load_sweep(path: str | Path) -> Sweep:
@@ -229,12 +250,29 @@ def _config(path: Path, data: dict[str, Any]) -> Config:
 
 
 def _with(data: dict[str, Any], overrides: list[str]) -> Config:
+    return msgspec.convert(_with_data(data, overrides), Config)
+
+
+def _with_data(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    import copy as copying
+
     from operant.trainer.config import apply_override
 
-    copy = {key: dict(value) if isinstance(value, dict) else value for key, value in data.items()}
-    for assignment in overrides:
-        apply_override(copy, assignment)
-    return msgspec.convert(copy, Config)
+    # Deep: an env.options.KEY assignment writes into the nested table, which must not be
+    # the sweep's own (its checks try every range end and choice on it).
+    copy = copying.deepcopy(data)
+    for override in overrides:
+        apply_override(copy, override)
+    return copy
+
+
+def assignment(sweep: Sweep, path: str, value: Any) -> str:
+    """A parameter's value, as the study holds it, as a --set assignment: a categorical of
+    arrays (policy.hidden_sizes) is held as its TOML text, and goes as written."""
+    choices = sweep.table.params[path].categorical or []
+    if any(isinstance(choice, list) for choice in choices):
+        return f"{path}={value}"
+    return f"{path}={toml_value(value)}"
 
 
 def _check_param(path: Path, data: dict[str, Any], name: str, param: Param) -> None:
@@ -319,9 +357,12 @@ def _target(path: Path, objective: Objective, config: Config) -> float | None:
     return target
 
 
-def config_toml(data: dict[str, Any]) -> str:
+def config_toml(
+    data: dict[str, Any],
+    header: str = "The config every trial of this sweep trains (operant sweep wrote it).",
+) -> str:
     """The raw config `data` (its sections' tables) as a TOML file operant-train reads."""
-    lines = ["# The config every trial of this sweep trains (operant sweep wrote it)."]
+    lines = [f"# {line}" for line in header.splitlines()]
     for section, table in data.items():
         lines.append(f"\n[{section}]")
         lines += [f"{key} = {toml_value(value)}" for key, value in table.items()]

@@ -10,6 +10,11 @@ Trial states beyond Optuna's own are user attributes: `interrupted` (stopped wit
 checkpoint, or its sweep process died: re-queued with `resume_of` by the next run of the
 sweep), `surplus` (asked for when other processes had already taken the study's n_trials),
 `reason` (why it failed or was pruned), `run_base` (its runs' ids without the seed).
+
+A confirmation (operant.trainer.sweep.driver) is a trial of its own, enqueued with the
+confirmed trial's parameters and `confirm_of` (that trial's number): it is not one of the
+sweep's n_trials, never feeds the pruner, and its value (the objective over its fresh seeds'
+runs) becomes the confirmed trial's `confirmed` in the leaderboard.
 """
 
 from __future__ import annotations
@@ -87,6 +92,8 @@ def fingerprint(sweep: Sweep) -> str:
     table = msgspec.to_builtins(sweep.table)
     table.pop("n_trials", None)
     table.pop("name", None)
+    table.pop("confirm", None)  # a finished sweep may be confirmed, or confirmed further
+    table.pop("confirm_seeds", None)
     return json.dumps({"sweep": table, "config": sweep.config_data}, sort_keys=True)
 
 
@@ -119,8 +126,9 @@ def open_study(sweep: Sweep, storage: Any, workers: int) -> Any:
         )
     if study.direction.name.lower() != sweep.direction:
         raise SweepError(f"{sweep.source}: study {sweep.name!r} has the other direction")
-    if study.user_attrs.get("n_trials") != sweep.table.n_trials:
-        study.set_user_attr("n_trials", sweep.table.n_trials)
+    for key in ("n_trials", "confirm", "confirm_seeds"):
+        if study.user_attrs.get(key) != getattr(sweep.table, key):
+            study.set_user_attr(key, getattr(sweep.table, key))
     return study
 
 
@@ -164,39 +172,71 @@ def row_state(trial: Any) -> str:
     return state
 
 
+def confirm_of(trial: Any) -> int | None:
+    """The trial a confirmation re-runs; None for one of the sweep's own trials."""
+    number = trial.user_attrs.get("confirm_of")
+    return None if number is None else int(number)
+
+
 def summarize(study: Any, storage_text: str) -> SweepSummary:
     """The study as a leaderboard (surplus trials left out)."""
-    rows = []
-    for trial in study.get_trials(deepcopy=False):
-        state = row_state(trial)
-        if state == "surplus":
-            continue
-        rows.append(
-            TrialRow(
-                number=trial.number,
-                state=state,
-                value=trial.value if state == "complete" else None,
-                params=dict(trial.params),
-                run_ids=list(trial.user_attrs.get("run_ids", [])),
-                reason=str(trial.user_attrs.get("reason", "")),
-            )
-        )
+    rows = [_row(trial) for trial in study.get_trials(deepcopy=False)]
+    rows = [row for row in rows if row.state != "surplus"]
+    confirmations = [row for row in rows if row.confirm_of is not None]
+    trials = [row for row in rows if row.confirm_of is None]
+    _attach_confirmed(trials, confirmations)
     direction = study.direction.name.lower()
-    done = [row for row in rows if row.state == "complete" and row.value is not None]
-    sign = 1.0 if direction == "minimize" else -1.0
-    best = min(done, key=lambda row: sign * (row.value or 0.0)) if done else None
-    count = {state: sum(row.state == state for row in rows) for state in ("pruned", "failed")}
+    done = [row for row in trials if row.state == "complete" and row.value is not None]
+    count = {state: sum(row.state == state for row in trials) for state in ("pruned", "failed")}
+    attrs = study.user_attrs
     return SweepSummary(
         name=study.study_name,
-        metric=str(study.user_attrs.get("metric", "")),
+        metric=str(attrs.get("metric", "")),
         direction=direction,
-        n_trials=int(study.user_attrs.get("n_trials", 0)),
+        n_trials=int(attrs.get("n_trials", 0)),
         storage=storage_text,
         complete=len(done),
         pruned=count["pruned"],
         failed=count["failed"],
         running=sum(row.state == "running" for row in rows),
-        best=best,
+        confirm=int(attrs.get("confirm", 0)),
+        confirm_seeds=int(attrs.get("confirm_seeds", 0)),
+        confirmed=sum(row.confirmed is not None for row in done),
+        best=best_row(done, direction),
         trials=rows,
         updated_at=time.time(),
     )
+
+
+def best_row(done: list[TrialRow], direction: str) -> TrialRow | None:
+    """The best of complete trials: by confirmed value where any is confirmed (a trial's own
+    value won the selection, and is biased by it: the confirmation's fresh seeds are not),
+    else by value."""
+    sign = 1.0 if direction == "minimize" else -1.0
+    confirmed = [row for row in done if row.confirmed is not None]
+    if confirmed:
+        return min(confirmed, key=lambda row: sign * (row.confirmed or 0.0))
+    return min(done, key=lambda row: sign * (row.value or 0.0)) if done else None
+
+
+def _row(trial: Any) -> TrialRow:
+    state = row_state(trial)
+    return TrialRow(
+        number=trial.number,
+        state=state,
+        value=trial.value if state == "complete" else None,
+        params=dict(trial.params),
+        run_ids=list(trial.user_attrs.get("run_ids", [])),
+        reason=str(trial.user_attrs.get("reason", "")),
+        confirm_of=confirm_of(trial),
+    )
+
+
+def _attach_confirmed(trials: list[TrialRow], confirmations: list[TrialRow]) -> None:
+    """Each confirmed trial's `confirmed`: its first complete confirmation's value (two
+    processes sharing a server may both have confirmed it: docs/sweeps.md, Limits)."""
+    by_number = {row.number: row for row in trials}
+    for row in sorted(confirmations, key=lambda row: row.number):
+        target = by_number.get(row.confirm_of)  # type: ignore[arg-type]
+        if row.state == "complete" and target is not None and target.confirmed is None:
+            target.confirmed = row.value
