@@ -4,7 +4,10 @@ the best value of each.
 
     python benchmarks/sweep_pruning.py configs/sweeps/CartPole-v1.toml --seeds 0 1 2 --workers 2
 
-The sweeps go under a temporary runs root; prints one JSON object per sweep.
+The sweeps go under a temporary runs root (or `--keep DIR`, for benchmarks/sweep_compare.py
+to train their bests: `--runs-dir DIR/runs --sweep pruned-0 unpruned-0 ...`); prints one
+JSON object per sweep. The steps count every run, a confirmation stage's included
+(`confirm_steps` says how many of them were its).
 """
 
 from __future__ import annotations
@@ -23,12 +26,15 @@ from operant.trainer.config import toml_value
 from operant.trainer.sweep.spec import config_toml
 
 
-def total_steps(directory: Path) -> int:
-    """The steps every run of the sweep trained (each run's last record)."""
+def total_steps(directory: Path, confirmations: bool | None = None) -> int:
+    """The steps every run of the sweep trained (each run's last record); with
+    `confirmations` True or False, only the confirmation stage's runs or only the others."""
     summary = read_summary(directory)
     assert summary is not None
     total = 0
     for row in summary.trials:
+        if confirmations is not None and (row.confirm_of is not None) != confirmations:
+            continue
         for run_id in row.run_ids:
             lines = (directory / run_id / "progress.jsonl").read_text().splitlines()
             total += json.loads(lines[-1])["global_step"] if lines else 0
@@ -62,9 +68,11 @@ def main() -> int:
     parser.add_argument("sweep_file", type=Path)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--workers", default="2")
+    parser.add_argument("--keep", type=Path, help="a directory to keep the sweeps in")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
-        root = Path(scratch)
+        root = args.keep or Path(scratch)
+        root.mkdir(parents=True, exist_ok=True)
         for seed in args.seeds:
             for label, pruner in (("pruned", None), ("unpruned", "none")):
                 name = f"{label}-{seed}"
@@ -81,7 +89,9 @@ def main() -> int:
                 assert summary is not None and summary.best is not None
                 print(json.dumps({
                     "sweep": name, "wall_s": round(wall, 1), "steps": total_steps(directory),
-                    "best": summary.best.value, "pruned": summary.pruned,
+                    "confirm_steps": total_steps(directory, confirmations=True),
+                    "best": summary.best.value, "best_confirmed": summary.best.confirmed,
+                    "best_trial": summary.best.number, "pruned": summary.pruned,
                     "best_params": summary.best.params,
                 }), flush=True)  # fmt: skip
     return 0
