@@ -44,7 +44,7 @@ class Console(Service):
     def on_start(self) -> None:
         plan, trainer = self.plan, self.trainer
         derived = trainer.derived
-        if self.args.log_format == "plain" and not self.args.quiet:
+        if self.args.log_format != "json" and not self.args.quiet:
             origin = (
                 f", resumed at update {trainer.update} from {plan.checkpoint.name}"
                 if plan.payload is not None

@@ -72,8 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--log-format",
         choices=("plain", "json"),
-        default="plain",
-        help="plain: one compact line per update; json: one JSON object per line",
+        default=None,
+        help="plain: one line per update (train.log_every); json: one JSON object per line. "
+        "Without it: one status line redrawn in place on a terminal, else a line a second",
     )
     parser.add_argument(
         "--tensorboard",

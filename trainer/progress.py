@@ -1,8 +1,13 @@
 """The progress log: every update's record to progress.jsonl, and to stdout as the user asked.
 
 `ProgressLog` writes each UpdateRecord as one progress.jsonl line
-(operant.shared.record.encode_progress_line) and every `log_every`-th (and the one that solved
-the env) to stdout, either as that same JSON line (`--log-format json`) or as `plain_line`.
+(operant.shared.record.encode_progress_line), and to stdout in one of four ways
+(`console_mode`): `--log-format json`, every `log_every`-th record (and the one that solved the
+env) as that same JSON line; `--log-format plain`, those records as `plain_line`; without
+`--log-format`, on a terminal, one status line redrawn in place (operant.trainer.status_line),
+and anywhere else (a pipe, a file, the journal, a dumb terminal) a `plain_line` at most once a
+second. A line per update was the default, and CartPole's first run printed 244 of them in
+0.8 s: a person reads a line a second at most, and a script that parses lines asks for them.
 On a resume, `progress_tail` reads back the newest records the resume keeps (`kept_length`),
 for the metrics file's history, and, once the start can no longer fail, `cut_progress` drops
 what the resumed run trains again (and a line a crash cut short).
@@ -12,13 +17,30 @@ from __future__ import annotations
 
 import math
 import os
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
 import msgspec
 
 from operant.shared.record import UpdateRecord, decode_progress_line, encode_progress_line
+from operant.trainer.status_line import LiveDisplay, is_terminal
 from operant.trainer.terminal import detach_if_gone
+
+SAMPLED_INTERVAL_S = 1.0
+"""Without --log-format and without a terminal, a progress line at most this often."""
+DUMB_TERMINALS = ("dumb", "unknown")
+"""$TERM values of terminals that cannot erase a line (Emacs' shell buffer): a line a second."""
+
+
+def console_mode(log_format: str | None, out: Any, environ: Mapping[str, str] | None = None) -> str:
+    """How progress goes to `out`: 'plain' or 'json' where --log-format asks; without it,
+    'live' (the status line) on a terminal that can redraw a line, else 'sampled'."""
+    if log_format is not None:
+        return log_format
+    term = (os.environ if environ is None else environ).get("TERM", "")
+    return "live" if is_terminal(out) and term not in DUMB_TERMINALS else "sampled"
 
 
 def number_or_dash(value: Any, spec: str) -> str:
@@ -43,32 +65,70 @@ def plain_line(record: UpdateRecord, total_updates: int) -> str:
 
 
 class ProgressLog:
-    """Every update to progress.jsonl; every `every`-th to `out`, plain or JSON (`fmt`).
+    """Every update to progress.jsonl; to `out` as `fmt` (a console_mode) says: every
+    `every`-th as a plain or JSON line, those a second apart at least as plain lines
+    ('sampled'), or each in the status line ('live', on the terminal; `end_line` ends it).
 
     A line goes whole or not at all: one the disk refuses part of (full, or a file size
     limit) is cut off again before the error goes on, so readers of progress.jsonl (the
     monitor's backfill, jq, scripts) never meet a torn last line while the run is down."""
 
     def __init__(
-        self, path: Path, out: TextIO, fmt: str, every: int, total_updates: int, quiet: bool
+        self,
+        path: Path,
+        out: TextIO,
+        fmt: str,
+        every: int,
+        total_updates: int,
+        quiet: bool,
+        total_steps: int = 0,
+        clock: Callable[[], float] = time.monotonic,
     ):
         self.file = open(path, "ab", buffering=0)  # noqa: SIM115 (open for the run; close())
         self._end = self.file.tell()  # the end of its last whole line
         self.out, self.fmt, self.every = out, fmt, every
-        self.total, self.quiet = total_updates, quiet
+        self.total, self.quiet, self.clock = total_updates, quiet, clock
+        self._said_at = clock()  # no sampled line in the first second
+        self.live = LiveDisplay(out, total_steps, clock) if fmt == "live" and not quiet else None
 
     def __call__(self, record: UpdateRecord) -> None:
         line = encode_progress_line(record)
         self._append((line + "\n").encode())
-        if self.quiet or (record.updates % self.every and not record.solved):
+        if self.quiet:
             return
-        text = line if self.fmt == "json" else plain_line(record, self.total)
         try:
-            print(text, file=self.out, flush=True)
+            if self.fmt == "live":
+                if self.live is not None:  # until end_line
+                    self.live.update(record)
+            elif self._says(record):
+                text = line if self.fmt == "json" else plain_line(record, self.total)
+                print(text, file=self.out, flush=True)
         except OSError as error:  # the terminal is gone: train on, recorded in the file
             if not detach_if_gone(error):
                 raise
             self.quiet = True
+
+    def _says(self, record: UpdateRecord) -> bool:
+        """Whether `record` gets a line on `out` ('plain', 'json', 'sampled')."""
+        if record.updates % self.every and not (record.solved and self.fmt != "sampled"):
+            return False
+        if self.fmt != "sampled":
+            return True
+        now = self.clock()
+        if now - self._said_at < SAMPLED_INTERVAL_S:
+            return False
+        self._said_at = now
+        return True
+
+    def end_line(self) -> None:
+        """End the status line, if one shows: what is printed next starts below it."""
+        if self.live is not None:
+            live, self.live = self.live, None
+            try:
+                live.close()
+            except OSError as error:
+                if not detach_if_gone(error):
+                    raise
 
     def _append(self, data: bytes) -> None:
         try:
@@ -84,6 +144,7 @@ class ProgressLog:
         self._end += len(data)
 
     def close(self) -> None:
+        self.end_line()
         self.file.close()
 
 

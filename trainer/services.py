@@ -22,6 +22,7 @@ from operant.trainer.checkpoint import Checkpointer
 from operant.trainer.config import to_dict
 from operant.trainer.progress import (
     ProgressLog,
+    console_mode,
     cut_progress,
     kept_length,
     number_or_dash,
@@ -263,11 +264,20 @@ class UpdateLatest(Service):
 
 
 class WriteProgress(Service):
-    """Every update's record to progress.jsonl; every `log_every`-th to stdout."""
+    """Every update's record to progress.jsonl, and to stdout as operant.trainer.progress's
+    console_mode says; a terminal's status line ends when the run stops, before the lines
+    that say how it ended."""
 
-    def __init__(self, path: Path, args: Any, plan: RunPlan, num_updates: int):
+    def __init__(
+        self,
+        path: Path,
+        args: Any,
+        plan: RunPlan,
+        derived: Any,
+        signals: StopSignals | None = None,
+    ):
         self.path, self.args, self.plan = path, args, plan
-        self.num_updates = num_updates
+        self.derived, self.signals = derived, signals
         self.log: ProgressLog | None = None
 
     def on_start(self) -> None:
@@ -275,14 +285,26 @@ class WriteProgress(Service):
         self.log = ProgressLog(
             self.path,
             sys.stdout,
-            args.log_format,
+            console_mode(args.log_format, sys.stdout),
             config.train.log_every,
-            self.num_updates,
+            self.derived.num_updates,
             args.quiet,
+            total_steps=self.derived.total_steps,
         )
+        if self.log.live is not None and self.signals is not None:
+            self.signals.line_start = self.log.live.erase_prefix()
 
     def on_update(self, record: Any) -> None:
         self.log(record)
+
+    def on_stop(self, outcome: Outcome) -> None:
+        self._end_line()
+
+    def _end_line(self) -> None:
+        if self.log is not None:
+            self.log.end_line()
+        if self.signals is not None:
+            self.signals.line_start = b""
 
     def synced_length(self) -> int:
         """progress.jsonl's length once everything written so far is on disk."""
@@ -296,6 +318,7 @@ class WriteProgress(Service):
 
         if self.log is None:
             return
+        self._end_line()
         try:
             self.log.close()
         except OSError as error:

@@ -169,7 +169,7 @@ def compose(
         beat=notifier.beat,
     )
     records = ContinueRecords(plan, run_dir / runs.PROGRESS_FILE, checkpointer)
-    progress = WriteProgress(run_dir / runs.PROGRESS_FILE, args, plan, trainer.derived.num_updates)
+    progress = WriteProgress(run_dir / runs.PROGRESS_FILE, args, plan, trainer.derived, signals)
     publish = (
         [PublishMetrics(plan, run_dir, trainer, records, rank=rank)]
         if config.train.publish_metrics

@@ -65,6 +65,9 @@ class StopSignals:
         self.on_stop: list[Callable[[], None]] = []
         """Called in the handler of the first stop signal, after the flags are set (a step
         that hangs gets its deadline then: operant.envs.step_deadline)."""
+        self.line_start = b""
+        """Written before the announcement: erases a status line shown on stderr's terminal
+        (operant.trainer.status_line), which the line would otherwise follow."""
         self._previous: dict[int, Any] = {}
 
     def install(self) -> bool:
@@ -111,7 +114,8 @@ class StopSignals:
         try:
             os.write(
                 2,
-                f"operant-train: {signal.Signals(signum).name}: stopping at the next update "
+                self.line_start
+                + f"operant-train: {signal.Signals(signum).name}: stopping at the next update "
                 f"boundary, with a checkpoint{again}\n".encode(),
             )
         except OSError as error:  # SIGHUP: the terminal may be gone already
