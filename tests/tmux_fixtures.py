@@ -12,12 +12,14 @@ import uuid
 class Tmux:
     """`command` in a pane; after it ends the pane says `MONITOR-EXIT=<its status>`."""
 
-    def __init__(self, command: list[str]):
+    def __init__(self, command: list[str], size: tuple[int, int] = (80, 24)):
         # A server of its own (-L), so the user's tmux sessions are never touched; its
-        # window is tmux's default 80x24, the smallest size the monitor is made for.
+        # window is `size` columns x rows, by default 80x24 (tmux's own), the smallest size
+        # the monitor is made for.
         self.socket = f"operant-test-{uuid.uuid4().hex[:8]}"
         shell = " ".join(command) + "; echo MONITOR-EXIT=$?; sleep 60"
-        self.tmux("new-session", "-d", "-s", "monitor", shell)
+        columns, rows = size
+        self.tmux("new-session", "-d", "-s", "monitor", "-x", str(columns), "-y", str(rows), shell)
 
     def tmux(self, *args: str) -> str:
         result = subprocess.run(
