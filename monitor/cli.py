@@ -295,8 +295,8 @@ def human_report(
     advance: Progress | None = None,
 ) -> str:
     """`--once`: the run's status (a stuck run's says for how long no update came: `advance`),
-    reason and every metric; a pixel run's latest frame; a run of several ranks adds a table
-    of its ranks below."""
+    reason and every metric but empty texts; a pixel run's latest frame; a run of several
+    ranks adds a table of its ranks below."""
     distributed = run is not None and run.world_size > 1
     status = (
         status_text(snapshot.status, run.status_ranks, run.unread_ranks) if run else snapshot.status
@@ -327,7 +327,8 @@ def human_report(
     if snapshot.reason:
         lines.append(f"reason  {snapshot.reason}")
     lines.append(f"dir     {run_dir}")
-    metrics = snapshot.metrics()
+    # An empty text (the `warning` of a run that has none) is a name with nothing after it.
+    metrics = {name: value for name, value in snapshot.metrics().items() if value != ""}
     unit_of = units(schema)
     if metrics:
         width = max(len(name) for name in metrics)

@@ -149,6 +149,30 @@ def test_monitor_once_prints_a_human_snapshot(runs):
     assert table["phase"] == ["update"]
 
 
+def test_monitor_once_shows_the_warning_row_only_when_there_is_a_warning(tmp_path):
+    root = tmp_path / "runs"
+    schema = fmt.make_schema(
+        "w", env_id="CartPole-v1", counters=[("global_step", "steps")], texts=["warning"]
+    )
+    writer = MetricsWriter.create(create_run_dir(root, "w") / METRICS_FILE, schema)
+
+    def rows() -> dict[str, str]:
+        result = operant("monitor", "w", "--once", "--runs-dir", str(root))
+        assert result.returncode == 0, result.stderr
+        table = result.stdout.split("\n\n")[1].splitlines()
+        return {row.split()[0]: " ".join(row.split()[1:]) for row in table}
+
+    try:
+        assert rows() == {"global_step": "0 steps"}
+        writer.set_text(schema.slot("warning"), "checkpoint of update 9 not written")
+        assert rows() == {
+            "global_step": "0 steps",
+            "warning": "checkpoint of update 9 not written",
+        }
+    finally:
+        writer.close()
+
+
 def test_runs_lists_every_run_from_any_directory(runs, tmp_path):
     (runs / "empty-d").mkdir()
     (runs / "broken-e").mkdir()
