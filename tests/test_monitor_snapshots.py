@@ -61,7 +61,8 @@ def test_run_picker_80x24(snap_compare):
 
 
 def test_the_readme_image_is_the_current_snapshot():
-    """docs/monitor.svg is what README shows; refresh it from the snapshot when that changes:
+    """docs/monitor.svg is the fake run's 160x48 screen, kept equal to its snapshot (README and
+    docs/monitor.md show a real run's, docs/monitor-run.svg); refresh it when that changes:
     cp tests/__snapshots__/test_monitor_snapshots/test_running_160x48.svg docs/monitor.svg"""
     here = Path(__file__).parent
     snapshot = here / "__snapshots__" / "test_monitor_snapshots" / "test_running_160x48.svg"
