@@ -490,6 +490,14 @@ def test_a_killed_rank_restarts_the_group_which_resumes_by_itself(tmp_path):
     assert seen.ranks[0].status in ("running", "failed")  # its next collective fails
     newest = find_checkpoint(run_dir / "checkpoints")
     assert launcher.wait(timeout=240) == 0, log.read_text()[-3000:]
+    # rank 0 saw its peer's process end in its next collective, not at train.dist_timeout_s:
+    # through the shared segment (the gradient's, the record's) or gloo's closed socket (the
+    # checkpoint's gather of the ranks' states)
+    said = [line for line in log.read_text().splitlines() if "training failed: rank 0" in line]
+    assert len(said) == 1 and (
+        "rank 1's process ended during a collective through shared memory" in said[0]
+        or "gloo/transport/" in said[0]  # gloo's transport error: a closed or reset socket
+    ), said
     resumed_from = int(newest.stem.rsplit("-", 1)[-1])
     assert killed_at - resumed_from <= 4 + 1  # the interval, and the update under way
     assert [r["update"] for r in _progress(run_dir)] == list(range(1, 41))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import subprocess
+import sys
 import time
 
 import numpy as np
@@ -92,6 +93,48 @@ def test_a_rank_that_never_arrives_ends_the_wait_at_the_deadline(tmp_path):
     assert 0.5 <= waited < 5.0
     # past its first 10 ms the wait sleeps between looks instead of holding the core
     assert time.process_time() - cpu < 0.5 * waited
+
+
+def test_a_rank_whose_process_ends_is_seen_at_once_not_at_the_deadline(monkeypatch, tmp_path):
+    """Rank 1, a real process holding its lock as open_local_reduce takes it, is SIGKILLed
+    before it arrives: rank 0's wait ends within moments with its name, not at the deadline
+    (gloo sees a closed socket; without the lock this wait would last train.dist_timeout_s)."""
+    path = str(tmp_path / "segment")
+    with open(path, "wb") as segment:
+        segment.truncate(local_reduce.native.segment_bytes(2, 64))
+    fd = os.open(path, os.O_RDWR)
+    assert local_reduce._hold(fd, 0)
+    mapped = local_reduce._map(fd, os.path.getsize(path))
+    assert mapped is not None
+    rank_one = subprocess.Popen(
+        [sys.executable, "-c", HOLD_BYTE_ONE, path], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert rank_one.stdout.readline().strip() == "holding"
+        reduce = LocalReduce(mapped, 2, 0, 64, fd)
+        # alive and absent: the deadline, as before
+        assert not reduce.sum_(torch.ones(16), timeout_s=0.3)
+        assert reduce.failure == "the wait of a collective through shared memory"
+        rank_one.kill()
+        rank_one.wait(timeout=10)
+        started = time.monotonic()
+        assert reduce.all_gather(torch.ones(4), timeout_s=60.0) is None
+        assert time.monotonic() - started < 10.0
+        assert reduce.failure == (
+            "rank 1's process ended during a collective through shared memory"
+        )
+        reduce.close()
+    finally:
+        rank_one.kill()
+
+
+HOLD_BYTE_ONE = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR)
+fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 1, os.SEEK_SET)
+print("holding", flush=True)
+time.sleep(600)
+"""
 
 
 def test_setting_up_leaves_no_name_in_dev_shm(monkeypatch, tmp_path):

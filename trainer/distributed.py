@@ -48,8 +48,6 @@ from operant.trainer.service_protocol import GroupError
 
 # torchrun's variables (torch.distributed.run): which process of which group this is.
 _RANK_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
-# What a rank waited on when a collective through the shared segment timed out.
-_SHARED_WAIT = "the wait of a collective through shared memory"
 
 
 @dataclass(frozen=True)
@@ -239,7 +237,7 @@ class Group:
         if segment is None:
             return False
         if not segment.sum_(tensor, self.timeout_s, mean):
-            raise self._failed(what, _SHARED_WAIT)
+            raise self._failed(what, segment.failure)
         return True
 
     def agree(self, flags: Sequence[bool]) -> list[bool]:
@@ -270,7 +268,7 @@ class Group:
     def _gather_shared(self, segment: LocalReduce, row: torch.Tensor, what: str) -> torch.Tensor:
         gathered = segment.all_gather(row, self.timeout_s)
         if gathered is None:
-            raise self._failed(what, _SHARED_WAIT)
+            raise self._failed(what, segment.failure)
         return gathered
 
     def gather_to_zero(self, value: Any, what: str) -> list[Any] | None:

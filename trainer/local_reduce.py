@@ -10,11 +10,15 @@ in, and sums the slots in rank order, or copies them all out to gather
 (operant.cext.local_reduce: the same bits on every rank; for two ranks the bits gloo's sum
 gives, since a + b == b + a). Setting up is itself collective (rank 0 makes the segment,
 the others map it, then rank 0 unlinks its name, so nothing is left in /dev/shm however the
-run ends); if any rank cannot map it, every rank keeps gloo.
+run ends); if any rank cannot map it, every rank keeps gloo. Each rank also locks one byte of
+the segment's file for as long as its process lives: a rank waiting in a collective sees
+another's process end (SIGKILL, the OOM killer) at once, as gloo sees a closed socket,
+instead of waiting out train.dist_timeout_s.
 """
 
 from __future__ import annotations
 
+import fcntl
 import mmap
 import os
 import tempfile
@@ -43,30 +47,44 @@ def gatherable(tensor: torch.Tensor) -> bool:
 
 
 class LocalReduce:
-    """One mapped segment for `world` ranks and vectors of up to `slot_bytes` bytes."""
+    """One mapped segment for `world` ranks and vectors of up to `slot_bytes` bytes; `fd`, the
+    segment's file with this rank's lock on byte `rank` (open_local_reduce), lets a waiting
+    rank see another's process end (-1: it waits for the deadline)."""
 
-    def __init__(self, segment: mmap.mmap, world: int, rank: int, slot_bytes: int):
+    def __init__(self, segment: mmap.mmap, world: int, rank: int, slot_bytes: int, fd: int = -1):
         self.segment = segment
         self.view = np.frombuffer(segment, dtype=np.uint8)
         self.world, self.rank, self.slot_bytes = world, rank, slot_bytes
+        self.fd = fd
         self.calls = 0
+        self.failure = ""
+        """Why the last call that returned False or None failed, in a few words."""
 
     def sum_(self, tensor: torch.Tensor, timeout_s: float, mean: bool = False) -> bool:
         """`tensor` (`reducible`, at most `slot_bytes`) becomes its sum over the ranks (with
         `mean`, that sum divided by the world size: the bits of the sum then torch's div_);
-        False when the other ranks did not all arrive within timeout_s."""
+        False (`failure` says why) when the other ranks did not all arrive within timeout_s
+        or one's process ended."""
         data = tensor.view(-1).numpy()
-        done = native.all_reduce_sum(
-            self.view, self.world, self.rank, self.slot_bytes, data, self.calls, timeout_s, mean
+        status = native.all_reduce_sum(
+            self.view,
+            self.world,
+            self.rank,
+            self.slot_bytes,
+            data,
+            self.calls,
+            timeout_s,
+            mean,
+            self.fd,
         )
         self.calls += 1
-        return bool(done)
+        return self._done(status)
 
     def all_gather(self, tensor: torch.Tensor, timeout_s: float) -> torch.Tensor | None:
         """(world, *tensor.shape): every rank's `tensor` (CPU, dense, at most `slot_bytes`),
-        in rank order; None when the other ranks did not all arrive within timeout_s."""
+        in rank order; None as sum_'s False."""
         out = torch.empty((self.world, *tensor.shape), dtype=tensor.dtype)
-        done = native.all_gather(
+        status = native.all_gather(
             self.view,
             self.world,
             self.rank,
@@ -75,13 +93,27 @@ class LocalReduce:
             out.view(-1).view(torch.uint8).numpy(),
             self.calls,
             timeout_s,
+            self.fd,
         )
         self.calls += 1
-        return out if done else None
+        return out if self._done(status) else None
+
+    def _done(self, status: int) -> bool:
+        if status == 0:
+            return True
+        self.failure = (
+            "the wait of a collective through shared memory"
+            if status == -1
+            else f"rank {-2 - status}'s process ended during a collective through shared memory"
+        )
+        return False
 
     def close(self) -> None:
         del self.view
         self.segment.close()
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
 def open_local_reduce(
@@ -101,16 +133,30 @@ def open_local_reduce(
     path = share(path)
     if rank != 0 and path is not None:
         fd = _open(path)
-    segment = _map(fd, size)
+    segment = _map(fd, size) if _hold(fd, rank) else None
     failed = agree([segment is None])[0]
     if rank == 0 and path is not None:
         os.unlink(path)  # every rank has mapped it (or given up): the name can go
     if failed:
         if segment is not None:
             segment.close()
+        if fd >= 0:
+            os.close(fd)
         return None
     assert segment is not None
-    return LocalReduce(segment, world, rank, slot_bytes)
+    return LocalReduce(segment, world, rank, slot_bytes, fd)
+
+
+def _hold(fd: int, rank: int) -> bool:
+    """This rank's lock on byte `rank` of the segment's file, held until its process ends: the
+    others' waits see it gone (cext/local_reduce.h, lr_gone)."""
+    if fd < 0:
+        return False
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, rank, os.SEEK_SET)
+    except OSError:
+        return False
+    return True
 
 
 def _create(size: int) -> tuple[str | None, int]:
@@ -138,11 +184,10 @@ def _open(path: str) -> int:
 
 
 def _map(fd: int, size: int) -> mmap.mmap | None:
+    """The segment mapped (the caller keeps `fd`: its lock says this rank is alive)."""
     if fd < 0:
         return None
     try:
         return mmap.mmap(fd, size)
     except (OSError, ValueError):
         return None
-    finally:
-        os.close(fd)
