@@ -20,6 +20,7 @@ Exit codes:
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import signal
 import sys
@@ -227,6 +228,10 @@ def main(argv: list[str] | None = None) -> int:
             # restored first, a Ctrl-C in between killed the process (seen in CI).
             signals.restore(keep=(signal.SIGINT,))
             signal.signal(signal.SIGINT, lambda signum, frame: os._exit(EXIT_OK))
+            # The interpreter's finalization resets a Python handler to SIG_DFL (a Ctrl-C in
+            # the teardown after it killed the process: -2, seen in CI), but leaves SIG_IGN:
+            # ignored from the first exit hook on (registered last, so it runs first).
+            atexit.register(signal.signal, signal.SIGINT, signal.SIG_IGN)
         else:
             signals.restore()
         if not launching:
