@@ -136,3 +136,42 @@ def test_a_runs_root_turned_read_only_ends_the_run_in_one_line(tmp_path, trainer
         assert Path(match.group(2)).stat().st_size > 0
     finally:
         subprocess.run(["umount", str(mountpoint)], capture_output=True)
+
+
+def test_a_checkpoints_eio_on_an_ext4_turned_read_only_is_the_directorys_loss(tmp_path):
+    """The write in flight when ext4 hits its error fails with EIO, not EROFS, and since Linux
+    6.x statvfs still says read-write afterwards ("emergency_ro"): the watch asks the
+    filesystem itself (a file it cannot make) and names the loss; on a healthy disk an EIO
+    stays the disk's error, after the watch has looked for a second."""
+    from types import SimpleNamespace
+
+    from operant.trainer.run_dir_watch import EIO_SETTLE_S, WRITE_PROBE, RunDirLost, WatchRunDir
+
+    image, mountpoint = tmp_path / "disk.img", tmp_path / "disk"
+    why = _loop_ext4(image, mountpoint)
+    if why is not None:
+        pytest.skip(why)
+    try:
+        run_dir = mountpoint / "runs" / "eio"
+        run_dir.mkdir(parents=True)
+        last = run_dir / "checkpoints" / "ckpt-000000005.pt"
+        watch = WatchRunDir(run_dir, SimpleNamespace(update=7), SimpleNamespace(last_path=last))
+        watch.on_start()
+        eio = OSError(5, os.strerror(5))
+        started = time.monotonic()
+        assert watch.explain(eio) is eio  # a healthy filesystem: the disk's own error
+        assert time.monotonic() - started >= EIO_SETTLE_S
+        assert not (run_dir / WRITE_PROBE).exists()
+        device = Path(os.path.realpath(subprocess.run(
+            ["findmnt", "-n", "-o", "SOURCE", str(mountpoint)], capture_output=True, text=True,
+            check=True).stdout.strip())).name  # fmt: skip
+        Path(f"/sys/fs/ext4/{device}/trigger_fs_error").write_text("test\n")
+        lost = watch.explain(eio)
+        assert isinstance(lost, RunDirLost)
+        assert str(lost).startswith(
+            f"the run directory {run_dir} turned read-only while training (after update 7): "
+            f"Read-only file system; the run stops; its last checkpoint {last} is as it was"
+        )
+        watch.close()
+    finally:
+        subprocess.run(["umount", str(mountpoint)], capture_output=True)

@@ -34,6 +34,10 @@ EIO_SETTLE_S = 1.0
 disk's error (a failing disk that stays writable): one second, once per refused write."""
 
 
+WRITE_PROBE = ".write-probe"
+"""An empty file made and removed at once to ask the filesystem whether it takes writes."""
+
+
 class RunDirLost(Exception):
     """The run directory was deleted, moved, or turned read-only under the trainer."""
 
@@ -76,23 +80,34 @@ class WatchRunDir(Service):
 
     def _turned_read_only(self, error: OSError) -> bool:
         """Whether the filesystem refused `error`'s write by turning read-only. ext4 with
-        errors=remount-ro fails the write in flight with EIO and marks the mount read-only
-        only after it (tests/test_run_dir_lost.py saw a checkpoint's EIO while statvfs still
-        said read-write): after an EIO, look for up to EIO_SETTLE_S."""
+        errors=remount-ro fails the write in flight with EIO; since Linux 6.x it then refuses
+        new writes with EROFS ("emergency_ro" in /proc/mounts) while statvfs still says
+        read-write, and older kernels mark the mount read-only only after the EIO (CI saw both
+        kinds of EIO). So after an EIO, look for up to EIO_SETTLE_S: the mount's flag, or a
+        file that cannot be made in the run directory for EROFS."""
         if error.errno == errno.EROFS:
             return True
         if error.errno != errno.EIO:
             return False
         deadline = time.monotonic() + EIO_SETTLE_S
-        while True:
-            try:
-                if os.statvfs(self.run_dir).f_flag & os.ST_RDONLY:
-                    return True
-            except OSError:
-                return False
+        while not self._refuses_writes():
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.01)
+        return True
+
+    def _refuses_writes(self) -> bool:
+        try:
+            if os.statvfs(self.run_dir).f_flag & os.ST_RDONLY:
+                return True
+            probe = self.run_dir / WRITE_PROBE
+            os.close(os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o600))
+            os.unlink(probe)
+        except FileExistsError:  # left by a process killed between the two calls
+            os.unlink(self.run_dir / WRITE_PROBE)
+        except OSError as refused:
+            return refused.errno == errno.EROFS
+        return False
 
     def problem(self) -> str | None:
         """What happened to the run directory, or None while it is where it was."""
