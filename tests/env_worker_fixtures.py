@@ -131,7 +131,7 @@ gymnasium.register("SlowToBuildCartPole-v0", entry_point=f"{__name__}:SlowToBuil
 class HangingCartPole(CartPoleEnv):
     """CartPole whose `hang_at`-th step (default the 5th) never returns (a simulator that
     hangs) in the env reset with seed 2 (env 2 of a batch reset with seed 0); `stubborn`: in
-    a loop that catches every Exception."""
+    a loop that catches every Exception. Each hang touches $HANG_MARK first, where it is set."""
 
     def __init__(self, hang_at: int = 5, stubborn: bool = False, hang_in: str = "step", **kwargs):
         super().__init__(**kwargs)
@@ -155,6 +155,7 @@ class HangingCartPole(CartPoleEnv):
 
         self.steps += 1
         if self.hangs and self.steps == self.hang_at:
+            _hang_begins()
             if self.hang_in == "c":  # in C code that holds the GIL: no handler runs
                 sum(range(10**15))
             while self.hang_in == "unkillable":  # swallows even BaseException
@@ -176,9 +177,20 @@ gymnasium.register(
 )
 
 
+def _hang_begins() -> None:
+    """Touches $HANG_MARK, where a test set it: the hang begins now (the test need not sleep
+    for as long as a loaded machine's imports might take)."""
+    import os
+    from pathlib import Path
+
+    if "HANG_MARK" in os.environ:
+        Path(os.environ["HANG_MARK"]).touch()
+
+
 def _hang() -> None:
     import time
 
+    _hang_begins()
     time.sleep(3600)
 
 

@@ -156,10 +156,25 @@ def hung_trainer(tmp_path: Path, env_id: str, workers: int, run_id: str, *extra:
         "--set", "env.num_envs=4", "--set", f"env.workers={workers}",
         "--set", "env.stop_grace_s=1", "--runs-dir", str(tmp_path), "--run-id", run_id, *extra,
     ]  # fmt: skip
+    environ = dict(with_fixtures(), HANG_MARK=str(hang_mark(tmp_path, run_id)))
     trainer = subprocess.Popen(
-        command(words), stdout=log.open("w"), stderr=subprocess.STDOUT, env=with_fixtures()
+        command(words), stdout=log.open("w"), stderr=subprocess.STDOUT, env=environ
     )
     return trainer, log
+
+
+def hang_mark(tmp_path: Path, run_id: str) -> Path:
+    """The file the fixture env touches as it begins to hang (env_worker_fixtures)."""
+    return tmp_path / f"{run_id}.hang"
+
+
+def wait_until_hung(trainer: subprocess.Popen, log: Path, mark: Path) -> None:
+    """Until the env has begun its hang, and a little past it: the trainer is in there."""
+    deadline = time.monotonic() + 60
+    while not mark.exists():
+        assert time.monotonic() < deadline and trainer.poll() is None, log.read_text()
+        time.sleep(0.05)
+    time.sleep(0.3)
 
 
 def term_and_wait(trainer: subprocess.Popen, log: Path) -> tuple[int, float]:
@@ -189,7 +204,8 @@ def test_a_stop_signal_does_not_wait_for_a_hung_step_past_the_grace(tmp_path, wo
     while not (tmp_path / "hung" / "metrics.bin").exists():
         assert time.monotonic() < deadline and trainer.poll() is None, log.read_text()
         time.sleep(0.1)
-    time.sleep(1.0)  # its 5th step hangs at once: the first rollout never ends
+    # its 5th step hangs at once: the first rollout never ends
+    wait_until_hung(trainer, log, hang_mark(tmp_path, "hung"))
     status, took = term_and_wait(trainer, log)
     output = log.read_text()
     assert status == 1, output
@@ -219,7 +235,7 @@ def test_a_stop_cuts_an_env_that_hangs_before_training_began(tmp_path, workers, 
     # (the preflight's probe and the trainer's build run the env in the trainer's process,
     # before the session: a SIGTERM was announced and then nothing, for good; SIGKILL only)
     trainer, log = hung_trainer(tmp_path, env_id, workers, "start")
-    time.sleep(4.0)  # imports, then the probe hangs
+    wait_until_hung(trainer, log, hang_mark(tmp_path, "start"))  # imports, then the probe hangs
     status, took = term_and_wait(trainer, log)
     output = log.read_text()
     assert status == 1, output
