@@ -162,9 +162,7 @@ total_steps = {total_steps}
 
 def test_a_killed_sweep_continues_its_trial_from_the_checkpoint(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
-    # (100,000 steps: as the stop-signal test below, a run far longer than the 3 updates it
-    # is killed after; each step past the kill is trained again by the continuation)
-    sweep = _write(tmp_path, LONG.format(n_trials=1, total_steps=100_000))
+    sweep = _write(tmp_path, LONG.format(n_trials=1, total_steps=250_000))
     first = _start("sweep", str(sweep), "--runs-dir", str(runs), log=tmp_path / "first.log")
     run_dir = runs / "sweeps" / "long" / "long-t0000-s1"
     _wait_for(run_dir / "progress.jsonl", first, lines=3)
@@ -190,7 +188,7 @@ def test_a_killed_sweep_continues_its_trial_from_the_checkpoint(tmp_path: Path) 
     resumes = json.loads((run_dir / "run.json").read_text())["resumes"]
     assert len(resumes) == 1 and resumes[0]["update"] > 0
     records = _records(run_dir)
-    assert records[-1]["global_step"] >= 100_000 > killed_at
+    assert records[-1]["global_step"] >= 250_000 > killed_at
     assert [r["update"] for r in records] == list(range(1, len(records) + 1))
     assert shown["trials"][1]["value"] == records[-1]["episode_return_mean"]
 
@@ -385,7 +383,7 @@ def test_a_killed_confirmation_keeps_its_finished_runs(tmp_path: Path) -> None:
     """A sweep killed while it confirms: the next run of the command continues the
     confirmation, its first seed's finished run kept as it was, its second's continued."""
     runs = tmp_path / "runs"
-    text = LONG.format(n_trials=1, total_steps=100_000).replace(
+    text = LONG.format(n_trials=1, total_steps=200_000).replace(
         "confirm = 0", "confirm = 1\nconfirm_seeds = 2"
     )
     sweep = _write(tmp_path, text)
