@@ -13,26 +13,38 @@ from setuptools import Extension, setup
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from setup_flags import COMPILE_ARGS, EXTRA_COMPILE_ARGS  # noqa: E402
 
-# Every cext/*.pyx is one extension module operant.cext.<name>.
-kernels = sorted(os.path.splitext(os.path.basename(p))[0] for p in glob.glob("cext/*.pyx"))
+# Every .pyx under cext/ is one extension module operant.cext.<name>, whatever folder groups its
+# source (cext/envs/minatar/minatar.pyx is operant.cext.minatar): the folders say which part
+# of the system a kernel serves; the import names stay flat.
+sources = {
+    os.path.splitext(os.path.basename(path))[0]: path
+    for path in sorted(glob.glob("cext/**/*.pyx", recursive=True))
+}
+folders = sorted(
+    {
+        os.path.dirname(path)
+        for path in glob.glob("cext/**/*", recursive=True)
+        if path.endswith((".h", ".pxd", ".pxi"))
+    }
+)
 
 extensions = [
     Extension(
         f"operant.cext.{name}",
-        [f"cext/{name}.pyx"],
-        include_dirs=["cext"],
+        [path],
+        include_dirs=folders,
         # a header edit rebuilds the modules (setuptools compares only the .c with the .so
         # otherwise, and an edited minatar_seaquest.h left the old kernel in place)
-        depends=sorted(glob.glob("cext/*.h")),
+        depends=sorted(glob.glob("cext/**/*.h", recursive=True)),
         extra_compile_args=[*COMPILE_ARGS, *EXTRA_COMPILE_ARGS.get(name, [])],
     )
-    for name in kernels
+    for name, path in sources.items()
 ]
 
 setup(
     ext_modules=cythonize(
         extensions,
-        include_path=["cext"],
+        include_path=folders,
         # OPERANT_BUILD_JOBS=N: translate the .pyx files in N processes (with
         # `setup.py build_ext -j N` compiling in parallel too); unset, one at a time.
         nthreads=int(os.environ.get("OPERANT_BUILD_JOBS", "0")),

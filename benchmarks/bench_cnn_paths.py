@@ -4,11 +4,12 @@ frames, one thread: what each of them is worth to the update and to the rollout'
     python benchmarks/bench_cnn_paths.py --path loss --rounds 9     # one path against torch
     python benchmarks/bench_cnn_paths.py --path all --rounds 9      # every path against none
 
-Paths: `loss` (the heads and PPO's loss in one call, operant.trainer.ppo_loss), `dense` (the
-dense layer by a transposed copy of its weight, operant.trainer.dense_layer), `adam` (FlatAdam's
+Paths: `loss` (the heads and PPO's loss in one call, operant.trainer.loop.ppo_loss), `dense` (the
+dense layer by a transposed copy of its weight, operant.trainer.policies.dense_layer), `adam`
+(FlatAdam's
 floor under its square root), `clip_adam` (the clip and Adam in one native pass, with the
 loss), `sampling` (the rollout's categorical in one call), `conv` (the
-first convolution from the set cells, operant.trainer.sparse_conv), `all`. Each round times
+first convolution from the set cells, operant.trainer.policies.sparse_conv), `all`. Each round times
 one update (3 epochs x 8 minibatches of 1,024 frames, Breakout's shipped PPO settings) and
 `act` over 50 batches of 64 frames, with the path on and off in alternating order; reported:
 the medians of each, and the median of the rounds' ratios (off / on: above 1, the path is
@@ -31,11 +32,12 @@ import torch  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_sparse_conv import frames  # noqa: E402
 
-from operant.trainer import dense_layer, ppo, ppo_loss, sampling, sparse_conv  # noqa: E402
-from operant.trainer import flat as flat_module  # noqa: E402
-from operant.trainer.allocator import keep_freed_memory  # noqa: E402
-from operant.trainer.cnn_policy import CNNPolicy  # noqa: E402
 from operant.trainer.config import PPOConfig  # noqa: E402
+from operant.trainer.loop import flat as flat_module  # noqa: E402
+from operant.trainer.loop import ppo, ppo_loss  # noqa: E402
+from operant.trainer.policies import dense_layer, sampling, sparse_conv  # noqa: E402
+from operant.trainer.policies.cnn import CNNPolicy  # noqa: E402
+from operant.trainer.run.allocator import keep_freed_memory  # noqa: E402
 
 # Each path: (module, attribute, the value that switches it off).
 SWITCHES = {

@@ -23,7 +23,7 @@ import torch
 
 from operant.trainer.bench.measure import _timed_rounds, compute_bound
 from operant.trainer.config import load_config
-from operant.trainer.policy import ActorCritic
+from operant.trainer.policies.mlp import ActorCritic
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = {

@@ -152,8 +152,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=0.1, help="per path per round")
     args = parser.parse_args()
 
-    from operant.envs.reference import ReferenceVectorEnv
-    from operant.envs.workers import WorkerVectorEnv
+    from operant.envs.reference.vector import ReferenceVectorEnv
+    from operant.envs.reference.workers import WorkerVectorEnv
 
     if args.env == BUSY_ID:
         os.environ[SPIN_VARIABLE] = str(calibrate(args.step_us))

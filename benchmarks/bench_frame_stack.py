@@ -1,5 +1,6 @@
 """Env-only cost of env.frame_stack: k = 1 (the kernel's own buffer) against k > 1
-(operant.envs.frame_stack: the kernel writes each frame into a ring slot), per step, in one run.
+(operant.envs.face.frame_stack: the kernel writes each frame into a ring slot), per step, in one
+run.
 
 For each game, alternating rounds k = 1, k = 4 (ring), k = 4 (live obs), k = 1, ...:
 `step_bound()` of `make_env("MinAtar-<Game>-v1", N, frame_stack=k)` with a random action batch
@@ -33,7 +34,7 @@ from collections.abc import Callable  # noqa: E402
 import numpy as np  # noqa: E402
 
 from operant.envs import make_env  # noqa: E402
-from operant.envs.minatar import GAME_IDS  # noqa: E402
+from operant.envs.minatar.vector import GAME_IDS  # noqa: E402
 
 ACTION_TABLE = 64
 

@@ -1,5 +1,5 @@
 """GAE on CPU: µs per call of the Cython kernel (operant.cext.gae) against the vectorised torch
-loop (operant.trainer.ppo._compute_gae_torch), one thread, float32, for rollout shapes (T, N).
+loop (operant.trainer.loop.ppo._compute_gae_torch), one thread, float32, for rollout shapes (T, N).
 
     flock /tmp/operant-bench.lock python benchmarks/bench_gae.py [--rounds 7] [--json]
 
@@ -20,7 +20,7 @@ import torch
 
 from operant.cext.gae import gae as gae_kernel
 from operant.trainer.bench.measure import _timed_rounds
-from operant.trainer.ppo import _compute_gae_torch, compute_gae
+from operant.trainer.loop.ppo import _compute_gae_torch, compute_gae
 
 SHAPES = [(64, 32), (128, 256), (16, 1024), (64, 4096)]
 GAMMA, LAM = 0.99, 0.95

@@ -111,7 +111,7 @@ class OperantBench:
         warmup_seconds: float = 1.0,
         seed: int = 0,
     ):
-        from operant.envs.grid import GridVectorEnv
+        from operant.envs.grid.vector import GridVectorEnv
 
         self.env = GridVectorEnv(num_envs, copy=False, profile=profile, encoder=encoder, **options)
         self.env.reset(seed=seed)

@@ -44,7 +44,7 @@ import numpy as np  # noqa: E402
 
 from operant.cext.minatar import GAMES  # noqa: E402
 from operant.envs import make_env  # noqa: E402
-from operant.envs.minatar import GAME_IDS  # noqa: E402
+from operant.envs.minatar.vector import GAME_IDS  # noqa: E402
 
 ACTION_TABLE = 64
 

@@ -1,7 +1,7 @@
 """One MinAtar env stepped through Gymnasium's single-env API, Operant's against the `minatar`
 package's own Gymnasium env, alternating in one process.
 
-- operant: `gymnasium.make("operant/MinAtar-<Game>-v1")` (operant.envs.minatar_env: the kernel
+- operant: `gymnasium.make("operant/MinAtar-<Game>-v1")` (operant.envs.minatar.env: the kernel
   with one row);
 - minatar: `gymnasium.make("MinAtar/<Game>-v1")` (the package's `minatar.gym.BaseEnv`, minimal
   action set, as Operant's ids).

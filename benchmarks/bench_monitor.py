@@ -108,7 +108,7 @@ def start_trainer(root: Path, steps: int, run_id: str) -> subprocess.Popen:
         [
             sys.executable,
             "-m",
-            "operant.trainer.main",
+            "operant.trainer.run.main",
             "--total-steps",
             str(steps),
             "--seed",

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from operant.trainer.bench.measure import _timed_rounds
 from operant.trainer.config import load_config
-from operant.trainer.train import Trainer
+from operant.trainer.loop.train import Trainer
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = [

@@ -5,7 +5,8 @@ one process, alternating, one thread: what the trainer keeps and why (issue 37).
     python benchmarks/bench_policy_options.py --policy cnn --options today,eager --rounds 1
 
 Options (each the PPO update's minibatch step and the rollout's `act`):
-- `today`: the trainer's path (operant.trainer.ppo.ppo_update and the policy's `act`, with every
+- `today`: the trainer's path (operant.trainer.loop.ppo.ppo_update and the policy's `act`, with
+every
   native piece: the set-cell convolution, the dense layer's transposed copy, the loss and heads
   in one call, the native clip and Adam, Adam's floor, the C im2col, the native categorical,
   the token encoder's layer and max-pool);
@@ -67,13 +68,15 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_cnn_paths import SWITCHES, _switch  # noqa: E402
 from bench_sparse_conv import frames  # noqa: E402
 
-from operant.trainer import cnn_policy, ppo, token_encoder  # noqa: E402
-from operant.trainer import flat as flat_module  # noqa: E402
-from operant.trainer.allocator import keep_freed_memory  # noqa: E402
-from operant.trainer.cnn_policy import CNNPolicy  # noqa: E402
 from operant.trainer.config import PPOConfig  # noqa: E402
-from operant.trainer.policies import HeadsPolicy  # noqa: E402
-from operant.trainer.token_policy import PAD, TokenPolicy  # noqa: E402
+from operant.trainer.loop import flat as flat_module  # noqa: E402
+from operant.trainer.loop import ppo  # noqa: E402
+from operant.trainer.policies import cnn as cnn_policy  # noqa: E402
+from operant.trainer.policies import token_encoder  # noqa: E402
+from operant.trainer.policies.cnn import CNNPolicy  # noqa: E402
+from operant.trainer.policies.registry import HeadsPolicy  # noqa: E402
+from operant.trainer.policies.token import PAD, TokenPolicy  # noqa: E402
+from operant.trainer.run.allocator import keep_freed_memory  # noqa: E402
 
 INVISIBLE_BELOW = flat_module._invisible_below  # (kept: the `adam` switch replaces it)
 PATCHES_U8 = cnn_policy.patches_u8

@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 
 from operant.trainer.config import load_config
-from operant.trainer.telemetry import Publisher, frame_source
-from operant.trainer.train import Trainer
+from operant.trainer.loop.train import Trainer
+from operant.trainer.services.telemetry import Publisher, frame_source
 
 ARMS = {"publish": ("on", "off"), "frame": ("frame", "no frame")}
 

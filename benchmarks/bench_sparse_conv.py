@@ -1,4 +1,5 @@
-"""The CNN policy's first layer from the frames' set cells (operant.trainer.sparse_conv) against
+"""The CNN policy's first layer from the frames' set cells (operant.trainer.policies.sparse_conv)
+against
 torch's convolution, on real MinAtar frames, one thread.
 
     python benchmarks/bench_sparse_conv.py                 # the layer alone, 1,024 frames
@@ -7,7 +8,7 @@ torch's convolution, on real MinAtar frames, one thread.
 
 The layer alone: forward and backward of ReLU(conv) at 1,024 frames a random policy saw,
 rounds alternating the two ways, each figure the median of the rounds, with the Trainer's
-malloc settings (operant.trainer.allocator). `--trainer PAIRS` runs
+malloc settings (operant.trainer.run.allocator). `--trainer PAIRS` runs
 `operant bench trainer --config configs/minatar/<game>.toml --seeds 1,2,3 --total-steps 81920`
 PAIRS times each way, alternating, in this process (the torch way by making
 `sparse_conv.applies` return False), and prints each run's steps/s, phases and share of the
@@ -33,8 +34,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from operant.envs import make_env  # noqa: E402
-from operant.trainer import sparse_conv  # noqa: E402
-from operant.trainer.allocator import keep_freed_memory  # noqa: E402
+from operant.trainer.policies import sparse_conv  # noqa: E402
+from operant.trainer.run.allocator import keep_freed_memory  # noqa: E402
 
 
 def frames(game: str, count: int, seed: int = 0) -> torch.Tensor:

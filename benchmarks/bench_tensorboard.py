@@ -1,5 +1,5 @@
 """What writing TensorBoard event files costs training: the same Trainer with the session's
-TensorBoard service (operant.trainer.tensorboard.WriteTensorBoard: real event files, its
+TensorBoard service (operant.trainer.services.tensorboard.WriteTensorBoard: real event files, its
 writer thread running) and without, alternating in one process, same seed and budget.
 
     python benchmarks/bench_tensorboard.py [--rounds 6] [--total-steps 100000]
@@ -23,8 +23,8 @@ from pathlib import Path
 
 from operant.trainer.bench import machine
 from operant.trainer.config import load_config
-from operant.trainer.tensorboard import WriteTensorBoard
-from operant.trainer.train import Trainer
+from operant.trainer.loop.train import Trainer
+from operant.trainer.services.tensorboard import WriteTensorBoard
 
 BAR = 0.99
 

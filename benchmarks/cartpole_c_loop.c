@@ -3,7 +3,7 @@
  * bench_kernel_vs_c.py with the shipped flags plus -march=native (so it gets this CPU's widest
  * vectors without dispatch; -ffp-contract=off stays, so no fused multiply-adds here either).
  *
- * Same arithmetic: the kernel's own helpers from cext/kernel_common.h (the polynomial sine and
+ * Same arithmetic: the kernel's own helpers from cext/common/kernel_common.h (the polynomial sine and
  * cosine, the SplitMix64 streams), Gymnasium's operation order, libm for an angle outside the
  * polynomial's range. Same job: refuse invalid actions before any env moves, dynamics,
  * terminated / truncated, float32 observations, reward, the episode's return and length, and
@@ -16,7 +16,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../cext/kernel_common.h"
+#include "../cext/common/kernel_common.h"
 
 #define GRAVITY 9.8
 #define MASSPOLE 0.1

@@ -254,7 +254,7 @@ class Soak:
         self.operator_recoveries += 1
 
     def _keep_refused(self, checkpoints: list[Path]) -> None:
-        from operant.trainer.checkpoint_format import load
+        from operant.trainer.checkpoint.file_format import load
 
         kept = self.stack.work / f"refused-{self.operator_recoveries}"
         kept.mkdir()
@@ -331,7 +331,7 @@ class Soak:
         as a bad disk would): the trainer is stopped, the checkpoint `latest` names (else the
         newest) gets its middle byte flipped, and the trainer is SIGKILLed, so that its
         restart meets it. (Flipping a checkpoint the trainer then replaces tests nothing.)"""
-        from operant.trainer.checkpoint import find_checkpoint
+        from operant.trainer.checkpoint.store import find_checkpoint
 
         trainer = self.stack.trainer
         alive = trainer is not None and trainer.poll() is None
@@ -422,7 +422,7 @@ def check_alerts(faults: list[dict], intervals: dict[str, list[list[float]]], st
 
 def check_run(run_dir: Path, corrupted: set[str]) -> dict:
     """progress.jsonl's updates, the checkpoints' digests, the final policy's evaluation."""
-    from operant.trainer.checkpoint_format import load
+    from operant.trainer.checkpoint.file_format import load
 
     updates, torn = [], []
     for number, line in enumerate((run_dir / "progress.jsonl").open(), 1):

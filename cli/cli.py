@@ -17,13 +17,13 @@ EXIT_BROKEN_PIPE = 141
 # subcommand -> (module, one-line description); each module has main(argv) -> int
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "train": (
-        "operant.trainer.main",
+        "operant.trainer.run.main",
         "train a policy (same as operant-train; --monitor, --detach)",
     ),
     "monitor": ("operant.monitor.cli", "watch a run live (--latest, --once, --json)"),
     "runs": ("operant.monitor.runs_cmd", "list runs with their status, steps and SPS"),
     "bench": ("operant.trainer.bench", "measure env-only and training throughput"),
-    "eval": ("operant.trainer.evaluate", "evaluate a run's policy, a model or a checkpoint"),
+    "eval": ("operant.trainer.eval.evaluate", "evaluate a run's policy, a model or a checkpoint"),
     "exporter": ("operant.monitor.exporter", "serve live runs' metrics in OpenMetrics format"),
     "sweep": ("operant.trainer.sweep.cli", "tune a config with Optuna (show NAME: leaderboard)"),
 }

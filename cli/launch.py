@@ -13,7 +13,7 @@ trainer. The log is opened before the trainer creates its run directory (it must
 the process starts), so it begins as a hidden file in the runs root and is renamed into the
 run directory as soon as that exists; the trainer keeps writing to the same open file.
 
-trainer/main.py calls `launch` once it has resolved the runs root and run id from its config,
+trainer/run/main.py calls `launch` once it has resolved the runs root and run id from its config,
 so both processes agree on where the run lives without this module reading any config.
 
 Why it lives in the root package, beside the `operant` dispatcher: it composes the two
@@ -49,7 +49,7 @@ def trainer_command(argv: list[str], run_id: str) -> list[str]:
     args = [arg for arg in argv if arg not in (MONITOR_FLAG, DETACH_FLAG)]
     if not any(arg == "--run-id" or arg.startswith("--run-id=") for arg in args):
         args += ["--run-id", run_id]
-    return [sys.executable, "-m", "operant.trainer.main", *args]
+    return [sys.executable, "-m", "operant.trainer.run.main", *args]
 
 
 def launch(

@@ -43,7 +43,7 @@ except ModuleNotFoundError as error:
     ) from None
 
 from operant.envs import make_env
-from operant.envs.vector_spec import single_spec
+from operant.envs.face.vector_spec import single_spec
 
 __all__ = ["OperantVecEnv", "make_vec_env"]
 

@@ -5,7 +5,7 @@ Importing this package registers every env with Gymnasium, so that
 `gymnasium.make_vec("operant/CartPole-v1", num_envs=N, vectorization_mode="vector_entry_point")`
 returns Operant's vector env (pass `impl=` to choose the implementation), and
 `gymnasium.make("operant/<id>")` one env (Gymnasium's own class for the classic-control ids,
-`operant.envs.minatar_env.MinAtarEnv` for MinAtar's games). It imports numpy and
+`operant.envs.minatar.env.MinAtarEnv` for MinAtar's games). It imports numpy and
 Gymnasium, never torch: the torch family (`operant.envs.torch`) is imported when an env with
 `impl="torch"` is made.
 """
@@ -14,9 +14,9 @@ import functools
 
 import gymnasium
 
-from operant.envs.grid import make_grid
-from operant.envs.minatar import GAME_IDS as _MINATAR_IDS
-from operant.envs.minatar import maker as _minatar_maker
+from operant.envs.grid.vector import make_grid
+from operant.envs.minatar.vector import GAME_IDS as _MINATAR_IDS
+from operant.envs.minatar.vector import maker as _minatar_maker
 from operant.envs.registry import (
     ENVS,
     EnvEntry,
@@ -70,7 +70,7 @@ if "operant/Grid-v0" not in gymnasium.registry:
     # entry_point is not specified".
     gymnasium.register(
         id="operant/Grid-v0",
-        entry_point="operant.envs.grid:no_single_env",
+        entry_point="operant.envs.grid.vector:no_single_env",
         # through make_env, as the other ids: `impl=` and `frame_stack=` are taken here too
         vector_entry_point=functools.partial(gymnasium_vector_entry_point, env_id="Grid-v0"),
     )
@@ -79,12 +79,12 @@ for _env_id in _MINATAR_IDS:
     if f"operant/{_env_id}" not in gymnasium.registry:
         # MinAtar's games, `impl="native"` (default) or "reference" (the minatar package): the
         # vector entry point, and `gymnasium.make` a single env over a one-row vector env
-        # (operant.envs.minatar_env). Not `MinAtar/...`: that namespace is the minatar
+        # (operant.envs.minatar.env). Not `MinAtar/...`: that namespace is the minatar
         # package's. `env_id` in the spec's kwargs reaches both entry points (make_vec passes
         # a spec's kwargs to a vector entry point too), with the same value.
         gymnasium.register(
             id=f"operant/{_env_id}",
-            entry_point="operant.envs.minatar_env:MinAtarEnv",
+            entry_point="operant.envs.minatar.env:MinAtarEnv",
             vector_entry_point=functools.partial(gymnasium_vector_entry_point, env_id=_env_id),
             kwargs={"env_id": _env_id},
         )

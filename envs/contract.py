@@ -13,7 +13,7 @@ never on a family's other attributes.
   `r // agents_per_env`. Rows of one env are adjacent.
 - `EpisodeStats`: finished-episode statistics in one named layout (`EPISODE_STATS_DTYPE`),
   the same fields written by the C kernels (kernel_common.h's `op_episode_stats`), the torch
-  envs and the numpy accounting (`operant.envs.episodes`). With more than one agent per env, a
+  envs and the numpy accounting (`operant.envs.face.episodes`). With more than one agent per env, a
   row's episode is an agent's episode, and `per_env` holds the envs' episodes (an env's return
   is the sum of its agents' returns).
 - `BatchEnv`: the protocol (buffers, `step_bound`, `reset`, statistics, explicit state).
@@ -53,7 +53,8 @@ episode sets them."""
 class ObsSpec:
     """One row's observation: `shape` and `dtype`, as the buffers hold it, and `scale`, the
     factor a policy multiplies its values by (1/255 for a Python env's byte images whose space
-    runs from 0 to 255, operant.envs.obs_rows; 1 for everything else: MinAtar's cells are 0
+    runs from 0 to 255, operant.envs.reference.obs_rows; 1 for everything else: MinAtar's cells are
+    0
     or 1 already)."""
 
     shape: tuple[int, ...]
@@ -338,7 +339,7 @@ class BatchEnv(Protocol):
 
 
 # -- optional capabilities: what a family declares beyond BatchEnv, tested with isinstance ----
-# A layer over an env (operant.envs.forwarding.EnvLayer) forwards a family's extras, but not
+# A layer over an env (operant.envs.face.forwarding.EnvLayer) forwards a family's extras, but not
 # a capability that changes how the trainer drives it (SLOT_BINDING's members): a layer has
 # that capability only by declaring it itself, as the frame stack does.
 
@@ -346,7 +347,7 @@ class BatchEnv(Protocol):
 @runtime_checkable
 class BindsSlots(Protocol):
     """The env's kernels write straight into rows of the trainer's rollout storage
-    (operant.trainer.collect): `bind_slots(obs=..., rewards=..., terminated=...,
+    (operant.trainer.loop.collect): `bind_slots(obs=..., rewards=..., terminated=...,
     truncated=..., actions=..., final_obs=...)` takes numpy arrays `(slots, rows, ...)` (None
     keeps the env's own buffer; no argument unbinds), `select_slots(obs_slot, step_slot)`
     aims the next step at those slots (-1: the env's own buffers), `slot_selectors()` are the
@@ -354,7 +355,7 @@ class BindsSlots(Protocol):
     `binds_slots`: whether binding works here (a frame stack over a Python env declares the
     methods but cannot); `binds_obs`: whether observations may move to slots (false for a
     kernel that writes its observation rows by difference). Fulfilled by
-    operant.envs.slots.SlotBinding (NativeVectorEnv, MinAtar's) and the frame stack."""
+    operant.envs.native.slots.SlotBinding (NativeVectorEnv, MinAtar's) and the frame stack."""
 
     binds_slots: bool
     binds_obs: bool

@@ -1,15 +1,14 @@
-# Over 400 lines: the one map from env ids to implementations, with make_env's refusals.
 """The one place that maps env ids to implementations: Operant's own envs, families registered
 at run time, and Gymnasium's envs.
 
 Operant's own envs are the entries of `ENVS` (a Gymnasium id, its kernel in cext/ and its torch
 class in operant.envs.torch). Each has up to three implementations (`env.impl`):
 
-- `native`: the Cython batch kernel (operant.cext), numpy buffers, CPU (operant.envs.native;
-  `overlap=True` steps it in two halves, one on a native thread: operant.envs.overlap);
+- `native`: the Cython batch kernel (operant.cext), numpy buffers, CPU (operant.envs.native.vector;
+  `overlap=True` steps it in two halves, one on a native thread: operant.envs.native.overlap);
 - `torch`: the same dynamics as batched tensor ops on any torch device (operant.envs.torch);
 - `reference`: Gymnasium's own env through its vector API: any installed Gymnasium id
-  (operant.envs.reference);
+  (operant.envs.reference.vector);
 - `auto`: native when the kernel is built, else reference. The chosen implementation is the
   env's `impl` attribute, for the trainer to log.
 
@@ -61,8 +60,9 @@ class EnvModuleNotHere(EnvError, ModuleNotHere):
 class EnvFailedError(RuntimeError):
     """A user's Python env raised while it was built, reset or stepped; the message names the
     env and the exception, which is its `__cause__` (its traceback is the user's to read).
-    Like an env worker's failure (operant.envs.workers.EnvWorkerError), it ends a trainer's run
-    as failed with one line, after that traceback (operant.trainer.service_protocol)."""
+    Like an env worker's failure (operant.envs.reference.workers.EnvWorkerError), it ends a
+    trainer's run
+    as failed with one line, after that traceback (operant.trainer.services.protocol)."""
 
     fails_the_run = True
     culprit = "env"
@@ -340,19 +340,19 @@ def make_env(
     **kwargs,
 ):
     """A vector env for `env_id` with the chosen implementation (its `impl` attribute says
-    which), its observations the last `frame_stack` stacked (operant.envs.frame_stack; 1, the
+    which), its observations the last `frame_stack` stacked (operant.envs.face.frame_stack; 1, the
     default, is the env itself) and `step()`'s info as `info_mode` says
-    (operant.envs.info_mode: "stats", the default, is the env itself; "full"; "none").
+    (operant.envs.face.info_mode: "stats", the default, is the env itself; "full"; "none").
     `device` is for impl "torch" (default CPU); native and reference envs live on the CPU and
     refuse any other device. `overlap` makes a native env stepped in two halves, either on a
-    native thread (operant.envs.overlap: the overlapped rollout's). `workers` > 1 steps a
-    reference env in that many processes (operant.envs.workers); any other implementation
+    native thread (operant.envs.native.overlap: the overlapped rollout's). `workers` > 1 steps a
+    reference env in that many processes (operant.envs.reference.workers); any other implementation
     refuses it. `options` are the env's own keywords (config env.options): a family's, or, with
     impl "reference", Gymnasium's env's (`g` for Pendulum), as are keywords of this call that
     are not the reference env's own; native and torch kernels refuse them. A refused one is an
     EnvError naming those the env takes."""
-    from operant.envs.frame_stack import check_frame_stack, stack_env
-    from operant.envs.info_mode import with_info_mode
+    from operant.envs.face.frame_stack import check_frame_stack, stack_env
+    from operant.envs.face.info_mode import with_info_mode
 
     refusal = overlap_refusal(env_id) if overlap else None
     if refusal is not None:  # first: dropping the frame stack would not make it work
@@ -362,7 +362,7 @@ def make_env(
             f"env.frame_stack = {frame_stack} and env.overlap = true do not combine (the "
             "overlapped rollout steps the kernel's halves itself): drop one"
         )
-    from operant.envs.vector_spec import vector_spec
+    from operant.envs.face.vector_spec import vector_spec
 
     env = _make_env(env_id, num_envs, impl, copy, device, overlap, options, workers, kwargs)
     if getattr(env, "spec", None) is None:
@@ -390,7 +390,7 @@ def _make_env(
     workers: int,
     kwargs: dict[str, Any],
 ):
-    from operant.envs.env_keywords import check_keywords, gymnasium_keywords, split_keywords
+    from operant.envs.face.keywords import check_keywords, gymnasium_keywords, split_keywords
 
     chosen = resolve_impl(env_id, impl)
     key = _key(env_id)
@@ -414,8 +414,8 @@ def _make_env(
                 f"env.overlap = true needs the native kernels, and env.impl = "
                 f'"{impl}" resolved to {chosen!r} (is the extension built?)'
             )
-        from operant.envs.native import NativeVectorEnv
-        from operant.envs.overlap import SplitNativeVectorEnv
+        from operant.envs.native.overlap import SplitNativeVectorEnv
+        from operant.envs.native.vector import NativeVectorEnv
 
         check_keywords((SplitNativeVectorEnv, NativeVectorEnv), kwargs, f"{key} (native)")
         return SplitNativeVectorEnv(lookup(key), num_envs, copy=copy, **kwargs)
@@ -429,17 +429,17 @@ def _make_env(
             f"implementation of {key} runs on the CPU"
         )
     if chosen == "native":
-        from operant.envs.native import NativeVectorEnv
+        from operant.envs.native.vector import NativeVectorEnv
 
         check_keywords(NativeVectorEnv, kwargs, f"{key} (native)")
         return NativeVectorEnv(lookup(key), num_envs, copy=copy, **kwargs)
     if workers != 1:
-        from operant.envs.workers import WorkerVectorEnv
+        from operant.envs.reference.workers import WorkerVectorEnv
 
         own, env_kwargs = split_keywords(WorkerVectorEnv, kwargs, options)
         env_kwargs = gymnasium_keywords(env_id, env_kwargs)
         return WorkerVectorEnv(env_id, num_envs, workers, copy=copy, env_kwargs=env_kwargs, **own)
-    from operant.envs.reference import ReferenceVectorEnv
+    from operant.envs.reference.vector import ReferenceVectorEnv
 
     own, env_kwargs = split_keywords(ReferenceVectorEnv, kwargs, options)
     env_kwargs = gymnasium_keywords(key, env_kwargs)

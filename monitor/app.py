@@ -1,4 +1,3 @@
-# Over 400 lines: the Textual app with its screens and bindings; splitting would scatter the UI.
 """The interactive monitor: a Textual app that draws the RunViews its data source posts.
 
 The app owns no reading: it is handed a `SnapshotSource` (operant.monitor.source) and only

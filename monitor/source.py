@@ -1,4 +1,3 @@
-# Over 400 lines: RunView and the reader thread that builds it: together, the monitor's data feed.
 """Where the monitor's data comes from: frozen `RunView`s, posted to the app as messages.
 
 `SnapshotSource` is the protocol the app depends on; `ReaderSource` is the real one, a daemon

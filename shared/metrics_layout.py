@@ -1,4 +1,3 @@
-# Over 400 lines: the metrics file's whole byte format in one place, to audit against its doc.
 """The metrics file's format: the one place that knows its bytes.
 
 `runs/<run_id>/metrics.bin` is written by one trainer process (operant.cext.metrics) and read by
@@ -109,7 +108,7 @@ HISTORY_RECORD_HEADER_SIZE = 8
 # frame's C*H*W bytes (one byte per value, C order) padded to whole words; all under the seq.
 FRAME_HEADER_SIZE = 32
 # What the frame region carries: (C, H, W) of one byte per value, not larger than this. The
-# writer publishes a frame only for observations that fit (operant.trainer.telemetry).
+# writer publishes a frame only for observations that fit (operant.trainer.services.telemetry).
 FRAME_DTYPES = ("uint8", "bool")
 FRAME_MAX_CHANNELS = 64
 FRAME_MAX_SIDE = 256

@@ -1,4 +1,3 @@
-# Over 400 lines: one table of how each metric combines over ranks, and the view built on it.
 """A run's metrics files read as one run: the one file of a single-process run, or one file
 per rank of a run trained by several processes (operant.shared.runs.metrics_files).
 
@@ -90,7 +89,7 @@ RULES: dict[str, str] = {
 def return_window(world_size: int) -> int:
     """Episodes in one rank's `episode_return_mean` once it has finished that many: the
     run's last RETURN_WINDOW episodes dealt out to its ranks, ceil(100 / K) each (what the
-    trainer's pooled record means by "the last 100": operant.trainer.update_record)."""
+    trainer's pooled record means by "the last 100": operant.trainer.loop.update_record)."""
     return -(-record.RETURN_WINDOW // max(1, world_size))
 
 

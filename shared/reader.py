@@ -1,4 +1,3 @@
-# Over 400 lines: the whole read protocol in one place, to audit against docs/metrics-file.md.
 """The metrics-file reader: attaches read-only to a trainer's `metrics.bin` and returns frozen
 snapshots, history records and the run's liveness.
 
@@ -17,7 +16,7 @@ Memory ordering: loads of single aligned words go through memoryview casts (one 
 each, so single words never tear). On x86-64 loads are not reordered with other loads, which
 gives the seqlock's reader side its acquire ordering; on weakly ordered CPUs this reader relies
 on the interpreter's many dependent instructions between the loads, and a C reader should use
-the fences in cext/atomics.h.
+the fences in cext/common/atomics.h.
 """
 
 from __future__ import annotations

@@ -1,4 +1,3 @@
-# Over 400 lines: every per-update metric declared once, with its labels and line codec beside it.
 """The per-update record: what one PPO update reports, every name declared once.
 
 This module owns
@@ -90,7 +89,7 @@ def gauge(
 
 
 class PPOStatistics(msgspec.Struct, frozen=True):
-    """What one PPO update measured (operant.trainer.ppo.ppo_update): the last epoch's mean
+    """What one PPO update measured (operant.trainer.loop.ppo.ppo_update): the last epoch's mean
     losses and statistics, the batch's explained variance (NaN when the returns are constant)
     and the epochs run. UpdateRecord's fields of the same names say what each means."""
 

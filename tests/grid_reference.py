@@ -1,4 +1,4 @@
-"""The grid world's rules in plain Python: the specification the kernel (cext/grid.h) is
+"""The grid world's rules in plain Python: the specification the kernel (cext/envs/grid/grid.h) is
 tested against, one env at a time, with the same SplitMix64 streams drawn in the same order.
 
 Readable first: Python ints, dicts and lists, no numpy in the rules. `ReferenceGrid(config,
@@ -9,7 +9,7 @@ observations of rows that ended.
 
 from __future__ import annotations
 
-from operant.envs.grid_config import EMPTY, READY, WALL, GridConfig
+from operant.envs.grid.config import EMPTY, READY, WALL, GridConfig
 
 MASK = 2**64 - 1
 DEPLETED = 3

@@ -16,7 +16,7 @@ from test_record import make_record
 from operant.monitor.exporter import render
 from operant.monitor.exporter_metrics import RunsCollector
 from operant.shared.runs import METRICS_FILE, create_run_dir
-from operant.trainer.telemetry import Publisher
+from operant.trainer.services.telemetry import Publisher
 
 RULES = Path(__file__).resolve().parent.parent / "deploy" / "prometheus"
 needs_promtool = pytest.mark.skipif(

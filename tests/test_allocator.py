@@ -1,4 +1,4 @@
-"""The trainer keeps freed heap memory for reuse (operant.trainer.allocator): with its settings
+"""The trainer keeps freed heap memory for reuse (operant.trainer.run.allocator): with its settings
 a 4 MiB block (what one minibatch's tensors come to) comes from the heap, not from a fresh
 mapping of its own, and blocks freed and allocated again fault no page in;
 OPERANT_MALLOC_TUNING=0 leaves malloc alone (the block is mmap'd, as glibc does by default)."""
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(
 
 PROBE = """
 import ctypes, resource
-from operant.trainer import allocator
+from operant.trainer.run import allocator
 
 class Mallinfo2(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in (

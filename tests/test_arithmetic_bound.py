@@ -16,10 +16,10 @@ from operant.trainer.bench.arithmetic import (
     policy_shape,
     step_work,
 )
-from operant.trainer.cnn_policy import CNNPolicy
 from operant.trainer.config import derive, load_config
-from operant.trainer.flat import FlatAdam, FlatParameters
-from operant.trainer.policy import ActorCritic
+from operant.trainer.loop.flat import FlatAdam, FlatParameters
+from operant.trainer.policies.cnn import CNNPolicy
+from operant.trainer.policies.mlp import ActorCritic
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 

@@ -293,7 +293,7 @@ class _StrongerPush:
 
 
 def test_shadow_check_names_the_first_disagreement():
-    from operant.trainer.envs.parity import shadow_check
+    from operant.envs.face.parity import shadow_check
 
     report = shadow_check("CartPole-v1", "native", num_envs=4, steps=5, reference=_StrongerPush)
     assert not report.ok
@@ -301,8 +301,8 @@ def test_shadow_check_names_the_first_disagreement():
 
 
 def test_validate_mismatch_exits_2_and_measures_nothing(monkeypatch, tmp_path, capsys):
+    from operant.envs.face import parity
     from operant.trainer import bench as bench_module
-    from operant.trainer.envs import parity
 
     monkeypatch.setattr(parity, "_gymnasium_env", _StrongerPush)
     out = tmp_path / "bad.json"
@@ -355,7 +355,7 @@ def test_trainer_bad_usage_is_one_line(args, message):
     ["CartPole-v1", "Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0", "Pendulum-v1"],
 )
 def test_shadow_check_passes_for_every_env(env_id, impl):
-    from operant.trainer.envs.parity import shadow_check
+    from operant.envs.face.parity import shadow_check
 
     report = shadow_check(env_id, impl, num_envs=32, steps=120, seed=3)
     assert report.ok, report.mismatch

@@ -22,7 +22,7 @@ def test_a_closed_pipe_ends_the_dispatchers_own_output_quietly_with_141():
 def test_a_subcommand_whose_reader_went_away_exits_141_without_a_traceback(tmp_path):
     runs = tmp_path / "runs"
     trained = subprocess.run(
-        [sys.executable, "-m", "operant.trainer.main", "--runs-dir", str(runs), "--run-id", "r"]
+        [sys.executable, "-m", "operant.trainer.run.main", "--runs-dir", str(runs), "--run-id", "r"]
         + ["--total-steps", "2048", "--quiet"],
         capture_output=True,
         timeout=240,

@@ -10,9 +10,11 @@ import msgspec
 import pytest
 import torch
 
-from operant.trainer import checkpoint, checkpoint_format, state
+from operant.trainer.checkpoint import file_format as checkpoint_format
+from operant.trainer.checkpoint import state
+from operant.trainer.checkpoint import store as checkpoint
 from operant.trainer.config import load_config, to_dict
-from operant.trainer.train import Trainer
+from operant.trainer.loop.train import Trainer
 
 SMALL = [
     "env.num_envs=8",
@@ -150,8 +152,8 @@ def test_leftovers_of_a_dead_writer_are_removed_and_never_chosen(tmp_path):
 def test_a_resume_refusal_says_values_as_toml_and_set_write_them(tmp_path):
     import tomllib
 
-    from operant.trainer.checkpoint import check_compatible
-    from operant.trainer.checkpoint_format import CheckpointError
+    from operant.trainer.checkpoint.file_format import CheckpointError
+    from operant.trainer.checkpoint.store import check_compatible
     from operant.trainer.config import Config, to_dict, toml_value
 
     values = [None, False, True, 3, 0.5, 'say "hi"', [64, 64], {"agents": 2, "name": "a"}]

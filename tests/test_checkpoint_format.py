@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from operant.trainer import checkpoint_format
-from operant.trainer.checkpoint_format import CheckpointError
+from operant.trainer.checkpoint import file_format as checkpoint_format
+from operant.trainer.checkpoint.file_format import CheckpointError
+from operant.trainer.checkpoint.state import capture_global_rng
 from operant.trainer.config import load_config, to_dict
-from operant.trainer.state import capture_global_rng
-from operant.trainer.train import Trainer
+from operant.trainer.loop.train import Trainer
 
 # Written by main at 6031fcf (the format-1 layout is the same on every CPU; the file is the
 # one recorded on the first machine, tests/fixtures/main-6031fcf/record.sh).

@@ -575,7 +575,7 @@ def test_leaving_the_default_root_needs_no_runs_dir(tmp_path, monkeypatch):
 
 def test_counts_of_one_read_singular():
     from operant.trainer.config import Config, derive
-    from operant.trainer.errors import counted
+    from operant.trainer.run.errors import counted
 
     assert [counted(n, "update") for n in (0, 1, 2, 4096)] == [
         "0 updates", "1 update", "2 updates", "4,096 updates"

@@ -1,4 +1,4 @@
-"""The "cnn" policy (operant.trainer.cnn_policy): chosen for image observations, its rollout
+"""The "cnn" policy (operant.trainer.policies.cnn): chosen for image observations, its rollout
 path (im2col into workspaces, uint8 read in place) computing what its training path computes,
 and refused in one line where it cannot read the observations."""
 
@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from operant.envs.contract import ActSpec, ObsSpec
-from operant.trainer.cnn_policy import CNNPolicy
 from operant.trainer.config import ConfigError, load_config
-from operant.trainer.policies import build_policy, choose_policy
+from operant.trainer.policies.cnn import CNNPolicy
+from operant.trainer.policies.registry import build_policy, choose_policy
 
 DISCRETE = ActSpec((), np.dtype(np.int64), 3)
 
@@ -120,7 +120,7 @@ def test_the_rollout_sees_every_change_of_the_dense_weight():
     """The rollout multiplies by a transposed copy of the dense weight, made again when the
     weight's bytes change: in place through the flat buffer (an optimiser step), by a state
     dict (a checkpoint), or in one element only."""
-    from operant.trainer.flat import FlatParameters
+    from operant.trainer.loop.flat import FlatParameters
 
     torch.manual_seed(0)
     policy = CNNPolicy((4, 10, 10), 5)
@@ -188,7 +188,7 @@ def test_training_gradients_are_the_plain_networks(conv_channels):
 
 
 def test_operant_train_refuses_a_cnn_on_a_flat_env_in_one_line(tmp_path, capsys):
-    from operant.trainer.main import main
+    from operant.trainer.run.main import main
 
     status = main(["--env", "CartPole-v1", "--set", "policy.kind=cnn", "--runs-dir", str(tmp_path)])
     err = capsys.readouterr().err.strip()
@@ -229,9 +229,10 @@ def test_native_patches_equal_torchs_unfold(batch, channels, size, kernel):
 def test_the_sparse_convolution_is_torchs(
     batch, channels, height, width, out_channels, kernel, density, top
 ):
-    """operant.trainer.sparse_conv (the first layer from the frames' set cells) gives torch's
+    """operant.trainer.policies.sparse_conv (the first layer from the frames' set cells) gives
+    torch's
     conv2d + ReLU and the same weight and bias gradients, to float32 rounding."""
-    from operant.trainer import sparse_conv
+    from operant.trainer.policies import sparse_conv
 
     torch.manual_seed(0)
     conv = torch.nn.Conv2d(channels, out_channels, kernel)
@@ -252,7 +253,7 @@ def test_the_sparse_convolution_is_torchs(
 
 
 def test_the_sparse_convolution_leaves_other_inputs_to_torch():
-    from operant.trainer import sparse_conv
+    from operant.trainer.policies import sparse_conv
 
     conv = torch.nn.Conv2d(4, 16, 3)
     sparse = (torch.rand(8, 4, 10, 10) < 0.1).to(torch.uint8)
@@ -273,9 +274,9 @@ def test_the_sparse_convolution_leaves_other_inputs_to_torch():
 
 @pytest.mark.parametrize("rows", [64, 600, 1024])
 def test_the_dense_layer_through_its_transposed_weight_is_linears(rows):
-    """operant.trainer.dense_layer.dense (the product by a transposed copy, the weight's
+    """operant.trainer.policies.dense_layer.dense (the product by a transposed copy, the weight's
     gradient summed in blocks of rows) gives nn.Linear's values and gradients."""
-    from operant.trainer import dense_layer
+    from operant.trainer.policies import dense_layer
 
     torch.manual_seed(0)
     layer = torch.nn.Linear(1024, 128)
@@ -313,7 +314,7 @@ def test_a_large_cnn_at_the_mlps_learning_rate_is_warned_about():
     from torch import nn
 
     from operant.trainer.config import load_config
-    from operant.trainer.console import large_cnn_warning
+    from operant.trainer.run.console import large_cnn_warning
 
     def trainer(name: str, parameters: int) -> SimpleNamespace:
         return SimpleNamespace(policy_name=name, policy=nn.Linear(parameters - 1, 1))

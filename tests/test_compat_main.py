@@ -63,7 +63,7 @@ def _train(tmp_path: Path, run_id: str, *args: str) -> list[dict]:
         [
             sys.executable,
             "-m",
-            "operant.trainer.main",
+            "operant.trainer.run.main",
             *args,
             *TORCH_UPDATE,
             "--runs-dir",
@@ -124,7 +124,7 @@ def test_checkpoint_written_by_main_resumes_and_continues_as_main_did(tmp_path):
         [
             sys.executable,
             "-m",
-            "operant.trainer.main",
+            "operant.trainer.run.main",
             "--resume",
             "resume",
             *TORCH_UPDATE,

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from operant.envs.contract import RowLayout
-from operant.envs.episodes import EpisodeAccounting
+from operant.envs.face.episodes import EpisodeAccounting
 from operant.trainer.config import ConfigError, load_config
 
 REPO = Path(__file__).resolve().parent.parent
@@ -45,7 +45,15 @@ def _environ() -> dict[str, str]:
 
 def operant_train(runs: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "operant.trainer.main", "--runs-dir", str(runs), "--quiet", *args],
+        [
+            sys.executable,
+            "-m",
+            "operant.trainer.run.main",
+            "--runs-dir",
+            str(runs),
+            "--quiet",
+            *args,
+        ],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -151,7 +159,7 @@ def test_family_trains_resumes_bit_exact_and_publishes(tmp_path, family):
 
 
 def test_frames_stay_uint8_from_env_to_storage_and_the_registered_cnn_reads_them():
-    from operant.trainer.train import Trainer
+    from operant.trainer.loop.train import Trainer
 
     config = load_config(
         None,
@@ -178,7 +186,7 @@ def test_frames_stay_uint8_from_env_to_storage_and_the_registered_cnn_reads_them
 
 
 def test_agents_are_rows_and_the_batch_counts_them():
-    from operant.trainer.train import Trainer
+    from operant.trainer.loop.train import Trainer
 
     config = load_config(
         None,
@@ -201,7 +209,7 @@ def test_agents_are_rows_and_the_batch_counts_them():
 def test_the_mlp_reads_frames_flattened_when_named():
     """policy.kind = "mlp" on byte frames: "auto" would choose the CNN; named, the MLP reads
     the (2, 8, 8) frames as 128 byte inputs and trains (natively where the kernel is built)."""
-    from operant.trainer.train import Trainer
+    from operant.trainer.loop.train import Trainer
 
     config = load_config(
         None,
@@ -232,7 +240,7 @@ def test_the_mlp_reads_frames_flattened_when_named():
     ],
 )
 def test_a_policy_or_normaliser_that_does_not_fit_the_spec_is_refused(overrides, fragment):
-    from operant.trainer.train import Trainer
+    from operant.trainer.loop.train import Trainer
 
     config = load_config(
         None,

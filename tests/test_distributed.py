@@ -16,9 +16,9 @@ import pytest
 import torch
 from user_runs import BIN, command, run, wait_for_updates
 
-from operant.trainer import checkpoint_format
-from operant.trainer.checkpoint import find_checkpoint
-from operant.trainer.distributed import parameter_crc
+from operant.trainer.checkpoint import file_format as checkpoint_format
+from operant.trainer.checkpoint.store import find_checkpoint
+from operant.trainer.distributed.group import parameter_crc
 
 # Small updates (16 envs x 32 steps, 8 per rank), checkpointed every 4 updates.
 CONFIG = [
@@ -129,7 +129,7 @@ def test_two_ranks_train_one_run_with_identical_parameters(two_ranks):
 
 
 def test_the_latency_verdict_compares_the_all_reduce_with_the_arithmetic():
-    from operant.trainer.rank_latency import verdict
+    from operant.trainer.distributed.latency import verdict
 
     assert verdict(2, allreduce_s=0.0002, minibatch_s=0.0015, steps=24) is None
     said = verdict(4, allreduce_s=0.00084, minibatch_s=0.00007, steps=8)
@@ -204,7 +204,7 @@ def _signal_torchrun(tmp_path: Path, run_id: str, sig: int) -> tuple[int, str]:
     (torchrun,) = [
         child
         for child in psutil.Process(launcher.pid).children()
-        if "operant.trainer.torchrun" in " ".join(child.cmdline())
+        if "operant.trainer.distributed.torchrun" in " ".join(child.cmdline())
     ]
     torchrun.send_signal(sig)
     return launcher.wait(timeout=120), log.read_text()
@@ -262,7 +262,7 @@ def test_two_torchrun_launchers_form_one_multi_node_run(tmp_path):
                 "--rdzv-id",
                 "multi",
                 "-m",
-                "operant.trainer.main",
+                "operant.trainer.run.main",
                 "--runs-dir",
                 str(root),
                 "--total-steps",
@@ -358,7 +358,7 @@ def test_a_network_every_rank_refuses_is_said_once(tmp_path):
 
 
 def test_refusals_of_some_ranks_are_each_named(capsys):
-    from operant.trainer.ranks import _say_refusals
+    from operant.trainer.distributed.ranks import _say_refusals
 
     _say_refusals(["no GPU 1 here", None, "no GPU 1 here"])
     _say_refusals(["a", "b"])
@@ -472,7 +472,7 @@ def test_a_killed_rank_restarts_the_group_which_resumes_by_itself(tmp_path):
     torchrun = [
         str(BIN / "torchrun"),
         *("--standalone", "--nproc-per-node", "2", "--max-restarts", "1"),
-        *("--monitor-interval", "1", "-m", "operant.trainer.main"),
+        *("--monitor-interval", "1", "-m", "operant.trainer.run.main"),
     ]
     trainer_args = _train(root, "phoenix", updates=40)[3:]  # without --nproc-per-node 2
     with open(log, "w") as out:
@@ -539,7 +539,7 @@ def test_a_non_finite_loss_on_one_rank_stops_every_rank_with_the_reason(tmp_path
 
 
 def test_gloos_sign_off_stays_out_of_a_groups_error():
-    from operant.trainer.distributed import _first_line
+    from operant.trainer.distributed.group import _first_line
 
     error = RuntimeError(
         "[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
@@ -554,7 +554,7 @@ def test_gloos_sign_off_stays_out_of_a_groups_error():
 
 def test_a_group_error_under_restarts_left_does_not_say_the_run_ends(monkeypatch):
     # "so the run ends", then torchrun restarted the group and the run resumed
-    from operant.trainer.distributed import _what_ends
+    from operant.trainer.distributed.group import _what_ends
 
     monkeypatch.delenv("TORCHELASTIC_MAX_RESTARTS", raising=False)
     assert _what_ends() == "the run ends"

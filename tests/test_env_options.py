@@ -14,7 +14,7 @@ import pytest
 
 from operant.envs import EnvError, make_env
 from operant.trainer.config import ConfigError, env_kwargs, load_config
-from operant.trainer.train import Trainer
+from operant.trainer.loop.train import Trainer
 
 SMALL = ["env.num_envs=2", "ppo.num_steps=8", "ppo.num_minibatches=2", "train.total_steps=96"]
 
@@ -149,7 +149,7 @@ def test_a_keyword_the_env_does_not_take_is_one_line(kwargs, said):
 )
 def test_bad_options_are_refused_in_one_line_before_anything_starts(tmp_path, sets, message):
     runs = tmp_path / "runs"
-    command = [sys.executable, "-m", "operant.trainer.main", "--runs-dir", str(runs)]
+    command = [sys.executable, "-m", "operant.trainer.run.main", "--runs-dir", str(runs)]
     for item in sets:
         command += ["--set", item]
     result = subprocess.run(command, capture_output=True, text=True, timeout=120)

@@ -294,31 +294,6 @@ def test_importing_the_envs_library_registers_them_without_torch():
     assert out == ["False", "True"]
 
 
-def test_old_import_paths_are_deprecated_aliases_of_the_same_objects():
-    """operant.trainer.envs and its modules keep working for one version, as aliases."""
-    import importlib
-    import warnings
-
-    import operant.envs.torch
-    from operant.envs.torch import base
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        old = importlib.import_module("operant.trainer.envs")
-        modules = {
-            name: importlib.import_module(f"operant.trainer.envs.{name}")
-            for name in ("native", "overlap", "parity", "reference", "registry", "torch_envs")
-        }
-    assert old.make_env is make_env and old.ENVS is ENVS and old.EnvError is EnvError
-    for name in ("native", "overlap", "parity", "reference", "registry"):
-        assert modules[name] is importlib.import_module(f"operant.envs.{name}")
-    assert modules["torch_envs"].TorchCartPole is operant.envs.torch.TorchCartPole
-    assert modules["torch_envs"].TorchVectorEnv is base.TorchVectorEnv
-    assert modules["torch_envs"].STATE_TENSORS is base.STATE_TENSORS
-    with pytest.raises(AttributeError):
-        modules["torch_envs"].no_such_name  # noqa: B018
-
-
 # --- reset(seed=[...]): per-env seeds -------------------------------------------------------
 
 SEEDED_IMPLS = ["native", "overlap", "torch", "reference"]
@@ -364,8 +339,8 @@ def test_none_entries_keep_their_envs_streams(impl):
 
 def test_an_int_seed_still_seeds_env_i_from_seed_and_i():
     """reset(seed=S) is what it was before per-env seeds: env i's stream is op_rng_seed(S, i)
-    (recomputed here by operant.envs.seeding, which per-env seeds use)."""
-    from operant.envs.seeding import rng_stream
+    (recomputed here by operant.envs.face.seeding, which per-env seeds use)."""
+    from operant.envs.face.seeding import rng_stream
 
     env = make_env("CartPole-v1", 4, impl="native", copy=False)
     env.reset(seed=7)

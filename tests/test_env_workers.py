@@ -1,4 +1,5 @@
-"""env.workers: Gymnasium's Python envs stepped in worker processes (operant.envs.workers).
+"""env.workers: Gymnasium's Python envs stepped in worker processes
+(operant.envs.reference.workers).
 
 Trajectories and statistics equal the in-process reference impl's; a worker's exception or
 death ends the run with an error naming it (never a hang); workers never outlive the
@@ -18,10 +19,10 @@ import numpy as np
 import pytest
 
 from operant.envs import EnvError, InvalidActionError, make_env
-from operant.envs.reference import ReferenceVectorEnv
-from operant.envs.workers import EnvWorkerError, WorkerVectorEnv, split_rows
+from operant.envs.reference.vector import ReferenceVectorEnv
+from operant.envs.reference.workers import EnvWorkerError, WorkerVectorEnv, split_rows
 from operant.trainer.config import ConfigError, derive, load_config
-from operant.trainer.preflight import check_workers
+from operant.trainer.run.preflight import check_workers
 
 BUFFERS = ("obs", "rewards", "terminated", "truncated")
 
@@ -223,7 +224,7 @@ def test_workers_failing_together_write_whole_tracebacks():
 
 ORPHAN_PARENT = """
 import sys, time
-from operant.envs.workers import WorkerVectorEnv
+from operant.envs.reference.workers import WorkerVectorEnv
 env = WorkerVectorEnv("CartPole-v1", 2, 2)
 print(" ".join(str(process.pid) for process in env._processes), flush=True)
 time.sleep(60)
@@ -333,7 +334,7 @@ def test_an_env_that_fails_when_a_run_resumes_leaves_the_run_and_says_how_to_go_
     from types import SimpleNamespace
 
     from operant.envs import EnvFailedError
-    from operant.trainer.console import env_failed_at_start
+    from operant.trainer.run.console import env_failed_at_start
 
     try:
         try:

@@ -10,10 +10,10 @@ import torch
 from user_runs import run
 
 from operant.envs import make_env
-from operant.envs.minatar_env import rgb_frame
-from operant.trainer import evaluate
-from operant.trainer.checkpoint_format import content_digest
-from operant.trainer.eval_video import MIN_VIDEO_SIDE, enlarged
+from operant.envs.minatar.env import rgb_frame
+from operant.trainer.checkpoint.file_format import content_digest
+from operant.trainer.eval import evaluate
+from operant.trainer.eval.video import MIN_VIDEO_SIDE, enlarged
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +137,7 @@ def test_the_videos_stack_is_the_trainers_frame_stack():
     # The video steps its env NEXT_STEP without the stack (FrameStackEnv needs SAME_STEP) and
     # stacks in Python: over episode ends, its stacks are FrameStackEnv's, the terminal one
     # included, as the policy saw them in training.
-    from operant.trainer.eval_video import Stack
+    from operant.trainer.eval.video import Stack
 
     stacked = make_env("MinAtar-Breakout-v1", 1, frame_stack=3, sticky_action_prob=0.0)
     plain = make_env("MinAtar-Breakout-v1", 1, sticky_action_prob=0.0, autoreset_mode="next_step")

@@ -97,7 +97,7 @@ def test_a_video_it_cannot_write_is_one_line_and_exit_2(root, tmp_path, video, m
 
 @pytest.mark.parametrize("module", ["imageio", "imageio_ffmpeg"])
 def test_without_the_video_extra_it_names_the_extra(root, tmp_path, monkeypatch, capsys, module):
-    from operant.trainer import evaluate
+    from operant.trainer.eval import evaluate
 
     monkeypatch.setitem(sys.modules, module, None)
     if module == "imageio":
@@ -130,8 +130,8 @@ def test_without_pygame_it_names_the_extra_not_the_env(root, tmp_path):
 
 def test_a_writer_that_fails_is_one_line_naming_the_file(tmp_path):
     # (a codec the container refused broke ffmpeg's pipe: a traceback, exit 1)
-    from operant.trainer.eval_load import EvalInputError
-    from operant.trainer.eval_video import VideoFile
+    from operant.trainer.eval.load import EvalInputError
+    from operant.trainer.eval.video import VideoFile
 
     class Broken:
         def append_data(self, frame):

@@ -266,7 +266,7 @@ def test_each_env_gives_its_own_first_episodes_however_many_envs_step():
     import torch
 
     from operant.envs import make_env
-    from operant.trainer.evaluate import play
+    from operant.trainer.eval.evaluate import play
 
     class Lean:  # pushes the way the pole falls: first episodes of 142 to 279 steps
         def greedy(self, obs):
@@ -296,7 +296,7 @@ def test_each_env_gives_its_own_first_episodes_however_many_envs_step():
 def test_eval_runs_on_the_runs_own_torch_threads(trained, monkeypatch, capsys):
     """The trainer runs on train.torch_threads (1 by default); eval ran on torch's default of
     a thread a core, 3.7x slower on a busy machine."""
-    from operant.trainer import evaluate
+    from operant.trainer.eval import evaluate
 
     threads = []
     monkeypatch.setattr(torch, "set_num_threads", threads.append)

@@ -27,7 +27,7 @@ from test_record import make_record
 
 from operant.monitor.exporter import CLIENT_TIMEOUT_S
 from operant.shared.runs import METRICS_FILE, create_run_dir
-from operant.trainer.telemetry import Publisher
+from operant.trainer.services.telemetry import Publisher
 
 
 def start_exporter(root: Path, *extra: str) -> tuple[subprocess.Popen, int]:

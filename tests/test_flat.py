@@ -1,12 +1,12 @@
 """FlatAdam against torch.optim.Adam's single-tensor path, bit for bit, where its second
-moments are zero or subnormal (the floor under its square root, operant.trainer.flat)."""
+moments are zero or subnormal (the floor under its square root, operant.trainer.loop.flat)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from operant.trainer.flat import FlatAdam, _invisible_below
+from operant.trainer.loop.flat import FlatAdam, _invisible_below
 
 
 def _gradients(steps: int, size: int) -> list[torch.Tensor]:

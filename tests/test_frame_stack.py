@@ -1,4 +1,4 @@
-"""env.frame_stack (operant.envs.frame_stack): k = 1 is the env's own buffer, read by the
+"""env.frame_stack (operant.envs.face.frame_stack): k = 1 is the env's own buffer, read by the
 policy in place; k > 1 stacks the last k observations of any host family, equal to a stack
 rebuilt from the unstacked env's observations step by step, through episode ends."""
 
@@ -11,13 +11,13 @@ import pytest
 import traced
 
 from operant.envs import make_env
-from operant.envs.frame_stack import FrameStackEnv
+from operant.envs.face.frame_stack import FrameStackEnv
 from operant.envs.registry import EnvError
 from operant.trainer.config import ConfigError, load_config
 
 
 def test_frame_stack_1_is_the_kernel_buffer_the_policy_reads():
-    from operant.trainer.train import Trainer
+    from operant.trainer.loop.train import Trainer
 
     config = load_config(
         None,
@@ -113,7 +113,8 @@ def test_a_stacked_env_resumes_from_its_state_dict():
 
 @pytest.mark.parametrize("level", [0, 1, 2])
 def test_packed_frames_are_numpys_little_endian_bits_and_unpack_to_themselves(level):
-    """cext/frame_pack.h at each of its levels (portable C, AVX2, AVX-512BW, as far as this CPU
+    """cext/envs/face/frame_pack.h at each of its levels (portable C, AVX2, AVX-512BW, as far as
+    this CPU
     has them): the ring's packed rows are np.packbits(bitorder="little") of the frames,
     zero-padded to whole 8-byte words, for frame sizes off and on the vectors' widths and the
     sizes the row loop unrolls (MinAtar's C x 100)."""
@@ -157,7 +158,7 @@ def test_frame_stack_0_is_refused_in_one_line():
 
 
 def test_operant_train_refuses_frame_stack_0_with_exit_2(tmp_path, capsys):
-    from operant.trainer.main import main
+    from operant.trainer.run.main import main
 
     status = main(
         ["--env", "MinAtar-Breakout-v1", "--set", "env.frame_stack=0", "--runs-dir", str(tmp_path)]
@@ -168,7 +169,7 @@ def test_operant_train_refuses_frame_stack_0_with_exit_2(tmp_path, capsys):
 
 
 def test_the_trainer_stores_stacked_uint8_frames():
-    from operant.trainer.train import Trainer
+    from operant.trainer.loop.train import Trainer
 
     config = load_config(
         None,
@@ -253,9 +254,9 @@ def test_a_bound_stacked_rollout_fills_the_storage_as_the_copying_one(
     or the ring (k = 4), and the rest stays bound."""
     import torch
 
-    import operant.trainer.collect as collect
-    from operant.envs.minatar import MinAtarVectorEnv
-    from operant.trainer.train import Trainer
+    import operant.trainer.loop.collect as collect
+    from operant.envs.minatar.vector import MinAtarVectorEnv
+    from operant.trainer.loop.train import Trainer
 
     assert MinAtarVectorEnv.keeps_obs_rows
 

@@ -1,4 +1,4 @@
-"""The native update (operant.cext.fused_mlp via operant.trainer.fused) against torch autograd,
+"""The native update (operant.cext.fused_mlp via operant.trainer.loop.fused) against torch autograd,
 the reference: the loss's gradient on random batches for every supported network shape and
 loss option, whole updates (clip and Adam included), the rollout's sampling from the same
 uniforms, and which runs `ppo.update_impl` sends where."""
@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from operant.trainer.config import Config, ConfigError, PPOConfig
-from operant.trainer.flat import FlatAdam, FlatParameters
-from operant.trainer.fused import NativeUpdate, make_native, native_unsupported
-from operant.trainer.policy import ActorCritic
-from operant.trainer.ppo import _losses, ppo_update
+from operant.trainer.loop.flat import FlatAdam, FlatParameters
+from operant.trainer.loop.fused import NativeUpdate, make_native, native_unsupported
+from operant.trainer.loop.ppo import _losses, ppo_update
+from operant.trainer.policies.mlp import ActorCritic
 
 pytest.importorskip("operant.cext.fused_mlp")
 
@@ -184,7 +184,7 @@ def test_gradient_clip_statuses_are_all_exercised():
 
 
 class OneRankGroup:
-    """operant.trainer.distributed's group as one rank sees it alone: its collectives count
+    """operant.trainer.distributed.group's group as one rank sees it alone: its collectives count
     their calls and leave the tensors as they are."""
 
     world_size = 1

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from operant.cext.gae import gae as gae_kernel
-from operant.trainer.ppo import _compute_gae_torch, compute_gae
+from operant.trainer.loop.ppo import _compute_gae_torch, compute_gae
 
 
 def reference_gae(rewards, values, dones, next_value, gamma, lam):
@@ -143,7 +143,7 @@ def test_done_at_first_and_last_step_cuts_the_flow():
 
 
 def test_dispatch_uses_kernel_for_cpu_float32_and_torch_otherwise(monkeypatch):
-    from operant.trainer import ppo
+    from operant.trainer.loop import ppo
 
     calls = []
     monkeypatch.setattr(ppo, "_gae_kernel", lambda *args: calls.append(args))
@@ -217,7 +217,7 @@ def test_kernel_rejects_bad_out_buffers():
 
 def test_stacked_actor_critic_equals_two_separate_mlps():
     """The stacked layout is only a layout: rows are exactly two independent MLPs."""
-    from operant.trainer.policy import ActorCritic
+    from operant.trainer.policies.mlp import ActorCritic
 
     torch.manual_seed(0)
     policy = ActorCritic(4, 3, [16, 8])
@@ -236,7 +236,7 @@ def test_stacked_actor_critic_equals_two_separate_mlps():
     torch.testing.assert_close(values, mlp(1, 1)[:, 0], rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(policy.value(obs), values, rtol=1e-6, atol=1e-6)
     # Gradients reach the flat buffer; the critic's unused head columns stay exactly zero.
-    from operant.trainer.flat import FlatParameters
+    from operant.trainer.loop.flat import FlatParameters
 
     flat = FlatParameters(policy)
     flat.zero_grad()

@@ -16,8 +16,8 @@ import traced
 
 from operant.envs import InvalidActionError, make_env
 from operant.envs.contract import BatchEnv
-from operant.envs.grid import GridVectorEnv
-from operant.envs.grid_config import GridConfig, GridConfigError
+from operant.envs.grid.config import GridConfig, GridConfigError
+from operant.envs.grid.vector import GridVectorEnv
 from tests.grid_reference import ReferenceGrid
 
 LAYOUT = """
@@ -243,7 +243,7 @@ def test_state_round_trip_and_statistics_per_agent_and_per_env():
 
 
 def test_importing_the_grid_face_does_not_import_torch():
-    code = "import sys, operant.envs.grid; print('torch' in sys.modules)"
+    code = "import sys, operant.envs.grid.vector; print('torch' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.strip() == "False", result.stderr
 
@@ -256,7 +256,7 @@ def test_pettingzoo_parallel_face_passes_pettingzoos_api_test():
     pytest.importorskip("pettingzoo")
     from pettingzoo.test import parallel_api_test
 
-    from operant.envs.grid_pettingzoo import GridParallelEnv
+    from operant.envs.grid.pettingzoo import GridParallelEnv
 
     parallel_api_test(GridParallelEnv(agents=3, max_episode_steps=20), num_cycles=60)
     env = GridParallelEnv(agents=3, width=8, height=8, window=5, max_episode_steps=5)
@@ -335,7 +335,7 @@ def test_the_pettingzoo_face_refuses_what_it_once_stepped_silently():
     actions are refused (they stepped the world that had already autoreset); a float action
     is not truncated to an integer, an unknown agent not ignored."""
     pytest.importorskip("pettingzoo")
-    from operant.envs.grid_pettingzoo import GridParallelEnv
+    from operant.envs.grid.pettingzoo import GridParallelEnv
 
     env = GridParallelEnv(max_episode_steps=3)
     env.reset(seed=0)

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from operant.envs import register_family
-from operant.envs.grid import GridVectorEnv
+from operant.envs.grid.vector import GridVectorEnv
 from operant.trainer.config import load_config
-from operant.trainer.token_policy import TokenPolicy
-from operant.trainer.train import Trainer
+from operant.trainer.loop.train import Trainer
+from operant.trainer.policies.token import TokenPolicy
 
 SMALL = dict(
     agents=2,
@@ -148,7 +148,7 @@ def test_grid_v0_checkpoints_and_resumes_bit_exact(tmp_path):
             [
                 sys.executable,
                 "-m",
-                "operant.trainer.main",
+                "operant.trainer.run.main",
                 "--runs-dir",
                 str(runs),
                 "--quiet",

@@ -2,7 +2,7 @@
 caller's, and no later step changes it, whether the caller keeps every step's arrays, only the
 last one's, or only a view of one; the values are copy=False's, step by step, info's
 final_obs in the rows `_final_obs` marks included. Every MinAtar game (whose copy=True step
-copies in the kernel into arrays taken again once nothing holds them, operant.envs.fresh) and
+copies in the kernel into arrays taken again once nothing holds them, operant.envs.native.fresh) and
 CartPole (the native face's plain copies)."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pytest
 
 import operant.envs  # noqa: F401  (registers operant/*)
 from operant.envs import InvalidActionError, make_env
-from operant.envs.fresh import FreshArrays
-from operant.envs.minatar import GAME_IDS
+from operant.envs.minatar.vector import GAME_IDS
+from operant.envs.native.fresh import FreshArrays
 
 IDS = [f"operant/{env_id}" for env_id in sorted(GAME_IDS)] + ["operant/CartPole-v1"]
 N, STEPS = 16, 40

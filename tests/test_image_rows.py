@@ -1,4 +1,5 @@
-"""Image observations from a user's Python env reach the CNN as images (operant.envs.obs_rows):
+"""Image observations from a user's Python env reach the CNN as images
+(operant.envs.reference.obs_rows):
 a 3-D Box with Discrete actions keeps its dtype and values, channels first (a channels-last
 space transposed on the copy into the row), in the trainer's process and in env workers;
 byte images from 0 to 255 are scaled by 1/255 in the CNN's first layer; anything else is
@@ -17,10 +18,10 @@ from test_user_python_envs import with_fixtures
 from user_runs import run
 
 from operant.envs import make_env
-from operant.envs.obs_rows import obs_rows
-from operant.trainer.cnn_policy import CNNPolicy
+from operant.envs.reference.obs_rows import obs_rows
 from operant.trainer.config import Config
-from operant.trainer.policies import build_policy
+from operant.trainer.policies.cnn import CNNPolicy
+from operant.trainer.policies.registry import build_policy
 
 DISCRETE = spaces.Discrete(3)
 
@@ -147,7 +148,7 @@ def test_a_run_on_a_python_image_env_chooses_the_cnn_and_learns(tmp_path):
 
 
 def test_only_frames_of_zeros_and_ones_are_published_to_the_monitor():
-    from operant.trainer.telemetry import frame_source
+    from operant.trainer.services.telemetry import frame_source
 
     picture = make_env("env_worker_fixtures:Dot-v0", 2, impl="reference")
     cells = make_env("env_worker_fixtures:Cells-v0", 2, impl="reference")
@@ -162,7 +163,7 @@ def test_only_frames_of_zeros_and_ones_are_published_to_the_monitor():
 
 def test_a_stacked_frame_of_a_users_env_shows_its_newest_frame():
     # (a user's env declares no channel names: the monitor drew all k x C stacked channels)
-    from operant.trainer.telemetry import frame_source
+    from operant.trainer.services.telemetry import frame_source
 
     env = make_env("env_worker_fixtures:Cells-v0", 2, impl="reference", frame_stack=4)
     try:

@@ -1,4 +1,4 @@
-"""env.info_mode (operant.envs.info_mode): what Gymnasium's step() returns in info, the
+"""env.info_mode (operant.envs.face.info_mode): what Gymnasium's step() returns in info, the
 arrays unchanged in every mode."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from operant.envs import make_env
-from operant.envs.info_mode import InfoModeEnv
+from operant.envs.face.info_mode import InfoModeEnv
 from operant.envs.registry import EnvError
 from operant.trainer.config import ConfigError, load_config
 

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from operant.trainer.terminal import JournalStream, to_journal
+from operant.trainer.run.terminal import JournalStream, to_journal
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -39,7 +39,7 @@ def test_only_the_journals_own_stream_is_prefixed(tmp_path):
         status = os.fstat(err.fileno())
         stream = f"{status.st_dev}:{status.st_ino}"
         result = subprocess.run(
-            [sys.executable, "-m", "operant.trainer.main", "--runs-dir", str(tmp_path / "runs"),
+            [sys.executable, "-m", "operant.trainer.run.main", "--runs-dir", str(tmp_path / "runs"),
              "--set", "policy.kind=cleanrl_ppo:Agent", "--set", "policy.hidden_sizes=[32]",
              "--total-steps", "2048", "--quiet"],
             stderr=err, stdout=subprocess.DEVNULL, cwd=EXAMPLES, timeout=120,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from operant.trainer.config import derive, load_config
-from operant.trainer.train import Trainer
+from operant.trainer.loop.train import Trainer
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = sorted((ROOT / "configs").glob("*.toml"))

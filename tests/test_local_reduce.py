@@ -1,4 +1,5 @@
-"""The ranks' all-reduce through shared memory (operant.trainer.local_reduce), between real
+"""The ranks' all-reduce through shared memory (operant.trainer.distributed.local_reduce), between
+real
 processes: each gets the same bits, the sum in rank order; a rank that never arrives makes
 the others give up at the deadline instead of waiting forever; the segment's name is gone
 once every rank has mapped it."""
@@ -15,8 +16,8 @@ import numpy as np
 import pytest
 import torch
 
-from operant.trainer import local_reduce
-from operant.trainer.local_reduce import LocalReduce, open_local_reduce
+from operant.trainer.distributed import local_reduce
+from operant.trainer.distributed.local_reduce import LocalReduce, open_local_reduce
 
 WORLD = 3
 SIZE = 10_007  # not a multiple of any vector width

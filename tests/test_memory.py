@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from user_runs import command, run
 
-from operant.trainer import memory, preflight
 from operant.trainer.config import load_config
+from operant.trainer.run import memory, preflight
 
 # Builds a Trainer of the config given by --set words, trains one update, and prints the
 # estimate and the peak resident growth over the process before the Trainer existed.
@@ -24,9 +24,9 @@ MEASURE = """
 import json, sys
 import psutil, torch, numpy, gymnasium
 from operant.envs import resolve_impl
-from operant.trainer import memory, preflight
+from operant.trainer.run import memory, preflight
 from operant.trainer.config import load_config
-from operant.trainer.train import Trainer
+from operant.trainer.loop.train import Trainer
 
 config = load_config(None, sys.argv[1:])
 impl = resolve_impl(config.env.id, config.env.impl)

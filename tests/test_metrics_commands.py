@@ -360,7 +360,7 @@ def test_runs_json_says_sps_as_monitor_json_does_and_the_mean_beside_it(tmp_path
     # `operant runs --json`'s sps was an ended run's mean, monitor --json's its last update's
     root = tmp_path / "runs"
     trained = subprocess.run(
-        [sys.executable, "-m", "operant.trainer.main", "--runs-dir", str(root), "--run-id", "r",
+        [sys.executable, "-m", "operant.trainer.run.main", "--runs-dir", str(root), "--run-id", "r",
          "--total-steps", "8192", "--quiet"],
         capture_output=True, text=True, timeout=240,
     )  # fmt: skip

@@ -1,7 +1,7 @@
-"""MinAtar's games as native kernels (operant.cext.minatar, operant.envs.minatar).
+"""MinAtar's games as native kernels (operant.cext.minatar, operant.envs.minatar.vector).
 
 Parity: every env of a kernel is checked at every step against the `minatar` package's game
-object with our state injected (operant.envs.minatar_parity), spawns included (MinAtar's
+object with our state injected (operant.envs.minatar.parity), spawns included (MinAtar's
 RandomState replays our stream); a MinAtar whose rule differs is caught. These skip without the
 `minatar` extra. The rest needs only the kernel: the face's buffers and specs, seeding, explicit
 state, sticky actions' rate, the reset draws' distributions, refusals, no allocation per step.
@@ -21,7 +21,7 @@ import traced
 from operant.cext.minatar import GAMES
 from operant.envs import EnvError, InvalidActionError, make_env
 from operant.envs.contract import BatchEnv
-from operant.envs.minatar import GAME_IDS, MinAtarVectorEnv
+from operant.envs.minatar.vector import GAME_IDS, MinAtarVectorEnv
 
 IDS = sorted(GAME_IDS)
 
@@ -40,7 +40,7 @@ needs_minatar = pytest.mark.skipif(not _has_minatar(), reason="needs the minatar
 @needs_minatar
 @pytest.mark.parametrize("game", list(GAMES))
 def test_every_step_matches_minatar_including_spawns(game):
-    from operant.envs.minatar_parity import check_game
+    from operant.envs.minatar.parity import check_game
 
     report = check_game(game, num_envs=16, steps=40, seed=3, scramble_every=8)
     assert report.states == 640
@@ -85,7 +85,7 @@ def test_a_seeded_reset_plays_the_same_whatever_came_before(impl):
 @pytest.mark.parametrize("impl", ["native", pytest.param("reference", marks=needs_minatar)])
 def test_the_vector_envs_draw_frames_at_a_render_scale(impl):
     # (only the single env took render_scale: a vector RecordVideo wrote 10 x 10 pixel videos)
-    from operant.envs.minatar_env import rgb_frame
+    from operant.envs.minatar.env import rgb_frame
 
     env = make_env("MinAtar-Breakout-v1", 2, impl=impl, render_mode="rgb_array", render_scale=8)
     obs, _ = env.reset(seed=0)
@@ -106,7 +106,7 @@ def test_render_without_a_mode_warns_as_gymnasiums_envs_do():
 
 @needs_minatar
 def test_sticky_actions_and_no_ramping_match_minatar():
-    from operant.envs.minatar_parity import check_game
+    from operant.envs.minatar.parity import check_game
 
     for game in GAMES:
         report = check_game(game, 8, 30, seed=5, sticky_action_prob=0.3)
@@ -122,7 +122,7 @@ def test_the_check_catches_a_rule_that_differs(monkeypatch):
     import minatar.environments.seaquest as seaquest
     import minatar.environments.space_invaders as space_invaders
 
-    from operant.envs.minatar_parity import check_game
+    from operant.envs.minatar.parity import check_game
 
     monkeypatch.setattr(space_invaders, "shot_cool_down", 4)
     monkeypatch.setattr(freeway, "player_speed", 2)
@@ -162,7 +162,7 @@ def test_reference_without_the_extra_is_one_line(monkeypatch):
 
 
 def test_the_parity_command_without_the_extra_is_one_line(tmp_path):
-    # the documented `python -m operant.envs.minatar_parity` was a traceback, exit 1
+    # the documented `python -m operant.envs.minatar.parity` was a traceback, exit 1
     stub = tmp_path / "minatar"
     stub.mkdir()
     (stub / "__init__.py").write_text(
@@ -170,7 +170,7 @@ def test_the_parity_command_without_the_extra_is_one_line(tmp_path):
     )
     environ = {**os.environ, "PYTHONPATH": str(tmp_path)}
     result = subprocess.run(
-        [sys.executable, "-m", "operant.envs.minatar_parity", "--envs", "2", "--steps", "2"],
+        [sys.executable, "-m", "operant.envs.minatar.parity", "--envs", "2", "--steps", "2"],
         capture_output=True, text=True, timeout=120, env=environ,
     )  # fmt: skip
     assert result.returncode == 2
@@ -435,7 +435,7 @@ def test_trains_through_the_unchanged_loop_with_a_frame_policy():
 
     import tests.families.frame  # noqa: F401  (registers the "tiny-cnn" frame policy)
     from operant.trainer.config import load_config
-    from operant.trainer.train import Trainer
+    from operant.trainer.loop.train import Trainer
 
     config = load_config(
         None,
@@ -463,7 +463,7 @@ def test_the_oracle_imports_without_a_warning_or_a_root_handler():
     # which also gives a process without logging set up a stderr handler of the package's.
     code = (
         "import logging\n"
-        "from operant.envs.minatar_reference import minatar_environment_class\n"
+        "from operant.envs.minatar.reference import minatar_environment_class\n"
         "env = minatar_environment_class()('breakout')\n"
         "print(env.n_channels, len(logging.getLogger().handlers))\n"
     )

@@ -1,5 +1,5 @@
 """`gymnasium.make("operant/MinAtar-<Game>-v1")`: one MinAtar env with Gymnasium's single-env
-contract (operant.envs.minatar_env), over the same kernel as the vector env."""
+contract (operant.envs.minatar.env), over the same kernel as the vector env."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from gymnasium.utils.env_checker import check_env
 
 import operant.envs  # noqa: F401  (registers the ids)
 from operant.envs import EnvError, InvalidActionError, make_env
-from operant.envs.minatar import GAME_IDS
-from operant.envs.minatar_env import MinAtarEnv, rgb_frame
+from operant.envs.minatar.env import MinAtarEnv, rgb_frame
+from operant.envs.minatar.vector import GAME_IDS
 from operant.shared.frame import cells, frame_palette, text_rows
 
 IDS = sorted(GAME_IDS)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import pytest
 
 from operant.trainer.config import load_config
-from operant.trainer.train import Trainer
+from operant.trainer.loop.train import Trainer
 
 FAST = [
     "env.num_envs=32",

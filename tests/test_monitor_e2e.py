@@ -94,7 +94,7 @@ class Training:
             [
                 sys.executable,
                 "-m",
-                "operant.trainer.main",
+                "operant.trainer.run.main",
                 "--total-steps",
                 str(TOTAL_STEPS),
                 "--seed",

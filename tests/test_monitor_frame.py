@@ -311,8 +311,8 @@ def test_a_reader_of_format_11_reads_a_12_file_with_a_frame(tmp_path):
 def pixel_run(tmp_path_factory):
     """A real MinAtar Breakout run of 3 updates through operant-train's main, with env 0's
     observation recorded at every publish (what the trainer wrote), and its env."""
-    from operant.trainer import telemetry
-    from operant.trainer.main import main
+    from operant.trainer.run.main import main
+    from operant.trainer.services import telemetry
 
     root = tmp_path_factory.mktemp("runs")
     published, envs = [], []
@@ -405,7 +405,7 @@ def test_json_of_a_run_without_images_has_a_null_frame(tmp_path, capsys):
 
 def test_only_image_observations_publish_a_frame():
     from operant.envs import make_env
-    from operant.trainer.telemetry import frame_source
+    from operant.trainer.services.telemetry import frame_source
 
     breakout = make_env("MinAtar-Breakout-v1", 2, impl="native", copy=False)
     stacked = make_env("MinAtar-Breakout-v1", 2, impl="native", copy=False, frame_stack=3)
@@ -502,7 +502,7 @@ def test_a_torch_env_publishes_its_frame_from_the_tensor():
     import torch
 
     from operant.envs.contract import ObsSpec
-    from operant.trainer.telemetry import frame_source
+    from operant.trainer.services.telemetry import frame_source
 
     obs = torch.zeros((3, 2, 4, 5), dtype=torch.bool)
     env = types.SimpleNamespace(obs_spec=ObsSpec((2, 4, 5), np.dtype(np.bool_)), obs=obs)

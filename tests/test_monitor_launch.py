@@ -35,7 +35,7 @@ def test_trainer_command_passes_the_arguments_and_the_run_id():
     command = launch.trainer_command(["--env", "CartPole-v1", "--detach", "--seed", "3"], "r1")
     assert command[1:] == [
         "-m",
-        "operant.trainer.main",
+        "operant.trainer.run.main",
         "--env",
         "CartPole-v1",
         "--seed",

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from operant.trainer.config import load_config
-from operant.trainer.train import Trainer
+from operant.trainer.loop.train import Trainer
 
 
 def test_run_without_a_log_stops_at_the_first_non_finite_update():

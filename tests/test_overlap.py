@@ -14,12 +14,12 @@ import torch
 
 from operant.cext.overlap import StepThread
 from operant.envs import InvalidActionError, make_env
-from operant.envs.overlap import SplitNativeVectorEnv
-from operant.envs.parity import random_actions
+from operant.envs.face.parity import random_actions
+from operant.envs.native.overlap import SplitNativeVectorEnv
 from operant.envs.registry import lookup
+from operant.trainer.checkpoint.state import capture_env_state, restore_env_state
 from operant.trainer.config import load_config
-from operant.trainer.state import capture_env_state, restore_env_state
-from operant.trainer.train import Trainer
+from operant.trainer.loop.train import Trainer
 
 OUTPUTS = ("obs", "final_obs", "rewards", "terminated", "truncated")
 
@@ -203,7 +203,7 @@ def test_overlap_misconfigured_is_a_one_line_error(tmp_path, overrides, message)
     args = [
         sys.executable,
         "-m",
-        "operant.trainer.main",
+        "operant.trainer.run.main",
         "--runs-dir",
         str(tmp_path),
         "--set",

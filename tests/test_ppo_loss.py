@@ -1,4 +1,4 @@
-"""The fused PPO loss over a policy's heads (operant.trainer.ppo_loss) against the torch path
+"""The fused PPO loss over a policy's heads (operant.trainer.loop.ppo_loss) against the torch path
 of ppo._torch_epoch: the same loss, gradients at the logits and values, and statistics, to
 float32 rounding, in every setting that changes the arithmetic; and whole updates that agree."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from operant.trainer import ppo, ppo_loss
 from operant.trainer.config import PPOConfig
+from operant.trainer.loop import ppo, ppo_loss
 
 
 def _torch_path(config, logits, values, batch, moments):
@@ -90,8 +90,8 @@ def test_an_update_through_the_fused_loss_is_the_torch_updates(monkeypatch):
     """Whole PPO updates of the CNN (two epochs of four minibatches) from the same start, with
     the fused loss and with the torch path, end at the same parameters to float32 rounding
     and report the same statistics."""
-    from operant.trainer.cnn_policy import CNNPolicy
-    from operant.trainer.flat import FlatAdam, FlatParameters
+    from operant.trainer.loop.flat import FlatAdam, FlatParameters
+    from operant.trainer.policies.cnn import CNNPolicy
 
     generator = torch.Generator().manual_seed(0)
     rows = 256
@@ -136,7 +136,7 @@ def test_an_update_through_the_fused_loss_is_the_torch_updates(monkeypatch):
 def test_the_heads_inside_the_loss_give_every_parameter_the_torch_paths_gradient(ent_coef):
     """For a policy with a trunk and linear heads (the CNN), minibatch_loss applies the heads
     inside its Function: every parameter's gradient and the statistics are the torch path's."""
-    from operant.trainer.cnn_policy import CNNPolicy
+    from operant.trainer.policies.cnn import CNNPolicy
 
     torch.manual_seed(0)
     policy = CNNPolicy((4, 10, 10), 5)

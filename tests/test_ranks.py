@@ -395,7 +395,7 @@ def test_a_torchrun_run_id_names_its_env_as_a_lone_run_does():
     namespace dropped), so `operant runs` lists both kinds of run alike."""
     from types import SimpleNamespace
 
-    from operant.trainer.ranks import default_run_id
+    from operant.trainer.distributed.ranks import default_run_id
 
     launch = SimpleNamespace(run_id="job/7")
     assert default_run_id("operant/MinAtar-Breakout-v1", launch) == "minatar-breakout-v1-job-7"

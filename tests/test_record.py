@@ -135,7 +135,7 @@ def test_the_last_update_time_is_this_processs_own(tmp_path):
     import time
 
     from operant.shared.reader import MetricsReader
-    from operant.trainer.telemetry import Publisher
+    from operant.trainer.services.telemetry import Publisher
 
     replayed = [make_record(updates=1, global_step=2048), make_record(updates=2)]
     publisher = Publisher(
@@ -155,7 +155,7 @@ def test_the_last_update_time_is_this_processs_own(tmp_path):
 
 
 def test_metrics_file_keeps_the_names_readers_use():
-    from operant.trainer import telemetry
+    from operant.trainer.services import telemetry
 
     schema = telemetry.build_schema("run", "CartPole-v1")
     kinds: dict[str, set[str]] = {}
@@ -221,7 +221,7 @@ def test_metrics_file_keeps_the_names_readers_use():
 
 def test_record_module_imports_without_torch():
     code = (
-        "import sys, operant.shared.record, operant.trainer.telemetry; "
+        "import sys, operant.shared.record, operant.trainer.services.telemetry; "
         "print('torch' in sys.modules)"
     )
     result = subprocess.run(
@@ -231,7 +231,7 @@ def test_record_module_imports_without_torch():
 
 
 def test_progress_tail_reads_records_up_to_a_damaged_line(tmp_path):
-    from operant.trainer.progress import progress_tail
+    from operant.trainer.services.progress import progress_tail
 
     path = tmp_path / "progress.jsonl"
     lines = [encode_progress_line(make_record(updates=n)) for n in (1, 2, 3, 4)]
@@ -245,7 +245,7 @@ def test_a_resume_reads_the_records_it_keeps_without_cutting_the_log(tmp_path):
     # A resume reads its history before it cuts progress.jsonl (the cut waits until the start
     # can no longer fail): the records up to the checkpoint's length, a last line cut short
     # by a crash left out, and the file untouched.
-    from operant.trainer.progress import kept_length, progress_tail
+    from operant.trainer.services.progress import kept_length, progress_tail
 
     path = tmp_path / "progress.jsonl"
     lines = [encode_progress_line(make_record(updates=n)) for n in (1, 2, 3, 4)]
@@ -266,7 +266,7 @@ def test_process_counters_start_at_zero_with_the_process(tmp_path):
     checkpoint; what this process did (process_*) starts at 0, so a Prometheus counter over
     it counts what was trained, where the position steps back after a kill."""
     from operant.shared.reader import MetricsReader
-    from operant.trainer.telemetry import Publisher
+    from operant.trainer.services.telemetry import Publisher
 
     replayed = [make_record(updates=1, global_step=2048), make_record(updates=2)]
     publisher = Publisher(
@@ -291,7 +291,7 @@ def test_trained_steps_continue_from_the_file_a_resume_replaces(tmp_path):
     its predecessor last published (read from the file it replaces), so the counter never
     steps back, however fast a restart comes; an unreadable predecessor starts it at 0."""
     from operant.shared.reader import MetricsReader
-    from operant.trainer.telemetry import Publisher
+    from operant.trainer.services.telemetry import Publisher
 
     path = tmp_path / "metrics.bin"
 
@@ -325,7 +325,7 @@ def test_trained_steps_continue_from_the_file_a_resume_replaces(tmp_path):
 REFUSED_WRITE = """
 import io, resource, signal, sys
 from pathlib import Path
-from operant.trainer.progress import ProgressLog
+from operant.trainer.services.progress import ProgressLog
 from test_record import make_record
 
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails instead
@@ -344,7 +344,7 @@ def test_a_progress_line_the_disk_refuses_part_of_is_cut_off(tmp_path):
     """A full disk that took part of a line (here a file size limit: the write stops short,
     then fails) leaves progress.jsonl whole lines: the torn part is cut before the error goes
     on, so readers never meet it while the run is down."""
-    from operant.trainer.progress import progress_tail
+    from operant.trainer.services.progress import progress_tail
 
     path = tmp_path / "progress.jsonl"
     tests = Path(__file__).resolve().parent

@@ -23,7 +23,8 @@ import torch
 
 from operant.shared import metrics_layout as fmt
 from operant.shared.reader import MetricsReader
-from operant.trainer import checkpoint, checkpoint_format
+from operant.trainer.checkpoint import file_format as checkpoint_format
+from operant.trainer.checkpoint import store as checkpoint
 from operant.trainer.config import derive, load_config
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
@@ -572,7 +573,7 @@ def _flip_tensor_byte(path: Path) -> None:
     ],
 )
 def test_progress_is_cut_to_whole_lines(tmp_path, content, length, kept):
-    from operant.trainer.progress import cut_progress
+    from operant.trainer.services.progress import cut_progress
 
     path = tmp_path / "progress.jsonl"
     path.write_bytes(content)
@@ -582,8 +583,8 @@ def test_progress_is_cut_to_whole_lines(tmp_path, content, length, kept):
 
 def test_resume_hints_name_the_ranks_the_checkpoints_need(tmp_path, monkeypatch):
     from operant.shared.runs import RUNS_DIR_ENV
-    from operant.trainer.checkpoint_format import CheckpointError
-    from operant.trainer.resume import _check_world, resume_hint
+    from operant.trainer.checkpoint.file_format import CheckpointError
+    from operant.trainer.checkpoint.resume import _check_world, resume_hint
 
     monkeypatch.delenv(RUNS_DIR_ENV, raising=False)
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))

@@ -14,7 +14,7 @@ import traced
 from torch.profiler import ProfilerActivity, profile
 
 from operant.trainer.config import load_config
-from operant.trainer.train import Trainer
+from operant.trainer.loop.train import Trainer
 
 NUM_ENVS = 4096  # one float32 per env is 16 KiB: far above the tracemalloc bound below
 
@@ -48,7 +48,7 @@ def storage_allocations(run) -> list[tuple[str, int]]:
         # uint8 (4, 10, 10) frames read in place by the CNN policy (im2col into workspaces).
         ("MinAtar-Breakout-v1", []),
         ("MinAtar-Breakout-v1", ["policy.kind=mlp"]),
-        # The generic frame stack (operant.envs.frame_stack) sliding its stacks in C.
+        # The generic frame stack (operant.envs.face.frame_stack) sliding its stacks in C.
         ("CartPole-v1", ["env.frame_stack=4"]),
     ],
     ids=lambda value: value if isinstance(value, str) else ",".join(value) or "plain",
@@ -88,7 +88,7 @@ def test_rollout_allocates_nothing_after_warm_up(env_id, extra):
 def test_sampling_matches_the_categorical_distribution():
     """Inverse-CDF sampling draws each action with its probability (chi-square-free check:
     200K draws, every frequency within 1% absolute of the softmax)."""
-    from operant.trainer.policy import ActorCritic
+    from operant.trainer.policies.mlp import ActorCritic
 
     policy = ActorCritic(3, 4, [8])
     with torch.no_grad():

@@ -1,6 +1,6 @@
-"""A rollout without copies (operant.trainer.collect, `bound`): the kernels write each step's
+"""A rollout without copies (operant.trainer.loop.collect, `bound`): the kernels write each step's
 observations, rewards and flags straight into the rollout storage's rows and read their
-discrete actions from the row the policy sampled into (cext/kernel_slots.pxd). Shown here:
+discrete actions from the row the policy sampled into (cext/common/kernel_slots.pxd). Shown here:
 a kernel bound to slots writes what an unbound twin writes into its own buffers, for every
 native family; a bound rollout fills the storage bit for bit as the copying one does (plain,
 overlapped, normalised, with truncation bootstraps); the policy reads the kernel's memory."""
@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-import operant.trainer.collect as collect
+import operant.trainer.loop.collect as collect
 from operant.envs import make_env
 from operant.envs.registry import InvalidActionError
 from operant.trainer.config import load_config
-from operant.trainer.train import Trainer
+from operant.trainer.loop.train import Trainer
 
 FAMILIES = [
     ("CartPole-v1", {}),
@@ -104,7 +104,7 @@ def rollouts(
     extra: list[str], bound: bool, monkeypatch, count: int = 2, batched: bool = True
 ) -> list[dict]:
     """The storage after each of `count` rollouts of a small CartPole trainer (`batched`:
-    the truncation bootstrap of operant.trainer.bootstrap, else the per-step pass)."""
+    the truncation bootstrap of operant.trainer.loop.bootstrap, else the per-step pass)."""
     config = load_config(
         None,
         [

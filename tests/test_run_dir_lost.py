@@ -145,7 +145,7 @@ def test_a_checkpoints_eio_on_an_ext4_turned_read_only_is_the_directorys_loss(tm
     stays the disk's error, after the watch has looked for a second."""
     from types import SimpleNamespace
 
-    from operant.trainer.run_dir_watch import EIO_SETTLE_S, WRITE_PROBE, RunDirLost, WatchRunDir
+    from operant.trainer.run.run_dir_watch import EIO_SETTLE_S, WRITE_PROBE, RunDirLost, WatchRunDir
 
     image, mountpoint = tmp_path / "disk.img", tmp_path / "disk"
     why = _loop_ext4(image, mountpoint)

@@ -13,8 +13,8 @@ import pytest
 import torch
 from user_runs import run
 
-from operant.trainer.best import SOLVE_WINDOW
-from operant.trainer.checkpoint_format import content_digest
+from operant.trainer.checkpoint.file_format import content_digest
+from operant.trainer.services.best import SOLVE_WINDOW
 
 TARGET = 475.0  # CartPole-v1's reward threshold in Gymnasium's registry
 

@@ -1,4 +1,5 @@
-"""Categorical sampling (operant.trainer.sampling): the native inversion draws what the torch
+"""Categorical sampling (operant.trainer.policies.sampling): the native inversion draws what the
+torch
 operations draw from the same generator, and the draws follow the policy's probabilities."""
 
 from __future__ import annotations
@@ -6,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from operant.trainer.sampling import categorical_workspace, sample_categorical
+from operant.trainer.policies.sampling import categorical_workspace, sample_categorical
 
 
 def _draw(logits: torch.Tensor, native: bool, seed: int):

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from operant.trainer.sdnotify import (
+from operant.trainer.run.sdnotify import (
     SystemdNotifier,
     parse_notify_socket,
     parse_watchdog_usec,
@@ -31,7 +31,7 @@ CHILD = textwrap.dedent("""
     if os.environ.pop("OPERANT_TEST_PIN_WATCHDOG_PID", None):
         os.environ["WATCHDOG_PID"] = str(os.getpid())
         os.execv(sys.executable, [sys.executable, *sys.argv])
-    from operant.trainer.sdnotify import SystemdNotifier
+    from operant.trainer.run.sdnotify import SystemdNotifier
 
     def busy_with_progress(notifier, seconds, step):
         # Holds the GIL in bytecode the whole time, like a Python-heavy update, and reports
@@ -278,7 +278,7 @@ def test_import_starts_no_thread_and_installs_no_handler():
         import json, signal, threading
         watched = [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1]
         before = [signal.getsignal(s) for s in watched]
-        import operant.trainer.sdnotify
+        import operant.trainer.run.sdnotify
         print(json.dumps({"threads": threading.active_count(),
                           "handlers_unchanged": before == [signal.getsignal(s) for s in watched]}))
     """)

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from operant.trainer import services
-from operant.trainer.best import TrackBest
-from operant.trainer.console import Console
-from operant.trainer.service_protocol import Outcome, Rank, Role, Service
-from operant.trainer.session import Session
-from operant.trainer.signals import StopSignals
+from operant.trainer.run.console import Console
+from operant.trainer.run.session import Session
+from operant.trainer.run.signals import StopSignals
+from operant.trainer.services import hooks as services
+from operant.trainer.services.best import TrackBest
+from operant.trainer.services.protocol import Outcome, Rank, Role, Service
 
 
 class Recorder(Service):

@@ -1,5 +1,6 @@
-"""operant-train's console output without --log-format (operant.trainer.status_line and
-operant.trainer.progress.console_mode): one status line redrawn in place on a terminal, a line a
+"""operant-train's console output without --log-format (operant.trainer.services.status_line and
+operant.trainer.services.progress.console_mode): one status line redrawn in place on a terminal, a
+line a
 second elsewhere; the explicit formats as they were."""
 
 import io
@@ -9,8 +10,8 @@ import signal
 import pytest
 from test_record import make_record as record_of
 
-from operant.trainer.progress import ProgressLog, console_mode
-from operant.trainer.status_line import (
+from operant.trainer.services.progress import ProgressLog, console_mode
+from operant.trainer.services.status_line import (
     ERASE_LINE,
     GuardedStream,
     StatusLine,
@@ -149,7 +150,7 @@ def test_a_plain_format_asked_for_keeps_a_line_per_update(tmp_path):
 
 
 def test_a_stop_signal_line_erases_the_status_line_first(capfd):
-    from operant.trainer.signals import StopSignals
+    from operant.trainer.run.signals import StopSignals
 
     signals = StopSignals()
     signals.line_start = ERASE_LINE.encode()

@@ -1,4 +1,5 @@
-"""operant.envs.step_deadline in this process: a step marked by env_step() is interrupted at
+"""operant.envs.reference.step_deadline in this process: a step marked by env_step() is interrupted
+at
 its limit (a timeout, or the grace after a stop) where its Python code is, even in a loop
 that swallows every Exception; a step within its limits is not, and nothing is armed without
 one. The end-to-end cases (a real trainer, SIGTERM, a hanging Gymnasium env) are in
@@ -12,8 +13,8 @@ import time
 
 import pytest
 
-from operant.envs import step_deadline
-from operant.envs.step_deadline import EnvStepHung, env_step, watch_stops
+from operant.envs.reference import step_deadline
+from operant.envs.reference.step_deadline import EnvStepHung, env_step, watch_stops
 
 # pytest-timeout's own limit by a thread: its default, SIGALRM, is what this module arms.
 pytestmark = pytest.mark.timeout(120, method="thread")

@@ -48,8 +48,9 @@ def unit_seconds(key: str) -> float:
 def test_importing_installs_no_handler_and_starts_no_thread():
     code = (
         "import signal, threading\n"
-        "import operant.trainer.main, operant.trainer.session, operant.trainer.signals\n"
-        "import operant.trainer.checkpoint, operant.trainer.resume, operant.monitor.exporter\n"
+        "import operant.trainer.run.main, operant.trainer.run.session\n"
+        "import operant.trainer.run.signals, operant.trainer.checkpoint.store\n"
+        "import operant.trainer.checkpoint.resume, operant.monitor.exporter\n"
         "assert all(signal.getsignal(s) is signal.SIG_DFL for s in "
         "(signal.SIGTERM, signal.SIGUSR1))\n"
         "assert signal.getsignal(signal.SIGINT) is signal.default_int_handler\n"
@@ -75,7 +76,7 @@ def sigint_as(request):
 
 @pytest.mark.parametrize("sigint_as", [signal.default_int_handler], indirect=True)
 def test_stop_signals_set_flags_and_a_second_sigint_interrupts(sigint_as):
-    from operant.trainer.signals import StopSignals
+    from operant.trainer.run.signals import StopSignals
 
     stop = StopSignals()
     assert stop.install()
@@ -99,7 +100,7 @@ def test_stop_signals_set_flags_and_a_second_sigint_interrupts(sigint_as):
 def test_a_sigint_forwarded_with_the_keypress_is_the_same_ctrl_c():
     # `timeout --foreground` (and task runners) forward the terminal's SIGINT: two arrive
     # microseconds apart, and the second turned the clean stop into exit 130
-    from operant.trainer.signals import SAME_KEYPRESS_S, StopSignals
+    from operant.trainer.run.signals import SAME_KEYPRESS_S, StopSignals
 
     stop = StopSignals()
     stop.announce = False
@@ -124,7 +125,7 @@ def test_a_sigint_forwarded_with_the_keypress_is_the_same_ctrl_c():
 
 @pytest.mark.parametrize("sigint_as", [signal.SIG_IGN], indirect=True)
 def test_a_sigint_ignored_on_entry_stays_ignored(sigint_as):
-    from operant.trainer.signals import StopSignals
+    from operant.trainer.run.signals import StopSignals
 
     stop = StopSignals()
     assert stop.install()
@@ -248,7 +249,7 @@ def test_real_trainer_notifies_systemd_and_stops_on_sigterm_with_a_checkpoint(tm
         [
             sys.executable,
             "-m",
-            "operant.trainer.main",
+            "operant.trainer.run.main",
             "--runs-dir",
             str(tmp_path),
             "--run-id",
@@ -351,7 +352,7 @@ def test_a_trainer_started_with_sigint_ignored_trains_through_sigint(tmp_path):
             [
                 sys.executable,
                 "-m",
-                "operant.trainer.main",
+                "operant.trainer.run.main",
                 "--runs-dir",
                 str(tmp_path),
                 "--run-id",
@@ -399,7 +400,7 @@ def test_a_second_ctrl_c_outside_the_session_still_names_the_checkpoint_and_run(
 
     import torch  # noqa: F401  (loaded, as in any run that got as far as a checkpoint)
 
-    from operant.trainer.main import _interrupted_line
+    from operant.trainer.run.main import _interrupted_line
 
     run_dir = tmp_path / "runs" / "r1"
     checkpoints = run_dir / "checkpoints"
@@ -434,8 +435,8 @@ def test_a_stop_before_any_checkpoint_says_there_is_none_and_how_to_start_again(
     a run with no checkpoint, and "the last checkpoint is none"."""
     from types import SimpleNamespace
 
-    from operant.trainer.console import Console
-    from operant.trainer.service_protocol import Outcome
+    from operant.trainer.run.console import Console
+    from operant.trainer.services.protocol import Outcome
 
     root = tmp_path / "runs"
     again = (
@@ -463,7 +464,7 @@ def test_a_stop_before_any_checkpoint_says_there_is_none_and_how_to_start_again(
 
 def _trainer_on(tmp_path: Path, run_id: str, stdout: int, preexec=None) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "operant.trainer.main", "--runs-dir", str(tmp_path),
+        [sys.executable, "-m", "operant.trainer.run.main", "--runs-dir", str(tmp_path),
          "--run-id", run_id, *SMALL, "--total-steps", str(256 * 100_000),
          "--set", "train.log_every=1"],
         stdout=stdout, stderr=stdout, preexec_fn=preexec,
@@ -537,8 +538,8 @@ def test_a_checkpoint_request_before_the_first_update_waits_for_it(capsys):
     from types import SimpleNamespace
 
     from operant.trainer.config import load_config
-    from operant.trainer.services import Checkpoints
-    from operant.trainer.signals import StopSignals
+    from operant.trainer.run.signals import StopSignals
+    from operant.trainer.services.hooks import Checkpoints
 
     signals = StopSignals()
     signals.checkpoint_requested = True

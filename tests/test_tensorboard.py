@@ -20,7 +20,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
 
 from operant.shared.record import PHASES, RECORD_METRICS, UpdateRecord
-from operant.trainer import tensorboard
+from operant.trainer.services import tensorboard
 
 SMALL = [
     "--set",
@@ -243,7 +243,7 @@ def test_without_the_tensorboard_package_it_says_which_extra_and_starts_nothing(
         [
             sys.executable,
             "-m",
-            "operant.trainer.main",
+            "operant.trainer.run.main",
             "--runs-dir",
             str(tmp_path / "runs"),
             "--tensorboard",

@@ -1,4 +1,5 @@
-"""The token encoder's native kernel (operant.trainer.token_encoder) against torch's operations
+"""The token encoder's native kernel (operant.trainer.policies.token_encoder) against torch's
+operations
 (TokenPolicy.encode_torch, autograd): the pooled features and the gradients of both embedding
 tables, the token layer's weight and its bias, to float32 rounding, on random tokens with
 padding, empty rows, repeated tokens and feature ids past the table's; the same bits from two
@@ -13,8 +14,8 @@ import sys
 import pytest
 import torch
 
-from operant.trainer import token_encoder
-from operant.trainer.token_policy import FEATURES, PAD, TokenPolicy
+from operant.trainer.policies import token_encoder
+from operant.trainer.policies.token import FEATURES, PAD, TokenPolicy
 
 pytestmark = pytest.mark.skipif(token_encoder._native is None, reason="cext not built")
 
@@ -146,7 +147,7 @@ def test_grid_v0_trainer_takes_the_native_path():
     """The update's minibatches (storage rows) and the rollout's observations (the env's
     buffer) both meet `applies`, so Grid-v0 trains and resumes on the kernel."""
     from operant.trainer.config import load_config
-    from operant.trainer.train import Trainer
+    from operant.trainer.loop.train import Trainer
 
     config = load_config(None, ["env.id=Grid-v0", "env.num_envs=2", "ppo.num_steps=4"])
     trainer = Trainer(config)
@@ -161,7 +162,7 @@ def test_grid_v0_trainer_takes_the_native_path():
 
 
 def test_the_environment_switch_leaves_the_encoder_to_torch():
-    code = "from operant.trainer import token_encoder as t; print(t._native is None)"
+    code = "from operant.trainer.policies import token_encoder as t; print(t._native is None)"
     result = subprocess.run(
         [sys.executable, "-c", code],
         env={"OPERANT_TOKEN_NATIVE": "0", "PATH": ""},

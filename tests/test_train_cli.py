@@ -9,13 +9,13 @@ import msgspec
 import pytest
 
 from operant.trainer.config import ConfigError, derive, load_config
-from operant.trainer.train import Trainer
+from operant.trainer.loop.train import Trainer
 
 
 def run_train(*args, runs_dir, timeout=240):
     env = dict(os.environ, OPERANT_RUNS_DIR=str(runs_dir))
     return subprocess.run(
-        [sys.executable, "-m", "operant.trainer.main", *args],
+        [sys.executable, "-m", "operant.trainer.run.main", *args],
         capture_output=True,
         text=True,
         timeout=timeout,

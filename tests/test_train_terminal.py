@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tmux_fixtures import Tmux
 
-from operant.trainer.status_line import ERASE_LINE, MAX_REDRAWS_PER_S
+from operant.trainer.services.status_line import ERASE_LINE, MAX_REDRAWS_PER_S
 
 TRAIN = str(Path(sys.executable).with_name("operant-train"))
 COLUMNS = 60

@@ -15,7 +15,7 @@ def test_trainer_publishes_counters_gauges_phases_and_history(tmp_path):
         [
             sys.executable,
             "-m",
-            "operant.trainer.main",
+            "operant.trainer.run.main",
             # The torch update: the CPU gauge is first sampled one update after start, and the
             # native update's first update takes less CPU than psutil's 10 ms clock tick (the
             # gauge would read 0 until the next sample, a second later, after this run ends).

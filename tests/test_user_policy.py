@@ -1,4 +1,4 @@
-"""A user's own network as `policy.kind = "module:Name"` (operant.trainer.user_policy): a
+"""A user's own network as `policy.kind = "module:Name"` (operant.trainer.policies.user): a
 CleanRL agent unchanged (examples/cleanrl_ppo.py's), a HeadsPolicy subclass, a continuous
 agent, exact resume, and every way a network of the user's is refused. Trainers are real
 `operant-train` processes started in the folder that holds the module, as a user starts them
@@ -21,9 +21,9 @@ import torch
 from user_runs import command
 
 from operant.envs.contract import ActSpec, ObsSpec
-from operant.trainer.cleanrl_policy import CleanRLPolicy
 from operant.trainer.config import ConfigError, load_config
-from operant.trainer.user_policy import build_user_policy, spaces_of
+from operant.trainer.policies.cleanrl import CleanRLPolicy
+from operant.trainer.policies.user import build_user_policy, spaces_of
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 SMALL = ["--set", "env.num_envs=8", "--set", "ppo.num_steps=32", "--set", "ppo.num_minibatches=2"]
@@ -58,7 +58,7 @@ class Agent(nn.Module):  # cleanrl/ppo_continuous_action.py's shape
 HEADS = """
 from torch import nn
 
-from operant.trainer.policies import HeadsPolicy
+from operant.trainer.policies.registry import HeadsPolicy
 
 
 class Net(HeadsPolicy):
@@ -270,7 +270,7 @@ def test_eval_and_resume_elsewhere_name_the_folder_the_run_started_in(tmp_path):
 
 
 def test_the_built_in_networks_options_are_said_to_be_unread():
-    from operant.trainer.console import unread_policy_options
+    from operant.trainer.run.console import unread_policy_options
 
     config = load_config(None, ["policy.kind=mynets:Net", "policy.hidden_sizes=[256, 256]"])
     assert unread_policy_options(config) == (

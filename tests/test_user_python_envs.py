@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from user_runs import command, kill_quietly, run, start_trainer, stop
 
-from operant.trainer.best import env_target
 from operant.trainer.config import Config
+from operant.trainer.services.best import env_target
 
 TESTS = Path(__file__).resolve().parent
 

@@ -1,7 +1,7 @@
 """A fork server for tests that start many trainers: torch and operant are imported once, and
 each trainer is a forked child that runs operant-train's real `main(argv)` in a fresh process
 (its own pid, signal handlers, locks, metrics file, exit status). What it skips is only the
-seconds of imports each `python -m operant.trainer.main` would pay, which is what makes dozens
+seconds of imports each `python -m operant.trainer.run.main` would pay, which is what makes dozens
 of SIGKILL trials affordable.
 
 Protocol (JSON lines): the server prints {"ready": pid}; for each request
@@ -33,7 +33,7 @@ from signal_defaults import default_signals
 def _poison(after_update: int) -> None:
     import torch
 
-    from operant.trainer.train import Trainer
+    from operant.trainer.loop.train import Trainer
 
     original = Trainer.check_finite
 
@@ -60,7 +60,7 @@ def _child(request: dict) -> None:
         os.close(fd)
         if request.get("poison_after_update"):
             _poison(int(request["poison_after_update"]))
-        from operant.trainer.main import main
+        from operant.trainer.run.main import main
 
         code = main(request["argv"])
     except SystemExit as error:  # argparse's usage errors
@@ -81,11 +81,11 @@ def serve() -> None:
 
     import operant.cext.cartpole  # noqa: F401
     import operant.cext.metrics  # noqa: F401
-    import operant.trainer.envs  # noqa: F401
-    import operant.trainer.main  # noqa: F401
-    import operant.trainer.session  # noqa: F401
-    import operant.trainer.telemetry  # noqa: F401
-    import operant.trainer.train  # noqa: F401
+    import operant.envs  # noqa: F401
+    import operant.trainer.loop.train  # noqa: F401
+    import operant.trainer.run.main  # noqa: F401
+    import operant.trainer.run.session  # noqa: F401
+    import operant.trainer.services.telemetry  # noqa: F401
 
     out = sys.stdout
     out.write(json.dumps({"ready": os.getpid()}) + "\n")

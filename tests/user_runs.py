@@ -44,7 +44,7 @@ def _as_in_a_terminal() -> None:
     """In the child before exec: SIGINT as a terminal's foreground job has it. A test runner
     started in the background by a shell without job control (`pytest &` in a script)
     ignores SIGINT, its children inherit that, and operant-train rightly keeps a SIGINT that
-    it was started with ignored ignored (operant.trainer.signals): Ctrl-C tests would hang."""
+    it was started with ignored ignored (operant.trainer.run.signals): Ctrl-C tests would hang."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 

@@ -1,4 +1,3 @@
-# Over 400 lines: every config field with its docstring (the users' reference) and derive().
 """The trainer's configuration: typed msgspec Structs, loaded from TOML plus `--set` overrides.
 
 Input is decoded with `msgspec.convert` at the boundary, so an unknown key, a wrong type or an
@@ -20,7 +19,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta, Struct
 
-from operant.trainer.errors import counted
+from operant.trainer.run.errors import counted
 
 Positive = Annotated[int, Meta(gt=0)]
 PositiveFloat = Annotated[float, Meta(gt=0)]
@@ -59,7 +58,7 @@ class EnvConfig(Struct, forbid_unknown_fields=True, kw_only=True):
     workers: Positive = 1
     """Processes that step a Python (reference) env: each of `workers` processes steps
     env.num_envs / workers of the envs, writing into shared memory the trainer reads without
-    a copy (operant.envs.workers); 1 steps them in the trainer's process. For env.impl =
+    a copy (operant.envs.reference.workers); 1 steps them in the trainer's process. For env.impl =
     "reference" (Gymnasium's envs), where a step costs tens of microseconds of Python; the
     native and torch envs refuse it. At most env.num_envs (docs/envs.md)."""
     step_timeout_s: FinitePositive | None = None
@@ -67,13 +66,13 @@ class EnvConfig(Struct, forbid_unknown_fields=True, kw_only=True):
     answer to a step or reset, with env.workers >= 2) before the run ends as failed, naming
     it (an env that hangs); None waits as long as it takes. In the trainer's own process
     (env.workers = 1) a signal interrupts the step where its Python code is; a step stuck in
-    C code that holds the GIL cannot be cut short (operant.envs.step_deadline)."""
+    C code that holds the GIL cannot be cut short (operant.envs.reference.step_deadline)."""
     stop_grace_s: FinitePositive = 30.0
     """After a stop signal (SIGTERM, a first Ctrl-C), the seconds a Python env's step may
     still take (counted from the later of the signal and the step's start) before the run
     ends as failed, naming it: a stop waits for an update boundary, which a hung env never
     lets come (docs/envs.md). A worker's wait ends then; a step in the trainer's own process
-    is interrupted where its Python code is (operant.envs.step_deadline)."""
+    is interrupted where its Python code is (operant.envs.reference.step_deadline)."""
     max_episode_steps: Positive | None = None
     """Truncation horizon; None keeps the env's registered limit (500 for CartPole-v1)."""
     frame_stack: Positive = 1
@@ -82,7 +81,7 @@ class EnvConfig(Struct, forbid_unknown_fields=True, kw_only=True):
     (docs/envs.md, "Frame stacking"). 1 stacks nothing: the kernel writes straight into the
     buffer the policy reads."""
     info_mode: Literal["full", "stats", "none"] = "stats"
-    """What Gymnasium's step() returns in info (operant.envs.info_mode): "stats" only what
+    """What Gymnasium's step() returns in info (operant.envs.face.info_mode): "stats" only what
     autoreset needs, episode statistics reduced in the kernel; "full" adds Gymnasium's
     per-env episode dicts; "none" nothing (the fastest step). The trainer steps with
     step_bound(), which builds no info, and reads the kernel's statistics in every mode."""
@@ -98,11 +97,11 @@ class PolicyConfig(Struct, forbid_unknown_fields=True, kw_only=True):
     critic MLPs of the same shape, or one shared trunk with an actor head and a value head."""
 
     kind: str = "auto"
-    """Which registered policy trains (operant.trainer.policies): "auto" chooses from the
+    """Which registered policy trains (operant.trainer.policies.registry): "auto" chooses from the
     env's observation spec (flat float32 observations: the MLP these fields describe; image
     observations (C, H, W): "cnn"; uint8 (T, 3) tokens: "token"); a name picks one, e.g.
     "mlp" or "cnn"; "module:Name" builds a network of yours, a CleanRL Agent as it is
-    (operant.trainer.user_policy; docs/envs.md, "Your own network")."""
+    (operant.trainer.policies.user; docs/envs.md, "Your own network")."""
     hidden_sizes: list[Positive] = msgspec.field(default_factory=lambda: [64, 64])
     """Width of each hidden layer."""
     shared: bool = False
@@ -307,7 +306,7 @@ class Derived(Struct, frozen=True):
 
 
 def launched_world_size() -> int:
-    """torchrun's WORLD_SIZE for this process (1 without torchrun; operant.trainer.distributed
+    """torchrun's WORLD_SIZE for this process (1 without torchrun; operant.trainer.distributed.group
     checks the variables properly before anything trains)."""
     try:
         return max(1, int(os.environ.get("WORLD_SIZE", "1")))

@@ -30,8 +30,8 @@ What each record holds, alike for both sides:
   from the trainer's start to the end of its last update; there is no compile); finish_s is
   the summary's elapsed_s, which adds the final checkpoint.
 - return_mean_100: the mean return of the last 100 finished episodes, across all envs, at the
-  end. Operant's episode_return_mean is exactly that (trainer/update_record.py: the env's ring
-  of finished returns, operant.envs.episodes.recent_returns(100)); the JAX script keeps the
+  end. Operant's episode_return_mean is exactly that (trainer/loop/update_record.py: the env's ring
+  of finished returns, operant.envs.face.episodes.recent_returns(100)); the JAX script keeps the
   same ring inside its rollout scan.
 - process_wall_s: the whole command, imports, compile and startup included (time to a policy).
 - curve: [global_step, last-100 mean] after every update.

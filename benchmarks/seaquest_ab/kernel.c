@@ -1,4 +1,4 @@
-/* One build of cext/minatar.h's Seaquest, its entry points prefixed by PFX (A or B), so that
+/* One build of cext/envs/minatar/minatar.h's Seaquest, its entry points prefixed by PFX (A or B), so that
  * two builds of the kernel (from two folders of headers) link into one driver (ab.c) and
  * alternate in one process: see run.sh. */
 #include <stdlib.h>

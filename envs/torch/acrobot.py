@@ -1,4 +1,5 @@
-"""Acrobot-v1 as batched torch tensor ops (cext/acrobot.pyx has the equations' provenance)."""
+"""Acrobot-v1 as batched torch tensor ops (cext/envs/classic/acrobot.pyx has the equations'
+provenance)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from operant.envs.torch.base import TorchVectorEnv
 
 
 class TorchAcrobot(TorchVectorEnv):
-    """Acrobot-v1, book dynamics, RK4 as Gymnasium's `rk4` (see cext/acrobot.pyx)."""
+    """Acrobot-v1, book dynamics, RK4 as Gymnasium's `rk4` (see cext/envs/classic/acrobot.pyx)."""
 
     state_dim = 4
     reset_bounds = ((-0.1, 0.1),) * 4

@@ -1,4 +1,3 @@
-# Over 400 lines: one class, the tensor BatchEnv contract; its RNG, reset and render are coupled.
 """What every torch env shares (`env.impl = "torch"`): `TorchVectorEnv`, an implementation of
 operant.envs.contract.BatchEnv as batched torch tensor ops on any device.
 
@@ -40,8 +39,9 @@ in Gymnasium), the live buffers with `copy=False`. `info` always holds "final_ob
 "_final_obs", and "final_info" ({}) with "_final_info" (whether any env ended is a tensor value,
 so it is not tested on the host).
 `autoreset_mode=AutoresetMode.NEXT_STEP` makes `step()` Gymnasium's NEXT_STEP mode
-(operant.envs.autoreset; `info` is then empty), `reset(seed=[...])` takes per-env seeds
-(operant.envs.seeding), and `render_mode` draws with Gymnasium's renderer (operant.envs.render).
+(operant.envs.face.autoreset; `info` is then empty), `reset(seed=[...])` takes per-env seeds
+(operant.envs.face.seeding), and `render_mode` draws with Gymnasium's renderer
+(operant.envs.face.render).
 
 Where float results can differ from Gymnasium in the last bit: torch's sin/cos (SLEEF on CPU,
 CUDA's libdevice) are within 1 ulp of libm rather than equal to it, and `x ** 2` is x * x rather
@@ -49,7 +49,7 @@ than libm's pow. Observations still agree to float32 precision, except in the ch
 whose trajectories separate after a few dozen steps from any 1-ulp difference (so do Gymnasium's
 own under a different libm); the parity tests check it one step at a time from Gymnasium's
 state. The MountainCarContinuous mix of float32 and float64 arithmetic is reproduced exactly (see
-cext/mountain_car_continuous.pyx).
+cext/envs/classic/mountain_car_continuous.pyx).
 """
 
 from __future__ import annotations
@@ -64,15 +64,6 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from operant.envs.autoreset import (
-    HELD_LENGTH,
-    Held,
-    NextStepFace,
-    next_step_state,
-    step_next_step_face,
-    with_autoreset_mode,
-)
-from operant.envs.autoreset import autoreset_mode as parse_autoreset_mode
 from operant.envs.contract import (
     EPISODE_STATS_DTYPE,
     ActSpec,
@@ -84,6 +75,23 @@ from operant.envs.contract import (
     refuse_reset_options,
     time_limit,
 )
+from operant.envs.face.autoreset import (
+    HELD_LENGTH,
+    Held,
+    NextStepFace,
+    next_step_state,
+    step_next_step_face,
+    with_autoreset_mode,
+)
+from operant.envs.face.autoreset import autoreset_mode as parse_autoreset_mode
+from operant.envs.face.render import RenderFace
+from operant.envs.face.seeding import (
+    INDEX_STRIDE,
+    check_seed,
+    per_env_streams,
+    seed_np_random,
+    stream_base,
+)
 from operant.envs.registry import (
     EnvEntry,
     EnvError,
@@ -91,14 +99,6 @@ from operant.envs.registry import (
     InvalidActionError,
     check_action_batch,
     invalid_action_message,
-)
-from operant.envs.render import RenderFace
-from operant.envs.seeding import (
-    INDEX_STRIDE,
-    check_seed,
-    per_env_streams,
-    seed_np_random,
-    stream_base,
 )
 
 RECENT_CAPACITY = 1024
@@ -310,7 +310,7 @@ class TorchVectorEnv(RenderFace, VectorEnv):
     def reset(
         self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
     ):
-        """Reset every env, seeding as the native kernels do (operant.envs.seeding): env i's
+        """Reset every env, seeding as the native kernels do (operant.envs.face.seeding): env i's
         stream from (seed, i) for an int, from (seed[i], 0) for a list (kept where None); no
         seed on the first reset seeds from the OS's entropy; later resets continue."""
         refuse_reset_options(

@@ -1,4 +1,5 @@
-"""CartPole-v1 as batched torch tensor ops (cext/cartpole.pyx has the equations' provenance)."""
+"""CartPole-v1 as batched torch tensor ops (cext/envs/classic/cartpole.pyx has the equations'
+provenance)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from operant.envs.torch.base import TorchVectorEnv
 
 
 class TorchCartPole(TorchVectorEnv):
-    """CartPole-v1 (cext/cartpole.pyx has the equations' provenance)."""
+    """CartPole-v1 (cext/envs/classic/cartpole.pyx has the equations' provenance)."""
 
     state_dim = 4
     reset_bounds = ((-0.05, 0.05),) * 4

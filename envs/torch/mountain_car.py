@@ -1,4 +1,4 @@
-"""MountainCar-v0 as batched torch tensor ops (cext/mountain_car.pyx has the equations'
+"""MountainCar-v0 as batched torch tensor ops (cext/envs/classic/mountain_car.pyx has the equations'
 provenance)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from operant.envs.torch.base import TorchVectorEnv
 
 
 class TorchMountainCar(TorchVectorEnv):
-    """MountainCar-v0 (see cext/mountain_car.pyx)."""
+    """MountainCar-v0 (see cext/envs/classic/mountain_car.pyx)."""
 
     state_dim = 2
     reset_bounds = ((-0.6, -0.4),)

@@ -1,4 +1,5 @@
-"""MountainCarContinuous-v0 as batched torch tensor ops (cext/mountain_car_continuous.pyx has
+"""MountainCarContinuous-v0 as batched torch tensor ops
+(cext/envs/classic/mountain_car_continuous.pyx has
 the equations' provenance)."""
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from operant.envs.torch.mountain_car import TorchMountainCar
 
 class TorchMountainCarContinuous(TorchMountainCar):
     """MountainCarContinuous-v0, with Gymnasium's float32/float64 mix reproduced exactly (see
-    cext/mountain_car_continuous.pyx): float64 on an episode's first step, float32 after."""
+    cext/envs/classic/mountain_car_continuous.pyx): float64 on an episode's first step, float32
+    after."""
 
     GOAL_POSITION = 0.45
     POWER = 0.0015

@@ -1,4 +1,5 @@
-"""Pendulum-v1 as batched torch tensor ops (cext/pendulum.pyx has the equations' provenance)."""
+"""Pendulum-v1 as batched torch tensor ops (cext/envs/classic/pendulum.pyx has the equations'
+provenance)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from operant.envs.torch.base import TorchVectorEnv
 
 
 class TorchPendulum(TorchVectorEnv):
-    """Pendulum-v1 (see cext/pendulum.pyx for the float32 torque terms)."""
+    """Pendulum-v1 (see cext/envs/classic/pendulum.pyx for the float32 torque terms)."""
 
     state_dim = 2
     reset_bounds = ((-math.pi, math.pi), (-1.0, 1.0))

@@ -7,7 +7,7 @@ of its agents is wrong in the same step, and is truncated after `max_episode_ste
 An agent's observation is float32 (8,): the cue one-hot (3), its agent index one-hot (4),
 and the fraction of the episode gone.
 
-Per-agent and per-env episodes come from operant.envs.episodes (an env's return is the sum
+Per-agent and per-env episodes come from operant.envs.face.episodes (an env's return is the sum
 of its agents'). Importing the module registers the family as "Agents-v0" and the policy
 "agent-mlp" (a small MLP shared by all agents, chosen with policy.kind = "agent-mlp"; "auto"
 would choose the built-in MLP for these flat float32 observations).
@@ -23,8 +23,8 @@ from torch import nn
 
 from operant.envs import register_family
 from operant.envs.contract import ActSpec, EpisodeStats, ObsSpec, RowLayout
-from operant.envs.episodes import EpisodeAccounting
-from operant.trainer.policies import HeadsPolicy, register_policy
+from operant.envs.face.episodes import EpisodeAccounting
+from operant.trainer.policies.registry import HeadsPolicy, register_policy
 from tests.families.common import check_discrete, draw, load_arrays, seed_streams
 
 AGENTS = 4

@@ -7,7 +7,7 @@ episode, and an episode that reaches `max_episode_steps` (16) right guesses is t
 random policy returns about 1; a policy that reads the frame returns 16.
 
 Numpy buffers allocated once, a per-env xorshift64 stream, SAME_STEP autoreset, episode
-statistics by operant.envs.episodes, explicit state. Importing the module registers the
+statistics by operant.envs.face.episodes, explicit state. Importing the module registers the
 family as "Frames-v0" and the policy "tiny-cnn" for uint8 (C, H, W) observations.
 """
 
@@ -21,8 +21,8 @@ from torch import nn
 
 from operant.envs import register_family
 from operant.envs.contract import ActSpec, EpisodeStats, ObsSpec, RowLayout
-from operant.envs.episodes import EpisodeAccounting
-from operant.trainer.policies import HeadsPolicy, register_policy
+from operant.envs.face.episodes import EpisodeAccounting
+from operant.trainer.policies.registry import HeadsPolicy, register_policy
 from tests.families.common import check_discrete, draw, load_arrays, seed_streams
 
 FRAME = (2, 8, 8)

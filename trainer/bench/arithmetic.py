@@ -165,8 +165,8 @@ def policy_shape(policy: Any) -> PolicyShape | None:
     this module does not know how to count."""
     import torch
 
-    from operant.trainer.cnn_policy import CNNPolicy
-    from operant.trainer.policy import ActorCritic
+    from operant.trainer.policies.cnn import CNNPolicy
+    from operant.trainer.policies.mlp import ActorCritic
 
     params = sum(p.numel() for p in policy.parameters() if p.requires_grad)
     if isinstance(policy, ActorCritic):

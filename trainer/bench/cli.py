@@ -4,7 +4,7 @@ Modes:
   env_only      env steps/s of one env id per implementation and num_envs, next to
                 Gymnasium's own vectorised env measured in the same run (ratio printed);
                 --validate first steps every implementation beside Gymnasium's env and
-                compares (operant.envs.parity), or for Grid-v0 runs its two observation
+                compares (operant.envs.face.parity), or for Grid-v0 runs its two observation
                 encoders in shadow (no Gymnasium env: --no-gymnasium is implied); --profile
                 records an env's per-phase ns per step (Grid-v0's step_timing);
   trainer       end-to-end PPO training: steps/s and wall-clock seconds to reach a target

@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from operant.trainer.bench.measure import _label
-from operant.trainer.errors import counted
+from operant.trainer.run.errors import counted
 
 EXIT_OK, EXIT_UNSTABLE = 0, 1
 

@@ -30,7 +30,7 @@ def validate(env_id: str, impls: list[str], num_envs: int, steps: int) -> list[d
         report = _family_check(env_id, min(num_envs, ENCODER_SHADOW_ENVS), steps)
         print(f"validate {env_id} {report['impl']}: {report['summary']}", flush=True)
         return [report]
-    from operant.envs.parity import shadow_check
+    from operant.envs.face.parity import shadow_check
 
     # (the reference impl is Gymnasium's own env: there is nothing to shadow it with)
     checked = [impl for impl in impls if impl != "reference"]
@@ -77,7 +77,7 @@ def _encoder_check(env_id: str, num_envs: int, steps: int) -> dict[str, Any]:
 
     from operant.envs import make_env
     from operant.envs.contract import ComparesEncoders
-    from operant.envs.parity import random_actions
+    from operant.envs.face.parity import random_actions
 
     env = make_env(env_id, num_envs, copy=False, validate=True)
     if not isinstance(env, ComparesEncoders):

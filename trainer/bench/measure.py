@@ -1,4 +1,3 @@
-# Over 400 lines: every measurement `operant bench` records, sharing one timing and cell toolkit.
 """What `operant bench` measures: env-only steps/s, training runs, the rollout alone, and
 this machine's compute bound for a config, each as plain dicts that become the JSON record.
 
@@ -104,7 +103,7 @@ def bench_env_only(args: argparse.Namespace) -> dict[str, Any]:
     import numpy as np
 
     from operant.envs import make_env
-    from operant.envs.parity import random_actions
+    from operant.envs.face.parity import random_actions
 
     impls = [part for part in args.impl.split(",") if part]
     record: dict[str, Any] = {}
@@ -198,8 +197,8 @@ def _measured_rounds(env, args: argparse.Namespace, row: dict[str, Any] | None) 
 def _check_env_memory(env_id: str, impls: list[str], num_envs: int) -> None:
     """Refuse (ConfigError, one line) a --num-envs whose env buffers do not fit in memory."""
     from operant.envs import resolve_impl
-    from operant.trainer import memory, preflight
     from operant.trainer.config import load_config
+    from operant.trainer.run import memory, preflight
 
     config = load_config(None, [f"env.num_envs={num_envs}"], {"env": {"id": env_id}})
     for impl in impls:
@@ -285,8 +284,8 @@ def _load_cell_config(
     args: argparse.Namespace, cell: dict[str, int], seed: int, target: bool = True
 ):
     from operant.envs import resolve_impl
-    from operant.trainer import preflight
     from operant.trainer.config import derive, load_config
+    from operant.trainer.run import preflight
 
     overrides = [f"train.seed={seed}", *_cell_overrides(cell)]
     if args.env is not None:
@@ -297,7 +296,7 @@ def _load_cell_config(
         overrides.append(f"train.total_steps={args.total_steps}")
     config = load_config(args.config, [*overrides, *args.overrides])
     if target and config.train.target_return is None:
-        from operant.trainer.best import env_target
+        from operant.trainer.services.best import env_target
 
         # A run stops at what operant-train calls solved (a set target ends training early).
         config.train.target_return = env_target(config)
@@ -311,7 +310,7 @@ def _train_once(args: argparse.Namespace, cell: dict[str, int], seed: int) -> di
     """One training run; the phase seconds summed over every update, resident memory after
     --warmup updates and at the end."""
     from operant.shared.record import PHASES, UpdateRecord
-    from operant.trainer.train import Trainer
+    from operant.trainer.loop.train import Trainer
 
     phases = dict.fromkeys(PHASES, 0.0)
     memory: dict[str, float] = {}
@@ -359,8 +358,8 @@ def _train_once(args: argparse.Namespace, cell: dict[str, int], seed: int) -> di
 
 def _trainer_after_one_rollout(config) -> Any:
     """The run's own policy, optimizer and storage, filled by one real rollout and its GAE."""
-    from operant.trainer.ppo import compute_gae
-    from operant.trainer.train import Trainer
+    from operant.trainer.loop.ppo import compute_gae
+    from operant.trainer.loop.train import Trainer
 
     trainer = Trainer(config)
     next_value = trainer.collect()
@@ -389,7 +388,7 @@ def compute_bound(config, seconds: float = 1.0) -> dict[str, Any]:
     import msgspec
     import torch
 
-    from operant.trainer.ppo import ppo_update
+    from operant.trainer.loop.ppo import ppo_update
 
     trainer = _trainer_after_one_rollout(config)
     ppo, derived, storage = config.ppo, trainer.derived, trainer.storage
@@ -452,7 +451,7 @@ def arithmetic_bound(config, seconds: float = 0.02) -> dict[str, Any] | None:
     count or a policy on a GPU (a CPU's rates say nothing of it). `seconds`: the length of
     each timed call of its rate loops."""
     from operant.trainer.bench.arithmetic import arithmetic_bound as bound
-    from operant.trainer.train import Trainer
+    from operant.trainer.loop.train import Trainer
 
     if not config.train.device.startswith("cpu"):
         return None
@@ -568,7 +567,7 @@ def _print_trainer_summary(result: dict[str, Any]) -> None:
 
 def bench_trainer_eval(args: argparse.Namespace) -> dict[str, Any]:
     """The rollout alone: --rounds timed rounds of `Trainer.collect()` after --warmup."""
-    from operant.trainer.train import Trainer
+    from operant.trainer.loop.train import Trainer
 
     results = []
     for cell, config in _cell_configs(args, target=False):

@@ -54,8 +54,8 @@ def _check_config(args: argparse.Namespace, overrides: list[str]) -> None:
     """The config every run trains, refused before the first torchrun starts (a ConfigError
     or EnvError, one line, exit 2) rather than as the first run's failure."""
     from operant.envs import resolve_impl
-    from operant.trainer import preflight
     from operant.trainer.config import derive, load_config
+    from operant.trainer.run import preflight
 
     config = load_config(args.config, overrides)
     derive(config)
@@ -65,7 +65,7 @@ def _check_config(args: argparse.Namespace, overrides: list[str]) -> None:
 def _run(
     args: argparse.Namespace, overrides: list[str], ranks: int, seed: int, root: Path
 ) -> dict[str, Any]:
-    command = [sys.executable, "-m", "operant.trainer.main", "--nproc-per-node", str(ranks)]
+    command = [sys.executable, "-m", "operant.trainer.run.main", "--nproc-per-node", str(ranks)]
     if args.config:
         command += ["--config", args.config]
     command += ["--seed", str(seed), "--runs-dir", str(root), "--run-id", f"k{ranks}-s{seed}"]

@@ -12,7 +12,7 @@ ignore_stops()
 import torch._dynamo  # noqa: E402, F401  (torch.optim imports it when the first optimizer is built)
 
 import operant.envs  # noqa: E402, F401
-import operant.trainer.main  # noqa: E402, F401
-import operant.trainer.session  # noqa: E402, F401
-import operant.trainer.telemetry  # noqa: E402, F401
-import operant.trainer.train  # noqa: E402, F401
+import operant.trainer.loop.train  # noqa: E402, F401
+import operant.trainer.run.main  # noqa: E402, F401
+import operant.trainer.run.session  # noqa: E402, F401
+import operant.trainer.services.telemetry  # noqa: E402, F401

@@ -345,7 +345,7 @@ def _target(path: Path, objective: Objective, config: Config) -> float | None:
         return objective.target
     if objective.metric != "time_to_target":
         return config.train.target_return
-    from operant.trainer.best import env_target
+    from operant.trainer.services.best import env_target
 
     target = env_target(config)
     if target is None:

@@ -120,7 +120,7 @@ def _run_trainer(argv: list[str], log_path: str) -> None:
         for stream in (1, 2):
             os.dup2(fd, stream)
         os.close(fd)
-        from operant.trainer.main import main
+        from operant.trainer.run.main import main
 
         sys.argv = ["operant-train", *argv]  # what run.json records as the run's command
         code = main(argv)
@@ -199,7 +199,8 @@ class RunProcess:
 
 
 def wait_until_free(run_dir: Path, timeout_s: float = 60.0) -> bool:
-    """Wait while another process trains `run_dir` (holds its lock: operant.trainer.resume):
+    """Wait while another process trains `run_dir` (holds its lock:
+    operant.trainer.checkpoint.resume):
     a run of a sweep killed a moment ago is still writing its checkpoint. True once free."""
     import errno
     import fcntl

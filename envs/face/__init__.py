@@ -1,0 +1,1 @@
+"""The Gymnasium face every family shares: autoreset, seeding, info, rendering, frame stacks."""

@@ -1,0 +1,1 @@
+"""Gymnasium's own Python envs behind the contract: in process, or stepped in worker processes."""

@@ -1,0 +1,1 @@
+"""Checkpoints: the file format, the trainer's state, where they go and how a run resumes."""

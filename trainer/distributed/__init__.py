@@ -1,0 +1,1 @@
+"""Ranks: the process group, collectives on one machine, torchrun and the hand-off to it."""

@@ -1,0 +1,1 @@
+"""`operant eval`: a trained policy's episodes, what is evaluated, and videos."""

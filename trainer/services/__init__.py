@@ -1,0 +1,1 @@
+"""What runs around the loop at its update boundaries: telemetry, progress, TensorBoard."""
