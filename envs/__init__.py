@@ -14,6 +14,7 @@ import functools
 
 import gymnasium
 
+from operant.envs.contract import EpisodeStats
 from operant.envs.grid.vector import make_grid
 from operant.envs.minatar.vector import GAME_IDS as _MINATAR_IDS
 from operant.envs.minatar.vector import maker as _minatar_maker
@@ -22,7 +23,6 @@ from operant.envs.registry import (
     EnvEntry,
     EnvError,
     EnvFailedError,
-    EpisodeStats,
     InvalidActionError,
     gymnasium_vector_entry_point,
     lookup,

@@ -36,8 +36,6 @@ import gymnasium
 from gymnasium import spaces
 from gymnasium.envs.registration import EnvSpec, load_env_creator
 
-from operant.envs.contract import EpisodeStats  # noqa: F401  (re-exported)
-
 IMPLS = ("auto", "native", "torch", "reference")
 
 

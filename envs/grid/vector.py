@@ -32,6 +32,7 @@ from gymnasium.vector.utils import batch_space
 
 from operant.envs.contract import (
     ActSpec,
+    EpisodeStats,
     NotCopyable,
     ObsSpec,
     RowLayout,
@@ -44,11 +45,7 @@ from operant.envs.face.autoreset import autoreset_mode
 from operant.envs.face.seeding import check_seed, per_env_streams, seed_np_random
 from operant.envs.grid.config import GridConfig, GridConfigError
 from operant.envs.native.vector import load_actions, recent_from_ring, step_outputs
-from operant.envs.registry import (
-    EnvError,
-    EpisodeStats,
-    InvalidActionError,
-)
+from operant.envs.registry import EnvError, InvalidActionError
 
 NUM_ACTIONS = 9
 ACTION_NAMES = (

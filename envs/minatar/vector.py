@@ -37,6 +37,7 @@ from gymnasium.vector.utils import batch_space
 
 from operant.envs.contract import (
     ActSpec,
+    EpisodeStats,
     NotCopyable,
     ObsSpec,
     RowLayout,
@@ -70,12 +71,7 @@ from operant.envs.native.vector import (
     recent_from_ring,
     step_outputs,
 )
-from operant.envs.registry import (
-    EnvError,
-    EpisodeStats,
-    InvalidActionError,
-    invalid_action_message,
-)
+from operant.envs.registry import EnvError, InvalidActionError, invalid_action_message
 
 GAME_IDS = {
     "MinAtar-Asterix-v1": "asterix",

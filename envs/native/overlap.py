@@ -22,14 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from operant.envs.contract import clear_stats
+from operant.envs.contract import EpisodeStats, clear_stats
 from operant.envs.native.vector import NativeVectorEnv, recent_from_ring
-from operant.envs.registry import (
-    EnvEntry,
-    EpisodeStats,
-    InvalidActionError,
-    invalid_action_message,
-)
+from operant.envs.registry import EnvEntry, InvalidActionError, invalid_action_message
 
 
 class SplitNativeVectorEnv(NativeVectorEnv):

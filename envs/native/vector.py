@@ -39,6 +39,7 @@ from gymnasium.vector.utils import batch_space
 
 from operant.envs.contract import (
     ActSpec,
+    EpisodeStats,
     NotCopyable,
     ObsSpec,
     RowLayout,
@@ -62,7 +63,6 @@ from operant.envs.face.seeding import check_seed, per_env_streams, seed_np_rando
 from operant.envs.native.slots import SlotBinding
 from operant.envs.registry import (
     EnvEntry,
-    EpisodeStats,
     InvalidActionError,
     check_action_batch,
     invalid_action_message,

@@ -67,6 +67,7 @@ from gymnasium.vector.utils import batch_space
 from operant.envs.contract import (
     EPISODE_STATS_DTYPE,
     ActSpec,
+    EpisodeStats,
     ObsSpec,
     RowLayout,
     check_state,
@@ -95,7 +96,6 @@ from operant.envs.face.seeding import (
 from operant.envs.registry import (
     EnvEntry,
     EnvError,
-    EpisodeStats,
     InvalidActionError,
     check_action_batch,
     invalid_action_message,

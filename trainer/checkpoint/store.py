@@ -26,15 +26,7 @@ import msgspec
 import torch
 
 from operant.shared import atomic
-
-# FORMAT, VERSION and load are re-exported: callers (operant eval) use them from here.
-from operant.trainer.checkpoint.file_format import (  # noqa: F401
-    FORMAT,
-    VERSION,
-    CheckpointError,
-    build_payload,
-    load,
-)
+from operant.trainer.checkpoint.file_format import CheckpointError, build_payload
 from operant.trainer.checkpoint.state import capture_global_rng
 from operant.trainer.run.disk import storage_errors
 

@@ -38,13 +38,13 @@ class LoadedPolicy:
 
 def load_policy_file(path: Path) -> LoadedPolicy:
     """A model file or a checkpoint, told apart by content, not by name."""
-    from operant.trainer.checkpoint import store as checkpoint
+    from operant.trainer.checkpoint import file_format
 
     payload = _torch_file(path)
-    if isinstance(payload, dict) and payload.get("format") == checkpoint.FORMAT:
+    if isinstance(payload, dict) and payload.get("format") == file_format.FORMAT:
         try:
-            payload = checkpoint.load(path)  # again, with its version and digest checked
-        except checkpoint.CheckpointError as error:
+            payload = file_format.load(path)  # again, with its version and digest checked
+        except file_format.CheckpointError as error:
             raise EvalInputError(str(error)) from None
         state = payload["trainer"]
         return LoadedPolicy(
@@ -165,12 +165,13 @@ def _followed(path: Path) -> Path:
     path as it is."""
     from operant.shared import runs
     from operant.trainer.checkpoint import store as checkpoint
+    from operant.trainer.checkpoint.file_format import CheckpointError
 
     if path.name != checkpoint.POINTER or path.parent.name != runs.CHECKPOINT_DIR:
         return path
     try:
         named = checkpoint.read_pointer(path.parent)
-    except checkpoint.CheckpointError as error:
+    except CheckpointError as error:
         raise EvalInputError(str(error)) from None
     return named if named is not None else path
 

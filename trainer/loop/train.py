@@ -36,7 +36,7 @@ from operant.trainer.loop.normalize import (
 )
 from operant.trainer.loop.ppo import compute_gae, ppo_update
 from operant.trainer.loop.storage import RolloutStorage
-from operant.trainer.loop.update_record import SOLVE_WINDOW, make_record  # noqa: F401
+from operant.trainer.loop.update_record import make_record
 from operant.trainer.policies import user as user_policy
 from operant.trainer.policies.registry import choose_policy
 from operant.trainer.run.allocator import keep_freed_memory

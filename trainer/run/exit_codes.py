@@ -1,5 +1,5 @@
-"""operant-train's exit statuses (documented in operant.trainer.run.main, which re-exports them):
-what a shell, a supervisor or systemd's Restart=on-failure sees when a trainer ends."""
+"""operant-train's exit statuses (operant.trainer.run.main's docstring lists them): what a
+shell, a supervisor or systemd's Restart=on-failure sees when a trainer ends."""
 
 EXIT_OK = 0
 """Finished (budget spent, or train.target_return reached), or stopped by SIGTERM/SIGINT at an

@@ -27,17 +27,7 @@ import sys
 from typing import Any
 
 from operant.shared.cli_parser import OneLineParser
-from operant.trainer.run.exit_codes import (  # noqa: F401  (operant-train's documented codes)
-    EXIT_FAILED,
-    EXIT_INTERRUPTED,
-    EXIT_NO_SPACE,
-    EXIT_OK,
-    EXIT_USAGE,
-)
-
-# Re-exported: they lived here before trainer.progress, and callers import them from here.
-from operant.trainer.services.progress import ProgressLog, plain_line  # noqa: F401
-from operant.trainer.services.progress import number_or_dash as _fmt  # noqa: F401
+from operant.trainer.run.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -349,10 +339,11 @@ def _interrupted_line(plan: Any) -> str:
     if "torch" in sys.modules:  # the checkpoint module needs it; never imported only for this
         from operant.shared import runs
         from operant.trainer.checkpoint import store as checkpoint
+        from operant.trainer.checkpoint.file_format import CheckpointError
 
         try:
             last = checkpoint.find_checkpoint(run_dir / runs.CHECKPOINT_DIR)
-        except checkpoint.CheckpointError:
+        except CheckpointError:
             last = None
     if last is not None:
         return f"{line}; the last checkpoint is {last}; run directory {run_dir}"

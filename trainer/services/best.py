@@ -28,12 +28,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from operant.shared.record import RETURN_WINDOW
+from operant.trainer.loop.update_record import SOLVE_WINDOW
 from operant.trainer.run.run_dir_watch import RunDirLost
 from operant.trainer.services.protocol import Outcome, Service
 
 BEST_FILE = "best.pt"
-SOLVE_WINDOW = RETURN_WINDOW
 """Episodes in the mean that a best and a solve are judged by (the usual "last 100")."""
 BEST_WRITE_INTERVAL_S = 10.0
 
