@@ -35,6 +35,7 @@ from bench_sparse_conv import frames  # noqa: E402
 from operant.trainer.config import PPOConfig  # noqa: E402
 from operant.trainer.loop import flat as flat_module  # noqa: E402
 from operant.trainer.loop import ppo, ppo_loss  # noqa: E402
+from operant.trainer.loop.storage import Batch  # noqa: E402
 from operant.trainer.policies import dense_layer, sampling, sparse_conv  # noqa: E402
 from operant.trainer.policies.cnn import CNNPolicy  # noqa: E402
 from operant.trainer.run.allocator import keep_freed_memory  # noqa: E402
@@ -83,7 +84,8 @@ def main() -> int:
 
     def update() -> float:
         started = time.perf_counter()
-        ppo.ppo_update(policy, flat, optimizer, config, obs, *batch, 1024, generator)
+        path = ppo.update_path(policy, flat, optimizer, config, 1024, torch.device("cpu"))
+        ppo.ppo_update(path, Batch(obs, *batch), generator)
         return (time.perf_counter() - started) / 24 * 1e3
 
     def act() -> float:

@@ -71,6 +71,7 @@ from bench_sparse_conv import frames  # noqa: E402
 from operant.trainer.config import PPOConfig  # noqa: E402
 from operant.trainer.loop import flat as flat_module  # noqa: E402
 from operant.trainer.loop import ppo  # noqa: E402
+from operant.trainer.loop.storage import Batch  # noqa: E402
 from operant.trainer.policies import cnn as cnn_policy  # noqa: E402
 from operant.trainer.policies import token_encoder  # noqa: E402
 from operant.trainer.policies.cnn import CNNPolicy  # noqa: E402
@@ -243,7 +244,8 @@ def loop_update(bench: Bench, step: Callable[[Bench, list[torch.Tensor]], torch.
 def trainer_update(bench: Bench) -> None:
     policy, flat, optimizer, config = bench.policy, bench.flat, bench.optimizer, bench.config
     batch = (bench.obs, *bench.batch)
-    ppo.ppo_update(policy, flat, optimizer, config, *batch, bench.minibatch, bench.generator)
+    path = ppo.update_path(policy, flat, optimizer, config, bench.minibatch, torch.device("cpu"))
+    ppo.ppo_update(path, Batch(*batch), bench.generator)
 
 
 def trainer_act(bench: Bench, obs: torch.Tensor, out: tuple[torch.Tensor, ...]) -> None:

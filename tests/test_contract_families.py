@@ -180,9 +180,9 @@ def test_frames_stay_uint8_from_env_to_storage_and_the_registered_cnn_reads_them
     # Every stored frame has one lit pixel in channel 0, exactly as the env drew it.
     assert torch.all((storage.obs[:, :, 0] == 255).sum(dim=(-1, -2)) == 1)
     flat = storage.flat()
-    assert flat["b_obs"].shape == (32, 2, 8, 8) and flat["b_obs"].dtype == torch.uint8
-    assert torch.equal(flat["b_obs"][5], storage.obs[1, 1])
-    assert flat["b_actions"].shape == (32,) and flat["b_values"].shape == (32,)
+    assert flat.obs.shape == (32, 2, 8, 8) and flat.obs.dtype == torch.uint8
+    assert torch.equal(flat.obs[5], storage.obs[1, 1])
+    assert flat.actions.shape == (32,) and flat.values.shape == (32,)
 
 
 def test_agents_are_rows_and_the_batch_counts_them():

@@ -14,7 +14,8 @@ import torch
 from operant.trainer.config import Config, ConfigError, PPOConfig
 from operant.trainer.loop.flat import FlatAdam, FlatParameters
 from operant.trainer.loop.fused import NativeUpdate, make_native, native_unsupported
-from operant.trainer.loop.ppo import _losses, ppo_update
+from operant.trainer.loop.ppo import _losses, ppo_update, update_path
+from operant.trainer.loop.storage import Batch
 from operant.trainer.policies.mlp import ActorCritic
 
 pytest.importorskip("operant.cext.fused_mlp")
@@ -205,10 +206,8 @@ def run_update(network, native: bool, config: PPOConfig, group=None):
     fused = NativeUpdate(policy, flat, config) if native else None
     batch = random_batch(policy, 512, 4)
     generator = torch.Generator().manual_seed(5)
-    stats = [
-        ppo_update(policy, flat, optimizer, config, *batch, 128, generator, group, fused)
-        for _ in range(2)
-    ]
+    path = update_path(policy, flat, optimizer, config, 128, torch.device("cpu"), group, fused)
+    stats = [ppo_update(path, Batch(*batch), generator) for _ in range(2)]
     return flat.param.detach().clone(), optimizer, stats
 
 
@@ -452,10 +451,8 @@ def test_byte_rows_whole_update_matches_torch():
         config = PPOConfig(update_epochs=2, ent_coef=0.01)
         native = NativeUpdate(policy, flat, config) if impl == "native" else None
         optimizer = FlatAdam(flat.param, lr=1e-3, eps=config.adam_eps)
-        stats = ppo_update(
-            policy, flat, optimizer, config, *batch, 128, torch.Generator().manual_seed(5),
-            native=native,
-        )  # fmt: skip
+        path = update_path(policy, flat, optimizer, config, 128, torch.device("cpu"), None, native)
+        stats = ppo_update(path, Batch(*batch), torch.Generator().manual_seed(5))
         results.append((flat.param.detach().clone(), stats))
     (torch_param, torch_stats), (native_param, native_stats) = results
     assert float((native_param - torch_param).abs().max()) < 1e-5

@@ -91,6 +91,7 @@ def test_an_update_through_the_fused_loss_is_the_torch_updates(monkeypatch):
     the fused loss and with the torch path, end at the same parameters to float32 rounding
     and report the same statistics."""
     from operant.trainer.loop.flat import FlatAdam, FlatParameters
+    from operant.trainer.loop.storage import Batch
     from operant.trainer.policies.cnn import CNNPolicy
 
     generator = torch.Generator().manual_seed(0)
@@ -108,20 +109,9 @@ def test_an_update_through_the_fused_loss_is_the_torch_updates(monkeypatch):
         policy = CNNPolicy((4, 10, 10), 3)
         flat = FlatParameters(policy)
         optimizer = FlatAdam(flat.param, 1e-3)
-        record = ppo.ppo_update(
-            policy,
-            flat,
-            optimizer,
-            config,
-            obs,
-            actions,
-            logprobs,
-            advantages,
-            returns,
-            values,
-            64,
-            torch.Generator().manual_seed(2),
-        )
+        path = ppo.update_path(policy, flat, optimizer, config, 64, torch.device("cpu"))
+        batch = Batch(obs, actions, logprobs, advantages, returns, values)
+        record = ppo.ppo_update(path, batch, torch.Generator().manual_seed(2))
         ends.append(flat.param.detach().clone())
         records.append(record)
     assert not torch.equal(ends[0], ends[1])  # the two paths did run differently

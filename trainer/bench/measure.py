@@ -388,7 +388,7 @@ def compute_bound(config, seconds: float = 1.0) -> dict[str, Any]:
     import msgspec
     import torch
 
-    from operant.trainer.loop.ppo import ppo_update
+    from operant.trainer.loop.ppo import ppo_update, update_path
 
     trainer = _trainer_after_one_rollout(config)
     ppo, derived, storage = config.ppo, trainer.derived, trainer.storage
@@ -422,17 +422,18 @@ def compute_bound(config, seconds: float = 1.0) -> dict[str, Any]:
     epochs = ppo.update_epochs
     all_epochs = msgspec.structs.replace(ppo, target_kl=None)
 
+    path = update_path(
+        trainer.policy,
+        trainer.flat,
+        trainer.optimizer,
+        all_epochs,
+        derived.minibatch_size,
+        trainer.device,
+        native=trainer.native,
+    )
+
     def train_update() -> None:
-        ppo_update(
-            trainer.policy,
-            trainer.flat,
-            trainer.optimizer,
-            all_epochs,
-            **flat_batch,
-            minibatch_size=derived.minibatch_size,
-            generator=cpu_generator,
-            native=trainer.native,
-        )
+        ppo_update(path, flat_batch, cpu_generator)
 
     forward_sps = rate(forward, obs.shape[0])  # rows: a grid world's agents each a sample
     train_sps = rate(train_update, derived.batch_size * epochs)

@@ -41,7 +41,7 @@ def minibatch_seconds(trainer: Any) -> float:
     """The time of one local minibatch's gradient on the rollout storage's rows (zeros at
     start): the native kernel's where the update is native, else autograd's."""
     rows = trainer.derived.local_minibatch_size
-    batch = tuple(tensor[:rows] for tensor in trainer.storage.flat().values())
+    batch = tuple(tensor[:rows] for tensor in trainer.storage.flat())
     native = trainer.native
     times = []
     for _ in range(2):  # the second: the first also pays for its scratch's first touch

@@ -3,7 +3,7 @@ sense that matters: they read their inputs and return or update only what they a
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -12,6 +12,7 @@ from operant.shared.record import PPOStatistics
 from operant.trainer.config import PPOConfig
 from operant.trainer.loop import ppo_loss
 from operant.trainer.loop.flat import FlatAdam, FlatParameters
+from operant.trainer.loop.storage import Batch
 
 try:
     from operant.cext.gae import gae as _gae_kernel
@@ -120,107 +121,154 @@ def _compute_gae_torch(
     return advantages, returns
 
 
-def ppo_update(
+class UpdatePath(Protocol):
+    """How an epoch's minibatches are stepped: chosen once per run by `update_path`, so that
+    `ppo_update` runs its epochs without asking which arithmetic does the work."""
+
+    config: PPOConfig
+    minibatch_size: int
+    group: Any
+
+    def epoch(
+        self,
+        batch: Batch,
+        order: torch.Tensor,
+        moments: torch.Tensor | None,
+        keep_stats: bool,
+        sums: torch.Tensor,
+    ) -> int:
+        """Step the minibatches of `batch` taken in `order`; add their statistics to `sums`
+        when `keep_stats`; return how many were stepped."""
+        ...
+
+
+class TorchEpochs:
+    """Torch autograd, the reference: the batch gathered in the epoch's order, then each
+    minibatch's loss, backward, (the ranks' mean,) clip and Adam. `heads`: the policy's
+    heads and PPO's loss in one native call and the clip and Adam in one native pass
+    (operant.trainer.loop.ppo_loss), for a HeadsPolicy on the host."""
+
+    def __init__(
+        self,
+        policy: nn.Module,
+        flat: FlatParameters,
+        optimizer: FlatAdam,
+        config: PPOConfig,
+        minibatch_size: int,
+        group: Any,
+        heads: bool,
+    ):
+        self.policy, self.flat, self.optimizer, self.config = policy, flat, optimizer, config
+        self.minibatch_size, self.group, self.heads = minibatch_size, group, heads
+
+    def epoch(
+        self,
+        batch: Batch,
+        order: torch.Tensor,
+        moments: torch.Tensor | None,
+        keep_stats: bool,
+        sums: torch.Tensor,
+    ) -> int:
+        permutation = order.to(batch.obs.device)
+        # index_select, not tensor[permutation]: the same rows, but torch copies them whole
+        # instead of element by element through its advanced-indexing iterator (8,192
+        # MinAtar frames: 0.5-0.75 ms against 4.8 ms an epoch).
+        gathered = tuple(tensor.index_select(0, permutation) for tensor in batch)
+        return _torch_epoch(self, gathered, moments, keep_stats, sums)
+
+
+class NativeEpochs:
+    """The native MLP update (operant.trainer.loop.fused.NativeUpdate): an epoch's minibatch
+    steps in one C call, or with ranks one call a minibatch with the all-reduce between the
+    gradient and the clip; the same draws, the same arithmetic up to float32 rounding."""
+
+    def __init__(
+        self, native: Any, optimizer: FlatAdam, config: PPOConfig, minibatch_size: int, group: Any
+    ):
+        self.native, self.optimizer, self.config = native, optimizer, config
+        self.minibatch_size, self.group = minibatch_size, group
+
+    def epoch(
+        self,
+        batch: Batch,
+        order: torch.Tensor,
+        moments: torch.Tensor | None,
+        keep_stats: bool,
+        sums: torch.Tensor,
+    ) -> int:
+        args = (self.optimizer, self.config, tuple(batch), order, self.minibatch_size)
+        if self.group is None:
+            return int(self.native.epoch(*args, keep_stats, sums))
+        return int(self.native.epoch_group(*args, moments, self.group, keep_stats, sums))
+
+
+def update_path(
     policy: nn.Module,
     flat: FlatParameters,
     optimizer: FlatAdam,
     config: PPOConfig,
-    b_obs: torch.Tensor,
-    b_actions: torch.Tensor,
-    b_logprobs: torch.Tensor,
-    b_advantages: torch.Tensor,
-    b_returns: torch.Tensor,
-    b_values: torch.Tensor,
     minibatch_size: int,
-    generator: torch.Generator,
+    device: torch.device,
     group: Any = None,
     native: Any = None,
-) -> PPOStatistics:
-    """Clipped-surrogate PPO epochs over one flattened batch (`b_` tensors are (B, ...)).
+) -> UpdatePath:
+    """The update path for this run, chosen once when its policy is built: the native MLP
+    update where `native` (make_native's NativeUpdate) serves it and a minibatch has the two
+    rows its advantages' std needs; else torch autograd, with the heads' loss native for a
+    HeadsPolicy on the host. Under torchrun `group` is the rank's group
+    (operant.trainer.distributed.group) and `minibatch_size` its share of a minibatch."""
+    if native is not None and minibatch_size > 1:
+        return NativeEpochs(native, optimizer, config, minibatch_size, group)
+    heads = ppo_loss.applies(policy, device)
+    return TorchEpochs(policy, flat, optimizer, config, minibatch_size, group, heads)
 
-    `optimizer` steps `flat.param`, the buffer every parameter of `policy` is a view of.
-    Each epoch gathers the batch once in a fresh random order, so minibatches are contiguous
-    slices (`mb_` views) rather than six gathers each. Statistics are computed only where they
-    are reported: the last epoch (every epoch when target_kl needs the KL to stop early).
+
+def ppo_update(path: UpdatePath, batch: Batch, generator: torch.Generator) -> PPOStatistics:
+    """Clipped-surrogate PPO epochs over one flattened batch, stepped by `path`.
+
+    Each epoch takes the batch once in a fresh random order, so minibatches are contiguous
+    slices rather than six gathers each. Statistics are computed only where they are
+    reported: the last epoch (every epoch when target_kl needs the KL to stop early).
 
     Returns the last epoch's mean losses and statistics (policy_loss, value_loss, entropy,
     approx_kl, clip_fraction), the batch's explained variance and the epochs run, as
-    PPOStatistics (operant.shared.record). A non-finite loss shows up
-    as non-finite parameters, which the caller checks after every update (Trainer.check_finite).
+    PPOStatistics (operant.shared.record). A non-finite loss shows up as non-finite
+    parameters, which the caller checks after every update (Trainer.check_finite).
 
-    Under torchrun (`group`, operant.trainer.distributed.group) the batch is this rank's share,
-    `minibatch_size` its share of each minibatch: every minibatch's gradient is averaged over
-    the ranks before it is clipped and applied, and advantages are normalised with the global
-    minibatch's statistics. The statistics returned are this rank's (the record averages
-    them over the ranks), except with target_kl, whose early stop must be every rank's: then
-    they are averaged here, every epoch.
-
-    `native` (operant.trainer.loop.fused.NativeUpdate) computes each epoch's minibatch steps in
-    one C call instead of torch autograd (with `group`: one per minibatch, the all-reduce
-    between gradient and clip): the same draws from `generator`, the same arithmetic up to
-    float32 rounding.
+    Under torchrun (`path.group`) the batch is this rank's share: every minibatch's gradient
+    is averaged over the ranks before it is clipped and applied, and advantages are
+    normalised with the global minibatch's statistics. The statistics returned are this
+    rank's (the record averages them over the ranks), except with target_kl, whose early stop
+    must be every rank's: then they are averaged here, every epoch.
     """
-    batch = b_obs.shape[0]
-    sums = torch.zeros(5, device=b_obs.device)
+    config, group, size = path.config, path.group, path.minibatch_size
+    rows = batch.obs.shape[0]
+    sums = torch.zeros(5, device=batch.obs.device)
     count = epochs_run = 0
     # Several ranks and every epoch run (no target_kl): the epochs' orders are drawn up
     # front (the same draws, in the same order), so that one all-reduce gives every epoch's
     # advantage moments: one collective per update instead of one per epoch.
     orders = (
-        [torch.randperm(batch, generator=generator) for _ in range(config.update_epochs)]
+        [torch.randperm(rows, generator=generator) for _ in range(config.update_epochs)]
         if group is not None and config.target_kl is None
         else None
     )
-    planned_moments = (
-        _global_moments(b_advantages, orders, minibatch_size, group)
-        if orders is not None and config.norm_adv
-        else None
-    )
+    normalise = group is not None and config.norm_adv
+    planned = None
+    if orders is not None and normalise:
+        planned = _global_moments(batch.advantages, orders, size, group)
     for epoch in range(config.update_epochs):
         keep_stats = config.target_kl is not None or epoch == config.update_epochs - 1
-        order = orders[epoch] if orders is not None else torch.randperm(batch, generator=generator)
-        permutation = order.to(b_obs.device)
+        order = orders[epoch] if orders is not None else torch.randperm(rows, generator=generator)
         sums.zero_()
         moments = (
-            planned_moments[epoch]
-            if planned_moments is not None
-            else _global_moments(b_advantages, [order], minibatch_size, group)[0]
-            if group is not None and config.norm_adv
+            planned[epoch]
+            if planned is not None
+            else _global_moments(batch.advantages, [order], size, group)[0]
+            if normalise
             else None
         )
-        batch_tensors = (b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values)
-        if native is not None and minibatch_size > 1 and group is not None:
-            count = native.epoch_group(
-                optimizer,
-                config,
-                batch_tensors,
-                order,
-                minibatch_size,
-                moments,
-                group,
-                keep_stats,
-                sums,
-            )
-        elif native is not None and minibatch_size > 1:  # (the kernel needs two rows' std)
-            count = native.epoch(
-                optimizer, config, batch_tensors, order, minibatch_size, keep_stats, sums
-            )
-        else:
-            count = _torch_epoch(
-                policy,
-                flat,
-                optimizer,
-                config,
-                # index_select, not tensor[permutation]: the same rows, but torch copies
-                # them whole instead of element by element through its advanced-indexing
-                # iterator (8,192 MinAtar frames: 0.5-0.75 ms against 4.8 ms an epoch).
-                tuple(tensor.index_select(0, permutation) for tensor in batch_tensors),
-                minibatch_size,
-                moments,
-                group,
-                keep_stats,
-                sums,
-            )
+        count = path.epoch(batch, order, moments, keep_stats, sums)
         epochs_run += 1
         if group is not None and keep_stats and config.target_kl is not None:
             # target_kl's stop must be every rank's; otherwise the ranks' statistics are
@@ -228,30 +276,27 @@ def ppo_update(
             group.average_(sums, "the update statistics' all-reduce")
         if config.target_kl is not None and float(sums[3]) / count > config.target_kl:
             break
-    return _statistics(sums / count, b_returns, b_values, epochs_run)
+    return _statistics(sums / count, batch.returns, batch.values, epochs_run)
 
 
 def _torch_epoch(
-    policy: nn.Module,
-    flat: FlatParameters,
-    optimizer: FlatAdam,
-    config: PPOConfig,
+    path: TorchEpochs,
     epoch_batch: tuple[torch.Tensor, ...],
-    minibatch_size: int,
     moments: torch.Tensor | None,
-    group: Any,
     keep_stats: bool,
     sums: torch.Tensor,
 ) -> int:
     """One epoch's minibatch steps through torch autograd (the reference), over the batch
     already gathered in the epoch's order; adds the statistics to `sums` when `keep_stats`.
-    For a HeadsPolicy on the host (the CNN, the token encoder) the loss, its gradient at the
-    heads, the clip and Adam are native calls (operant.trainer.loop.ppo_loss), and the entropy
-    statistic is the minibatch's before its step, as the native MLP update reports it.
-    Returns the minibatches stepped."""
+    With `path.heads` (a HeadsPolicy on the host: the CNN, the token encoder) the loss, its
+    gradient at the heads, the clip and Adam are native calls (operant.trainer.loop.ppo_loss),
+    and the entropy statistic is the minibatch's before its step, as the native MLP update
+    reports it. Returns the minibatches stepped."""
+    policy, flat, optimizer, config = path.policy, path.flat, path.optimizer, path.config
+    minibatch_size, group = path.minibatch_size, path.group
     e_obs, e_actions, e_logprobs, e_advantages, e_returns, e_values = epoch_batch
     need_entropy_grad = config.ent_coef > 0
-    fused = ppo_loss.applies(policy, e_obs)
+    fused = path.heads
     count = 0
     for start in range(0, e_obs.shape[0], minibatch_size):
         mb = slice(start, start + minibatch_size)

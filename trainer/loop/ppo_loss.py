@@ -30,9 +30,10 @@ except ImportError:  # an unbuilt checkout: the torch path computes the same
     _native = _clip_adam = None
 
 
-def applies(policy: Any, obs: torch.Tensor) -> bool:
-    """Whether the fused loss serves this policy's update: its heads on the host."""
-    return _native is not None and isinstance(policy, HeadsPolicy) and obs.device.type == "cpu"
+def applies(policy: Any, device: torch.device) -> bool:
+    """Whether the fused loss serves this policy's update: its heads on the host (the rollout's
+    `device`)."""
+    return _native is not None and isinstance(policy, HeadsPolicy) and device.type == "cpu"
 
 
 class _FusedLoss(torch.autograd.Function):

@@ -12,6 +12,8 @@ spec and float32 for a Box spec. Everything else is float32 per row.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import torch
 
@@ -21,6 +23,17 @@ from operant.envs.contract import ActSpec, ObsSpec
 def torch_dtype(dtype: np.dtype) -> torch.dtype:
     """The torch dtype with numpy `dtype`'s bytes and meaning."""
     return torch.from_numpy(np.empty(0, dtype=dtype)).dtype
+
+
+class Batch(NamedTuple):
+    """One update's rollout as flat `(B, ...)` tensors, what ppo_update reads."""
+
+    obs: torch.Tensor
+    actions: torch.Tensor
+    logprobs: torch.Tensor
+    advantages: torch.Tensor
+    returns: torch.Tensor
+    values: torch.Tensor
 
 
 class RolloutStorage:
@@ -81,15 +94,15 @@ class RolloutStorage:
     def batch_size(self) -> int:
         return self.num_steps * self.num_rows
 
-    def flat(self) -> dict[str, torch.Tensor]:
-        """The rollout as `(batch, ...)` views, named as ppo_update's `b_` arguments (call
-        after GAE has filled `advantages` and `returns`)."""
+    def flat(self) -> Batch:
+        """The rollout as `(batch, ...)` views, one update's Batch (call after GAE has filled
+        `advantages` and `returns`)."""
         batch = self.batch_size
-        return {
-            "b_obs": self.obs.reshape(batch, *self.obs.shape[2:]),
-            "b_actions": self.actions.reshape(batch, *self.actions.shape[2:]),
-            "b_logprobs": self.logprobs.reshape(-1),
-            "b_advantages": self.advantages.reshape(-1),
-            "b_returns": self.returns.reshape(-1),
-            "b_values": self.values.reshape(-1),
-        }
+        return Batch(
+            obs=self.obs.reshape(batch, *self.obs.shape[2:]),
+            actions=self.actions.reshape(batch, *self.actions.shape[2:]),
+            logprobs=self.logprobs.reshape(-1),
+            advantages=self.advantages.reshape(-1),
+            returns=self.returns.reshape(-1),
+            values=self.values.reshape(-1),
+        )

@@ -34,7 +34,7 @@ from operant.trainer.loop.normalize import (
     RewardNormalizer,
     check_obs_normalizable,
 )
-from operant.trainer.loop.ppo import compute_gae, ppo_update
+from operant.trainer.loop.ppo import compute_gae, ppo_update, update_path
 from operant.trainer.loop.storage import RolloutStorage
 from operant.trainer.loop.update_record import make_record
 from operant.trainer.policies import user as user_policy
@@ -149,6 +149,18 @@ class Trainer:
         )
         # ppo.update_impl: the C update and rollout forward where they cover the run.
         self.native = make_native(config, self.policy, self.flat, self.device)
+        # The update's path, chosen once: the native MLP update, the heads' native loss, or
+        # torch autograd (operant.trainer.loop.ppo.update_path).
+        self.update_path = update_path(
+            self.policy,
+            self.flat,
+            self.optimizer,
+            config.ppo,
+            self.derived.local_minibatch_size,
+            self.device,
+            self.group,
+            self.native,
+        )
         if self.group is not None:
             self.group.reserve_shared(self.flat.grad)
 
@@ -238,17 +250,7 @@ class Trainer:
             returns=storage.returns,
         )
         gae_done = clock()
-        stats = ppo_update(
-            self.policy,
-            self.flat,
-            self.optimizer,
-            config.ppo,
-            **storage.flat(),
-            minibatch_size=derived.local_minibatch_size,
-            generator=self.cpu_generator,
-            group=self.group,
-            native=self.native,
-        )
+        stats = ppo_update(self.update_path, storage.flat(), self.cpu_generator)
         update_done = clock()
         self.timer.totals["gae"] += gae_done - started
         self.timer.totals["update"] += update_done - gae_done
