@@ -1,5 +1,5 @@
 """What one gloo all-reduce costs between two ranks on this machine, in a loop and between
-computations as the trainer makes them (docs/performance.md, "Several ranks").
+computations as the trainer makes them (docs/journal/issue-15-several-ranks.md).
 
     torchrun --standalone --nproc-per-node 2 benchmarks/bench_collective_latency.py
 

@@ -1,5 +1,5 @@
 """The CPU-path choices of the trainer, each measured against its alternative side by side in
-one process (docs/performance.md, "Tuning the CPU path"):
+one process (docs/journal/2026-11-23-tuning-the-cpu-path.md):
 
 - torch threads 1 vs 2: policy forward and PPO-update samples/s (operant.trainer.bench's
   compute_bound) for the default and the throughput configs;

@@ -1,5 +1,5 @@
 """Grid-v0's kernel against MettaGrid, env-only, random move + noop actions, one core, in one
-run with alternating rounds (docs/performance.md, "Grid-v0 vs MettaGrid").
+run with alternating rounds (docs/journal/issue-17-grid-vs-mettagrid.md).
 
     flock /tmp/operant-bench.lock python benchmarks/bench_grid_vs_mettagrid.py \
         [--agents 20,100] [--batch 64] [--rounds 7] [--profile] [--profiling-cost] \

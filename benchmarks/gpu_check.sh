@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CUDA paths, end to end, on a machine with an NVIDIA GPU: what the CPU-only test suite
 # cannot run. Each check prints "CHECK <name> rc=<exit>" and its output's last lines; the
-# figures it prints go into docs/performance.md ("On a GPU").
+# figures it prints go into docs/benchmarks.md ("On a GPU") and a dated docs/journal/ entry.
 #
 #   bash benchmarks/gpu_check.sh [DEVICE]       # DEVICE: cuda (default), or cpu to dry-run
 #

@@ -13,8 +13,8 @@ record.sh from a main-6031fcf install; on a CPU without records the tests skip a
 Main's records are torch autograd's arithmetic, so the runs here take the torch update
 (`ppo.update_impl = "torch"`, TORCH_UPDATE): the native update that "auto" picks for these
 configs rounds differently (tests/test_fused_mlp.py holds it to torch within float32
-rounding, docs/performance.md shows it learns alike), and what this file guards is that the
-torch path, the reference, still reproduces main bit for bit.
+rounding, docs/journal/issue-18-native-update.md shows it learns alike), and what this file
+guards is that the torch path, the reference, still reproduces main bit for bit.
 """
 
 from __future__ import annotations

@@ -12,12 +12,13 @@ that run's thirty 100-episode windows reached 0.70 (they range 0.26-0.67); the t
 end at 0.84 / 0.83 / 1.08, 4 standard errors above random play.
 
 Freeway's and Asterix's budgets were raised on 2026-11-27, when a change of float32 rounding
-in the update (the same function, docs/performance.md) left seed 1 of both below its bar at
-the old budgets: at 98,304 steps Freeway learns to cross in some seeds and not in others
-(seeds 1-5: 0.14 / 2.38 / 0.42 / 0.76 / 0.00, and 1.16 / 2.20 / 1.49 / 0.13 / 0.03 with the
-earlier rounding), Asterix at 131,072 sat near its bar (0.64). At 163,840 steps Freeway's
-seeds 1-5 reach 1.76 / 2.30 / 2.37 / 2.28 / 2.18, and at 196,608 Asterix's 1.25 / 1.45 / 1.43 /
-1.91 / 1.05: every seed clear of the bar, so the test does not depend on one seed's luck.
+in the update (the same function, docs/journal/2026-11-22-training-end-to-end.md) left seed 1
+of both below its bar at the old budgets: at 98,304 steps Freeway learns to cross in some
+seeds and not in others (seeds 1-5: 0.14 / 2.38 / 0.42 / 0.76 / 0.00, and 1.16 / 2.20 / 1.49 /
+0.13 / 0.03 with the earlier rounding), Asterix at 131,072 sat near its bar (0.64). At 163,840
+steps Freeway's seeds 1-5 reach 1.76 / 2.30 / 2.37 / 2.28 / 2.18, and at 196,608 Asterix's
+1.25 / 1.45 / 1.43 / 1.91 / 1.05: every seed clear of the bar, so the test does not depend on
+one seed's luck.
 """
 
 from __future__ import annotations

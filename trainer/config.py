@@ -50,11 +50,12 @@ class EnvConfig(Struct, forbid_unknown_fields=True, kw_only=True):
     num_envs: Positive = 128
     """Environments stepped together (the batch width of every rollout step). The CartPole
     defaults (128 x 16 steps, 2 epochs of 4 minibatches) came from `operant bench trainer
-    --matrix` on a 2-core machine: docs/performance.md."""
+    --matrix` on a 2-core machine: docs/journal/2026-11-22-training-end-to-end.md."""
     overlap: bool = False
     """Overlapped rollout (native impl, even num_envs): step half the envs on a second native
     thread while the policy works on the other half. Off by default: on a 2-core machine it
-    wins only where stepping costs about as much as the policy (docs/performance.md)."""
+    wins only where stepping costs about as much as the policy
+    (docs/journal/2026-11-23-tuning-the-cpu-path.md)."""
     workers: Positive = 1
     """Processes that step a Python (reference) env: each of `workers` processes steps
     env.num_envs / workers of the envs, writing into shared memory the trainer reads without
@@ -179,14 +180,15 @@ class PPOConfig(Struct, forbid_unknown_fields=True, kw_only=True):
     """Who computes the update's minibatch steps and the rollout's policy forward: "torch"
     (autograd, the reference), "native" (operant.cext.fused_mlp: one C call per epoch and per
     step, for the MLP actor-critic with discrete actions on the CPU; any other run is a
-    config error), or "auto" (native where it can run, else torch). docs/performance.md has
-    what each costs and how the two are held together."""
+    config error), or "auto" (native where it can run, else torch).
+    docs/journal/issue-18-native-update.md has what each costs and how the two are held
+    together."""
     update_threads: Annotated[int, Meta(ge=1, le=16)] = 1
-    """Threads the native update shares each minibatch's gradient among (its blocks of 32
-    rows; the caller's thread and workers it starts): more than one pays where cores sit
-    idle during the update (docs/performance.md). A run is deterministic for a given count,
-    and a resume may change it (float32 rounding only). The torch update ignores it
-    (train.torch_threads is torch's)."""
+    """Threads the native update shares each minibatch's gradient among (its blocks of 32 rows;
+    the caller's thread and workers it starts): more than one pays where cores sit idle during
+    the update (docs/journal/2026-11-29-pixels-best-peer-pace.md). A run is deterministic for a
+    given count, and a resume may change it (float32 rounding only). The torch update ignores
+    it (train.torch_threads is torch's)."""
 
 
 class TrainConfig(Struct, forbid_unknown_fields=True, kw_only=True):
@@ -208,7 +210,8 @@ class TrainConfig(Struct, forbid_unknown_fields=True, kw_only=True):
     torch_threads: Annotated[int, Meta(ge=0, le=1024)] = 1
     """Intra-op threads for torch on CPU; 0 keeps torch's default. One is the steady choice
     on a 2-core machine: a second speeds the update up ~1.2x but competes with the trainer's
-    own threads, and end-to-end steps/s then varied by 18% (docs/performance.md)."""
+    own threads, and end-to-end steps/s then varied by 18%
+    (docs/journal/2026-11-23-tuning-the-cpu-path.md)."""
     runs_dir: str | None = None
     """Runs root; None means $OPERANT_RUNS_DIR, else $XDG_STATE_HOME/operant/runs."""
     run_id: str | None = None

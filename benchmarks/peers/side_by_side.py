@@ -3,7 +3,7 @@
 `operant bench trainer` with the default and the throughput CartPole configs (5 seeds each),
 then the peers (benchmarks/peers/run_peers.sh: stable-baselines3 default and rl-zoo,
 PufferLib 3.0 shipped / serial / serial-nolstm; 3 seeds each, in their own venvs), then the
-table of median steps/s and the ratios docs/performance.md quotes.
+table of median steps/s and the ratios docs/benchmarks.md quotes.
 
     python benchmarks/peers/side_by_side.py [--out DIR] [--seeds-peers "1 2 3"]
 

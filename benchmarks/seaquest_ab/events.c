@@ -3,7 +3,7 @@
  * random actions with MinAtar's defaults (sticky actions 0.1, ramping), each step's marks and
  * terminations counted. A design that steps the plain steps of many envs in SIMD lanes and
  * falls back to the scalar step for the rest pays the scalar step on this fraction
- * (docs/performance.md, "Seaquest: what a SIMD-lane design could reach").
+ * (docs/journal/issue-16-minatar-kernels.md, "Seaquest: what a SIMD-lane design could reach").
  *     gcc -O2 -I cext/envs/minatar -I cext/common benchmarks/seaquest_ab/events.c -o /tmp/events -lm && /tmp/events [N STEPS] */
 #include <stdio.h>
 #include <stdlib.h>

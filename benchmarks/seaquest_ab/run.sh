@@ -1,7 +1,8 @@
 #!/bin/sh
-# Seaquest's kernel, two builds alternating in one process (docs/performance.md, "Seaquest,
-# 2026-11-27"): A from the headers in folder DIR_A, B from DIR_B (copies of cext/envs/minatar/ with a change),
-# with the shipped build's flags (setup_flags.py).
+# Seaquest's kernel, two builds alternating in one process
+# (docs/journal/issue-16-minatar-kernels.md, "Seaquest, 2026-11-27"): A from the headers in folder
+# DIR_A, B from DIR_B (copies of cext/envs/minatar/ with a change), with the shipped build's flags
+# (setup_flags.py).
 #     benchmarks/seaquest_ab/run.sh DIR_A DIR_B [N ROUNDS PER]
 # An A/A run (the same folder twice) shows the noise: 0.998 [0.937, 1.057] on 2026-11-27.
 set -e

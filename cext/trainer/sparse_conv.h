@@ -54,8 +54,9 @@ static inline int64_t sc_weight_rows(const sc_shape *s) {
  * the cell walk, compiled to scalar code: GCC could not rule out that dst and src overlap).
  * The sixteen-float type is one AVX-512 register in the x86-64-v4 clone (two AVX2 ones, four
  * SSE ones in the others): 1.13x the forward's and 1.20x the backward's speed on this VM's
- * AVX-512 Xeon at 1,024 Breakout frames in one run (docs/performance.md has the whole
- * change's spread over runs), the same values bit for bit. */
+ * AVX-512 Xeon at 1,024 Breakout frames in one run
+ * (docs/journal/2026-11-22-training-end-to-end.md has the whole change's spread over runs), the
+ * same values bit for bit. */
 typedef float sc_v8 __attribute__((vector_size(32), aligned(4), may_alias));
 
 typedef float sc_v16 __attribute__((vector_size(64), aligned(4), may_alias));

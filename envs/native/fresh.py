@@ -7,7 +7,7 @@ A new array per step keeps that promise, but at MinAtar's sizes (400 KB to 1 MB 
 mmap and trim thresholds, and with the previous step's arrays still held, as in any
 `obs, ... = env.step(actions)` loop, it gave the heap's top back to the OS and faulted it in
 again on every step (72 minor faults a step on Asterix; Seaquest's copy=True stepped at 0.13x
-its copy=False, `benchmarks/bench_gym_face.py --copy`, docs/performance.md).
+its copy=False, `benchmarks/bench_gym_face.py --copy`, docs/journal/issue-37-gym-face-copy.md).
 
 An array is handed out again only when its reference count says that nothing but the pool
 refers to it: no name, container, view (a numpy view's base is the array it views), torch

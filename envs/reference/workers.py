@@ -12,7 +12,7 @@ the pipe's system calls order the shared-memory writes on every CPU. PufferLib's
 multiprocessing backend instead spins on a flag byte per worker in shared memory, which pays
 when every process has a core of its own; on a 2-core machine shared with the trainer's
 policy, spinning (on non-blocking reads, for 10 to 200 us before sleeping) made a step 1.4x to
-14x slower than sleeping at once (docs/performance.md), so nothing here spins.
+14x slower than sleeping at once (docs/journal/issue-15-env-workers.md), so nothing here spins.
 
 Failures: a worker that raises sends `b"E"` and its exception as text (pickled once, on the
 error path only) and exits; the env raises `EnvWorkerError` naming the worker, its envs and

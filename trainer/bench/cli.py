@@ -12,7 +12,8 @@ Modes:
                 two bounds for the same network and epochs: the overhead bound (the
                 trainer's own torch calls timed alone) and the arithmetic bound (the FLOPs of
                 a rollout forward and a PPO minibatch step at the rates this CPU's
-                arithmetic reaches for their shapes; docs/performance.md);
+                arithmetic reaches for their shapes;
+                docs/journal/2026-11-22-training-end-to-end.md);
   trainer_eval  the rollout alone (policy forward + sampling + env + storage, no update):
                 what acting costs, per round.
 
@@ -20,7 +21,7 @@ Modes:
 best stable configuration. Every result is one JSON record (config, versions, machine,
 per-round numbers, median and coefficient of variation, phase breakdown, memory growth)
 printed and, with --output, written to a file; --baseline FILE... prints this run's medians
-as ratios to earlier records of the same mode; --plot DIR draws the PNGs docs/performance.md
+as ratios to earlier records of the same mode; --plot DIR draws the PNGs docs/journal/
 shows. Exit codes: 0 ok; 1 a measurement was unstable (CV above --max-cv), below an enforced
 --target-sps, or grew memory by more than --max-mem-delta after warm-up; 2 bad input, or a
 --validate parity mismatch, or an option the mode does not read (refused, not ignored). A

@@ -1,4 +1,4 @@
-"""`operant bench --plot DIR`: the PNGs docs/performance.md shows, drawn from a bench record
+"""`operant bench --plot DIR`: the PNGs docs/journal/ shows, drawn from a bench record
 (matplotlib, imported only when plotting)."""
 
 from __future__ import annotations

@@ -4,16 +4,16 @@ Every minibatch step of a K-rank run averages the flat gradient over the ranks; 
 sums the advantages' statistics, and each update gathers every rank's record and votes.
 Gloo does that over loopback TCP: for the CNN's 132K floats about 0.7 ms alone, and 3-4 ms
 inside the step, where each wait lets the waiting core sleep and the wake-up comes late
-(measured in docs/performance.md, "Ranks"). When every rank runs on this machine, the ranks
-instead map one segment in /dev/shm: each copies its vector into its slot, counts itself
-in, and sums the slots in rank order, or copies them all out to gather
-(operant.cext.local_reduce: the same bits on every rank; for two ranks the bits gloo's sum
-gives, since a + b == b + a). Setting up is itself collective (rank 0 makes the segment,
-the others map it, then rank 0 unlinks its name, so nothing is left in /dev/shm however the
-run ends); if any rank cannot map it, every rank keeps gloo. Each rank also locks one byte of
-the segment's file for as long as its process lives: a rank waiting in a collective sees
-another's process end (SIGKILL, the OOM killer) at once, as gloo sees a closed socket,
-instead of waiting out train.dist_timeout_s.
+(measured in docs/journal/2026-11-29-pixels-best-peer-pace.md, "Ranks"). When every rank
+runs on this machine, the ranks instead map one segment in /dev/shm: each copies its vector
+into its slot, counts itself in, and sums the slots in rank order, or copies them all out to
+gather (operant.cext.local_reduce: the same bits on every rank; for two ranks the bits
+gloo's sum gives, since a + b == b + a). Setting up is itself collective (rank 0 makes the
+segment, the others map it, then rank 0 unlinks its name, so nothing is left in /dev/shm
+however the run ends); if any rank cannot map it, every rank keeps gloo. Each rank also
+locks one byte of the segment's file for as long as its process lives: a rank waiting in a
+collective sees another's process end (SIGKILL, the OOM killer) at once, as gloo sees a
+closed socket, instead of waiting out train.dist_timeout_s.
 """
 
 from __future__ import annotations

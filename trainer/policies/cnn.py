@@ -28,7 +28,7 @@ Two paths compute the same function:
 In both, a first layer over sparse uint8 frames on the host (MinAtar's: a few percent of cells
 set) runs from the set cells instead (operant.trainer.policies.sparse_conv, an autograd Function in
 `heads`, into the workspace in the rollout): the same function to float32 rounding, about 1.16x the
-trainer's steps/s on Breakout (docs/performance.md).
+trainer's steps/s on Breakout (docs/journal/2026-11-22-training-end-to-end.md).
 Both multiply by the dense layer's weight transposed into a contiguous copy, which MKL
 multiplies faster than the transposed view (operant.trainer.policies.dense_layer).
 Feature maps in the rollout path are laid out (B, H, W, channels); `heads` flattens its conv

@@ -4,7 +4,8 @@ weight transposed into (in, out) first, in both of the policy's paths.
 MKL multiplies a row-major batch by a row-major (in, out) matrix (NN) faster than by the
 transposed view of nn.Linear's (out, in) weight (NT): for MinAtar's 1024 -> 128 layer on this
 VM's Xeon, 113 against 214 us at the rollout's 64 rows and 2.33 against 2.77 ms at a
-minibatch's 1,024 (docs/performance.md). The transpose costs a copy of the weight:
+minibatch's 1,024 (docs/journal/2026-11-22-training-end-to-end.md). The transpose costs a
+copy of the weight:
 - the rollout (`transposed_for_rollout`) keeps one in its workspace and makes it again only
   when the weight's bytes changed, which it learns by comparing them with the copy it was
   made from (operant.cext.im2col.refresh_transposed: 10 us; once an update they differ);

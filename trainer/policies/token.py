@@ -20,7 +20,7 @@ cext/trainer/token_encoder.h):
 the layer is linear and a token's input is the sum of two table rows, so each table row's
 product with the layer's weight is computed once per call and a token costs one add and the
 max per unit: 14x torch's minibatch step and 12x the trainer's steps/s on Grid-v0
-(docs/performance.md). The backward is sparse because max-pooling is: a (row, unit)'s
+(docs/benchmarks.md). The backward is sparse because max-pooling is: a (row, unit)'s
 gradient reaches only the token that gave its maximum (the first on ties, as torch's CPU max),
 and only where that maximum is > 0 (relu's gradient at 0 is 0). Values agree with torch's
 operations (`encode_torch`, the reference and the path elsewhere) to float32 rounding, and the

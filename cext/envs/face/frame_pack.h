@@ -6,11 +6,11 @@
  * words). Packing reads F bytes and writes F / 8 (a nonzero byte packs as 1); unpacking writes
  * the F bytes of 0 and 1 back, the same bytes the frame had.
  *
- * Why (docs/performance.md, "Frame stacking"): MinAtar's kernels write their own observation
- * rows by difference, a few cells a step, and the ring's slot then needs a copy of each frame;
- * at 1,024 rows that copy moved 400 KB - 1 MB a step through a ring four times that size, and
- * cost as much as the step. As bits the slot write is an eighth of that and the ring fits in
- * L2 beside the env's own buffer.
+ * Why (docs/journal/issue-18-rollout-without-copies.md, "Frame stacking"): MinAtar's kernels write
+ * their own observation rows by difference, a few cells a step, and the ring's slot then needs a
+ * copy of each frame; at 1,024 rows that copy moved 400 KB - 1 MB a step through a ring four times
+ * that size, and cost as much as the step. As bits the slot write is an eighth of that and the ring
+ * fits in L2 beside the env's own buffer.
  *
  * Three versions, chosen once by the CPU (fs_pack_init): AVX-512BW (64 cells an instruction,
  * masked at a row's end), AVX2 (32 cells, the rest byte by byte), and portable C. No

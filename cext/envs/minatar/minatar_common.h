@@ -93,8 +93,8 @@ static inline int ma_any(const uint8_t *map) {
 /* n bytes (at least 32) set to 0 in 32-byte stores, the last one overlapping the one before
  * where n is not a multiple of 32. GCC compiles a memset of a constant 700 or 800 bytes to
  * `rep stos`, whose start-up is much of a clear this short: Seaquest's step took 1.18x as long
- * with it (docs/performance.md). The empty asm keeps GCC from turning the loop back into that
- * memset. */
+ * with it (docs/journal/issue-16-minatar-kernels.md). The empty asm keeps GCC from turning the
+ * loop back into that memset. */
 typedef uint8_t ma_v32 __attribute__((vector_size(32), aligned(1), may_alias));
 
 static inline void ma_clear(uint8_t *__restrict__ row, int64_t n) {
