@@ -356,6 +356,123 @@ class ParityReport:
             self.first.append(text)
 
 
+@dataclass
+class _KernelBuffers:
+    """The arrays a MinAtarKernel reads its actions from and writes its step results into."""
+
+    actions: np.ndarray
+    obs: np.ndarray
+    final_obs: np.ndarray
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+
+
+def _kernel_and_buffers(
+    game: str, num_envs: int, seed: int, sticky_action_prob: float, difficulty_ramping: bool
+) -> tuple[Any, _KernelBuffers]:
+    """A reset kernel of `num_envs` envs of `game`, and the buffers it steps through."""
+    from operant.cext.minatar import GAMES, MinAtarKernel
+
+    channels = len(GAMES[game]["channels"])
+    obs = np.zeros((num_envs, channels, 10, 10), np.uint8)
+    buffers = _KernelBuffers(
+        actions=np.zeros(num_envs, np.int64),
+        obs=obs,
+        final_obs=np.zeros_like(obs),
+        rewards=np.zeros(num_envs, np.float32),
+        terminated=np.zeros(num_envs, np.bool_),
+        truncated=np.zeros(num_envs, np.bool_),
+    )
+    kernel = MinAtarKernel(
+        game,
+        num_envs,
+        buffers.actions,
+        buffers.obs,
+        buffers.rewards,
+        buffers.terminated,
+        buffers.truncated,
+        buffers.final_obs,
+        sticky_action_prob=sticky_action_prob,
+        difficulty_ramping=difficulty_ramping,
+    )
+    kernel.reset(seed)
+    return kernel, buffers
+
+
+def _inject_states(
+    kernel: Any, envs: list[Any], obs: np.ndarray, step: int, report: ParityReport
+) -> list[StreamReplay]:
+    """Copy each kernel env's state into its MinAtar env, give each a replay of its random
+    stream, and check the injected state observes as ours does. Returns the replays."""
+    replays = []
+    for i, env in enumerate(envs):
+        to_minatar(kernel, i, env.env)
+        env.last_action = int(kernel.scalars[0, i])
+        replay = StreamReplay(int(kernel.rng_state[i]))
+        env.random = env.env.random = replay
+        replays.append(replay)
+        if not np.array_equal(obs[i], env.state().transpose(2, 0, 1)):
+            report.mismatch(f"step {step} env {i}: injected state observes differently")
+    return replays
+
+
+def _check_step_result(
+    env: Any,
+    i: int,
+    where: str,
+    reward: float,
+    terminal: bool,
+    buffers: _KernelBuffers,
+    report: ParityReport,
+) -> None:
+    """Check env `i`'s terminal flag, reward and observation against MinAtar's step; on a
+    terminal step, reset MinAtar's env and check the next episode's first observation."""
+    terminated, obs = buffers.terminated, buffers.obs
+    if terminated[i] != bool(terminal):
+        report.mismatch(f"{where}: terminal {bool(terminal)}, ours {terminated[i]}")
+    if buffers.rewards[i] != reward:
+        report.mismatch(f"{where}: reward {reward}, ours {buffers.rewards[i]}")
+    theirs = env.state().transpose(2, 0, 1)
+    ours = buffers.final_obs[i] if terminated[i] else obs[i]
+    if not np.array_equal(ours, theirs):
+        diff = np.argwhere(ours != theirs)[:4].tolist()
+        report.mismatch(f"{where}: observation differs at (channel, row, col) {diff}")
+    if terminated[i]:
+        report.terminal += 1
+        env.reset()
+        if not np.array_equal(obs[i], env.state().transpose(2, 0, 1)):
+            report.mismatch(f"{where}: the next episode's first observation differs")
+
+
+def _check_next_state(
+    kernel: Any,
+    env: Any,
+    i: int,
+    where: str,
+    replay: StreamReplay,
+    start: int,
+    sticky_action_prob: float,
+    report: ParityReport,
+) -> None:
+    """Check env `i` drew as many random values as MinAtar did and that MinAtar's next state,
+    read into our layout, equals ours (last action too, when actions are sticky)."""
+    if start != replay.state:
+        report.drawing += 1
+    if replay.state != int(kernel.rng_state[i]):
+        report.mismatch(f"{where}: MinAtar drew a different number of values")
+    ours_state = game_state(kernel, i)
+    if kernel.game == "seaquest":
+        lengths = [len(entries) for entries in ours_state["lists"].values()]
+        report.longest_list = max(report.longest_list, *lengths)
+    probe = _probe(kernel)
+    from_minatar(env.env, probe, 0)
+    if game_state(probe, 0) != ours_state:
+        report.mismatch(f"{where}: next state differs: ours {ours_state}")
+    if int(kernel.scalars[0, i]) != env.last_action and sticky_action_prob:
+        report.mismatch(f"{where}: last action {env.last_action}, ours differs")
+
+
 def check_game(
     game: str,
     num_envs: int = 32,
@@ -367,32 +484,12 @@ def check_game(
 ) -> ParityReport:
     """Step a kernel of `num_envs` envs of `game` for `steps` random actions, checking every env
     at every step against MinAtar (module docstring)."""
-    from operant.cext.minatar import GAMES, MinAtarKernel
     from operant.envs.minatar.reference import minatar_environment_class
 
     Environment = minatar_environment_class()
-
-    layout = GAMES[game]
-    channels = len(layout["channels"])
-    actions = np.zeros(num_envs, np.int64)
-    obs = np.zeros((num_envs, channels, 10, 10), np.uint8)
-    final_obs = np.zeros_like(obs)
-    rewards = np.zeros(num_envs, np.float32)
-    terminated = np.zeros(num_envs, np.bool_)
-    truncated = np.zeros(num_envs, np.bool_)
-    kernel = MinAtarKernel(
-        game,
-        num_envs,
-        actions,
-        obs,
-        rewards,
-        terminated,
-        truncated,
-        final_obs,
-        sticky_action_prob=sticky_action_prob,
-        difficulty_ramping=difficulty_ramping,
+    kernel, buffers = _kernel_and_buffers(
+        game, num_envs, seed, sticky_action_prob, difficulty_ramping
     )
-    kernel.reset(seed)
     rng = np.random.default_rng(seed)
     envs = [
         Environment(
@@ -409,53 +506,20 @@ def check_game(
             for i in range(num_envs):
                 scramble(kernel, i, rng)
             kernel.write_obs()
-        actions[:] = rng.integers(0, len(action_set), num_envs)
-        replays = []
-        for i, env in enumerate(envs):
-            to_minatar(kernel, i, env.env)
-            env.last_action = int(kernel.scalars[0, i])
-            replay = StreamReplay(int(kernel.rng_state[i]))
-            env.random = env.env.random = replay
-            replays.append(replay)
-            if not np.array_equal(obs[i], env.state().transpose(2, 0, 1)):
-                report.mismatch(f"step {step} env {i}: injected state observes differently")
+        buffers.actions[:] = rng.integers(0, len(action_set), num_envs)
+        replays = _inject_states(kernel, envs, buffers.obs, step, report)
         starts = [replay.state for replay in replays]
         bad = kernel.step()
         assert bad < 0
         for i, env in enumerate(envs):
-            replay = replays[i]
-            action = int(action_set[actions[i]])
+            action = int(action_set[buffers.actions[i]])
             reward, terminal = env.act(action) if sticky_action_prob else env.env.act(action)
             report.states += 1
             where = f"step {step} env {i} action {action}"
-            if terminated[i] != bool(terminal):
-                report.mismatch(f"{where}: terminal {bool(terminal)}, ours {terminated[i]}")
-            if rewards[i] != reward:
-                report.mismatch(f"{where}: reward {reward}, ours {rewards[i]}")
-            theirs = env.state().transpose(2, 0, 1)
-            ours = final_obs[i] if terminated[i] else obs[i]
-            if not np.array_equal(ours, theirs):
-                diff = np.argwhere(ours != theirs)[:4].tolist()
-                report.mismatch(f"{where}: observation differs at (channel, row, col) {diff}")
-            if terminated[i]:
-                report.terminal += 1
-                env.reset()
-                if not np.array_equal(obs[i], env.state().transpose(2, 0, 1)):
-                    report.mismatch(f"{where}: the next episode's first observation differs")
-            if starts[i] != replay.state:
-                report.drawing += 1
-            if replay.state != int(kernel.rng_state[i]):
-                report.mismatch(f"{where}: MinAtar drew a different number of values")
-            ours_state = game_state(kernel, i)
-            if game == "seaquest":
-                lengths = [len(entries) for entries in ours_state["lists"].values()]
-                report.longest_list = max(report.longest_list, *lengths)
-            probe = _probe(kernel)
-            from_minatar(env.env, probe, 0)
-            if game_state(probe, 0) != ours_state:
-                report.mismatch(f"{where}: next state differs: ours {ours_state}")
-            if int(kernel.scalars[0, i]) != env.last_action and sticky_action_prob:
-                report.mismatch(f"{where}: last action {env.last_action}, ours differs")
+            _check_step_result(env, i, where, reward, terminal, buffers, report)
+            _check_next_state(
+                kernel, env, i, where, replays[i], starts[i], sticky_action_prob, report
+            )
     return report
 
 
