@@ -340,8 +340,8 @@ class BatchEnv(Protocol):
 
 # -- optional capabilities: what a family declares beyond BatchEnv, tested with isinstance ----
 # A layer over an env (operant.envs.face.forwarding.EnvLayer) forwards a family's extras, but not
-# a capability that changes how the trainer drives it (SLOT_BINDING's members): a layer has
-# that capability only by declaring it itself, as the frame stack does.
+# a capability that changes how the trainer drives it (DRIVING: slot binding, half stepping): a
+# layer has that capability only by declaring it itself, as the frame stack binds slots.
 
 
 @runtime_checkable
@@ -370,6 +370,31 @@ class BindsSlots(Protocol):
 SLOT_BINDING = frozenset(
     ("binds_slots", "binds_obs", "bind_slots", "select_slots", "slot_selectors")
 )
+
+
+@runtime_checkable
+class StepsInHalves(Protocol):
+    """The env's rows are stepped as two halves, either of them on a thread of the env's own,
+    so the trainer's policy works on one half while the other's envs move (the overlapped
+    collector, operant.trainer.loop.collect.OverlappedCollector): `halves` are the two row
+    ranges `(lo, hi)`, `start_half(which)` steps half `which` (its action rows written
+    already) and returns at once, `finish_half(which)` waits for that step and raises
+    `InvalidActionError` as `step_bound` does. Fulfilled by
+    operant.envs.native.overlap.SplitNativeVectorEnv (`env.overlap = true`)."""
+
+    halves: tuple[tuple[int, int], ...]
+
+    def start_half(self, which: int) -> None: ...
+
+    def finish_half(self, which: int) -> None: ...
+
+
+HALF_STEPPING = frozenset(("halves", "start_half", "finish_half"))
+
+DRIVING = SLOT_BINDING | HALF_STEPPING
+"""The members of the capabilities that change how the trainer drives an env, which a layer
+over an env (operant.envs.face.forwarding.EnvLayer) does not forward: it has one only by
+declaring it itself."""
 
 
 @runtime_checkable

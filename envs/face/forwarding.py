@@ -9,7 +9,7 @@ from typing import Any
 
 from gymnasium.vector import VectorEnv
 
-from operant.envs.contract import SLOT_BINDING
+from operant.envs.contract import DRIVING
 
 
 class EnvLayer(VectorEnv):
@@ -53,7 +53,8 @@ class EnvLayer(VectorEnv):
 
     def __getattr__(self, name: str) -> Any:
         # What a family declares beyond the contract (a game's channels, step_timing, ...);
-        # not slot binding (contract.BindsSlots): a layer binds only if it says so itself.
-        if name == "env" or name in SLOT_BINDING:
+        # not what drives it (contract.DRIVING: BindsSlots, StepsInHalves): a layer binds
+        # slots or steps halves only if it says so itself.
+        if name == "env" or name in DRIVING:
             raise AttributeError(name)
         return getattr(self.env, name)

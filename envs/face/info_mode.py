@@ -28,7 +28,7 @@ from typing import Any, Literal
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from operant.envs.contract import to_host
+from operant.envs.contract import StepsInHalves, to_host
 from operant.envs.face.forwarding import EnvLayer
 from operant.envs.registry import EnvError
 
@@ -43,7 +43,9 @@ def with_info_mode(env: Any, info_mode: str) -> Any:
         raise EnvError(
             f"env.info_mode = {info_mode!r}: choose one of {', '.join(map(repr, INFO_MODES))}"
         )
-    return env if info_mode == "stats" else InfoModeEnv(env, info_mode)
+    if info_mode == "stats":
+        return env
+    return (HalvesInfoModeEnv if isinstance(env, StepsInHalves) else InfoModeEnv)(env, info_mode)
 
 
 class InfoModeEnv(EnvLayer):
@@ -134,3 +136,20 @@ class InfoModeEnv(EnvLayer):
             np.copyto(lengths, 0, where=done)
             np.copyto(started, now, where=done)
         return info
+
+
+class HalvesInfoModeEnv(InfoModeEnv):
+    """InfoModeEnv over an env that steps in halves (the overlapped rollout's), declaring
+    operant.envs.contract.StepsInHalves itself, as a layer must: `step()`'s info changes
+    nothing on the trainer's path, so its halves are the inner env's."""
+
+    def __init__(self, env: StepsInHalves, info_mode: str):
+        super().__init__(env, info_mode)
+        self.halves = env.halves
+        self._split = env
+
+    def start_half(self, which: int) -> None:
+        self._split.start_half(which)
+
+    def finish_half(self, which: int) -> None:
+        self._split.finish_half(which)

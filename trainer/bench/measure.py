@@ -173,8 +173,12 @@ def _on_device(actions: Any, like: Any) -> Any:
 def _measured_rounds(env, args: argparse.Namespace, row: dict[str, Any] | None) -> list[float]:
     """Steps/s per round; with a `row` (--profile) also the env's per-phase timings over
     exactly the measured rounds, stored in it as "profile"."""
+    from operant.envs.contract import ProfilesStep
+
     if row is None:
         return _timed_rounds(env.step_bound, env.num_envs, args.rounds, args.round_seconds)
+    if not isinstance(env, ProfilesStep):  # (env_checks.profile_kwargs refused it before)
+        raise ValueError(f"--profile: {args.env} has no per-phase step timing")
     start: dict[str, int] = {}
     steps = [0]
 

@@ -7,7 +7,7 @@ the storage bit for bit alike:
 
 - `PlainCollector`: every row at once, step after step;
 - `OverlappedCollector`: the rows in two halves, each stepped on the env's own thread while
-  the policy works on the other (an env that offers `halves`, `start_half`, `finish_half`:
+  the policy works on the other (an env that steps in halves, operant.envs.contract.StepsInHalves:
   envs/native/overlap.py).
 
 Where the env can rebind its kernels' buffers (`bind_slots`, operant.envs.native.slots.SlotBinding)
@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from operant.cext.rollout_rows import rollout_dones
-from operant.envs.contract import BindsSlots
+from operant.envs.contract import BindsSlots, StepsInHalves
 from operant.trainer.loop.bootstrap import BatchedBootstrap, batchable
 from operant.trainer.loop.row_slice import RowSlice, row_slice
 from operant.trainer.loop.storage import RolloutStorage
@@ -334,8 +334,14 @@ class OverlappedCollector(Collector):
     Step t's bookkeeping (rewards, dones, bootstrap) runs over all rows once both halves
     have taken it, exactly as in the plain collector."""
 
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
+    def __init__(self, env: StepsInHalves, *args: Any, **kwargs: Any):
+        if not isinstance(env, StepsInHalves):
+            raise TypeError(
+                f"the overlapped collector steps an env in halves (StepsInHalves); "
+                f"{type(env).__name__} does not: make it with overlap=True"
+            )
+        super().__init__(env, *args, **kwargs)
+        self.split = env
         clipped = self.storage.clipped_actions
         self.halves = tuple(
             row_slice(
@@ -345,13 +351,13 @@ class OverlappedCollector(Collector):
                 self.env_actions[lo:hi],
                 None if clipped is None else clipped[lo:hi],
             )
-            for lo, hi in self.env.halves
+            for lo, hi in env.halves
         )
 
     @torch.inference_mode()
     def collect(self) -> torch.Tensor:
         some_truncated = self._start()
-        env, totals, clock = self.env, self.totals, time.perf_counter_ns
+        env, totals, clock = self.split, self.totals, time.perf_counter_ns
         first, second = self.halves
         select_first, select_second = self._selector(0), self._selector(1)
         finish_second = self._finish_second
@@ -374,9 +380,13 @@ class OverlappedCollector(Collector):
         return self._next_value()
 
     def _finish_second(self) -> None:
-        self.env.finish_half(1)
+        self.split.finish_half(1)
 
 
-def make_collector(overlap: bool, *args: Any, **kwargs: Any) -> Collector:
-    """The overlapped collector when `overlap` (env.overlap), else the plain one."""
-    return (OverlappedCollector if overlap else PlainCollector)(*args, **kwargs)
+def make_collector(overlap: bool, env: Any, *args: Any, **kwargs: Any) -> Collector:
+    """The overlapped collector when `overlap` (env.overlap) and the env steps in halves
+    (StepsInHalves: the env `overlap` made), else the plain one; `overlap` with an env that
+    cannot is a TypeError, not a silent plain rollout."""
+    if overlap:
+        return OverlappedCollector(env, *args, **kwargs)
+    return PlainCollector(env, *args, **kwargs)
