@@ -26,7 +26,6 @@ from textual.widgets import DataTable, Footer, Static
 from operant.monitor import format as fmt
 from operant.monitor.frame_view import FrameView
 from operant.monitor.listing import RunRow, listed_sps
-from operant.monitor.runs_cmd import listed_status, sweep_heading
 from operant.monitor.source import (
     ReaderSource,
     RunUpdate,
@@ -167,7 +166,7 @@ class RunPicker(ModalScreen[str | None]):
             table.add_row(
                 row.run_id,
                 row.env_id or "-",
-                listed_status(row),
+                fmt.listed_status(row),
                 fmt.count(row.global_step),
                 fmt.compact(listed_sps(row)),
                 fmt.duration(row.age_s),
@@ -194,7 +193,10 @@ def sweep_lines(rows: list[RunRow]) -> str:
     heads them (read from the sweep's summary file: operant.shared.sweeps)."""
     # row.path is the trial's metrics file (or folder): its sweep directory is two levels up
     directories = dict.fromkeys(Path(row.path).parent.parent for row in rows if row.sweep)
-    return "\n".join(sweep_heading(directory, rows) for directory in directories)
+    return "\n".join(
+        fmt.sweep_heading(directory.name, read_summary(directory), rows)
+        for directory in directories
+    )
 
 
 class RunCommands(Provider):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import math
 import os
 import sys
 import time
@@ -19,14 +18,21 @@ from pathlib import Path
 
 import msgspec
 
-from operant.monitor.format import clock_time, duration, no_update_text
+from operant.monitor.format import (
+    clock_time,
+    duration,
+    format_age,
+    format_value,
+    no_update_text,
+    rank_table,
+)
 from operant.shared import frame as frames
 from operant.shared import metrics_layout as fmt
 from operant.shared import progress
 from operant.shared.cli_parser import OneLineParser, add_stuck_after
 from operant.shared.progress import Progress
-from operant.shared.ranks import RankRow, RunReader, RunSnapshot, status_text
-from operant.shared.reader import Frame, MetricsFileError, Snapshot, shown_status
+from operant.shared.ranks import RunReader, RunSnapshot, status_text
+from operant.shared.reader import Frame, MetricsFileError, Snapshot
 from operant.shared.record import UNIX_TIME
 from operant.shared.runs import (
     LATEST_NAME,
@@ -261,32 +267,6 @@ def units(schema: fmt.Schema) -> dict[str, str]:
     return found
 
 
-def format_value(value: object) -> str:
-    """Counters, and gauges holding whole numbers (a step budget, bytes), with thousands
-    separators and every digit; other floats to 6 significant digits; unset gauges '-'."""
-    if isinstance(value, bool) or value is None:
-        return "-" if value is None else str(value)
-    if isinstance(value, int):
-        return f"{value:,}"
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "-"
-        if value.is_integer() and abs(value) < 2**53:
-            return f"{int(value):,}"  # 20,000,768 steps, not 2.00008e+07
-        return f"{value:,.6g}" if abs(value) < 1e15 else f"{value:.6g}"
-    return str(value)
-
-
-def format_age(seconds: float) -> str:
-    """A duration the way people say it: 4s, 12m, 3h, 2d; '-' when unknown."""
-    if not math.isfinite(seconds) or seconds < 0:
-        return "-"
-    for unit_seconds, limit, unit in ((1, 60, "s"), (60, 3600, "m"), (3600, 86400, "h")):
-        if seconds < limit:
-            return f"{int(seconds // unit_seconds)}{unit}"
-    return f"{int(seconds // 86400)}d"
-
-
 def human_report(
     snapshot: Snapshot,
     schema: fmt.Schema,
@@ -345,36 +325,3 @@ def human_report(
     if run is not None and distributed:
         lines += ["", *rank_table(run.ranks)]
     return "\n".join(lines)
-
-
-RANK_COLUMNS = ("RANK", "NODE", "PID", "STATUS", "STEPS", "STEPS/S", "HEARTBEAT")
-
-
-def rank_cells(row: RankRow) -> tuple[str, ...]:
-    """One rank's cells under RANK_COLUMNS; an unreadable rank's error goes in a note."""
-    status = shown_status(row.status, row.interrupted)
-    age = row.heartbeat_age_s
-    return (
-        str(row.rank),
-        row.node or "-",
-        str(row.pid) if row.pid else "-",
-        status,
-        format_value(row.global_step),
-        "-" if row.sps is None else f"{row.sps:,.0f}",
-        "-" if age is None or not math.isfinite(age) else f"{age:.1f} s ago",
-    )
-
-
-def rank_table(rows: tuple[RankRow, ...]) -> list[str]:
-    """The per-rank table of `--once`, aligned; notes for ranks that cannot be read."""
-    cells = [RANK_COLUMNS, *(rank_cells(row) for row in rows)]
-    widths = [max(len(line[column]) for line in cells) for column in range(len(RANK_COLUMNS))]
-    right = {0, 2, 4, 5}
-    lines = [
-        "  ".join(
-            cell.rjust(width) if column in right else cell.ljust(width)
-            for column, (cell, width) in enumerate(zip(line, widths))
-        ).rstrip()
-        for line in cells
-    ]
-    return lines + [f"rank {row.rank}: {row.error}" for row in rows if row.error]

@@ -1,8 +1,9 @@
-"""The monitor's arithmetic: numbers, units, durations, curve and bar scaling.
+"""The monitor's words and arithmetic: numbers, units, durations, curve and bar scaling, and
+the tables `operant monitor --once`, `operant runs` and the app print.
 
 Pure functions over plain values, so each is unit-tested without an app and the widgets stay
-thin. Nothing here imports Textual; `-` stands for a value the run has not published (NaN,
-None, infinities).
+thin. Nothing here imports Textual or a command module (the commands, the app and the widgets
+import this); `-` stands for a value the run has not published (NaN, None, infinities).
 """
 
 from __future__ import annotations
@@ -11,8 +12,12 @@ import math
 import time
 from collections.abc import Iterable, Sequence
 
+from operant.monitor.listing import RunRow, listed_sps, row_progress
 from operant.shared.progress import Progress
+from operant.shared.ranks import RankRow, status_text
+from operant.shared.reader import STATUS_RUNNING, shown_status
 from operant.shared.record import UNIX_TIME
+from operant.shared.sweeps import SweepSummary, describe
 
 MISSING = "-"
 # Eighth blocks from empty to full: one cell of a curve holds 0..8 eighths of its height.
@@ -263,3 +268,116 @@ def allocate(fractions: Sequence[float], width: int) -> list[int]:
     for index in order[: max(0, left)]:
         cells[index] += 1
     return cells
+
+
+# --- the command lines' words: every digit, as `--once` and `operant runs` print them --------
+
+
+def format_value(value: object) -> str:
+    """Counters, and gauges holding whole numbers (a step budget, bytes), with thousands
+    separators and every digit; other floats to 6 significant digits; unset gauges '-'."""
+    if isinstance(value, bool) or value is None:
+        return MISSING if value is None else str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return MISSING
+        if value.is_integer() and abs(value) < 2**53:
+            return f"{int(value):,}"  # 20,000,768 steps, not 2.00008e+07
+        return f"{value:,.6g}" if abs(value) < 1e15 else f"{value:.6g}"
+    return str(value)
+
+
+def format_age(seconds: float) -> str:
+    """A duration the way people say it: 4s, 12m, 3h, 2d; '-' when unknown."""
+    if not math.isfinite(seconds) or seconds < 0:
+        return MISSING
+    for unit_seconds, limit, unit in ((1, 60, "s"), (60, 3600, "m"), (3600, 86400, "h")):
+        if seconds < limit:
+            return f"{int(seconds // unit_seconds)}{unit}"
+    return f"{int(seconds // 86400)}d"
+
+
+def rate(sps: float | None) -> str:
+    """Steps per second, whole, with thousands separators: 12,345; '-' when unknown."""
+    return MISSING if sps is None or not math.isfinite(sps) else f"{sps:,.0f}"
+
+
+def aligned(rows: Sequence[Sequence[str]], right: set[int]) -> list[str]:
+    """`rows` of cells as text lines, each column as wide as its widest cell, the columns in
+    `right` right-aligned (numbers), the others left-aligned; no trailing spaces."""
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    return [
+        "  ".join(
+            cell.rjust(width) if column in right else cell.ljust(width)
+            for column, (cell, width) in enumerate(zip(row, widths))
+        ).rstrip()
+        for row in rows
+    ]
+
+
+RANK_COLUMNS = ("RANK", "NODE", "PID", "STATUS", "STEPS", "STEPS/S", "HEARTBEAT")
+
+
+def rank_cells(row: RankRow) -> tuple[str, ...]:
+    """One rank's cells under RANK_COLUMNS; an unreadable rank's error goes in a note."""
+    status = shown_status(row.status, row.interrupted)
+    age = row.heartbeat_age_s
+    return (
+        str(row.rank),
+        row.node or MISSING,
+        str(row.pid) if row.pid else MISSING,
+        status,
+        format_value(row.global_step),
+        rate(row.sps),
+        MISSING if age is None or not math.isfinite(age) else f"{age:.1f} s ago",
+    )
+
+
+def rank_table(rows: Sequence[RankRow]) -> list[str]:
+    """The per-rank table of `--once` and of the app, aligned; notes for ranks that cannot be
+    read."""
+    lines = aligned([RANK_COLUMNS, *(rank_cells(row) for row in rows)], right={0, 2, 4, 5})
+    return lines + [f"rank {row.rank}: {row.error}" for row in rows if row.error]
+
+
+RUNS_COLUMNS = ("RUN ID", "ENV", "STATUS", "STEPS", "SPS", "AGE", "RANKS")
+
+
+def listed_status(row: RunRow) -> str:
+    """The status a listing shows people: `interrupted`, the ranks that make it, and for a
+    stuck run how long no update came (`running, no update for 3m12s`)."""
+    status = status_text(
+        shown_status(row.status, row.interrupted), row.status_ranks, row.unread_ranks
+    )
+    stuck = no_update_text(row_progress(row), detail=False)
+    return f"{status}, {stuck}" if stuck else status
+
+
+def runs_table(rows: Sequence[RunRow]) -> str:
+    """`operant runs`' table of `rows`, aligned, with a note for each run that cannot be
+    read."""
+    cells = [RUNS_COLUMNS] + [
+        (
+            row.run_id,
+            row.env_id or MISSING,
+            listed_status(row),
+            format_value(row.global_step),
+            rate(listed_sps(row)),
+            format_age(row.age_s if row.age_s is not None else -1.0),
+            str(row.world_size),
+        )
+        for row in rows
+    ]
+    lines = aligned(cells, right={3, 4, 5, 6})
+    notes = [f"{row.run_id}: {row.error}" for row in rows if row.error]
+    return "\n".join(lines + ([""] + notes if notes else []))
+
+
+def sweep_heading(name: str, summary: SweepSummary | None, rows: Sequence[RunRow]) -> str:
+    """The line of sweep `name` (operant.shared.sweeps.describe) from its `summary` (None when
+    it has none yet), and how many of its trials among `rows` are running now."""
+    running = sum(row.sweep == name and row.status == STATUS_RUNNING for row in rows)
+    line = describe(summary, running) if summary is not None else f"sweep {name}"
+    return f"{line} (operant sweep show {name})"

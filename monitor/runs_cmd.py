@@ -15,26 +15,22 @@ its objective, its trials' states and its best value; `--json` lists them too, e
 `sweep` naming its sweep.
 
 The rows come from operant.monitor.listing (a run whose metrics file is missing or unreadable
-is listed with status `unknown` and the reason); this module prints them as a table or JSON.
+is listed with status `unknown` and the reason), their table from operant.monitor.format (the
+app's run picker shares its words); this module prints them as a table or JSON.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import sys
-from pathlib import Path
 
 import msgspec
 
-from operant.monitor.cli import format_age, format_value
-from operant.monitor.format import no_update_text
-from operant.monitor.listing import RunRow, list_runs, listed_sps, row_progress
+from operant.monitor.format import runs_table, sweep_heading
+from operant.monitor.listing import list_runs
 from operant.shared.cli_parser import OneLineParser, add_stuck_after
-from operant.shared.ranks import status_text
-from operant.shared.reader import STATUS_RUNNING, shown_status
 from operant.shared.runs import runs_root
-from operant.shared.sweeps import describe, read_summary, sweep_dir
+from operant.shared.sweeps import read_summary, sweep_dir
 
 PROG = "operant runs"
 
@@ -78,60 +74,10 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 0
-    blocks = [render_table(own)] if (own := [row for row in rows if not row.sweep]) else []
+    blocks = [runs_table(own)] if (own := [row for row in rows if not row.sweep]) else []
     for name in dict.fromkeys(row.sweep for row in rows if row.sweep):
-        trials = render_table([row for row in rows if row.sweep == name])
-        blocks.append(f"{sweep_heading(sweep_dir(root, name), rows)}\n{trials}")
+        trials = runs_table([row for row in rows if row.sweep == name])
+        heading = sweep_heading(name, read_summary(sweep_dir(root, name)), rows)
+        blocks.append(f"{heading}\n{trials}")
     print("\n\n".join(blocks))
     return 0
-
-
-def sweep_heading(directory: Path, rows: list[RunRow]) -> str:
-    """The line of the sweep in `directory` (operant.shared.sweeps.describe): its summary,
-    and how many of its trials among `rows` are running now."""
-    name = directory.name
-    summary = read_summary(directory)
-    running = sum(row.sweep == name and row.status == STATUS_RUNNING for row in rows)
-    line = describe(summary, running) if summary is not None else f"sweep {name}"
-    return f"{line} (operant sweep show {name})"
-
-
-def _format_rate(sps: float | None) -> str:
-    return "-" if sps is None or not math.isfinite(sps) else f"{sps:,.0f}"
-
-
-def listed_status(row: RunRow) -> str:
-    """The status a listing shows people: `interrupted`, the ranks that make it, and for a
-    stuck run how long no update came (`running, no update for 3m12s`)."""
-    status = status_text(
-        shown_status(row.status, row.interrupted), row.status_ranks, row.unread_ranks
-    )
-    stuck = no_update_text(row_progress(row), detail=False)
-    return f"{status}, {stuck}" if stuck else status
-
-
-def render_table(rows: list[RunRow]) -> str:
-    header = ("RUN ID", "ENV", "STATUS", "STEPS", "SPS", "AGE", "RANKS")
-    cells = [header] + [
-        (
-            row.run_id,
-            row.env_id or "-",
-            listed_status(row),
-            format_value(row.global_step),
-            _format_rate(listed_sps(row)),
-            format_age(row.age_s if row.age_s is not None else -1.0),
-            str(row.world_size),
-        )
-        for row in rows
-    ]
-    widths = [max(len(line[column]) for line in cells) for column in range(len(header))]
-    right = {3, 4, 5, 6}
-    lines = [
-        "  ".join(
-            cell.rjust(width) if column in right else cell.ljust(width)
-            for column, (cell, width) in enumerate(zip(line, widths))
-        ).rstrip()
-        for line in cells
-    ]
-    notes = [f"{row.run_id}: {row.error}" for row in rows if row.error]
-    return "\n".join(lines + ([""] + notes if notes else []))

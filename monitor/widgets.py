@@ -19,7 +19,6 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from operant.monitor import format as fmt
-from operant.monitor.cli import rank_table
 from operant.monitor.source import STATUS_UNKNOWN, STATUS_WAITING, RunView
 from operant.shared import record
 from operant.shared.ranks import status_text
@@ -163,7 +162,7 @@ def rank_text(view: RunView) -> Text:
     text = Text(no_wrap=True, overflow="ellipsis")
     if view.world_size <= 1:
         return text
-    lines = rank_table(view.ranks)
+    lines = fmt.rank_table(view.ranks)
     text.append(lines[0], style="bold")
     status_column = lines[0].index("STATUS")
     for row, line in zip(view.ranks, lines[1:]):

@@ -25,7 +25,7 @@ import numpy as np
 from rich.console import Console
 
 from operant.cext.metrics import MetricsWriter
-from operant.monitor.runs_cmd import RunRow
+from operant.monitor.listing import RunRow
 from operant.monitor.source import MetricInfo, ProcessInfo, RunUpdate, RunView
 from operant.shared import metrics_layout as fmt
 from operant.shared.frame import frame_palette

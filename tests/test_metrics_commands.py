@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from operant.cext.metrics import MetricsWriter
+from operant.monitor.format import format_value
 from operant.shared import metrics_layout as fmt
 from operant.shared.runs import METRICS_FILE, create_run_dir, update_latest
 
@@ -311,8 +312,6 @@ def test_reader_commands_never_import_torch(runs):
 def test_whole_number_gauges_print_every_digit_and_a_full_output_is_one_line(runs):
     """`--once` printed a 20,000,768-step budget as 2.00008e+07; `> /dev/full` was a
     traceback."""
-    from operant.monitor.cli import format_value
-
     assert format_value(20_000_768.0) == "20,000,768"
     assert format_value(258_752_512.0) == "258,752,512"
     assert format_value(330_584.25) == "330,584"

@@ -1,6 +1,8 @@
-"""What the monitor must never do: import torch, make the headless paths load Textual, write
-into a run directory, or start before a user's mistake is reported."""
+"""What the monitor must never do: import torch, make the headless paths load Textual, import
+a command module from a data module, write into a run directory, or start before a user's
+mistake is reported."""
 
+import ast
 import asyncio
 import hashlib
 import os
@@ -49,6 +51,37 @@ def test_once_and_json_never_import_textual(tmp_path):
         assert python(probe).splitlines()[-1] == "False False"
     finally:
         run.close()
+
+
+# The modules of commands (`operant monitor`, `operant runs`, `operant exporter`); everything
+# else in the folder is data, words or view, which they import and which never imports them.
+COMMAND_MODULES = {"operant.monitor.cli", "operant.monitor.runs_cmd", "operant.monitor.exporter"}
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module `path` imports, at its top or inside a function (`from A import b` names
+    both A and A.b: b may be a module)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def test_no_data_module_imports_a_command_module():
+    """docs/architecture.md: inside a folder, data modules never import command modules. The
+    widgets took `--once`'s rank table from operant.monitor.cli and the app `operant runs`'
+    words from its module, which imports cli, which imports the app: a cycle that an import
+    inside a function hid."""
+    folder = Path(cli.__file__).resolve().parent
+    modules = {f"operant.monitor.{path.stem}": path for path in folder.glob("*.py")}
+    assert set(modules) >= COMMAND_MODULES
+    for name, path in sorted(modules.items()):
+        if name not in COMMAND_MODULES:
+            assert not imported_modules(path) & COMMAND_MODULES, name
 
 
 def tree_state(root: Path) -> dict[str, tuple]:

@@ -18,8 +18,8 @@ from operant.cext.metrics import MetricsWriter
 from operant.monitor import cli as monitor_cli
 from operant.monitor.exporter import render
 from operant.monitor.exporter_metrics import families_of
+from operant.monitor.format import runs_table
 from operant.monitor.listing import describe_run
-from operant.monitor.runs_cmd import render_table
 from operant.shared import metrics_layout as fmt
 from operant.shared import runs
 from operant.shared.ranks import (
@@ -172,7 +172,7 @@ def test_runs_lists_the_run_once_with_its_ranks(two_ranks):
     _, run_dir = two_ranks
     row = describe_run(run_dir)
     assert (row.status, row.global_step, row.sps, row.world_size) == ("running", 8000, 2500.0, 2)
-    header, line = render_table([row]).splitlines()
+    header, line = runs_table([row]).splitlines()
     assert header.split()[-1] == "RANKS"
     assert line.split()[2:5] + line.split()[-1:] == ["running", "8,000", "2,500", "2"]
 
@@ -272,7 +272,7 @@ def test_a_killed_rank_is_named_while_the_others_keep_their_values(tmp_path, cap
             ["1", "node-1", str(proc.pid), "crashed", "1,234"],
         ]
         assert describe_run(run_dir).status_ranks == (1,)
-        assert "crashed (rank 1)" in render_table([describe_run(run_dir)])
+        assert "crashed (rank 1)" in runs_table([describe_run(run_dir)])
 
         # What torchrun's peers do next (seen with gloo: within a second): rank 0's
         # collective fails. The crash stays the run's status; the reason tells both, the
