@@ -245,18 +245,100 @@ class _Tally:
                 self.cut.append(was_cut)
 
 
+def _argument_error(args: argparse.Namespace) -> str | None:
+    """What is wrong with the command line's numbers, or None when nothing is."""
+    if args.episodes < 1 or args.num_envs < 1:
+        return "--episodes and --num-envs must be at least 1"
+    if not 0 <= args.seed <= MAX_SEED:
+        return f"--seed must be between 0 and 2**62, got {args.seed}"
+    if args.max_episode_steps is not None and args.max_episode_steps < 1:
+        return "--max-episode-steps must be at least 1"
+    return None
+
+
+def _record_video(
+    args: argparse.Namespace, config: Any, env: Any, policy: Any, normalizer: Any, options: Any
+) -> tuple[list[float], list[bool], dict[str, Any]]:
+    """Record the episodes to --video, closing `env` (the recorder builds its own env). Returns
+    the returns, which episodes were cut, and the video's fields for the result. Raises
+    EvalInputError where the recorder cannot record."""
+    from operant.trainer.eval.video import record
+
+    env.close()
+    returns, cut, frames = record(
+        config,
+        policy,
+        normalizer,
+        args.episodes,
+        args.seed,
+        args.stochastic,
+        Path(args.video).expanduser(),
+        options,
+    )
+    return returns, cut, {"video": str(Path(args.video).expanduser()), "video_frames": frames}
+
+
+def _result(
+    args: argparse.Namespace,
+    loaded: Any,
+    config: Any,
+    returns: list[float],
+    cut: list[bool] | None,
+    limit: int | None,
+    video: dict[str, Any],
+) -> dict[str, Any]:
+    """The --json object: what was evaluated, how, and the returns' statistics."""
+    import numpy as np
+
+    return {
+        "model": str(loaded.path),
+        "kind": loaded.kind,
+        "global_step": loaded.global_step,
+        "env_id": config.env.id,
+        "episodes": len(returns),
+        "return_mean": float(np.mean(returns)),
+        "return_std": float(np.std(returns)),
+        "return_min": float(np.min(returns)),
+        "return_max": float(np.max(returns)),
+        "greedy": not args.stochastic,
+        "max_episode_steps": limit,
+        "episodes_cut": None if cut is None else sum(cut),
+        **video,
+    }
+
+
+def _print_summary(
+    args: argparse.Namespace,
+    loaded: Any,
+    config: Any,
+    options: Any,
+    result: dict[str, Any],
+    limit: int | None,
+) -> None:
+    """The human-readable result: returns, episodes cut at a limit, and the video written."""
+    step = f" at step {loaded.global_step:,}" if loaded.global_step is not None else ""
+    print(
+        f"{config.env.id}: {counted(result['episodes'], 'episode')}, return "
+        f"{result['return_mean']:.1f} ± {result['return_std']:.1f} (min "
+        f"{result['return_min']:.1f}, max {result['return_max']:.1f}), "
+        f"{'greedy' if not args.stochastic else 'stochastic'}; {loaded.kind} {loaded.path}{step}"
+    )
+    if result["episodes_cut"] and limit is not None:
+        cut, whose = result["episodes_cut"], _limit_source(args, config, options)
+        print(f"{cut} of them cut at the {limit:,}-step limit ({whose})")
+    elif result["episodes_cut"]:
+        print(f"{result['episodes_cut']} of them reached the env's time limit")
+    if "video" in result:
+        print(f"video: {result['video']} ({result['video_frames']} frames)")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.episodes < 1 or args.num_envs < 1:
-        print("operant eval: --episodes and --num-envs must be at least 1", file=sys.stderr)
+    problem = _argument_error(args)
+    if problem is not None:
+        print(f"operant eval: {problem}", file=sys.stderr)
         return EXIT_USAGE
-    if not 0 <= args.seed <= MAX_SEED:
-        print(f"operant eval: --seed must be between 0 and 2**62, got {args.seed}", file=sys.stderr)
-        return EXIT_USAGE
-    if args.max_episode_steps is not None and args.max_episode_steps < 1:
-        print("operant eval: --max-episode-steps must be at least 1", file=sys.stderr)
-        return EXIT_USAGE
-    from operant.trainer.eval.video import check_video, record
+    from operant.trainer.eval.video import check_video
 
     try:
         if args.video is not None:
@@ -276,7 +358,6 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    import numpy as np
     import torch
 
     if config.train.torch_threads:
@@ -284,58 +365,21 @@ def main(argv: list[str] | None = None) -> int:
         # crawled on a busy machine (3.7x slower than one)
         torch.set_num_threads(config.train.torch_threads)
     video: dict[str, Any] = {}
+    cut: list[bool] | None
     if args.video is not None:
         try:
-            env.close()
-            returns, cut, frames = record(
-                config,
-                policy,
-                normalizer,
-                args.episodes,
-                args.seed,
-                args.stochastic,
-                Path(args.video).expanduser(),
-                options,
-            )
+            returns, cut, video = _record_video(args, config, env, policy, normalizer, options)
         except EvalInputError as error:
             print(f"operant eval: {error}", file=sys.stderr)
             return EXIT_USAGE
-        video = {"video": str(Path(args.video).expanduser()), "video_frames": frames}
     else:
         returns, cut = play(env, policy, normalizer, args.episodes, args.seed, args.stochastic)
     limit = episode_limit(env, options)
-    result = {
-        "model": str(loaded.path),
-        "kind": loaded.kind,
-        "global_step": loaded.global_step,
-        "env_id": config.env.id,
-        "episodes": len(returns),
-        "return_mean": float(np.mean(returns)),
-        "return_std": float(np.std(returns)),
-        "return_min": float(np.min(returns)),
-        "return_max": float(np.max(returns)),
-        "greedy": not args.stochastic,
-        "max_episode_steps": limit,
-        "episodes_cut": None if cut is None else sum(cut),
-        **video,
-    }
+    result = _result(args, loaded, config, returns, cut, limit, video)
     if args.json:
         print(json.dumps(result))
         return EXIT_OK
-    step = f" at step {loaded.global_step:,}" if loaded.global_step is not None else ""
-    print(
-        f"{config.env.id}: {counted(len(returns), 'episode')}, return {result['return_mean']:.1f} "
-        f"± {result['return_std']:.1f} (min {result['return_min']:.1f}, max "
-        f"{result['return_max']:.1f}), {'greedy' if not args.stochastic else 'stochastic'}; "
-        f"{loaded.kind} {loaded.path}{step}"
-    )
-    if result["episodes_cut"] and limit is not None:
-        cut, whose = result["episodes_cut"], _limit_source(args, config, options)
-        print(f"{cut} of them cut at the {limit:,}-step limit ({whose})")
-    elif result["episodes_cut"]:
-        print(f"{result['episodes_cut']} of them reached the env's time limit")
-    if video:
-        print(f"video: {video['video']} ({video['video_frames']} frames)")
+    _print_summary(args, loaded, config, options, result, limit)
     return EXIT_OK
 
 
