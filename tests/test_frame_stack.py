@@ -9,6 +9,7 @@ from collections import deque
 import numpy as np
 import pytest
 import traced
+from gymnasium.vector import AutoresetMode
 
 from operant.envs import make_env
 from operant.envs.face.frame_stack import FrameStackEnv
@@ -92,6 +93,66 @@ def test_stacks_equal_the_last_k_observations_through_episode_ends(env_id, depth
             np.testing.assert_array_equal(stacked.obs[row], np.concatenate(history[row]))
     assert ends >= num_envs
     assert stacked.drain_episode_stats().episodes == ends
+
+
+@pytest.mark.parametrize(
+    "env_id, depth, impl",
+    [
+        ("MinAtar-Breakout-v1", 4, "native"),  # a packed ring
+        ("CartPole-v1", 3, "native"),
+        ("CartPole-v1", 3, "reference"),  # Gymnasium's own NEXT_STEP
+    ],
+)
+def test_a_next_step_stack_is_the_stack_of_the_next_step_envs_observations(env_id, depth, impl):
+    # What `operant eval --video` plays: step by step over several episodes per row, the
+    # stacks equal the last k observations of the unstacked NEXT_STEP env, the step after an
+    # ending one (the reset) starting a new stack of its observation k times.
+    num_envs = 5
+    kwargs = {"max_episode_steps": 7} if env_id.startswith("MinAtar") else {}
+    kwargs.update(impl=impl, copy=False, autoreset_mode=AutoresetMode.NEXT_STEP)
+    stacked = make_env(env_id, num_envs, frame_stack=depth, **kwargs)
+    plain = make_env(env_id, num_envs, **kwargs)
+    assert isinstance(stacked, FrameStackEnv) and stacked.next_step and not stacked.binds_slots
+    obs, _ = stacked.reset(seed=3)
+    first, _ = plain.reset(seed=3)
+    history = [deque([first[row].copy()] * depth, maxlen=depth) for row in range(num_envs)]
+    np.testing.assert_array_equal(obs, [np.concatenate(rows) for rows in history])
+    rng = np.random.default_rng(0)
+    ended = np.zeros(num_envs, dtype=bool)
+    ends = 0
+    for _ in range(100):
+        actions = rng.integers(0, plain.act_spec.num_actions, num_envs)
+        got = stacked.step(actions)
+        want = plain.step(actions)
+        for row in range(num_envs):
+            if ended[row]:  # this step was its reset: a new stack
+                history[row] = deque([want[0][row].copy()] * depth, maxlen=depth)
+            else:
+                history[row].append(want[0][row].copy())
+        np.testing.assert_array_equal(got[0], [np.concatenate(rows) for rows in history])
+        for mine, theirs in zip(got[1:4], want[1:4]):
+            np.testing.assert_array_equal(mine, theirs)
+        ended = want[2] | want[3]
+        ends += int(ended.sum())
+    assert ends >= 2 * num_envs
+    with pytest.raises(EnvError, match="NEXT_STEP frame stack steps through step"):
+        stacked.step_bound()
+
+
+def test_a_next_step_stack_resumes_from_its_state_dict():
+    kwargs = {"copy": False, "frame_stack": 2, "autoreset_mode": AutoresetMode.NEXT_STEP}
+    first = make_env("CartPole-v1", 4, **kwargs)
+    first.reset(seed=1)
+    rng = np.random.default_rng(1)
+    for _ in range(30):
+        first.step(rng.integers(0, 2, 4))
+    second = make_env("CartPole-v1", 4, **kwargs)
+    second.reset(seed=2)
+    second.load_state_dict({name: value.copy() for name, value in first.state_dict().items()})
+    for _ in range(40):
+        actions = rng.integers(0, 2, 4)
+        for mine, theirs in zip(first.step(actions)[:4], second.step(actions)[:4]):
+            np.testing.assert_array_equal(mine, theirs)
 
 
 def test_a_stacked_env_resumes_from_its_state_dict():

@@ -10,6 +10,14 @@ vectors become (k * D,). A new episode's stack starts as k copies of its first o
 (Gymnasium's FrameStackObservation with `padding_type="reset"`); `final_obs` holds the stack
 that ends in the terminal observation.
 
+Over an env made with `autoreset_mode=AutoresetMode.NEXT_STEP` (what `operant eval --video`
+records), `step()` follows Gymnasium's NEXT_STEP mode: the step that ends a row's episode
+returns the stack that ends in its terminal observation, and the next step, its reset, returns
+a new stack of the next episode's first observation (the padding above), reward 0 and no flags.
+The frames are then what the inner env's `step()` returns, copied into the ring; such a stack
+is Gymnasium's face only: `step_bound()` and slot binding, the trainer's SAME_STEP path,
+refuse it.
+
 The frames live in a ring, `(k, rows, *frame)`, one slot per step for all rows at once
 (operant.cext.frame_stack): a native env's kernel writes its observations straight into the
 next slot (its buffers rebound, cext/common/kernel_slots.pxd), any other env's are copied in (F
@@ -53,6 +61,9 @@ from operant.envs.registry import EnvError
 
 STACK_KEY = "frame_stack.obs"
 """The stacks' name in `state_dict()` (the inner env's names are kept as they are)."""
+RESTART_KEY = "frame_stack.restart"
+"""NEXT_STEP: the rows whose next step starts a new stack, by that name in `state_dict()`."""
+OWN_KEYS = (STACK_KEY, RESTART_KEY)
 
 
 def check_frame_stack(frame_stack: Any) -> int:
@@ -109,8 +120,9 @@ class FrameStackEnv(NotCopyable, EnvLayer):
                 f'({env.impl} implementation given); use env.impl = "native"'
             )
         mode = env.metadata.get("autoreset_mode", AutoresetMode.SAME_STEP)
-        if mode != AutoresetMode.SAME_STEP:
-            raise EnvError(f"env.frame_stack = {depth} needs SAME_STEP autoreset, got {mode}")
+        if mode not in (AutoresetMode.SAME_STEP, AutoresetMode.NEXT_STEP):
+            raise EnvError(f"env.frame_stack = {depth} needs an autoreset mode, got {mode}")
+        self.next_step = mode == AutoresetMode.NEXT_STEP
         self._layer_over(env)
         self.depth = depth
         self.impl, self.resumable, self.layout = env.impl, env.resumable, env.layout
@@ -123,9 +135,9 @@ class FrameStackEnv(NotCopyable, EnvLayer):
         self.actions, self.rewards = env.actions, env.rewards
         self.terminated, self.truncated = env.terminated, env.truncated
         # A native env writes the ring itself; another (or one that keeps its observation
-        # rows by difference) is copied from its own buffer, as bits where its space says
-        # every value is 0 or 1.
-        self.binds_slots = isinstance(env, BindsSlots) and env.binds_slots
+        # rows by difference, or one stepped NEXT_STEP) is copied from its own buffer, as bits
+        # where its space says every value is 0 or 1.
+        self.binds_slots = not self.next_step and isinstance(env, BindsSlots) and env.binds_slots
         self.writes_ring = self.binds_slots and env.binds_obs
         self.packed = not self.writes_ring and _binary(env.single_observation_space)
         if self.packed:
@@ -135,19 +147,26 @@ class FrameStackEnv(NotCopyable, EnvLayer):
             self.ring = np.zeros((depth, rows, *inner.shape), dtype=inner.dtype)
         if self.writes_ring:
             env.bind_slots(obs=self.ring)
+        # NEXT_STEP: the frames are what the inner env's step() returns, copied here, and a
+        # row starts a new stack on the step after its episode ended (`restart`).
+        self.frames = np.zeros_like(env.obs) if self.next_step else env.obs
+        self.restart = np.zeros_like(env.terminated)
+        restarts = (self.restart, np.zeros_like(env.truncated))
         self.kernel = FrameStackKernel(
             _slot_bytes(self.ring),
-            None if self.writes_ring else _bytes(env.obs),
+            None if self.writes_ring else _bytes(self.frames),
             _bytes(env.final_obs),
             _bytes(self.final_obs),
-            env.terminated,
-            env.truncated,
+            *(restarts if self.next_step else (env.terminated, env.truncated)),
             _bytes(self.obs),
             packed=self.packed,
         )
         # A kernel that can write the ring's bits itself does, right after each block of rows
-        # it steps (MinAtar's: operant.cext.minatar.MinAtarKernel.bind_packed).
-        self.inner_packs = self.packed and callable(getattr(env, "bind_packed", None))
+        # it steps (MinAtar's: operant.cext.minatar.MinAtarKernel.bind_packed); not its core's
+        # frames under NEXT_STEP, whose step() returns others.
+        self.inner_packs = (
+            self.packed and not self.next_step and callable(getattr(env, "bind_packed", None))
+        )
         if self.inner_packs:
             env.bind_packed(self.ring)
             self.kernel.aim(env.kernel, env.kernel.packed_target())
@@ -213,12 +232,20 @@ class FrameStackEnv(NotCopyable, EnvLayer):
         if self.binds_slots:
             self.env.select_slots(self.kernel.next_slot if self.writes_ring else -1, -1)
             self._selected_step = -1
-        self.env.reset(seed=seed, options=options)
+        obs, _ = self.env.reset(seed=seed, options=options)
+        if self.next_step:
+            np.copyto(self.frames, obs)
+            self.restart.fill(False)
         self.kernel.fill()
         self.kernel.write_stacks(-1)
         return self.obs, {}
 
     def step_bound(self) -> None:
+        if self.next_step:
+            raise EnvError(
+                "a NEXT_STEP frame stack steps through step() (Gymnasium's face); step_bound(), "
+                "the trainer's, needs the default SAME_STEP autoreset"
+            )
         self._select_ring()
         self.env.step_bound()
         kernel = self.kernel
@@ -239,14 +266,29 @@ class FrameStackEnv(NotCopyable, EnvLayer):
             self._selected_step = self._step_slot
 
     def step(self, actions: Any) -> tuple[Any, ...]:
-        """Gymnasium's vector step (SAME_STEP): the stacks, with the terminal stacks under
-        info["final_obs"] for rows that ended."""
+        """Gymnasium's vector step. SAME_STEP: the stacks, with the terminal stacks under
+        info["final_obs"] for rows that ended. NEXT_STEP: the stacks of the observations the
+        inner env's step() returns (the terminal stack where an episode ended), a row's next
+        step (its reset) starting a new stack."""
+        if self.next_step:
+            return self._step_next(actions)
         self._select_ring()
         _, rewards, terminated, truncated, info = self.env.step(actions)
         self.kernel.push(self._step_slot)
         self.kernel.write_stacks(-1)
         if "final_obs" in info:
             info = {**info, "final_obs": self.final_obs.copy()}
+        return self.obs.copy(), rewards, terminated, truncated, info
+
+    def _step_next(self, actions: Any) -> tuple[Any, ...]:
+        """NEXT_STEP: the inner env steps as Gymnasium's NEXT_STEP mode; its observations go
+        onto the stacks, and the rows whose last step ended (`restart`: this step was their
+        reset) start a new stack with theirs, the padding a new episode gets."""
+        obs, rewards, terminated, truncated, info = self.env.step(actions)
+        np.copyto(self.frames, obs)
+        self.kernel.push(-1, False)  # restarts the rows in `restart`; no final stacks
+        self.kernel.write_stacks(-1)
+        np.logical_or(terminated, truncated, out=self.restart)
         return self.obs.copy(), rewards, terminated, truncated, info
 
     def drain_episode_stats(self) -> EpisodeStats:
@@ -259,12 +301,15 @@ class FrameStackEnv(NotCopyable, EnvLayer):
         """The inner env's state and the stacks (`obs`, written first: the ring in canonical
         order; the inner env's `obs` is not used while its kernel writes the ring)."""
         self.kernel.write_stacks(-1)
-        return {**self.env.state_dict(), STACK_KEY: self.obs}
+        own = {RESTART_KEY: self.restart} if self.next_step else {}
+        return {**self.env.state_dict(), STACK_KEY: self.obs, **own}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         check_state(state, self.state_dict())
-        inner = {name: value for name, value in state.items() if name != STACK_KEY}
+        inner = {name: value for name, value in state.items() if name not in OWN_KEYS}
         self.env.load_state_dict(inner)
         np.copyto(self.obs, state[STACK_KEY])
+        if self.next_step:
+            np.copyto(self.restart, state[RESTART_KEY])
         # The stacks hold their padding as frames: every position reads its own slot.
         self.kernel.load(_bytes(self.obs))
