@@ -134,30 +134,26 @@ def test_a_video_of_an_env_that_draws_no_frames_is_one_line_and_exit_2(tmp_path)
 
 
 def test_the_videos_stack_is_the_trainers_frame_stack():
-    # The video steps its env NEXT_STEP without the stack (FrameStackEnv needs SAME_STEP) and
-    # stacks in Python: over episode ends, its stacks are FrameStackEnv's, the terminal one
-    # included, as the policy saw them in training.
-    from operant.trainer.eval.video import Stack
-
-    stacked = make_env("MinAtar-Breakout-v1", 1, frame_stack=3, sticky_action_prob=0.0)
-    plain = make_env("MinAtar-Breakout-v1", 1, sticky_action_prob=0.0, autoreset_mode="next_step")
-    stack = Stack(3)
+    # The video steps its env NEXT_STEP through the same frame stack (FrameStackEnv under
+    # NEXT_STEP): over episode ends, its stacks are the SAME_STEP stacks the trainer's policy
+    # saw, the terminal one included, and the reset's starts the next episode's.
+    options = {"frame_stack": 3, "sticky_action_prob": 0.0}
+    stacked = make_env("MinAtar-Breakout-v1", 1, **options)
+    recorded = make_env("MinAtar-Breakout-v1", 1, autoreset_mode="next_step", **options)
     expected, _ = stacked.reset(seed=5)
-    obs, _ = plain.reset(seed=5)
-    np.testing.assert_array_equal(stack.start(obs), expected)
+    seen, _ = recorded.reset(seed=5)
+    np.testing.assert_array_equal(seen, expected)
     rng = np.random.default_rng(0)
     ends = 0
     for _ in range(300):
         action = rng.integers(0, 3, 1)
         expected, _, terminated, truncated, info = stacked.step(action)
-        obs, _, ended, _, _ = plain.step(action)
-        seen = stack.push(obs)
+        seen, _, ended, _, _ = recorded.step(action)
         if terminated[0] or truncated[0]:
             ends += 1
             assert ended[0]
             np.testing.assert_array_equal(seen, info["final_obs"][:1])
-            obs, *_ = plain.step(action)  # NEXT_STEP: the reset, its action ignored
-            seen = stack.start(obs)
+            seen, *_ = recorded.step(action)  # NEXT_STEP: the reset, its action ignored
         np.testing.assert_array_equal(seen, expected)
     assert ends >= 5
 

@@ -10,10 +10,10 @@ imageio-ffmpeg's own ffmpeg binary): the `video` extra, `pip install "operant-rl
 Gymnasium's RecordVideo writes through moviepy, which itself writes through imageio-ffmpeg;
 imageio alone is the smaller dependency and also writes GIFs without ffmpeg.
 
-A run trained on stacked frames (`env.frame_stack = k`) is recorded from its env without the
-stack (operant.envs.face.frame_stack needs SAME_STEP autoreset, which never shows a terminal frame)
-and the policy is fed the stack `Stack` keeps as FrameStackEnv does: the last k observations
-along the first axis, oldest first, a new episode's first observation k times.
+A run trained on stacked frames (`env.frame_stack = k`) is recorded from its env with the same
+stack (operant.envs.face.frame_stack under NEXT_STEP autoreset): the policy sees the last k
+observations along the first axis, oldest first, the step after an ending one (the reset)
+starting a new stack of its observation k times, as training's stacks start an episode.
 """
 
 from __future__ import annotations
@@ -119,25 +119,20 @@ def record(
     env = _rendering_env(config, env_options)
     writer = open_video(path, float(env.metadata.get("render_fps", 30)))
     act = _actor(policy, normalizer, env, torch.Generator().manual_seed(seed), stochastic)
-    stack = Stack(int(env_options.get("frame_stack", 1)))
     returns: list[float] = []
     cut: list[bool] = []
-    episode_return, frames, ended = 0.0, 0, False
+    episode_return, frames = 0.0, 0
     try:
         obs, _ = env.reset(seed=seed)
-        obs = stack.start(obs)
         writer.append_data(enlarged(env.render()[0]))
         frames += 1
         with torch.inference_mode():
             while len(returns) < episodes:
                 obs, reward, terminated, truncated, _ = env.step(act(obs))
-                # (the step after an ending one is the reset: its observation starts a stack)
-                obs = stack.start(obs) if ended else stack.push(obs)
                 writer.append_data(enlarged(env.render()[0]))
                 frames += 1
                 episode_return += float(reward[0])
-                ended = bool(terminated[0] or truncated[0])
-                if ended:
+                if terminated[0] or truncated[0]:
                     returns.append(episode_return)
                     cut.append(bool(truncated[0]) and not bool(terminated[0]))
                     episode_return = 0.0
@@ -148,13 +143,12 @@ def record(
 
 
 def _rendering_env(config: Any, env_options: dict[str, Any]) -> Any:
-    """The run's env, one of it, drawing frames, unstacked (Stack stacks as FrameStackEnv
-    does), resetting on the step after an ending one."""
+    """The run's env, one of it (its frame stack too), drawing frames, resetting on the step
+    after an ending one."""
     from gymnasium.vector import AutoresetMode
 
     from operant.envs import EnvError, make_env
 
-    unstacked = {key: value for key, value in env_options.items() if key != "frame_stack"}
     try:
         return make_env(
             config.env.id,
@@ -163,10 +157,10 @@ def _rendering_env(config: Any, env_options: dict[str, Any]) -> Any:
             copy=False,
             render_mode="rgb_array",
             autoreset_mode=AutoresetMode.NEXT_STEP,
-            **unstacked,
+            **env_options,
         )
     except EnvError as error:
-        raise EvalInputError(_cannot_record(config, unstacked, error)) from None
+        raise EvalInputError(_cannot_record(config, env_options, error)) from None
 
 
 def _actor(
@@ -187,27 +181,6 @@ def _actor(
         return chosen if env.impl == "torch" else chosen.numpy()
 
     return act
-
-
-class Stack:
-    """The last `depth` observation batches along the first axis of a row, oldest first (the
-    policy's input where the run stacked frames); depth 1 passes observations through."""
-
-    def __init__(self, depth: int):
-        self.depth = depth
-        self.frames: list[np.ndarray] = []
-
-    def start(self, obs: Any) -> Any:
-        """A new episode: its first observation `depth` times."""
-        self.frames = [np.array(obs)] * self.depth
-        return self._stacked(obs)
-
-    def push(self, obs: Any) -> Any:
-        self.frames = [*self.frames[1:], np.array(obs)]
-        return self._stacked(obs)
-
-    def _stacked(self, obs: Any) -> Any:
-        return obs if self.depth == 1 else np.concatenate(self.frames, axis=1)
 
 
 def enlarged(frame: np.ndarray) -> np.ndarray:
