@@ -119,6 +119,36 @@ WHERE_WAIT_S = 0.2
 """How long a hung worker is given to write its stack (faulthandler writes it at once)."""
 
 
+def _check_workers(workers: int, num_envs: int, autoreset_mode: AutoresetMode | str) -> None:
+    """Refuse (EnvError) an autoreset mode workers do not run, or a worker count that leaves a
+    worker without an env or an env without a worker."""
+    if parse_autoreset_mode(autoreset_mode) != AutoresetMode.SAME_STEP:
+        raise EnvError("env workers autoreset SAME_STEP only; use workers = 1 for NEXT_STEP")
+    if not 1 <= workers <= num_envs:
+        raise EnvError(
+            f"env.workers = {workers} must be between 1 and env.num_envs = {num_envs} "
+            "(each worker steps at least one env)"
+        )
+
+
+def _worker_kwargs(
+    env_kwargs: dict[str, Any] | None, max_episode_steps: int | None
+) -> dict[str, Any]:
+    """The keywords each worker makes its envs with; EnvError where they cannot travel to the
+    workers as JSON."""
+    kwargs: dict[str, Any] = dict(env_kwargs or {})
+    try:  # they travel to the workers as JSON
+        json.dumps(kwargs)
+    except (TypeError, ValueError) as error:
+        raise EnvError(
+            f"the env's keywords go to env workers as JSON, and {error}: give plain "
+            "values (numbers, strings, lists, tables), or use env.workers = 1"
+        ) from None
+    if max_episode_steps is not None:
+        kwargs["max_episode_steps"] = max_episode_steps
+    return kwargs
+
+
 class WorkerVectorEnv(NotCopyable, AccountedPythonEnv, VectorEnv):
     """`num_envs` copies of a Gymnasium env in `workers` processes, with the reference impl's
     semantics and buffers (operant.envs.contract.BatchEnv), the buffers in shared memory."""
@@ -140,29 +170,14 @@ class WorkerVectorEnv(NotCopyable, AccountedPythonEnv, VectorEnv):
     ):
         self.step_timeout_s = step_timeout_s
         """How long a worker may take to answer (a step, a reset); None: as long as it takes."""
-        if parse_autoreset_mode(autoreset_mode) != AutoresetMode.SAME_STEP:
-            raise EnvError("env workers autoreset SAME_STEP only; use workers = 1 for NEXT_STEP")
-        if not 1 <= workers <= num_envs:
-            raise EnvError(
-                f"env.workers = {workers} must be between 1 and env.num_envs = {num_envs} "
-                "(each worker steps at least one env)"
-            )
+        _check_workers(workers, num_envs, autoreset_mode)
         self.closed = True  # until the workers run: close() then has nothing to do
         self._processes: list[subprocess.Popen[bytes]] = []
         self._commands: list[int] = []
         self._results: list[int] = []
         self._owed: list[int] = []
         """Workers whose answer to a command has not been read yet, in order."""
-        kwargs: dict[str, Any] = dict(env_kwargs or {})
-        try:  # they travel to the workers as JSON
-            json.dumps(kwargs)
-        except (TypeError, ValueError) as error:
-            raise EnvError(
-                f"the env's keywords go to env workers as JSON, and {error}: give plain "
-                "values (numbers, strings, lists, tables), or use env.workers = 1"
-            ) from None
-        if max_episode_steps is not None:
-            kwargs["max_episode_steps"] = max_episode_steps
+        kwargs = _worker_kwargs(env_kwargs, max_episode_steps)
         module, _, key = env_id.rpartition(":")
         key = key.removeprefix("operant/")
         try:
@@ -174,6 +189,15 @@ class WorkerVectorEnv(NotCopyable, AccountedPythonEnv, VectorEnv):
         self.num_envs = num_envs
         self.workers = workers
         self.copy = copy
+        self._describe_spaces(env_id, obs_space, act_space)
+        self.layout = RowLayout(num_envs)
+        self.episodes = EpisodeAccounting(self.layout, RECENT_CAPACITY)
+        self.rows = split_rows(num_envs, workers)
+        self._start_workers(module, key, kwargs)
+
+    def _describe_spaces(self, env_id: str, obs_space: spaces.Box, act_space: spaces.Space) -> None:
+        """The batch's spaces and specs, from one env's observation and action spaces."""
+        num_envs = self.num_envs
         self.obs_rows = obs_rows(obs_space, act_space)
         self.single_observation_space = self.obs_rows.space
         self.single_action_space = act_space
@@ -185,13 +209,14 @@ class WorkerVectorEnv(NotCopyable, AccountedPythonEnv, VectorEnv):
         except TypeError as error:  # a space no policy here acts in: one line, not a traceback
             raise EnvError(f"{env_id}: {error}") from None
         self.discrete = isinstance(act_space, spaces.Discrete)
-        self.layout = RowLayout(num_envs)
-        self.episodes = EpisodeAccounting(self.layout, RECENT_CAPACITY)
-        self.rows = split_rows(num_envs, workers)
 
+    def _start_workers(self, module: str, key: str, kwargs: dict[str, Any]) -> None:
+        """Map the shared block, take the buffers as views of it, and start one worker process
+        per row range; returns once each has built its envs. On any failure the workers started
+        so far are closed and the error raised."""
         spec = self.obs_spec
         buffers = BufferLayout(
-            num_envs, spec.shape, spec.dtype.str, self.act_spec.shape, self.discrete
+            self.num_envs, spec.shape, spec.dtype.str, self.act_spec.shape, self.discrete
         )
         fd = shared_fd(buffers.size)
         try:
