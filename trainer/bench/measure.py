@@ -175,8 +175,9 @@ def _measured_rounds(env, args: argparse.Namespace, row: dict[str, Any] | None) 
     exactly the measured rounds, stored in it as "profile"."""
     from operant.envs.contract import ProfilesStep
 
+    num_envs = env.num_envs
     if row is None:
-        return _timed_rounds(env.step_bound, env.num_envs, args.rounds, args.round_seconds)
+        return _timed_rounds(env.step_bound, num_envs, args.rounds, args.round_seconds)
     if not isinstance(env, ProfilesStep):  # (env_checks.profile_kwargs refused it before)
         raise ValueError(f"--profile: {args.env} has no per-phase step timing")
     start: dict[str, int] = {}
@@ -190,9 +191,7 @@ def _measured_rounds(env, args: argparse.Namespace, row: dict[str, Any] | None) 
         start.update(env.step_timing)
         steps[0] = 0
 
-    rates = _timed_rounds(
-        step, env.num_envs, args.rounds, args.round_seconds, on_measure=mark_start
-    )
+    rates = _timed_rounds(step, num_envs, args.rounds, args.round_seconds, on_measure=mark_start)
     row["profile"] = env_checks.phase_profile(start, env.step_timing, steps[0])
     env_checks.print_profile(args.env, row["num_envs"], row["profile"])
     return rates
@@ -331,7 +330,7 @@ def _train_once(args: argparse.Namespace, cell: dict[str, int], seed: int) -> di
     wall = time.perf_counter() - started
     memory["end_mb"] = _rss_mb()
     assert last is not None, "a bench run trains at least one update"
-    run = {
+    run: dict[str, Any] = {
         "seed": seed,
         "env_id": trainer.config.env.id,
         "global_step": last.global_step,

@@ -57,12 +57,12 @@ def bindable(env: Any, storage: RolloutStorage) -> bool:
     can here (`binds_slots`, where that depends on what it wraps), numpy buffers, and the
     storage in host memory with the env's dtypes."""
     return (
-        isinstance(env, BindsSlots)
-        and env.binds_slots
-        and isinstance(env.obs, np.ndarray)
+        isinstance(env.obs, np.ndarray)
         and storage.obs.device.type == "cpu"
         and storage.obs.dtype == torch.from_numpy(env.obs[:0]).dtype
         and storage.terminated_steps.device.type == "cpu"
+        and isinstance(env, BindsSlots)
+        and env.binds_slots
     )
 
 
