@@ -74,21 +74,7 @@ class ReferenceVectorEnv(AccountedPythonEnv, VectorEnv):
         if render_mode is not None:
             kwargs["render_mode"] = render_mode
         self.env_id = env_id
-        try:
-            with env_step(None, "construction"):  # only a stop's grace: no step timeout
-                self.inner = gymnasium.make_vec(
-                    spec.id,
-                    num_envs=num_envs,
-                    vectorization_mode="sync",
-                    vector_kwargs={"autoreset_mode": self.autoreset_mode},
-                    **kwargs,
-                )
-        except (gymnasium.error.DependencyNotInstalled, ImportError, EnvError):
-            raise  # a missing package (preflight names it) or a refused option: not a failure
-        except Exception as error:
-            raise self._failed("built", error) from error
-        except EnvStepHung as hung:
-            raise EnvFailedError(f"the env {env_id} was {hung}") from hung
+        self.inner = self._make_inner(spec.id, num_envs, kwargs)
         self.render_mode = render_mode
         if render_mode == "rgb_array":
             init_headless_display()
@@ -105,6 +91,35 @@ class ReferenceVectorEnv(AccountedPythonEnv, VectorEnv):
         )
         self.num_envs = num_envs
         self.copy = copy
+        self._take_spaces(env_id, num_envs)
+        self.layout = RowLayout(num_envs)
+        self.episodes = EpisodeAccounting(self.layout, RECENT_CAPACITY)
+        self._resetting = np.zeros(num_envs, dtype=np.bool_)
+        """NEXT_STEP: the envs whose next step is a reset (not part of any episode)."""
+
+    def _make_inner(self, spec_id: str, num_envs: int, kwargs: dict[str, Any]) -> Any:
+        """Gymnasium's sync vector env of `num_envs` envs, in this env's autoreset mode. A
+        missing package or a refused option is raised as it is; anything else the env raises,
+        or a stop while it is built, is EnvFailedError."""
+        try:
+            with env_step(None, "construction"):  # only a stop's grace: no step timeout
+                return gymnasium.make_vec(
+                    spec_id,
+                    num_envs=num_envs,
+                    vectorization_mode="sync",
+                    vector_kwargs={"autoreset_mode": self.autoreset_mode},
+                    **kwargs,
+                )
+        except (gymnasium.error.DependencyNotInstalled, ImportError, EnvError):
+            raise  # a missing package (preflight names it) or a refused option: not a failure
+        except Exception as error:
+            raise self._failed("built", error) from error
+        except EnvStepHung as hung:
+            raise EnvFailedError(f"the env {self.env_id} was {hung}") from hung
+
+    def _take_spaces(self, env_id: str, num_envs: int) -> None:
+        """The batch's spaces and specs from the inner env's, and the buffers they size; an
+        EnvError for observations that are not a Box or actions no policy here acts in."""
         self.single_action_space = self.inner.single_action_space
         self.action_space = self.inner.action_space
         declared = self.inner.single_observation_space
@@ -119,10 +134,6 @@ class ReferenceVectorEnv(AccountedPythonEnv, VectorEnv):
             self.act_spec = ActSpec.from_space(self.single_action_space)
         except TypeError as error:  # a space no policy here acts in: one line, not a traceback
             raise EnvError(f"{env_id}: {error}") from None
-        self.layout = RowLayout(num_envs)
-        self.episodes = EpisodeAccounting(self.layout, RECENT_CAPACITY)
-        self._resetting = np.zeros(num_envs, dtype=np.bool_)
-        """NEXT_STEP: the envs whose next step is a reset (not part of any episode)."""
 
     def reset(
         self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
