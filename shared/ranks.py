@@ -258,12 +258,12 @@ def run_status(rows: Sequence[RankRow]) -> tuple[str, tuple[int, ...]]:
     return STATUS_FINISHED, ()
 
 
-def combine_snapshots(
-    snapshots: Sequence[Snapshot], rows: Sequence[RankRow], path: str, world_size: int
-) -> RunSnapshot:
-    """The run from its ranks' snapshots (rank order, at least one) and every rank's row."""
+def _combined_numbers(
+    snapshots: Sequence[Snapshot], world_size: int
+) -> tuple[dict[str, int], dict[str, float], dict[str, float] | None]:
+    """The run's counters, gauges and snapshot block: each name's values over the ranks,
+    combined by the name's rule (operant.shared.metrics_layout)."""
     first = snapshots[0]
-    status, status_ranks = run_status(rows)
     # Rates are summed over the ranks still stepping; once none is (the whole run ended or
     # died), over all of them, so an ended run shows its last rate as one process's does.
     active = [snap.status in _ACTIVE for snap in snapshots]
@@ -285,6 +285,15 @@ def combine_snapshots(
         count = values(name, fmt.KIND_COUNTER)
         counters[name] = int(count) if _is_number(count) else 0
     gauges = {name: float(values(name, fmt.KIND_GAUGE)) for name in first.gauges}
+    block = None
+    if first.snapshot is not None:
+        block = {name: float(values(name, "snapshot")) for name in first.snapshot}
+    return counters, gauges, block
+
+
+def _combined_texts(snapshots: Sequence[Snapshot]) -> dict[str, str]:
+    """The run's texts: the joined ones as each rank's, named by rank; the rest rank 0's."""
+    first = snapshots[0]
     texts = {}
     for name in first.texts:
         if rule_of(name, fmt.KIND_TEXT) == JOINED:
@@ -295,21 +304,32 @@ def combine_snapshots(
             )
         else:
             texts[name] = first.texts[name]
-    block = None
-    if first.snapshot is not None:
-        block = {name: float(values(name, "snapshot")) for name in first.snapshot}
-    reason = first.reason
+    return texts
+
+
+def _run_reason(snapshots: Sequence[Snapshot]) -> str:
+    """Why the run is where it is: every rank in trouble, the one whose heartbeat stopped first
+    (the likely cause) first, or else the first rank's reason."""
     troubled = sorted(
         (snap for snap in snapshots if snap.status in _BAD_STATUSES),
         key=lambda snap: (snap.heartbeat_wall_ns, snap.schema.rank),
     )
-    if troubled:
-        # Every rank in trouble, the one whose heartbeat stopped first (the likely cause)
-        # first: "rank 1 crashed; rank 0 failed: the gradient all-reduce failed ...".
-        reason = "; ".join(
-            f"rank {snap.schema.rank} {snap.status}" + (f": {snap.reason}" if snap.reason else "")
-            for snap in troubled
-        )
+    if not troubled:
+        return snapshots[0].reason
+    # "rank 1 crashed; rank 0 failed: the gradient all-reduce failed ...".
+    return "; ".join(
+        f"rank {snap.schema.rank} {snap.status}" + (f": {snap.reason}" if snap.reason else "")
+        for snap in troubled
+    )
+
+
+def combine_snapshots(
+    snapshots: Sequence[Snapshot], rows: Sequence[RankRow], path: str, world_size: int
+) -> RunSnapshot:
+    """The run from its ranks' snapshots (rank order, at least one) and every rank's row."""
+    first = snapshots[0]
+    status, status_ranks = run_status(rows)
+    counters, gauges, block = _combined_numbers(snapshots, world_size)
     states = {snap.state for snap in snapshots}
     state = next((s for s in ("failed", "running", "initializing") if s in states), first.state)
     total = msgspec.structs.replace(
@@ -318,7 +338,7 @@ def combine_snapshots(
         status=status,
         state=state,
         interrupted=status == STATUS_FINISHED and any(s.interrupted for s in snapshots),
-        reason=reason,
+        reason=_run_reason(snapshots),
         created_wall_ns=min(s.created_wall_ns for s in snapshots),
         heartbeat_wall_ns=max(s.heartbeat_wall_ns for s in snapshots),
         heartbeat_age_s=min(s.heartbeat_age_s for s in snapshots),
@@ -326,7 +346,7 @@ def combine_snapshots(
         history_head=min(s.history_head for s in snapshots),
         counters=counters,
         gauges=gauges,
-        texts=texts,
+        texts=_combined_texts(snapshots),
         snapshot=block,
     )
     return RunSnapshot(
