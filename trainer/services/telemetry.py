@@ -209,8 +209,6 @@ class Publisher:
         """`frame` (`frame_source(env)`): publish env 0's latest observation each update.
         `prepare(publisher)`, where passed, gives the file its first values (a resumed run's:
         `resume`, `continue_history`, `set_elapsed_before`) before it appears under `path`."""
-        from operant.cext.metrics import MetricsWriter
-
         self.schema = build_schema(
             run_id,
             env_id,
@@ -222,26 +220,46 @@ class Publisher:
             frame=frame.spec if frame is not None else None,
         )
         self.frame = frame
+        self._start: dict[str, int] = {}  # the record's counters when this process began
+        self._carried = carried_steps(path)  # before this process's file replaces it
+        self._take_slots(env_phases)
+        self._history_names = [d.name for d in _RECORD_CURVES]
+        self._history = np.zeros(len(HISTORY), dtype=np.float64)
+        self._phases = np.zeros(len(PHASE_FIELDS), dtype=np.float64)
+        self._process = psutil.Process()
+        self._process.cpu_percent()  # primes psutil's CPU-time baseline
+        self._last_resources = 0.0
+        self.writer = self._create_writer(path, total_steps, env_id, impl, device, prepare)
+
+    def _take_slots(self, env_phases: tuple[str, ...]) -> None:
+        """Look up once the schema's slot of every value `store` and `publish` write."""
         slot = self.schema.slot
         self._counter_slots = [(name, slot(name)) for name, _, _ in COUNTERS]
         self._process_slots = [
             (name, slot(declared.name)) for name, declared in names.PROCESS_COUNTERS.items()
         ]
-        self._start: dict[str, int] = {}  # the record's counters when this process began
         self._trained_slot = slot(names.TRAINED_STEPS.name)
-        self._carried = carried_steps(path)  # before this process's file replaces it
         self._gauge_slots = [(d.name, slot(d.name)) for d in _PUBLISHED if d.kind == names.GAUGE]
         self._env_phase_slots = [
             (phase, slot(names.env_phase_metric(phase))) for phase in env_phases
         ]
-        self._history_names = [d.name for d in _RECORD_CURVES]
-        self._history = np.zeros(len(HISTORY), dtype=np.float64)
-        self._phases = np.zeros(len(PHASE_FIELDS), dtype=np.float64)
         self._cpu_slot, self._rss_slot = slot(names.CPU_PERCENT.name), slot(names.RSS_BYTES.name)
         self._update_time_slot = slot(names.LAST_UPDATE_UNIX_S.name)
-        self._process = psutil.Process()
-        self._process.cpu_percent()  # primes psutil's CPU-time baseline
-        self._last_resources = 0.0
+
+    def _create_writer(
+        self,
+        path: Path,
+        total_steps: int,
+        env_id: str,
+        impl: str,
+        device: str,
+        prepare: Callable[[Publisher], None] | None,
+    ) -> Any:
+        """The metrics file's writer, the file given its first values (the run's size, env and
+        device, the steps carried over, then `prepare`'s) before it appears under `path`."""
+        from operant.cext.metrics import MetricsWriter
+
+        slot = self.schema.slot
 
         def first_values(writer: Any) -> None:
             self.writer = writer
@@ -253,7 +271,7 @@ class Publisher:
             if prepare is not None:
                 prepare(self)
 
-        self.writer = MetricsWriter.create(
+        return MetricsWriter.create(
             path,
             self.schema,
             history_capacity=HISTORY_CAPACITY,
