@@ -146,6 +146,19 @@ def open_run_dir(plan: RunPlan) -> tuple[Path | None, int]:
     return None, EXIT_USAGE
 
 
+def _checkpointer(plan: RunPlan, run_dir: Path, notifier: SystemdNotifier) -> Checkpointer:
+    """The run's checkpointer, on the schedule and keep its config says; a long write counts
+    as progress to systemd's watchdog (`notifier.beat`)."""
+    config = plan.config
+    return Checkpointer(
+        run_dir / runs.CHECKPOINT_DIR,
+        config.checkpoint.every_updates,
+        config.checkpoint.every_seconds,
+        config.checkpoint.keep,
+        beat=notifier.beat,
+    )
+
+
 def compose(
     args: Any,
     plan: RunPlan,
@@ -162,13 +175,7 @@ def compose(
     rank = rank or Rank()
     config = plan.config
     notifier = SystemdNotifier.from_environ(unset_environment=True)
-    checkpointer = Checkpointer(
-        run_dir / runs.CHECKPOINT_DIR,
-        config.checkpoint.every_updates,
-        config.checkpoint.every_seconds,
-        config.checkpoint.keep,
-        beat=notifier.beat,
-    )
+    checkpointer = _checkpointer(plan, run_dir, notifier)
     records = ContinueRecords(plan, run_dir / runs.PROGRESS_FILE, checkpointer)
     progress = WriteProgress(run_dir / runs.PROGRESS_FILE, args, plan, trainer.derived, signals)
     publish = (
