@@ -87,7 +87,31 @@ class Collector:
         self.env, self.storage, self.policy = env, storage, policy
         self.observe, self.reward_normalizer = observe, reward_normalizer
         self.generator, self.totals, self.gamma = generator, totals, gamma
-        # Env buffers seen as tensors: the same memory the kernel writes (no copies).
+        self._env_views(env, storage)
+        self.everything = row_slice(
+            storage, slice(None), self.env_obs, self.env_actions, storage.clipped_actions
+        )
+        self.bound = bindable(env, storage)
+        # A kernel that keeps its observation rows by difference writes its own buffer,
+        # copied into the storage each step as for an unbound env.
+        self.obs_bound = self.bound and env.binds_obs
+        self._step_views(storage)
+        # Truncated rows' values: batched over the rollout where everything is in host memory.
+        self.bootstrap = (
+            BatchedBootstrap(storage, policy)
+            if batchable(storage, self.env_final_obs, self.env_truncated)
+            else None
+        )
+        if self.bound:
+            self._bind_env()
+        self._flag_table(storage)
+        self._plan_stores(reward_normalizer)
+        if self.bound:
+            self._bound_views(storage)
+
+    def _env_views(self, env: Any, storage: RolloutStorage) -> None:
+        """The env's buffers seen as tensors: the same memory the kernel writes (no copies);
+        a Box's bounds, which the env sees its unbounded samples clipped to."""
         self.env_obs = as_tensor(env.obs)
         self.env_actions = as_tensor(env.actions)
         self.env_rewards = as_tensor(env.rewards)
@@ -97,16 +121,13 @@ class Collector:
         act_spec = env.act_spec
         device = storage.values.device
         if not act_spec.discrete:
-            # Samples are unbounded; the env sees them clipped to its bounds.
             self.action_low = torch.as_tensor(act_spec.low, device=device)
             self.action_high = torch.as_tensor(act_spec.high, device=device)
-        self.everything = row_slice(
-            storage, slice(None), self.env_obs, self.env_actions, storage.clipped_actions
-        )
-        self.bound = bindable(env, storage)
-        # A kernel that keeps its observation rows by difference writes its own buffer,
-        # copied into the storage each step as for an unbound env.
-        self.obs_bound = self.bound and env.binds_obs
+
+    def _step_views(self, storage: RolloutStorage) -> None:
+        """Each step's rows of the storage, taken once: where step t's observations go (the
+        slot a bound kernel writes, -1 for a copy), its rewards, flags and final
+        observations."""
         last = storage.num_steps - 1
         self.obs_slots = tuple(
             t + 1 if t < last and self.obs_bound else -1 for t in range(last + 1)
@@ -116,26 +137,25 @@ class Collector:
         self.step_dones = tuple(storage.dones[t] for t in steps)
         self.step_terminated = tuple(storage.terminated_steps[t] for t in steps)
         self.step_truncated = tuple(storage.truncated_steps[t] for t in steps)
-        # Truncated rows' values: batched over the rollout where everything is in host memory.
-        self.bootstrap = (
-            BatchedBootstrap(storage, policy)
-            if batchable(storage, self.env_final_obs, self.env_truncated)
-            else None
-        )
         self.step_final = tuple(storage.final_obs_steps[t] for t in steps)
-        if self.bound:
-            self._bind_env()
-        # Where step t's truncated flags are, as uint8 (slots, rows) and a slot, in host memory.
+
+    def _flag_table(self, storage: RolloutStorage) -> None:
+        """Where step t's truncated flags are, as uint8 (slots, rows) and a slot, in host
+        memory; no slots where they are on a device."""
         if self.bound:
             self.flag_table = storage.truncated_steps.numpy().view(np.uint8)
-            self.flag_slots: tuple[int, ...] = tuple(steps)
+            self.flag_slots: tuple[int, ...] = tuple(range(storage.num_steps))
         elif self.env_truncated.device.type == "cpu":
             self.flag_table = self.env_truncated.numpy().view(np.uint8)[None]
             self.flag_slots = (0,) * storage.num_steps
         else:
             self.flag_slots = ()
-        # What the collector writes into `final_obs_steps[t]` on a step that truncates: None
-        # where a bound kernel writes them itself and the policy sees them as they are.
+
+    def _plan_stores(self, reward_normalizer: Any) -> None:
+        """What a step stores: the final observations the collector writes into
+        `final_obs_steps[t]` on a step that truncates (None where a bound kernel writes them
+        itself and the policy sees them as they are), and whether anything is stored at all
+        (a bound env with discrete actions and nothing normalised: nothing per step)."""
         self.final_source = (
             None
             if self.bootstrap is None
@@ -143,16 +163,13 @@ class Collector:
             else self.env_final_obs
         )
         self.some_truncated = self._truncation_checks()
-        # A bound env with discrete actions and nothing normalised: nothing to store per step.
-        self.acts_in_place = self.bound and env.act_spec.discrete
+        self.acts_in_place = self.bound and self.env.act_spec.discrete
         self.nothing_to_store = (
             self.bound
             and reward_normalizer is None
             and self.bootstrap is not None
             and self.final_source is None
         )
-        if self.bound:
-            self._bound_views(storage)
 
     def _bind_env(self) -> None:
         """Bind the env's kernels to the storage: observations to `obs`, rewards and flags to
