@@ -11,9 +11,12 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import threading
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import msgspec
 from textual.app import App, ComposeResult, SystemCommand
@@ -105,6 +108,34 @@ def choose_curves(fields: list[str]) -> list[tuple[str, str, str]]:
     colors = [color for _, _, color in CURVES]
     others = [name for name in fields if name not in _NOT_CURVES][:MAX_CURVES]
     return [(name, label(name), colors[i % len(colors)]) for i, name in enumerate(others)]
+
+
+class DaemonThreads(ThreadPoolExecutor):
+    """The app's event loop's default executor, where Textual runs thread workers (the
+    source's reader) and asyncio.to_thread (the picker's listing): each call in a daemon
+    thread of its own, which nothing waits for. asyncio's own executor is joined when its
+    loop closes (asyncio.run, inside App.run) and at exit, so a read stuck on a slow disk
+    held `q` until it returned; here the read keeps its thread and the monitor leaves."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+
+        def call() -> None:
+            if not future.set_running_or_notify_cancel():
+                return
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as error:  # handed to whoever awaits the call, as the pool does
+                future.set_exception(error)
+            else:
+                future.set_result(result)
+
+        threading.Thread(target=call, name="operant-monitor-io", daemon=True).start()
+        return future
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Nothing to wait for or to cancel: each call's thread ends with it, or with the
+        process."""
 
 
 class HelpScreen(ModalScreen[None]):
@@ -300,6 +331,10 @@ class MonitorApp(App[str | None]):
 
     def get_default_screen(self) -> RunScreen:
         return self.main
+
+    def on_load(self) -> None:
+        # Before any worker starts: the source's reader runs in this executor's threads.
+        asyncio.get_running_loop().set_default_executor(DaemonThreads())
 
     def get_system_commands(self, screen: Screen):
         yield from super().get_system_commands(screen)

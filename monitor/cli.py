@@ -150,6 +150,8 @@ def interactive(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    # Here, not at the top, so --once and --json never load Textual; no cycle needs it (the
+    # app imports no command module: tests/test_monitor_isolation.py).
     from operant.monitor.app import run_app
 
     watched = None if args.follow or run_dir is None else run_dir.name

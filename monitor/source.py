@@ -1,13 +1,16 @@
 """Where the monitor's data comes from: frozen `RunView`s, posted to the app as messages.
 
-`SnapshotSource` is the protocol the app depends on; `ReaderSource` is the real one, a daemon
-thread that reads a run's metrics files through `operant.shared.ranks.RunReader` (one file, or
-one per rank of a run trained by several processes, shown as one run) every
-`interval_s` and posts a `RunUpdate`. Tests pass a fake that posts views they build by hand.
+`SnapshotSource` is the protocol the app depends on; `ReaderSource` is the real one, a Textual
+thread worker of the app (`run_worker(thread=True)`, exclusive in its group) that reads a run's
+metrics files through `operant.shared.ranks.RunReader` (one file, or one per rank of a run
+trained by several processes, shown as one run) every `interval_s` and posts a `RunUpdate`.
+Tests pass a fake that posts views they build by hand.
 
-The thread keeps the UI responsive whatever the file does (a slow disk, a file replaced or
-corrupt), and everything the app draws is already computed here, off the UI thread. Nothing in
-this module writes anywhere: the reader opens the file read-only, `latest` is only read.
+The worker keeps the UI responsive whatever the file does (a slow disk, a file replaced or
+corrupt), and everything the app draws is already computed here, off the UI thread; a read that
+never returns holds neither the screen nor a detach (the app's executor, operant.monitor.app).
+Nothing in this module writes anywhere: the reader opens the file read-only, `latest` is only
+read.
 """
 
 from __future__ import annotations
@@ -19,13 +22,16 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
 import msgspec
 import psutil
+from textual.dom import DOMNode
 from textual.message import Message
 from textual.message_pump import MessagePump
+from textual.worker import Worker, get_current_worker
 
 from operant.monitor.backfill import older_points
 from operant.monitor.listing import RunRow, list_runs
@@ -43,6 +49,8 @@ DEFAULT_INTERVAL_S = 1.0
 MAX_CURVE_POINTS = 20_000
 # psutil's start time and the one in the file's header can differ by clock-step noise.
 _START_TOLERANCE_S = 1.0
+# The reader's worker: its name and group among the app's workers.
+WORKER_GROUP = "operant-monitor-source"
 
 # Statuses beyond the reader's (running, finished, failed, crashed, stalled).
 STATUS_WAITING = "waiting"
@@ -154,8 +162,9 @@ class SnapshotSource(Protocol):
 
     interval_s: float
 
-    def start(self, target: MessagePump) -> None:
-        """Begin posting RunUpdate messages to `target` (the first one promptly)."""
+    def start(self, target: DOMNode) -> None:
+        """Begin posting RunUpdate messages to `target` (the first one promptly), from a
+        worker of `target`'s."""
 
     def stop(self) -> None:
         """Stop posting; return quickly."""
@@ -171,7 +180,7 @@ class ReaderSource:
     """Views of one run (or of whichever run `latest` names) from its metrics file.
 
     `poll()` takes one view synchronously (tests call it directly); `start()` calls it from a
-    daemon thread every `interval_s`.
+    Textual thread worker every `interval_s`.
     """
 
     def __init__(
@@ -206,26 +215,37 @@ class ReaderSource:
         self._requested: str | None = None
         self._wake = threading.Event()
         self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._worker: Worker[None] | None = None
+        self._looping = False
+        """The worker's loop runs (under `_lock`): then it, not `stop()`, closes the reader."""
         self._hostname = socket.gethostname()
 
-    # --- the thread ----------------------------------------------------------------------
+    # --- the worker ----------------------------------------------------------------------
 
-    def start(self, target: MessagePump) -> None:
+    def start(self, target: DOMNode) -> None:
         # The first look is taken here, before the app's first paint, so the first frame
-        # already shows the run; the thread takes every later one.
+        # already shows the run; the worker takes every later one.
         if self._post(target):
-            self._thread = threading.Thread(
-                target=self._loop, args=(target,), name="operant-monitor-source", daemon=True
+            self._worker = target.run_worker(
+                partial(self._loop, target),
+                name=WORKER_GROUP,
+                group=WORKER_GROUP,
+                description=f"reads run {self._run or LATEST_NAME} every {self.interval_s:g} s",
+                thread=True,
+                exclusive=True,
             )
-            self._thread.start()
 
     def stop(self) -> None:
+        """Ends the worker's loop at its next look, never waiting for a read under way: a
+        read stuck on a slow disk keeps its thread, not the app. The reader is closed by the
+        loop on its way out, or here when no loop runs."""
         self._stopping.set()
         self._wake.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=2 * self.interval_s + 1.0)
-        self._close_reader()
+        if self._worker is not None:
+            self._worker.cancel()
+        with self._lock:
+            if not self._looping:
+                self._close_reader()
 
     def attach(self, run_id: str) -> None:
         with self._lock:
@@ -239,10 +259,22 @@ class ReaderSource:
             return []
 
     def _loop(self, target: MessagePump) -> None:
-        while True:
-            self._wake.wait(self.interval_s)
-            if self._stopping.is_set() or not self._post(target):
+        """The worker: a look every `interval_s` (at once when woken) until stopped or
+        cancelled (the app cancels its workers when it exits), or a bug."""
+        worker = get_current_worker()
+        with self._lock:
+            if self._stopping.is_set():
                 return
+            self._looping = True
+        try:
+            while True:
+                self._wake.wait(self.interval_s)
+                if self._stopping.is_set() or worker.is_cancelled or not self._post(target):
+                    return
+        finally:
+            with self._lock:
+                self._looping = False
+                self._close_reader()
 
     def _post(self, target: MessagePump) -> bool:
         """Take one look and post it; False (and the traceback posted) on a bug."""

@@ -6,6 +6,8 @@ import functools
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import msgspec
@@ -678,6 +680,52 @@ async def test_real_picker_attaches_to_another_run(tmp_path):
     finally:
         first.close()
         second.close()
+
+
+@pilot_test
+async def test_a_read_that_never_returns_freezes_neither_the_screen_nor_the_detach(tmp_path):
+    """The source reads in a Textual thread worker: a read stuck on a slow disk (here one that
+    waits for the test) leaves the screen answering keys, q detaches at once, and nothing
+    waits for the stuck read (Textual runs thread workers in the loop's default executor,
+    which asyncio.run joins at its end: the app's own lets the read keep its thread)."""
+    run = Run(tmp_path)
+    run.publish(3)
+    source = ReaderSource(tmp_path, run.run_id, interval_s=0.05)
+    stuck, release = threading.Event(), threading.Event()
+    read, looks = source.poll, []
+
+    def poll():
+        looks.append(threading.current_thread())
+        if len(looks) > 1:  # the first look, taken before the first paint, is answered
+            stuck.set()
+            release.wait(20)
+        return read()
+
+    source.poll = poll
+    app = MonitorApp(source)
+    loop = asyncio.get_running_loop()
+    try:
+        async with app.run_test() as pilot:
+            await until(pilot, lambda: app.view is not None and stuck.is_set())
+            assert looks[1] is not threading.main_thread()
+            await pilot.press("p")
+            await until(pilot, lambda: "PAUSED" in screen_text(app))
+            await pilot.press("question_mark")
+            await until(pilot, lambda: isinstance(app.screen, HelpScreen))
+            await pilot.press("escape")
+            await pilot.press("q")
+            await until(pilot, lambda: not app.is_running)
+        assert app.return_value == run.run_id and not release.is_set()
+        await asyncio.wait_for(loop.shutdown_default_executor(), timeout=5)
+    finally:
+        release.set()
+        run.close()
+    # Once the read returns, the loop ends and closes its reader.
+    deadline = time.monotonic() + 10
+    while source._reader is not None:
+        assert time.monotonic() < deadline, "the reader outlived the read"
+        time.sleep(0.02)
+    assert len(looks) == 2
 
 
 def test_source_poll_reads_a_real_file_with_an_injected_clock(tmp_path):
