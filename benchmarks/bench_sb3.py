@@ -40,7 +40,7 @@ from stable_baselines3.common.env_util import make_vec_env as sb3_make_vec_env  
 from stable_baselines3.common.vec_env import VecEnv  # noqa: E402
 
 from operant.compat.sb3 import make_vec_env  # noqa: E402
-from operant.trainer.bench import machine  # noqa: E402
+from operant.trainer.bench.measure import machine  # noqa: E402
 
 ENV_ID = "CartPole-v1"
 PPO_NUM_ENVS = 8  # rl-baselines3-zoo's n_envs for PPO on CartPole-v1

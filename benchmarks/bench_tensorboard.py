@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from operant.trainer.bench import machine
+from operant.trainer.bench.measure import machine
 from operant.trainer.config import load_config
 from operant.trainer.loop.train import Trainer
 from operant.trainer.services.tensorboard import WriteTensorBoard

@@ -22,7 +22,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     ),
     "monitor": ("operant.monitor.cli", "watch a run live (--latest, --once, --json)"),
     "runs": ("operant.monitor.runs_cmd", "list runs with their status, steps and SPS"),
-    "bench": ("operant.trainer.bench", "measure env-only and training throughput"),
+    "bench": ("operant.trainer.bench.cli", "measure env-only and training throughput"),
     "eval": ("operant.trainer.eval.evaluate", "evaluate a run's policy, a model or a checkpoint"),
     "exporter": ("operant.monitor.exporter", "serve live runs' metrics in OpenMetrics format"),
     "sweep": ("operant.trainer.sweep.cli", "tune a config with Optuna (show NAME: leaderboard)"),

@@ -302,7 +302,7 @@ def test_shadow_check_names_the_first_disagreement():
 
 def test_validate_mismatch_exits_2_and_measures_nothing(monkeypatch, tmp_path, capsys):
     from operant.envs.face import parity
-    from operant.trainer import bench as bench_module
+    from operant.trainer.bench import cli as bench_module
 
     monkeypatch.setattr(parity, "_gymnasium_env", _StrongerPush)
     out = tmp_path / "bad.json"

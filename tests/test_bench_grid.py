@@ -4,7 +4,7 @@
 import json
 
 from operant.envs.grid.vector import GridVectorEnv
-from operant.trainer import bench as bench_module
+from operant.trainer.bench import cli as bench_module
 
 TINY = ["--env", "Grid-v0", "--num-envs", "4", "--rounds", "2", "--round-seconds", "0.02"]
 

@@ -327,7 +327,7 @@ def test_bench_validate_checks_against_minatar_and_exits_2_on_a_mismatch(
 
     import minatar.environments.breakout as breakout
 
-    from operant.trainer import bench as bench_module
+    from operant.trainer.bench import cli as bench_module
 
     out = tmp_path / "minatar.json"
     argv = ["env_only", "--env", "MinAtar-Breakout-v1", "--num-envs", "8", "--rounds", "2"]

@@ -7,49 +7,5 @@ The package, by what each module owns:
   plot      the PNGs of --plot;
   cli       the command line (flags, usage errors, exit codes) and `main`.
 
-`operant bench ...` and `python -m operant.trainer.bench ...` run `main`; the names below stay
-importable from `operant.trainer.bench` for scripts written against the single module it was.
+`operant bench ...` and `python -m operant.trainer.bench ...` run `cli.main`.
 """
-
-from operant.trainer.bench.cli import (
-    ENV_ONLY_NUM_ENVS,
-    EXIT_PARITY,
-    EXIT_USAGE,
-    MODES,
-    build_parser,
-    main,
-)
-from operant.trainer.bench.compare import EXIT_OK, EXIT_UNSTABLE, compare
-from operant.trainer.bench.measure import (
-    _timed_rounds,
-    arithmetic_bound,
-    bench_env_only,
-    bench_trainer,
-    bench_trainer_eval,
-    compute_bound,
-    machine,
-    summarize,
-)
-from operant.trainer.bench.plot import PHASE_COLORS, plot
-
-__all__ = [
-    "ENV_ONLY_NUM_ENVS",
-    "EXIT_OK",
-    "EXIT_PARITY",
-    "EXIT_UNSTABLE",
-    "EXIT_USAGE",
-    "MODES",
-    "PHASE_COLORS",
-    "_timed_rounds",
-    "arithmetic_bound",
-    "bench_env_only",
-    "bench_trainer",
-    "bench_trainer_eval",
-    "build_parser",
-    "compare",
-    "compute_bound",
-    "machine",
-    "main",
-    "plot",
-    "summarize",
-]

@@ -75,9 +75,27 @@ def _seed_list(text: str) -> list[int]:
     return _int_list(text, least=0)
 
 
+USAGE = """throughput, measured the same way every time (one JSON record; --output FILE).
+
+  operant bench env_only --env CartPole-v1 --num-envs 256,4096   env steps/s per impl,
+                                                                 beside Gymnasium's own
+  operant bench trainer --config configs/CartPole-v1.toml --seeds 1,2,3
+                                      training steps/s, time to the target, phases, bounds
+  operant bench trainer_eval --config configs/minatar/Breakout.toml    the rollout alone
+  operant bench trainer ... --baseline OLD.json       ratios to an earlier record
+
+exit status: 0 sound; 1 unstable, below an enforced --target-sps, or memory grew;
+2 bad input or a --validate parity mismatch. Modes and bounds: docs/benchmarks.md."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `operant bench` command line: what to measure, how, and where results go."""
-    parser = OneLineParser(prog="operant bench", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(
+        prog="operant bench",
+        usage="operant bench {env_only,trainer,trainer_eval} [options]",
+        description=USAGE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     _add_workload_arguments(parser)
     _add_measurement_arguments(parser)
     _add_config_and_output_arguments(parser)
