@@ -19,20 +19,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from compat_fixtures import cpu_key, records
 
 ROOT = Path(__file__).resolve().parent.parent
-TIMING = {"elapsed_s", "sps", "sps_mean", "phase_s"}
-
-
-def cpu_key() -> str:
-    """The CPU's vendor and torch's SIMD level, as record.sh names its folders."""
-    import torch
-
-    with open("/proc/cpuinfo") as cpuinfo:
-        vendor = next(
-            (line.split(":")[1].strip() for line in cpuinfo if line.startswith("vendor_id")), "cpu"
-        )
-    return f"{vendor}-{torch.backends.cpu.get_cpu_capability()}"
 
 
 FIXTURES = Path(__file__).parent / "fixtures" / "main-adb9f5f" / cpu_key()
@@ -41,11 +30,6 @@ pytestmark = pytest.mark.skipif(
     reason=f"no checkpoints of main at adb9f5f for this kind of CPU ({cpu_key()}): make them "
     "with tests/fixtures/main-adb9f5f/record.sh from an adb9f5f install",
 )
-
-
-def _records(path: Path, skip: int = 0) -> list[dict]:
-    lines = path.read_text().splitlines()[skip:]
-    return [{k: v for k, v in json.loads(line).items() if k not in TIMING} for line in lines]
 
 
 @pytest.mark.parametrize("case", ["breakout-mlp", "pendulum"])
@@ -73,8 +57,8 @@ def test_a_checkpoint_main_wrote_before_the_regroup_continues_as_main_did(tmp_pa
         timeout=240,
     )
     assert result.returncode == 0, result.stderr
-    got = _records(run_dir / "progress.jsonl", skip=1)
-    expected = _records(FIXTURES / case / "continuation.jsonl")
+    got = records(run_dir / "progress.jsonl", skip=1)
+    expected = records(FIXTURES / case / "continuation.jsonl")
     assert [record["update"] for record in got] == list(range(11, 31))
     for index, (mine, mains) in enumerate(zip(got, expected)):
         differ = sorted(k for k in mine.keys() | mains.keys() if mine.get(k) != mains.get(k))

@@ -26,22 +26,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from compat_fixtures import cpu_key, records
 
 ROOT = Path(__file__).resolve().parent.parent
-TIMING = {"elapsed_s", "sps", "sps_mean", "phase_s"}
 TORCH_UPDATE = ["--set", "ppo.update_impl=torch"]
-
-
-def cpu_key() -> str:
-    """The kind of CPU the records depend on: its vendor and torch's SIMD level, e.g.
-    GenuineIntel-AVX512 (record.sh names its folder the same way)."""
-    import torch
-
-    with open("/proc/cpuinfo") as cpuinfo:
-        vendor = next(
-            (line.split(":")[1].strip() for line in cpuinfo if line.startswith("vendor_id")), "cpu"
-        )
-    return f"{vendor}-{torch.backends.cpu.get_cpu_capability()}"
 
 
 FIXTURES = Path(__file__).parent / "fixtures" / "main-6031fcf" / cpu_key()
@@ -50,11 +38,6 @@ pytestmark = pytest.mark.skipif(
     reason=f"no records of main at 6031fcf for this kind of CPU ({cpu_key()}): make them with "
     "tests/fixtures/main-6031fcf/record.sh from a 6031fcf install",
 )
-
-
-def _records(path: Path, skip: int = 0) -> list[dict]:
-    lines = path.read_text().splitlines()[skip:]
-    return [{k: v for k, v in json.loads(line).items() if k not in TIMING} for line in lines]
 
 
 def _train(tmp_path: Path, run_id: str, *args: str) -> list[dict]:
@@ -78,7 +61,7 @@ def _train(tmp_path: Path, run_id: str, *args: str) -> list[dict]:
         stdout=subprocess.DEVNULL,
         timeout=240,
     )
-    return _records(tmp_path / run_id / "progress.jsonl")
+    return records(tmp_path / run_id / "progress.jsonl")
 
 
 def _first_difference(got: list[dict], expected: list[dict]) -> str:
@@ -100,7 +83,7 @@ def _first_difference(got: list[dict], expected: list[dict]) -> str:
     ],
 )
 def test_fixed_seed_run_reproduces_main_bit_for_bit(tmp_path, name, config):
-    expected = _records(FIXTURES / f"{name}.jsonl")
+    expected = records(FIXTURES / f"{name}.jsonl")
     got = _train(tmp_path, name, "--config", config, "--seed", "1")
     assert len(expected) > 50
     assert got == expected, _first_difference(got, expected)
@@ -138,7 +121,7 @@ def test_checkpoint_written_by_main_resumes_and_continues_as_main_did(tmp_path):
         stdout=subprocess.DEVNULL,
         timeout=240,
     )
-    got = _records(run_dir / "progress.jsonl", skip=1)
-    expected = _records(FIXTURES / "continuation.jsonl")
+    got = records(run_dir / "progress.jsonl", skip=1)
+    expected = records(FIXTURES / "continuation.jsonl")
     assert [record["update"] for record in got] == list(range(21, 61))
     assert got == expected, _first_difference(got, expected)
