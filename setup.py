@@ -16,10 +16,14 @@ from setup_flags import COMPILE_ARGS, EXTRA_COMPILE_ARGS  # noqa: E402
 # Every .pyx under cext/ is one extension module operant.cext.<name>, whatever folder groups its
 # source (cext/envs/minatar/minatar.pyx is operant.cext.minatar): the folders say which part
 # of the system a kernel serves; the import names stay flat.
-sources = {
-    os.path.splitext(os.path.basename(path))[0]: path
-    for path in sorted(glob.glob("cext/**/*.pyx", recursive=True))
-}
+sources: dict[str, str] = {}
+for path in sorted(glob.glob("cext/**/*.pyx", recursive=True)):
+    name = os.path.splitext(os.path.basename(path))[0]
+    if name in sources:
+        sys.exit(
+            f"setup.py: {sources[name]} and {path} would both be operant.cext.{name}: rename one"
+        )
+    sources[name] = path
 folders = sorted(
     {
         os.path.dirname(path)

@@ -4,7 +4,7 @@
  * terminations counted. A design that steps the plain steps of many envs in SIMD lanes and
  * falls back to the scalar step for the rest pays the scalar step on this fraction
  * (docs/journal/issue-16-minatar-kernels.md, "Seaquest: what a SIMD-lane design could reach").
- *     gcc -O2 -I cext/envs/minatar -I cext/common benchmarks/seaquest_ab/events.c -o /tmp/events -lm && /tmp/events [N STEPS] */
+ *     gcc -O2 -I cext/envs/minatar -I cext/envs/face -I cext/common benchmarks/seaquest_ab/events.c -o /tmp/events -lm && /tmp/events [N STEPS] */
 #include <stdio.h>
 #include <stdlib.h>
 

@@ -7,11 +7,13 @@
 # An A/A run (the same folder twice) shows the noise: 0.998 [0.937, 1.057] on 2026-11-27.
 set -e
 here=$(dirname "$0")
+# the headers minatar_common.h includes from the other cext/ folders (frame_pack.h, kernel_common.h)
+shared="-I$here/../../cext/envs/face -I$here/../../cext/common"
 out=${TMPDIR:-/tmp}/seaquest_ab.$$
 mkdir -p "$out"
 flags="-O3 -fno-math-errno -ffp-contract=off -mprefer-vector-width=256"
-gcc $flags -DPFX=A -I"$1" -c "$here/kernel.c" -o "$out/A.o"
-gcc $flags -DPFX=B -I"$2" -c "$here/kernel.c" -o "$out/B.o"
+gcc $flags -DPFX=A -I"$1" $shared -c "$here/kernel.c" -o "$out/A.o"
+gcc $flags -DPFX=B -I"$2" $shared -c "$here/kernel.c" -o "$out/B.o"
 gcc -O2 "$here/ab.c" "$out/A.o" "$out/B.o" -o "$out/ab"
 shift 2
 "$out/ab" "$@"

@@ -8,7 +8,7 @@ row layout the policy's matmul reads (conv.weight's (C, kh, kw) order). Torch's 
 of the same 6-D view took 590 us for 64 Breakout frames (its generic iterator over six
 dimensions, about 4 ns an element); this loop writes the 147,456 floats in order.
 
-Addresses, not tensors: the caller (cnn_policy.CNNPolicy) checks dtype, shape, contiguity and
+Addresses, not tensors: the caller (operant.trainer.policies.cnn.CNNPolicy) checks dtype, shape, contiguity and
 device once per call and passes data pointers, so a call allocates nothing (no buffer views
 of the tensors). No GIL.
 """
@@ -52,7 +52,7 @@ def patches_u8(uintptr_t frames, uintptr_t out, int64_t batch, int64_t channels,
                int64_t height, int64_t width, int64_t kernel):
     """im2col of `batch` C-contiguous uint8 (channels, height, width) frames at `frames` into
     the C-contiguous float32 (batch, height - kernel + 1, width - kernel + 1, channels,
-    kernel, kernel) array at `out`. The caller guarantees both (cnn_policy checks them)."""
+    kernel, kernel) array at `out`. The caller guarantees both (operant.trainer.policies.cnn checks them)."""
     if batch < 0 or channels < 1 or kernel < 1 or height < kernel or width < kernel:
         raise ValueError(f"no {kernel}x{kernel} patches in {batch} frames of "
                          f"({channels}, {height}, {width})")
