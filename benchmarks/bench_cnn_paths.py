@@ -6,9 +6,8 @@ frames, one thread: what each of them is worth to the update and to the rollout'
 
 Paths: `loss` (the heads and PPO's loss in one call, operant.trainer.loop.ppo_loss), `dense` (the
 dense layer by a transposed copy of its weight, operant.trainer.policies.dense_layer), `adam`
-(FlatAdam's
-floor under its square root), `clip_adam` (the clip and Adam in one native pass, with the
-loss), `sampling` (the rollout's categorical in one call), `conv` (the
+(FlatAdam's floor under its square root), `clip_adam` (the clip and Adam in one native pass, with
+the loss), `sampling` (the rollout's categorical in one call), `conv` (the
 first convolution from the set cells, operant.trainer.policies.sparse_conv), `all`. Each round times
 one update (3 epochs x 8 minibatches of 1,024 frames, Breakout's shipped PPO settings) and
 `act` over 50 batches of 64 frames, with the path on and off in alternating order; reported:

@@ -54,8 +54,7 @@ class ObsSpec:
     """One row's observation: `shape` and `dtype`, as the buffers hold it, and `scale`, the
     factor a policy multiplies its values by (1/255 for a Python env's byte images whose space
     runs from 0 to 255, operant.envs.reference.obs_rows; 1 for everything else: MinAtar's cells are
-    0
-    or 1 already)."""
+    0 or 1 already)."""
 
     shape: tuple[int, ...]
     dtype: np.dtype

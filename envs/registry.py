@@ -59,8 +59,8 @@ class EnvFailedError(RuntimeError):
     """A user's Python env raised while it was built, reset or stepped; the message names the
     env and the exception, which is its `__cause__` (its traceback is the user's to read).
     Like an env worker's failure (operant.envs.reference.workers.EnvWorkerError), it ends a
-    trainer's run
-    as failed with one line, after that traceback (operant.trainer.services.protocol)."""
+    trainer's run as failed with one line, after that traceback
+    (operant.trainer.services.protocol)."""
 
     fails_the_run = True
     culprit = "env"

@@ -1,7 +1,6 @@
 """operant-train's console output without --log-format (operant.trainer.services.status_line and
 operant.trainer.services.progress.console_mode): one status line redrawn in place on a terminal, a
-line a
-second elsewhere; the explicit formats as they were."""
+line a second elsewhere; the explicit formats as they were."""
 
 import io
 import os

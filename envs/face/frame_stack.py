@@ -21,16 +21,14 @@ refuse it.
 The frames live in a ring, `(k, rows, *frame)`, one slot per step for all rows at once
 (operant.cext.frame_stack): a native env's kernel writes its observations straight into the
 next slot (its buffers rebound, cext/common/kernel_slots.pxd), any other env's are copied in (F
-bytes
-a row, F the bytes of one observation), and nothing slides. A new episode copies nothing
+bytes a row, F the bytes of one observation), and nothing slides. A new episode copies nothing
 either: each row's age in the ring says which stack positions are padding, read from the
 episode's first frame.
 
 Binary frames (a Box(0, 1) of uint8 or bool: MinAtar's) are kept in the ring as bits, a row
 F / 8 bytes rounded up to whole words (operant.cext.frame_stack, cext/envs/face/frame_pack.h):
-MinAtar's
-kernel keeps its own observation rows by difference, so its frames have to reach the ring as a
-copy, and as bits that copy writes F / 8 bytes; its kernel packs each block of rows it has just
+MinAtar's kernel keeps its own observation rows by difference, so its frames have to reach the ring
+as a copy, and as bits that copy writes F / 8 bytes; its kernel packs each block of rows it has just
 stepped into the ring's slot itself (`bind_packed`), while they are in cache. Whatever reads
 the ring unpacks the same bytes.
 

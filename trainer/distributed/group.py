@@ -23,8 +23,7 @@ What one run of K ranks means (docs/distributed.md says it for users):
   the update count, which every rank shares. train.total_steps counts global steps.
 - Every decision that ends or checkpoints the loop is taken together (each rank's votes ride
   on the update record's all-gather, operant.trainer.distributed.ranks.GroupCheckpoints): a SIGTERM
-  that
-  reaches one rank first stops every rank at the same update boundary.
+  that reaches one rank first stops every rank at the same update boundary.
 - A collective that does not complete within train.dist_timeout_s (a rank stopped, hung or
   died) raises GroupError, which ends the run with that one line instead of a hang.
 """

@@ -189,9 +189,8 @@ def hand_off(args: argparse.Namespace, argv: list[str]) -> int:
     torchrun: each rank then stops at the group's next update boundary with one checkpoint and
     exits 0, and torchrun, seeing every rank succeed, exits 0 too (a signal sent to torchrun
     itself stops the ranks the same way, and operant.trainer.distributed.torchrun then exits 0 when
-    every
-    rank did). If this
-    process dies, the kernel sends torchrun SIGTERM (PR_SET_PDEATHSIG): nothing outlives it.
+    every rank did). If this process dies, the kernel sends torchrun SIGTERM (PR_SET_PDEATHSIG):
+    nothing outlives it.
     """
     import signal
     import subprocess

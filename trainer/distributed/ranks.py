@@ -1,9 +1,8 @@
 """One rank's life under torchrun: join the group, share one plan, train, stop together.
 
 Rank 0 plans the run as a lone trainer does (operant.trainer.checkpoint.resume: a new run,
-`--resume`,
-or `--resume auto`), then hands every rank the config, the run id and its own part of the
-checkpoint (scattered: a rank never reads the run directory to start). Every rank builds its
+`--resume`, or `--resume auto`), then hands every rank the config, the run id and its own part of
+the checkpoint (scattered: a rank never reads the run directory to start). Every rank builds its
 trainer; only when all have built does rank 0 create (and lock) the run directory, so a
 refusal on any rank leaves nothing behind. The session's services then run with the rank's
 role (operant.trainer.services.protocol): rank 0 owns the run directory's files, every rank

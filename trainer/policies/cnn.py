@@ -12,9 +12,8 @@ sqrt(2) gain for the trunk, 0.01 for the actor head, 1 for the critic's).
 
 Observations enter as their values times the spec's `scale` (MinAtar's cells are 0 or 1,
 scale 1; a Python env's 0-255 byte images 1/255, operant.envs.reference.obs_rows), converted to
-float
-inside the forward pass: the rollout storage keeps the env's uint8 frames, and no float copy of
-a frame batch is made on the host beside the network's own input.
+float inside the forward pass: the rollout storage keeps the env's uint8 frames, and no float copy
+of a frame batch is made on the host beside the network's own input.
 
 Two paths compute the same function:
 - `heads` (the PPO update, evaluation): `conv2d` with autograd;

@@ -151,8 +151,7 @@ def _run_as_rank(args: argparse.Namespace, signals: Any) -> int | None:
 def _watch_env_steps(signals: Any) -> None:
     """From the first second, a Python env built, reset or stepped in this process that hangs
     past env.stop_grace_s after a stop signal is cut (operant.envs.reference.step_deadline): the
-    probe
-    and the trainer's build reset the env before the session (whose service sets the run's
+    probe and the trainer's build reset the env before the session (whose service sets the run's
     own grace) begins."""
     from operant.envs.reference import step_deadline
 

@@ -2,9 +2,9 @@
 
 - SIGTERM (systemd's stop, `kill`) and SIGINT (Ctrl-C) set a flag and say so in one line on
   stderr (the process may take an update to stop: the line tells the person or the journal
-  the signal was taken). The training loop
-  looks at it between updates; the trainer then writes a checkpoint, marks its metrics file
-  finished and interrupted, tells systemd STOPPING=1, and exits 0.
+  the signal was taken). The training loop looks at it between updates; the trainer then writes a
+  checkpoint, marks its metrics file finished and interrupted, tells systemd STOPPING=1, and exits
+  0.
 - A second SIGINT (Ctrl-C again, impatiently) raises KeyboardInterrupt where the main thread
   is: the trainer exits at once with status 130, without a new checkpoint (the previous
   ones stay whole: they are written whole or not at all). One that arrives within

@@ -143,11 +143,10 @@ def frame_source(env: Any) -> FrameSource | None:
 
     An image is what `obs_spec` says it is, whatever the family: three dimensions, channels
     first, one byte per value (uint8 or bool) and not a 0-255 picture (ObsSpec.scale 1),
-    within the frame region's bounds
-    (metrics_layout.frame_problem). Channel names are the env's `channels` where it declares
-    them (MinAtar's object kinds); an observation of k stacked frames (env.frame_stack, k x C
-    channels) shows its newest frame, the last C channels (C from the declared names, or the
-    stack's depth for an env that declares none). Everything else (vectors,
+    within the frame region's bounds (metrics_layout.frame_problem). Channel names are the env's
+    `channels` where it declares them (MinAtar's object kinds); an observation of k stacked frames
+    (env.frame_stack, k x C channels) shows its newest frame, the last C channels (C from the
+    declared names, or the stack's depth for an env that declares none). Everything else (vectors,
     Grid-v0's (T, 3) tokens, float images) has no frame.
     """
     spec = env.obs_spec
