@@ -532,17 +532,20 @@ def run_app(
 def detach_message(run_id: str, view: RunView | None, root: Path) -> str:
     """What `q` leaves on the terminal: the run's state in words, and the command (pasteable
     as printed) that does the next thing a user wants with a run in that state."""
-    read = view is not None and view.run_id == run_id
-    status = view.status if read else "unread"
     reattach = command_hint("operant monitor", run_id, root=root)
-    if status not in ("running", "stalled", "finished", "failed", "crashed"):
+    if (
+        view is None
+        or view.run_id != run_id
+        or view.status not in ("running", "stalled", "finished", "failed", "crashed")
+    ):
         # never read (a file being created, corrupt, or none): nothing to say of training
         return f"detached from {run_id}. Reattach: {reattach}"
-    if read and view is not None and (said := trial_detach(run_id, view, root)):
+    status = view.status
+    if said := trial_detach(run_id, view, root):
         return said
     # a run of K ranks resumes with K ranks (its checkpoints hold each rank's state)
-    ranks = view.world_size if read else 1
-    nodes = len({row.node for row in view.ranks}) if read and ranks > 1 else 1
+    ranks = view.world_size
+    nodes = len({row.node for row in view.ranks}) if ranks > 1 else 1
     # without a checkpoint, `--resume RUN` is refused: start it again in its directory
     restart = not has_checkpoint(root / run_id)
     resume = resume_command(

@@ -29,8 +29,9 @@ import os
 import platform
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
@@ -63,6 +64,7 @@ PRESENT = frozenset({"sps", "sps_mean", record.CPU_PERCENT.name, record.RSS_BYTE
 # Labels a run's text metrics may not take over.
 _RESERVED_LABELS = {"run", "rank", "status", "env_id", "hostname", "writer"}
 _RUN_LABELS = ("run", "rank")
+_Family = TypeVar("_Family", bound=Metric)
 
 
 def exported_name(name: str, unit: str) -> tuple[str, str, float]:
@@ -99,32 +101,40 @@ class Families:
     def __init__(self) -> None:
         self.by_name: dict[str, Metric] = {}
 
-    def gauge(self, name: str, doc: str, labels: dict[str, str], value: float, unit: str = ""):
+    def gauge(
+        self, name: str, doc: str, labels: dict[str, str], value: float, unit: str = ""
+    ) -> None:
         if isinstance(value, float) and math.isnan(value):
             return  # not published: absent, not NaN
         family = self._family(
-            name, "gauge", lambda: GaugeMetricFamily(name, doc, labels=list(labels), unit=unit)
+            name,
+            GaugeMetricFamily,
+            lambda: GaugeMetricFamily(name, doc, labels=list(labels), unit=unit),
         )
         if family is not None:
             family.add_metric(list(labels.values()), value)
 
     def counter(self, name: str, doc: str, labels: dict[str, str], value: float) -> None:
         family = self._family(
-            name, "counter", lambda: CounterMetricFamily(name, doc, labels=list(labels))
+            name, CounterMetricFamily, lambda: CounterMetricFamily(name, doc, labels=list(labels))
         )
         if family is not None:
             family.add_metric(list(labels.values()), value)
 
     def info(self, name: str, doc: str, labels: dict[str, str]) -> None:
-        family = self._family(name, "info", lambda: InfoMetricFamily(name, doc))
+        family = self._family(name, InfoMetricFamily, lambda: InfoMetricFamily(name, doc))
         if family is not None:
             family.add_metric([], labels)
 
-    def _family(self, name, kind, make) -> Metric | None:
+    def _family(
+        self, name: str, kind: type[_Family], make: Callable[[], _Family]
+    ) -> _Family | None:
+        """The family `name`, made by `make` if new; None if it is of another kind than `kind`
+        (each kind is its own class)."""
         family = self.by_name.get(name)
         if family is None:
             family = self.by_name[name] = make()
-        return family if family.type == kind else None
+        return family if isinstance(family, kind) else None
 
 
 def add_rank(families: Families, run_id: str, snapshot: Snapshot) -> None:
@@ -173,8 +183,8 @@ def add_rank(families: Families, run_id: str, snapshot: Snapshot) -> None:
 
 
 def _add_values(families: Families, labels: dict[str, str], snapshot: Snapshot) -> None:
-    declared = {metric.name: metric for metric in snapshot.schema.metrics}
-    declared.update((item.name, item) for item in snapshot.schema.snapshot)  # type: ignore[misc]
+    declared: dict[str, fmt.Metric | fmt.Field] = {m.name: m for m in snapshot.schema.metrics}
+    declared.update((item.name, item) for item in snapshot.schema.snapshot)
     running = snapshot.status == STATUS_RUNNING
     for name, count in snapshot.counters.items():
         item = declared.get(name)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable, Sequence
+from typing import TypeGuard
 
 from operant.monitor.listing import RunRow, listed_sps, row_progress
 from operant.shared.progress import Progress
@@ -26,8 +27,9 @@ _SI = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
 _BINARY = ((1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB"))
 
 
-def is_number(value: object) -> bool:
-    """A finite int or float (bools and NaN are not numbers here)."""
+def is_number(value: object) -> TypeGuard[int | float]:
+    """A finite int or float (bools and NaN are not numbers here). A TypeGuard: the formatters
+    below take any value a run publishes (or None) and, past this check, do arithmetic on it."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False
     return math.isfinite(value)
