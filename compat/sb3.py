@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol, cast
 
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
@@ -80,6 +80,16 @@ def _per_env(info: dict[str, Any], infos: list[dict[str, Any]]) -> list[dict[str
     return infos
 
 
+class _PerEnvSeeds(Protocol):
+    """A vector env whose `reset` also takes a seed per env: Gymnasium's Sync and Async vector
+    envs and every Operant one do, and its VectorWrapper passes the seed on, though
+    `VectorEnv.reset`'s annotation names a single seed only."""
+
+    def reset(
+        self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]: ...
+
+
 class OperantVecEnv(VecEnv):
     """An SB3 `VecEnv` over one Gymnasium vector env that autoresets in SAME_STEP mode (any
     Operant env, optionally under Gymnasium vector wrappers).
@@ -89,6 +99,9 @@ class OperantVecEnv(VecEnv):
     `TimeLimit.truncated` (the episode was cut by the time limit, not ended by the task) on
     every step and, on the step that ends an episode, `terminal_observation`.
     """
+
+    actions: np.ndarray
+    """What `step_async` was given, for `step_wait` (declared here as DummyVecEnv does)."""
 
     def __init__(self, vector_env: VectorEnv):
         if getattr(vector_env, "info_mode", None) == "none":
@@ -105,7 +118,6 @@ class OperantVecEnv(VecEnv):
                 "env without autoreset_mode, or with AutoresetMode.SAME_STEP"
             )
         self.vector_env = vector_env
-        self.actions: np.ndarray | None = None
         super().__init__(
             vector_env.num_envs, vector_env.single_observation_space, vector_env.single_action_space
         )
@@ -118,7 +130,8 @@ class OperantVecEnv(VecEnv):
         """Reset every env, with the seeds `seed()` set and the options `set_options()` set
         (each used once, as in DummyVecEnv). SB3's seeds `seed + i` for env i are passed to
         the vector env as its one seed, which seeds env i's stream from (seed, i)."""
-        obs, info = self.vector_env.reset(seed=self._reset_seed(), options=self._reset_option())
+        env = cast(_PerEnvSeeds, self.vector_env)
+        obs, info = env.reset(seed=self._reset_seed(), options=self._reset_option())
         self.reset_infos = _per_env(info, [{} for _ in range(self.num_envs)])
         self._reset_seeds()
         self._reset_options()
@@ -190,7 +203,9 @@ class OperantVecEnv(VecEnv):
             infos[i]["terminal_observation"] = np.array(final_obs[i]).reshape(shape)
 
     def _observations(self, obs: Any) -> np.ndarray:
-        return _numpy(obs).reshape((self.num_envs, *self.observation_space.shape))
+        # An Operant env's observation space has a shape (Box, Discrete, MultiDiscrete...).
+        shape = cast("tuple[int, ...]", self.observation_space.shape)
+        return _numpy(obs).reshape((self.num_envs, *shape))
 
     def close(self) -> None:
         self.vector_env.close()
@@ -241,7 +256,9 @@ class OperantVecEnv(VecEnv):
             )
             return [None for _ in range(self.num_envs)]
         frames = self.vector_env.render()
-        return [None for _ in range(self.num_envs)] if frames is None else list(frames)
+        if frames is None:
+            return [None for _ in range(self.num_envs)]
+        return list(cast("Sequence[np.ndarray]", frames))  # render_mode "rgb_array": arrays
 
     def _require_all(self, indices: VecEnvIndices, call: str) -> None:
         asked = sorted(set(self._get_indices(indices)))
