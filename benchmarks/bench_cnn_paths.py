@@ -5,11 +5,11 @@ frames, one thread: what each of them is worth to the update and to the rollout'
     python benchmarks/bench_cnn_paths.py --path all --rounds 9      # every path against none
 
 Paths: `loss` (the heads and PPO's loss in one call, operant.trainer.loop.ppo_loss), `dense` (the
-dense layer by a transposed copy of its weight, operant.trainer.policies.dense_layer), `adam`
+dense layer by a transposed copy of its weight, operant.trainer.policies.cnn.DenseNN), `adam`
 (FlatAdam's floor under its square root), `clip_adam` (the clip and Adam in one native pass, with
-the loss), `sampling` (the rollout's categorical in one call), `conv` (the
-first convolution from the set cells, operant.trainer.policies.sparse_conv), `all`. Each round times
-one update (3 epochs x 8 minibatches of 1,024 frames, Breakout's shipped PPO settings) and
+the loss), `sampling` (the rollout's categorical in one call), `conv` (the first convolution
+from the set cells, operant.trainer.policies.cnn.sparse_conv_relu), `all`. Each round times one
+update (3 epochs x 8 minibatches of 1,024 frames, Breakout's shipped PPO settings) and
 `act` over 50 batches of 64 frames, with the path on and off in alternating order; reported:
 the medians of each, and the median of the rounds' ratios (off / on: above 1, the path is
 faster).
@@ -35,18 +35,18 @@ from operant.trainer.config import PPOConfig  # noqa: E402
 from operant.trainer.loop import flat as flat_module  # noqa: E402
 from operant.trainer.loop import ppo, ppo_loss  # noqa: E402
 from operant.trainer.loop.storage import Batch  # noqa: E402
-from operant.trainer.policies import dense_layer, sampling, sparse_conv  # noqa: E402
+from operant.trainer.policies import cnn, sampling  # noqa: E402
 from operant.trainer.policies.cnn import CNNPolicy  # noqa: E402
 from operant.trainer.run.allocator import keep_freed_memory  # noqa: E402
 
 # Each path: (module, attribute, the value that switches it off).
 SWITCHES = {
     "loss": (ppo_loss, "_native", None),
-    "dense": (dense_layer, "refresh_transposed", None),
+    "dense": (cnn, "refresh_transposed", None),
     "adam": (flat_module, "_invisible_below", lambda eps, b: None),
     "clip_adam": (ppo_loss, "_clip_adam", None),
     "sampling": (sampling, "_native_categorical", None),
-    "conv": (sparse_conv, "applies", lambda *_: False),
+    "conv": (cnn, "sparse_applies", lambda *_: False),
 }
 
 

@@ -1,6 +1,6 @@
-"""The CNN policy's first layer from the frames' set cells (operant.trainer.policies.sparse_conv)
-against
-torch's convolution, on real MinAtar frames, one thread.
+"""The CNN policy's first layer from the frames' set cells
+(operant.trainer.policies.cnn.sparse_conv_relu) against torch's convolution, on real MinAtar
+frames, one thread.
 
     python benchmarks/bench_sparse_conv.py                 # the layer alone, 1,024 frames
     python benchmarks/bench_sparse_conv.py --trainer 3 [--records DIR]  # bench trainer, alternated
@@ -11,7 +11,7 @@ rounds alternating the two ways, each figure the median of the rounds, with the 
 malloc settings (operant.trainer.run.allocator). `--trainer PAIRS` runs
 `operant bench trainer --config configs/minatar/<game>.toml --seeds 1,2,3 --total-steps 81920`
 PAIRS times each way, alternating, in this process (the torch way by making
-`sparse_conv.applies` return False), and prints each run's steps/s, phases and share of the
+`cnn.sparse_applies` return False), and prints each run's steps/s, phases and share of the
 arithmetic bound; `--records DIR` keeps each run's JSON record there
 (pair<k>-<sparse|torch>.json).
 """
@@ -34,7 +34,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from operant.envs import make_env  # noqa: E402
-from operant.trainer.policies import sparse_conv  # noqa: E402
+from operant.trainer.policies import cnn  # noqa: E402
 from operant.trainer.run.allocator import keep_freed_memory  # noqa: E402
 
 
@@ -64,7 +64,7 @@ def layer(game: str, rounds: int) -> None:
     dense_input = batch.float().contiguous(memory_format=torch.channels_last)
 
     def ours() -> None:
-        out = sparse_conv.conv_relu(batch, conv)
+        out = cnn.sparse_conv_relu(batch, conv)
         out.backward(torch.ones_like(out))
 
     def theirs() -> None:
@@ -93,7 +93,7 @@ def builds(game: str, rounds: int, baseline: str) -> None:
         raise SystemExit(f"--baseline-build {baseline}: not a loadable extension module")
     old = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(old)
-    modules = {"installed": sparse_conv._native, "baseline": old}
+    modules = {"installed": cnn._sparse_native, "baseline": old}
     batch = frames(game, 1024)
     count, channels, height, width = batch.shape
     outs, kernel = 16, 3
@@ -147,10 +147,10 @@ def builds(game: str, rounds: int, baseline: str) -> None:
 def trainer(game: str, pairs: int, records: str | None) -> None:
     from operant.cli import main
 
-    real = sparse_conv.applies
+    real = cnn.sparse_applies
     for pair in range(pairs):
         for way in ("sparse", "torch"):
-            sparse_conv.applies = real if way == "sparse" else (lambda *_: False)
+            cnn.sparse_applies = real if way == "sparse" else (lambda *_: False)
             with tempfile.TemporaryDirectory() as scratch:
                 record = os.path.join(records or scratch, f"pair{pair + 1}-{way}.json")
                 argv = ["bench", "trainer", "--config", f"configs/minatar/{game}.toml"]
@@ -165,7 +165,7 @@ def trainer(game: str, pairs: int, records: str | None) -> None:
                 f"{phases['forward']:.3f} s (means per seed)",
                 flush=True,
             )
-    sparse_conv.applies = real
+    cnn.sparse_applies = real
 
 
 def main() -> int:

@@ -229,18 +229,18 @@ def test_native_patches_equal_torchs_unfold(batch, channels, size, kernel):
 def test_the_sparse_convolution_is_torchs(
     batch, channels, height, width, out_channels, kernel, density, top
 ):
-    """operant.trainer.policies.sparse_conv (the first layer from the frames' set cells) gives
-    torch's
-    conv2d + ReLU and the same weight and bias gradients, to float32 rounding."""
-    from operant.trainer.policies import sparse_conv
+    """operant.trainer.policies.cnn.sparse_conv_relu (the first layer from the frames' set
+    cells) gives torch's conv2d + ReLU and the same weight and bias gradients, to float32
+    rounding."""
+    from operant.trainer.policies import cnn
 
     torch.manual_seed(0)
     conv = torch.nn.Conv2d(channels, out_channels, kernel)
     set_cells = torch.rand(batch, channels, height, width) < density
     frames = (set_cells * torch.randint(1, top + 1, set_cells.shape)).to(torch.uint8)
-    assert sparse_conv.applies(frames, conv)
+    assert cnn.sparse_applies(frames, conv)
     reference = torch.relu(conv(frames.float())).permute(0, 2, 3, 1)
-    ours = sparse_conv.conv_relu(frames, conv)
+    ours = cnn.sparse_conv_relu(frames, conv)
     scale = float(reference.detach().abs().max()) + 1.0
     torch.testing.assert_close(ours, reference, rtol=1e-5, atol=1e-6 * scale)
     weights = torch.randn(reference.shape)
@@ -253,17 +253,17 @@ def test_the_sparse_convolution_is_torchs(
 
 
 def test_the_sparse_convolution_leaves_other_inputs_to_torch():
-    from operant.trainer.policies import sparse_conv
+    from operant.trainer.policies import cnn
 
     conv = torch.nn.Conv2d(4, 16, 3)
     sparse = (torch.rand(8, 4, 10, 10) < 0.1).to(torch.uint8)
     dense = (torch.rand(8, 4, 10, 10) < 0.5).to(torch.uint8)
-    assert sparse_conv.applies(sparse, conv)
-    assert not sparse_conv.applies(dense, conv)  # more than a quarter of the cells set
-    assert not sparse_conv.applies(sparse.float(), conv)
-    assert not sparse_conv.applies(sparse.transpose(2, 3), conv)  # not C-contiguous
-    assert not sparse_conv.applies(sparse, torch.nn.Conv2d(4, 16, 3, padding=1))
-    assert not sparse_conv.applies(sparse, torch.nn.Conv2d(4, 16, 3, bias=False))
+    assert cnn.sparse_applies(sparse, conv)
+    assert not cnn.sparse_applies(dense, conv)  # more than a quarter of the cells set
+    assert not cnn.sparse_applies(sparse.float(), conv)
+    assert not cnn.sparse_applies(sparse.transpose(2, 3), conv)  # not C-contiguous
+    assert not cnn.sparse_applies(sparse, torch.nn.Conv2d(4, 16, 3, padding=1))
+    assert not cnn.sparse_applies(sparse, torch.nn.Conv2d(4, 16, 3, bias=False))
     # Both paths give the policy the same values.
     torch.manual_seed(0)
     policy = CNNPolicy((4, 10, 10), 5)
@@ -274,9 +274,9 @@ def test_the_sparse_convolution_leaves_other_inputs_to_torch():
 
 @pytest.mark.parametrize("rows", [64, 600, 1024])
 def test_the_dense_layer_through_its_transposed_weight_is_linears(rows):
-    """operant.trainer.policies.dense_layer.dense (the product by a transposed copy, the weight's
+    """operant.trainer.policies.cnn.dense_product (the product by a transposed copy, the weight's
     gradient summed in blocks of rows) gives nn.Linear's values and gradients."""
-    from operant.trainer.policies import dense_layer
+    from operant.trainer.policies import cnn
 
     torch.manual_seed(0)
     layer = torch.nn.Linear(1024, 128)
@@ -286,7 +286,7 @@ def test_the_dense_layer_through_its_transposed_weight_is_linears(rows):
     expected.backward(grad)
     wants = [x.grad.clone(), layer.weight.grad.clone(), layer.bias.grad.clone()]
     x.grad = layer.weight.grad = layer.bias.grad = None
-    got = dense_layer.dense(x, layer)
+    got = cnn.dense_product(x, layer)
     got.backward(grad)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
     for have, want in zip([x.grad, layer.weight.grad, layer.bias.grad], wants):

@@ -1,6 +1,6 @@
 # cython: boundscheck=False, wraparound=False
 """The CNN policy's rollout im2col for uint8 frames (operant.trainer.policies.cnn), and the
-transposes of its dense layer's weight (operant.trainer.policies.dense_layer).
+transposes of its dense layer's weight (operant.trainer.policies.cnn.transposed_for_rollout).
 
 `patches_u8` writes, for every frame b and output position (y, x), the k x k receptive field of
 every channel, converted to float32: out[b, y, x, c, i, j] = frames[b, c, y + i, x + j], the

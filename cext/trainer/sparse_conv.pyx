@@ -2,7 +2,7 @@
 """The CNN policy's first convolution from the frames' nonzero cells (cext/trainer/sparse_conv.h):
 forward with ReLU, and the weight and bias gradients, for uint8 frames on the host.
 
-Addresses, not tensors, as operant.cext.im2col: the caller (operant.trainer.policies.sparse_conv)
+Addresses, not tensors, as operant.cext.im2col: the caller (operant.trainer.policies.cnn's SparseConvReLU)
 checks dtypes, shapes, contiguity and device and passes data pointers, so a call allocates
 nothing. No GIL.
 """

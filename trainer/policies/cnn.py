@@ -25,11 +25,11 @@ Two paths compute the same function:
   the host, else torch's copy of a strided view (any device, any strides, deeper layers).
   Nothing is allocated per step once a batch shape was seen (tests/test_rollout_alloc.py).
 In both, a first layer over sparse uint8 frames on the host (MinAtar's: a few percent of cells
-set) runs from the set cells instead (operant.trainer.policies.sparse_conv, an autograd Function in
+set) runs from the set cells instead (`SparseConvReLU` below, an autograd Function in
 `heads`, into the workspace in the rollout): the same function to float32 rounding, about 1.16x the
 trainer's steps/s on Breakout (docs/journal/2026-11-22-training-end-to-end.md).
 Both multiply by the dense layer's weight transposed into a contiguous copy, which MKL
-multiplies faster than the transposed view (operant.trainer.policies.dense_layer).
+multiplies faster than the transposed view (`DenseNN`, `transposed_for_rollout` below).
 Feature maps in the rollout path are laid out (B, H, W, channels); `heads` flattens its conv
 output in the same order, so both paths feed the dense layer the same vector.
 """
@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 from functools import partial
+from typing import Any
 
 import torch
 from torch import nn
@@ -45,14 +46,17 @@ from torch.nn import functional
 
 from operant.envs.contract import ActSpec, ObsSpec
 from operant.trainer.config import Config, ConfigError
-from operant.trainer.policies import dense_layer, sparse_conv
 from operant.trainer.policies.registry import WorkspaceHeadsPolicy, register_policy
 from operant.trainer.policies.sampling import categorical_workspace
 
 try:
-    from operant.cext.im2col import patches_u8
-except ImportError:  # an unbuilt checkout: torch's strided copy does the same
-    patches_u8 = None
+    from operant.cext.im2col import patches_u8, refresh_transposed
+except ImportError:  # an unbuilt checkout: torch's strided copy and nn.Linear's product do the same
+    patches_u8 = refresh_transposed = None
+try:
+    from operant.cext import sparse_conv as _sparse_native
+except ImportError:  # an unbuilt checkout: torch's convolution does the same
+    _sparse_native = None
 
 KERNEL = 3
 WORKSPACE_MAX_CELLS = 32 * 32
@@ -138,10 +142,10 @@ class CNNPolicy(WorkspaceHeadsPolicy):
         # allocate and fill a second one (4 MB for the first feature maps of 1,024 Breakout
         # rows): 1.10x the minibatch step, with bit-identical values and gradients.
         # A first convolution on sparse uint8 frames (MinAtar's) runs from their set cells
-        # (operant.trainer.policies.sparse_conv): its output is (B, H, W, C), channels-last already.
+        # (`sparse_conv_relu`): its output is (B, H, W, C), channels-last already.
         convs = list(self.convs)
-        if self.scale == 1.0 and sparse_conv.applies(obs, convs[0]):
-            x = sparse_conv.conv_relu(obs, convs[0]).permute(0, 3, 1, 2)
+        if self.scale == 1.0 and sparse_applies(obs, convs[0]):
+            x = sparse_conv_relu(obs, convs[0]).permute(0, 3, 1, 2)
             convs = convs[1:]
         else:
             x = obs.float() if self.scale == 1.0 else obs.float() * self.scale
@@ -150,7 +154,7 @@ class CNNPolicy(WorkspaceHeadsPolicy):
             x = functional.relu_(conv(x))
         # (B, C, H, W) -> (B, H, W, C) order, as the rollout path lays its feature maps out.
         x = x.permute(0, 2, 3, 1).reshape(x.shape[0], -1)
-        return functional.relu_(dense_layer.dense(x, self.dense))
+        return functional.relu_(dense_product(x, self.dense))
 
     # -- the rollout path (act, value: WorkspaceHeadsPolicy): no allocation after the first
     # call for a batch size ----------------------------------------------------------------
@@ -199,12 +203,10 @@ class CNNPolicy(WorkspaceHeadsPolicy):
         x = obs  # (B, C, H, W) in any dtype and any strides
         for index, conv in enumerate(self.convs):
             kernel, stride = self.kernels[index], self.strides[index]
-            if index == 0 and self.scale == 1.0 and sparse_conv.applies(x, conv):
+            if index == 0 and self.scale == 1.0 and sparse_applies(x, conv):
                 height, width = x.shape[2] - kernel + 1, x.shape[3] - kernel + 1
                 features = workspace["conv0"]
-                sparse_conv.forward_into(
-                    x, conv.weight, conv.bias, workspace["weight_t0"], features
-                )
+                sparse_forward_into(x, conv.weight, conv.bias, workspace["weight_t0"], features)
                 x = features.view(batch, height, width, -1).permute(0, 3, 1, 2)
                 continue
             # (B, C, H', W', 3, 3) view -> (B, H', W', C, 3, 3) copied (and converted to
@@ -225,7 +227,7 @@ class CNNPolicy(WorkspaceHeadsPolicy):
             x = features.view(batch, height, width, -1).permute(0, 3, 1, 2)
         flat = workspace[f"conv{len(self.convs) - 1}"].view(batch, -1)
         dense = self.dense
-        weight_t = dense_layer.transposed_for_rollout(
+        weight_t = transposed_for_rollout(
             dense.weight, workspace["dense_t"], workspace["dense_seen"]
         )
         x = torch.addmm(dense.bias, flat, weight_t, out=workspace["dense"]).relu_()
@@ -308,6 +310,223 @@ def build_cnn_policy(config: Config, obs_spec: ObsSpec, act_spec: ActSpec) -> CN
         kernels,
         strides,
     )
+
+
+# -- The first convolution from the frames' set cells (operant.cext.sparse_conv) ------------------
+# For the update (an autograd Function) and the rollout.
+#
+# MinAtar's frames are 0/1 cells of which 1-8% are set (Breakout: about 33 of 400, most of them
+# bricks; Seaquest about 12 of 1,000). A dense convolution multiplies every cell's weights
+# whether it is set or not; walking the set cells and adding their weights to the positions they
+# reach does a tenth (Breakout) to a hundredth (Seaquest) of that arithmetic and needs no
+# im2col. The walk's cost grows with the cells set, so frames more than a quarter set
+# (other image envs) keep torch's dense product: `sparse_applies` decides per batch.
+#
+# Values agree with torch's conv2d to float32 rounding (sums in another order;
+# tests/test_cnn_policy.py compares outputs and gradients); the frames get no gradient (they are
+# the observation).
+
+# Above this share of nonzero cells the dense product is the faster one: the walk costs about
+# k x k x O multiply-adds per set cell, against a dense product's rate several times higher.
+DENSITY_LIMIT = 0.25
+
+
+def sparse_applies(frames: torch.Tensor, conv: nn.Conv2d) -> bool:
+    """Whether `conv` on `frames` can run here: C-contiguous uint8 frames on the host, a
+    float32 host convolution of stride 1 without padding, and few enough cells set."""
+    if (
+        _sparse_native is None
+        or frames.dtype != torch.uint8
+        or frames.device.type != "cpu"
+        or frames.dim() != 4
+        or not frames.is_contiguous()
+        or conv.weight.dtype != torch.float32
+        or conv.weight.device.type != "cpu"
+        or conv.bias is None
+        or not conv.weight.is_contiguous()
+        or not conv.bias.is_contiguous()
+        or conv.stride != (1, 1)
+        or conv.padding != (0, 0)
+        or conv.dilation != (1, 1)
+        or conv.groups != 1
+        or conv.kernel_size[0] != conv.kernel_size[1]
+        or frames.shape[1] != conv.in_channels
+        or min(frames.shape[2:]) < conv.kernel_size[0]
+    ):
+        return False
+    cells = frames.numel()
+    return (
+        cells == 0
+        or _sparse_native.count_nonzero(frames.data_ptr(), cells) <= DENSITY_LIMIT * cells
+    )
+
+
+def _conv_shape(frames: torch.Tensor, weight: torch.Tensor) -> tuple[int, int, int, int, int, int]:
+    batch, channels, height, width = frames.shape
+    return batch, channels, height, width, int(weight.shape[2]), int(weight.shape[0])
+
+
+def sparse_forward_into(
+    frames: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    weight_t: torch.Tensor,
+    out: torch.Tensor,
+) -> torch.Tensor:
+    """ReLU(conv(frames)) into `out`, C-contiguous float32 (B, H', W', O); `weight_t` is
+    (C, k, k, O) scratch. For the rollout's workspace: allocates nothing."""
+    _sparse_native.forward(
+        frames.data_ptr(),
+        weight.data_ptr(),
+        bias.data_ptr(),
+        weight_t.data_ptr(),
+        out.data_ptr(),
+        *_conv_shape(frames, weight),
+    )
+    return out
+
+
+class SparseConvReLU(torch.autograd.Function):
+    """ReLU(conv2d(frames, weight, bias)) as (B, H', W', O) feature maps (channels-last), with
+    the weight's and bias's gradients; `sparse_applies` must hold for the frames and convolution."""
+
+    @staticmethod
+    def forward(ctx: Any, frames: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor):
+        weight = weight.detach().contiguous()
+        bias = bias.detach().contiguous()
+        batch, channels, height, width, kernel, outs = _conv_shape(frames, weight)
+        out = torch.empty((batch, height - kernel + 1, width - kernel + 1, outs))
+        weight_t = torch.empty((channels, kernel, kernel, outs))
+        sparse_forward_into(frames, weight, bias, weight_t, out)
+        ctx.save_for_backward(frames, out)
+        ctx.conv_shape = (batch, channels, height, width, kernel, outs)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor):
+        frames, out = ctx.saved_tensors
+        batch, channels, height, width, kernel, outs = ctx.conv_shape
+        grad = grads[0].contiguous()
+        grad_weight = torch.empty((outs, channels, kernel, kernel))
+        grad_bias = torch.empty(outs)
+        grad_weight_t = torch.empty((channels, kernel, kernel, outs))
+        masked = torch.empty(out[0].numel() if batch else 1)
+        _sparse_native.backward(
+            frames.data_ptr(),
+            out.data_ptr(),
+            grad.data_ptr(),
+            grad_weight.data_ptr(),
+            grad_bias.data_ptr(),
+            grad_weight_t.data_ptr(),
+            masked.data_ptr(),
+            batch,
+            channels,
+            height,
+            width,
+            kernel,
+            outs,
+        )
+        return None, grad_weight, grad_bias
+
+
+def sparse_conv_relu(frames: torch.Tensor, conv: nn.Conv2d) -> torch.Tensor:
+    """SparseConvReLU of `conv` on `frames`: (B, H', W', O)."""
+    return SparseConvReLU.apply(frames, conv.weight, conv.bias)
+
+
+# -- The dense layer by its weight transposed (operant.cext.im2col.refresh_transposed) ------------
+# The CNN policy's dense layer (the flattened feature maps times a (out, in) weight) with the
+# weight transposed into (in, out) first, in both of the policy's paths.
+#
+# MKL multiplies a row-major batch by a row-major (in, out) matrix (NN) faster than by the
+# transposed view of nn.Linear's (out, in) weight (NT): for MinAtar's 1024 -> 128 layer on this
+# VM's Xeon, 113 against 214 us at the rollout's 64 rows and 2.33 against 2.77 ms at a
+# minibatch's 1,024 (docs/journal/2026-11-22-training-end-to-end.md). The transpose costs a
+# copy of the weight:
+# - the rollout (`transposed_for_rollout`) keeps one in its workspace and makes it again only
+#   when the weight's bytes changed, which it learns by comparing them with the copy it was
+#   made from (operant.cext.im2col.refresh_transposed: 10 us; once an update they differ);
+# - the update (`DenseNN`, an autograd Function) transposes the weight each call (torch's
+#   copy of the transposed view, 0.12-0.16 ms here, about 2x a tiled C loop's speed; the weight
+#   changed since the last minibatch), and computes the input's and the weight's gradients from
+#   the weight as it is, the layouts torch's own backward of the NT product uses.
+# Values agree with nn.Linear's to float32 rounding (tests/test_cnn_policy.py). Elsewhere (other
+# devices, dtypes, an unbuilt checkout) both fall back to nn.Linear's product.
+
+TRANSPOSE_MAX_ELEMENTS = 1 << 20
+"""Weights up to this size (4 MB) are transposed; a larger one's copy costs more than the
+faster product saves (a 107,584 -> 128 layer over 84x84 frames, 55 MB, made the update about
+3x slower than nn.Linear's product)."""
+
+
+def _transposes(weight: torch.Tensor) -> bool:
+    return (
+        refresh_transposed is not None
+        and weight.device.type == "cpu"
+        and weight.dtype == torch.float32
+        and weight.is_contiguous()
+        and weight.numel() <= TRANSPOSE_MAX_ELEMENTS
+    )
+
+
+def transposed_for_rollout(weight: torch.Tensor, copy: torch.Tensor, seen: torch.Tensor):
+    """The weight as the (in, out) matrix the rollout's product reads: `copy` (in, out), made
+    again only where the weight's bytes differ from `seen` (out, in), the weight it was last
+    made from; the transposed view where the copy does not apply. Allocates nothing."""
+    if not _transposes(weight) or seen.shape != weight.shape or copy.shape != weight.t().shape:
+        return weight.t()
+    rows, cols = weight.shape
+    refresh_transposed(weight.data_ptr(), seen.data_ptr(), copy.data_ptr(), rows, cols)
+    return copy
+
+
+class DenseNN(torch.autograd.Function):
+    """x @ weight.T + bias with the weight transposed into a contiguous copy first."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor):
+        weight_t = weight.t().contiguous()
+        ctx.save_for_backward(x, weight)
+        return torch.addmm(bias, x, weight_t)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor):
+        x, weight = ctx.saved_tensors
+        grad = grads[0]
+        grad_x = grad.mm(weight) if ctx.needs_input_grad[0] else None
+        grad_weight = _weight_grad(grad, x) if ctx.needs_input_grad[1] else None
+        grad_bias = grad.sum(0) if ctx.needs_input_grad[2] else None
+        return grad_x, grad_weight, grad_bias
+
+
+def dense_product(x: torch.Tensor, layer: nn.Linear) -> torch.Tensor:
+    """`layer(x)` for the update: DenseNN where it applies (float32 2-D input on the host)."""
+    if (
+        not _transposes(layer.weight)
+        or layer.bias is None
+        or x.dtype != torch.float32
+        or x.dim() != 2
+    ):
+        return layer(x)
+    return DenseNN.apply(x, layer.weight, layer.bias)
+
+
+KBLOCK = 256
+"""Rows a block of the weight gradient's sum (0: one product)."""
+
+
+def _weight_grad(grad: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """grad.T @ x summed over blocks of KBLOCK rows. MKL took longer over 1,024 rows at once
+    than over four blocks of 256 accumulated (dense layer of MinAtar's network, 1,024-row
+    minibatch, this VM's Xeon: the whole update step 1.049x, and 1.025x with blocks of 128,
+    median of nine alternating rounds each; the product alone about 1.1x). The same sum in
+    another order."""
+    if KBLOCK <= 0 or x.shape[0] <= KBLOCK:
+        return grad.t().mm(x)
+    out = grad[:KBLOCK].t().mm(x[:KBLOCK])
+    for start in range(KBLOCK, x.shape[0], KBLOCK):
+        out.addmm_(grad[start : start + KBLOCK].t(), x[start : start + KBLOCK])
+    return out
 
 
 register_policy("cnn", reads_images, build_cnn_policy)
