@@ -9,6 +9,7 @@ that tensor. Split from operant.trainer.policies.mlp (the network) when it outgr
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 from torch import nn
@@ -39,17 +40,20 @@ class FlatParameters:
                 p.grad = self.param.grad[offset : offset + count].view_as(p)
                 offset += count
 
+    # `param.grad` is typed Tensor | None; here it is always the flat gradient set in
+    # __init__ (zeroed in place, never set to None), hence the casts.
     @property
     def grad(self) -> torch.Tensor:
-        return self.param.grad
+        return cast(torch.Tensor, self.param.grad)
 
     def zero_grad(self) -> None:
-        self.param.grad.zero_()
+        cast(torch.Tensor, self.param.grad).zero_()
 
     def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
         """Scale the gradient to norm <= max_norm (as torch.nn.utils.clip_grad_norm_)."""
-        norm = torch.linalg.vector_norm(self.param.grad)
-        self.param.grad.mul_(torch.clamp(max_norm / (norm + 1e-6), max=1.0))
+        grad = cast(torch.Tensor, self.param.grad)
+        norm = torch.linalg.vector_norm(grad)
+        grad.mul_(torch.clamp(max_norm / (norm + 1e-6), max=1.0))
         return norm
 
     def all_finite(self) -> bool:
@@ -66,6 +70,12 @@ class FlatAdam(nn.Module):
     takes to solve CartPole. Over one flat tensor Adam is five in-place operations anyway.
     Its moments and step count are buffers, so checkpoints carry them like any module state.
     """
+
+    # The buffers, declared so that the type checker reads them as tensors rather than
+    # through nn.Module.__getattr__ (Tensor | Module).
+    exp_avg: torch.Tensor
+    exp_avg_sq: torch.Tensor
+    step_count: torch.Tensor
 
     def __init__(
         self,
@@ -86,7 +96,7 @@ class FlatAdam(nn.Module):
 
     @torch.no_grad()
     def step(self) -> None:
-        grad = self.param.grad
+        grad = cast(torch.Tensor, self.param.grad)  # FlatParameters' flat gradient: never None
         self.steps += 1
         self.step_count.fill_(self.steps)
         self.exp_avg.lerp_(grad, 1 - self.beta1)

@@ -9,6 +9,8 @@ without a grad-mode context of their own: the rollout calls them under inference
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 import torch
 from torch import nn
 
@@ -22,6 +24,13 @@ def _normal_tensors() -> torch.inference_mode:
     return torch.inference_mode(False)
 
 
+class _Like(TypedDict):
+    """The dtype and device every workspace of a RunningMeanStd is made with."""
+
+    dtype: torch.dtype
+    device: torch.device
+
+
 class RunningMeanStd(nn.Module):
     """Mean and variance over every sample seen, merged batch by batch (Chan et al.).
 
@@ -30,6 +39,12 @@ class RunningMeanStd(nn.Module):
     operation would be wrapped in a new tensor each call). The merge is the textbook
     formula's, operation for operation; the batch variance is a two-pass sum of squared
     deviations (equal to torch.var's up to the last bits)."""
+
+    # Buffers (register_buffer), declared so that the type checker reads them as tensors
+    # rather than through nn.Module.__getattr__ (Tensor | Module).
+    mean: torch.Tensor
+    var: torch.Tensor
+    count: torch.Tensor
 
     def __init__(self, shape: tuple[int, ...] = (), epsilon: float = 1e-4):
         super().__init__()
@@ -42,7 +57,7 @@ class RunningMeanStd(nn.Module):
         key = (tuple(batch.shape), batch.device)
         work = self._workspaces.get(key)
         if work is None:
-            like = dict(dtype=torch.float64, device=self.mean.device)
+            like = _Like(dtype=torch.float64, device=self.mean.device)
             with _normal_tensors():
                 work = {
                     "batch": torch.empty(batch.shape, **like),
@@ -105,6 +120,8 @@ class ObservationNormalizer(nn.Module):
     Returns a workspace tensor per batch shape, overwritten by the next call of that shape:
     use (or copy) the result before normalising the next batch."""
 
+    _epsilon: torch.Tensor  # a buffer (register_buffer), typed as RunningMeanStd's are
+
     def __init__(self, shape: int | tuple[int, ...], clip: float, epsilon: float = 1e-8):
         super().__init__()
         self.stats = RunningMeanStd((shape,) if isinstance(shape, int) else tuple(shape))
@@ -141,6 +158,12 @@ class RewardNormalizer(nn.Module):
 
     Like ObservationNormalizer, allocation-free after the first call per shape, and returning
     a workspace tensor."""
+
+    # Buffers (register_buffer), typed as RunningMeanStd's are.
+    returns: torch.Tensor
+    _gamma: torch.Tensor
+    _epsilon: torch.Tensor
+    _one: torch.Tensor
 
     def __init__(self, num_envs: int, gamma: float, clip: float, epsilon: float = 1e-8):
         super().__init__()

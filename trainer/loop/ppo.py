@@ -3,7 +3,7 @@ sense that matters: they read their inputs and return or update only what they a
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import torch
 from torch import nn
@@ -139,6 +139,22 @@ class UpdatePath(Protocol):
     ) -> int:
         """Step the minibatches of `batch` taken in `order`; add their statistics to `sums`
         when `keep_stats`; return how many were stepped."""
+        ...
+
+
+class Evaluates(Protocol):
+    """What the torch update calls on a policy beside its parameters (the loop's contract,
+    operant.trainer.policies.registry): the registry hands out nn.Modules, whose methods the
+    type checker cannot see."""
+
+    def evaluate(
+        self, obs: torch.Tensor, actions: torch.Tensor, entropy: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """(log-probabilities, entropies or None unless `entropy`, values), with gradients."""
+        ...
+
+    def entropy(self, obs: torch.Tensor) -> torch.Tensor:
+        """Per-observation entropy."""
         ...
 
 
@@ -292,7 +308,8 @@ def _torch_epoch(
     gradient at the heads, the clip and Adam are native calls (operant.trainer.loop.ppo_loss),
     and the entropy statistic is the minibatch's before its step, as the native MLP update
     reports it. Returns the minibatches stepped."""
-    policy, flat, optimizer, config = path.policy, path.flat, path.optimizer, path.config
+    flat, optimizer, config = path.flat, path.optimizer, path.config
+    policy = cast(Evaluates, path.policy)  # (the loop's contract: the registry's docstring)
     minibatch_size, group = path.minibatch_size, path.group
     e_obs, e_actions, e_logprobs, e_advantages, e_returns, e_values = epoch_batch
     need_entropy_grad = config.ent_coef > 0
@@ -324,8 +341,8 @@ def _torch_epoch(
             None if moments is None else moments[count],
         )
         loss = policy_loss + config.vf_coef * value_loss
-        if need_entropy_grad:
-            loss = loss - config.ent_coef * entropy.mean()
+        if need_entropy_grad:  # then `evaluate` returned the entropies
+            loss = loss - config.ent_coef * cast(torch.Tensor, entropy).mean()
         _step(flat, optimizer, config, loss, group)
         if keep_stats:
             with torch.no_grad():
@@ -371,10 +388,11 @@ def _losses(
     """One minibatch's clipped surrogate (policy) loss and its (optionally clipped) value loss.
     `moments`: the (mean, std) to normalise advantages with, where they are the global
     minibatch's (several ranks); None: this minibatch's own."""
-    if config.norm_adv and moments is None:
-        mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
-    elif config.norm_adv:
-        mb_advantages = (mb_advantages - moments[0]) / (moments[1] + 1e-8)
+    if config.norm_adv:
+        if moments is None:
+            mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+        else:
+            mb_advantages = (mb_advantages - moments[0]) / (moments[1] + 1e-8)
     policy_loss = torch.max(
         -mb_advantages * ratio,
         -mb_advantages * ratio.clamp(1 - config.clip_coef, 1 + config.clip_coef),

@@ -14,7 +14,7 @@ heads' layers and below) stays torch's. The same function to float32 rounding
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeGuard
 
 import torch
 
@@ -24,7 +24,7 @@ from operant.trainer.loop.fused import adam_arguments
 from operant.trainer.policies.registry import HeadsPolicy
 
 try:
-    from operant.cext import ppo_loss as _native
+    import operant.cext.ppo_loss as _native
     from operant.cext.fused_mlp import clip_adam as _clip_adam
 except ImportError:  # an unbuilt checkout: the torch path computes the same
     _native = _clip_adam = None
@@ -180,7 +180,7 @@ def minibatch_loss(
     return loss, sums[1:].to(torch.float32)
 
 
-def _linear(layer: Any) -> bool:
+def _linear(layer: Any) -> TypeGuard[torch.nn.Linear]:
     return isinstance(layer, torch.nn.Linear) and layer.bias is not None
 
 
