@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -343,8 +343,9 @@ class ActorCritic(nn.Module):
             return (-0.5 * z * z - self.log_std - 0.5 * LOG_2PI).sum(-1)
         # -(log_std + log(2 pi)/2 + z^2/2), summed: Python scalars would be wrapped in fresh
         # tensors, so the constant is a workspace buffer and the 1/2 a kernel argument.
-        z = torch.sub(actions, mean, out=workspace["noise"]).mul_(workspace["inv_std"])
-        offset = torch.add(self.log_std, workspace["half_log_2pi"], out=workspace["std_offset"])
+        work = cast("dict[str, Any]", workspace)  # (`act` gives its workspace with `out`)
+        z = torch.sub(actions, mean, out=work["noise"]).mul_(work["inv_std"])
+        offset = torch.add(self.log_std, work["half_log_2pi"], out=work["std_offset"])
         torch.addcmul(offset, z, z, value=0.5, out=z)
         return torch.sum(z, -1, out=out).neg_()
 

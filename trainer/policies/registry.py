@@ -81,9 +81,9 @@ def choose_policy(kind: str, obs_spec: ObsSpec, act_spec: ActSpec) -> PolicyEntr
     if is_user_policy(kind):
         return PolicyEntry(kind, _any, build_user_policy, _any)
     if kind == AUTO:
-        for entry in POLICIES.values():
-            if entry.matches(obs_spec, act_spec):
-                return entry
+        for candidate in POLICIES.values():
+            if candidate.matches(obs_spec, act_spec):
+                return candidate
         raise ConfigError(
             f'policy.kind = "auto": no registered policy reads '
             f"{describe(obs_spec, act_spec)} (registered: "

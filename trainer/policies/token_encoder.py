@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 try:
-    from operant.cext import token_encoder as _native
+    import operant.cext.token_encoder as _native
 except ImportError:  # an unbuilt checkout: torch's operations do the same
     _native = None
 if os.environ.get("OPERANT_TOKEN_NATIVE", "") == "0":  # torch's path, for comparisons
@@ -113,13 +113,13 @@ class TokenPool(torch.autograd.Function):
     the four weights' gradients; `applies` must hold."""
 
     @staticmethod
-    def forward(ctx: Any, obs, fv, loc, weight, bias):  # type: ignore[override]
+    def forward(ctx: Any, obs, fv, loc, weight, bias):
         weights = tuple(t.detach() for t in (fv, loc, weight, bias))
         batch, _, features, embed, hidden = _shape(obs, fv, weight)
         work = scratch(features, embed, hidden)
         pooled = torch.empty((batch, hidden))
         arg = torch.empty((batch, hidden), dtype=torch.int32)
-        forward_into(obs, weights, work, pooled, arg)  # type: ignore[arg-type]
+        forward_into(obs, weights, work, pooled, arg)
         ctx.save_for_backward(obs, *weights[:3], pooled, arg)
         ctx.work = work
         return pooled
