@@ -53,7 +53,7 @@ def compare(
 ) -> list[dict[str, Any]]:
     """This run's medians over each baseline's, for every measurement both have."""
     ours = _comparable(record)
-    comparisons = []
+    comparisons: list[dict[str, Any]] = []
     env = measured_env(record)
     for path, baseline in baselines:
         if measured_env(baseline) not in (None, env):

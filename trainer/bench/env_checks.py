@@ -76,10 +76,11 @@ def _encoder_check(env_id: str, num_envs: int, steps: int) -> dict[str, Any]:
     import numpy as np
 
     from operant.envs import make_env
-    from operant.envs.contract import ComparesEncoders
+    from operant.envs.contract import BatchEnv, ComparesEncoders
     from operant.envs.face.parity import random_actions
 
-    env = make_env(env_id, num_envs, copy=False, validate=True)
+    # Typed as the BatchEnv it is, so that the isinstance below adds ComparesEncoders to it.
+    env: BatchEnv = make_env(env_id, num_envs, copy=False, validate=True)
     if not isinstance(env, ComparesEncoders):
         env.close()
         raise ValueError(f"--validate: {env_id} has neither a Gymnasium env nor two encoders")
@@ -89,7 +90,7 @@ def _encoder_check(env_id: str, num_envs: int, steps: int) -> dict[str, Any]:
         env.actions[:] = random_actions(env, rng)
         env.step_bound()
     mismatches = env.obs_mismatches
-    compared = steps * env.num_envs
+    compared = steps * env.layout.num_rows  # (agents: rows)
     env.close()
     verdict = "encoders agree" if mismatches == 0 else f"MISMATCH: {mismatches:,} bytes differ"
     return {

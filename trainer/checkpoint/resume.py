@@ -36,7 +36,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from operant.shared import runs
 from operant.trainer.config import Config, ConfigError, derive, load_config
@@ -252,6 +252,7 @@ def _attach(
     if path is None:
         plan.restart = True
         return plan
+    payload = cast("dict[str, Any]", payload)  # (_read_checkpoint reads one with each path)
     try:
         checkpoint.check_compatible(path, payload["config"], plan.config)
         _check_world(path, payload)

@@ -30,13 +30,16 @@ exactly these, or whose tensors do not fit the trainer built from the resuming c
 from __future__ import annotations
 
 import random
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
 
 from operant.trainer.checkpoint.file_format import CheckpointError
 from operant.trainer.run.errors import first_line, load_error_line
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 MODULES = ("policy", "optimizer")
 OPTIONAL_MODULES = ("obs_normalizer", "reward_normalizer")
@@ -201,7 +204,11 @@ def capture_global_rng() -> dict[str, Any]:
     """Python's `random`, numpy's legacy global generator, torch's CPU generator and, where
     CUDA is initialised, every CUDA device's, as tensors and plain values."""
     version, internal, gauss = random.getstate()
-    algorithm, keys, position, has_gauss, cached = np.random.get_state(legacy=True)
+    # The legacy global generator is always an MT19937: its state is the tuple, never a dict.
+    state = cast(
+        "tuple[str, NDArray[np.uint32], int, int, float]", np.random.get_state(legacy=True)
+    )
+    algorithm, keys, position, has_gauss, cached = state
     rng: dict[str, Any] = {
         "python": {
             "version": version,

@@ -20,7 +20,7 @@ import re
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 import msgspec
 import torch
@@ -275,5 +275,6 @@ class _Counter:
 def _serialized_size(payload: dict[str, Any]) -> int:
     """Bytes `payload` takes as a checkpoint file (serialised into nothing)."""
     counter = _Counter()
-    torch.save(payload, counter)
+    # torch.save only writes to and flushes a file-like (its stubs ask for an IO[bytes]).
+    torch.save(payload, cast(IO[bytes], counter))
     return counter.size

@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from operant.shared import atomic, runs
 from operant.shared.record import UpdateRecord
@@ -78,7 +78,8 @@ class ContinueRecords(Service):
             update = payload["trainer"]["counters"]["update"]
             cut_progress(self.progress_path, payload["progress_bytes"])
             self.checkpointer.remove_leftovers(newer_than=update)
-            self.checkpointer.resumed_from(self.plan.checkpoint, update)
+            # (a plan's payload is its checkpoint's: resume._attach sets the two together)
+            self.checkpointer.resumed_from(cast(Path, self.plan.checkpoint), update)
         elif self.plan.restart:
             cut_progress(self.progress_path, 0)
             self.checkpointer.remove_leftovers()
@@ -296,7 +297,7 @@ class WriteProgress(Service):
             self.signals.line_start = self.log.live.erase_prefix()
 
     def on_update(self, record: Any) -> None:
-        self.log(record)
+        cast(ProgressLog, self.log)(record)  # (made in on_start, before any update)
 
     def on_stop(self, outcome: Outcome) -> None:
         self._end_line()
@@ -309,7 +310,7 @@ class WriteProgress(Service):
 
     def synced_length(self) -> int:
         """progress.jsonl's length once everything written so far is on disk."""
-        handle = self.log.file
+        handle = cast(ProgressLog, self.log).file  # (made in on_start)
         handle.flush()
         os.fsync(handle.fileno())
         return handle.tell()

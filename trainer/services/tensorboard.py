@@ -86,7 +86,7 @@ SCALARS = _scalars()
 
 def scalars(record: UpdateRecord) -> list[tuple[str, float]]:
     """The (tag, value) pairs one update writes; None values are left out."""
-    pairs = []
+    pairs: list[tuple[str, float]] = []
     for attribute, tag, mapping in SCALARS:
         value = getattr(record, attribute)
         if mapping and value is not None:
@@ -102,8 +102,12 @@ def use_compiled_checksum() -> None:
     """Give tensorboard's record writer operant.cext.crc32c's masked CRC32C in place of its
     Python loop over every byte (~70 us an event, holding the interpreter's lock; ~1 us here).
     The same function (tests/test_tensorboard.py); a writer already given another is left."""
-    from tensorboard.compat.tensorflow_stub import pywrap_tensorflow
-    from tensorboard.summary.writer import record_writer
+    # tensorboard ships no type information (no py.typed, no stubs) and pyproject.toml's mypy
+    # config has no override for it, so each import of it says it is untyped.
+    from tensorboard.compat.tensorflow_stub import (  # type: ignore[import-untyped]
+        pywrap_tensorflow,
+    )
+    from tensorboard.summary.writer import record_writer  # type: ignore[import-untyped]
 
     from operant.cext.crc32c import masked_crc32c
 
@@ -160,7 +164,11 @@ class WriteTensorBoard(Service):
         self._thread: threading.Thread | None = None
 
     def on_start(self) -> None:
-        from tensorboard.compat.proto.event_pb2 import Event, SessionLog
+        # (untyped: see use_compiled_checksum)
+        from tensorboard.compat.proto.event_pb2 import (  # type: ignore[import-untyped]
+            Event,
+            SessionLog,
+        )
         from torch.utils.tensorboard import FileWriter
 
         use_compiled_checksum()
@@ -204,7 +212,8 @@ class WriteTensorBoard(Service):
                 self._warn(error)
 
     def _drain_until_closed(self) -> None:
-        from tensorboard.compat.proto.summary_pb2 import Summary
+        # (untyped: see use_compiled_checksum)
+        from tensorboard.compat.proto.summary_pb2 import Summary  # type: ignore[import-untyped]
 
         value = Summary.Value
         while self.writer is not None:
