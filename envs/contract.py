@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, overload, runtime_checkable
 
 import numpy as np
 from gymnasium import spaces
@@ -209,6 +209,14 @@ def positive_count(name: str, value: Any) -> int:
     if not 0 < count <= MAX_COUNT:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
     return count
+
+
+@overload
+def time_limit(value: Any, default: int) -> int: ...
+
+
+@overload
+def time_limit(value: Any, default: int | None) -> int | None: ...
 
 
 def time_limit(value: Any, default: int | None) -> int | None:

@@ -30,7 +30,7 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import gymnasium
 from gymnasium import spaces
@@ -95,7 +95,8 @@ class EnvEntry:
 
     @property
     def max_episode_steps(self) -> int:
-        return self.spec.max_episode_steps
+        # Gymnasium registers every env here with its time limit (EnvSpec allows none)
+        return cast(int, self.spec.max_episode_steps)
 
     @property
     def reward_threshold(self) -> float | None:
@@ -103,7 +104,8 @@ class EnvEntry:
 
     def spaces(self) -> tuple[spaces.Space, spaces.Space]:
         """Fresh copies of Gymnasium's single-env observation and action spaces."""
-        env = load_env_creator(self.spec.entry_point)()
+        # Gymnasium registers its own envs by a "module:Class" string (EnvSpec allows a callable)
+        env = load_env_creator(cast(str, self.spec.entry_point))()
         try:
             return env.observation_space, env.action_space
         finally:
@@ -303,16 +305,16 @@ def resolve_impl(env_id: str, impl: str) -> str:
         return "reference"
     if impl == "reference":
         return impl
-    if impl == "auto":
-        return "native" if entry.native is not None else "reference"
-    if entry is None:
+    if entry is None:  # (impl is native or torch: auto and reference returned above)
         if _gymnasium_refusal(key) is None:
             raise EnvError(
                 f"{key} has no {impl} implementation (operant implements "
                 f'{_implemented()}); use env.impl = "reference" to train it '
                 "through Gymnasium"
             )
-        lookup(env_id)
+        entry = lookup(env_id)  # raises: the id is unknown
+    if impl == "auto":
+        return "native" if entry.native is not None else "reference"
     if impl == "native" and entry.native is None:
         raise EnvError(
             f"{key} has no native kernel in this build (operant.cext."
@@ -418,9 +420,7 @@ def _make_env(
         check_keywords((SplitNativeVectorEnv, NativeVectorEnv), kwargs, f"{key} (native)")
         return SplitNativeVectorEnv(lookup(key), num_envs, copy=copy, **kwargs)
     if chosen == "torch":
-        entry = lookup(key)
-        check_keywords(entry.torch, kwargs, f"{key} (torch)")
-        return entry.torch(entry, num_envs, device=device, copy=copy, **kwargs)
+        return _make_torch_env(key, num_envs, device, copy, kwargs)
     if device is not None and str(device) != "cpu":
         raise EnvError(
             f'device={device!r} needs env.impl = "torch"; the {chosen} '
@@ -442,6 +442,19 @@ def _make_env(
     own, env_kwargs = split_keywords(ReferenceVectorEnv, kwargs, options)
     env_kwargs = gymnasium_keywords(key, env_kwargs)
     return ReferenceVectorEnv(key, num_envs, copy=copy, env_kwargs=env_kwargs, **own)
+
+
+def _make_torch_env(
+    key: str, num_envs: int, device: Any, copy: bool, kwargs: dict[str, Any]
+) -> Any:
+    """Operant's torch env for `key`, which resolve_impl chose "torch" for: its entry names a
+    torch env class."""
+    from operant.envs.face.keywords import check_keywords
+
+    entry = lookup(key)
+    torch_class = cast("Callable[..., Any]", entry.torch)
+    check_keywords(torch_class, kwargs, f"{key} (torch)")
+    return torch_class(entry, num_envs, device=device, copy=copy, **kwargs)
 
 
 def workers_refusal(env_id: str, impl: str, chosen: str, workers: int) -> str | None:

@@ -45,17 +45,18 @@ def autoreset_mode(value: Any) -> AutoresetMode:
     """The mode named by `value`: an AutoresetMode, or its string value ("NextStep",
     "SameStep"), case and separators aside. Raises a one-line ValueError for anything else
     (DISABLED included: Operant's envs always autoreset)."""
+    mode: AutoresetMode | None
     if isinstance(value, AutoresetMode):
         mode = value
     else:
         key = str(value).replace("_", "").replace("-", "").lower()
         mode = {m.value.lower(): m for m in AutoresetMode}.get(key)
-    if mode not in (AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP):
-        raise ValueError(
-            f"autoreset_mode must be AutoresetMode.NEXT_STEP or SAME_STEP (or "
-            f'"NextStep" / "SameStep"), got {value!r}'
-        )
-    return mode
+    if mode in (AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP):
+        return mode
+    raise ValueError(
+        f"autoreset_mode must be AutoresetMode.NEXT_STEP or SAME_STEP (or "
+        f'"NextStep" / "SameStep"), got {value!r}'
+    )
 
 
 def with_autoreset_mode(metadata: dict[str, Any], mode: AutoresetMode) -> dict[str, Any]:

@@ -26,7 +26,8 @@ from operant.envs.contract import (
     clear_stats,
 )
 
-_WORDS = len(EPISODE_STATS_DTYPE.names)
+_WORDS = EPISODE_STATS_DTYPE.itemsize // np.dtype(np.float64).itemsize
+"""The float64 words of one statistics record (8)."""
 
 
 def _record_view(words: np.ndarray) -> np.ndarray:

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from gymnasium.vector import VectorEnv
 
 from operant.envs.contract import to_host
 from operant.envs.registry import EnvError
@@ -113,7 +114,9 @@ class Renderer:
         check_render_mode(render_mode)
         self.env_id = env_id
         self.render_mode = render_mode
-        self.gym_env = gymnasium.make(env_id, render_mode=render_mode).unwrapped
+        # Any: a classic-control env of the id's own class, whose `state` (and Pendulum's
+        # `last_u`, `max_torque`) the draws set and read, which gymnasium.Env does not declare
+        self.gym_env: Any = gymnasium.make(env_id, render_mode=render_mode).unwrapped
         self.gym_env.reset(seed=0)
         if render_mode == "rgb_array":
             init_headless_display()
@@ -136,13 +139,16 @@ class Renderer:
         self.gym_env.close()
 
 
-class RenderFace:
+class RenderFace(VectorEnv):
     """The render part of a family's Gymnasium face. A family calls `_init_render` in its
     constructor, `_rendered_step` after `step()` and `_rendered_reset` after `reset()`, and
     provides `_render_states()`: (state_dim, N) float64 on the host."""
 
     render_mode: str | None
     _renderer: Renderer | None
+    actions: Any
+    """The family's action buffer (a numpy array, or a torch env's tensor): what each env
+    last did, which Pendulum's frame draws."""
 
     def _init_render(self, env_id: str, render_mode: str | None) -> None:
         self.render_mode = render_mode
@@ -179,7 +185,9 @@ class RenderFace:
         if self.render_mode == "human":
             self.render()
 
-    def render(self) -> list[np.ndarray] | None:
+    # A list, as documented (docs/envs.md) and as Gymnasium's vector wrappers take it, where
+    # VectorEnv's annotation says a tuple.
+    def render(self) -> list[np.ndarray] | None:  # type: ignore[override]
         """One frame per env ("rgb_array"), or env 0 drawn in its window ("human")."""
         if self._renderer is None:
             import gymnasium

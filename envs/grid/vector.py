@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Sequence
 from dataclasses import fields
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 from gymnasium import spaces
@@ -187,7 +188,7 @@ class GridVectorEnv(NotCopyable, VectorEnv):
         self._seeded = True
         return (self.obs.copy() if self.copy else self.obs), {}
 
-    def step(self, actions):
+    def step(self, actions: Any) -> tuple[Any, ...]:
         load_actions(self, actions)
         self.step_bound()
         info: dict[str, Any] = {}
@@ -257,6 +258,6 @@ def no_single_env(**kwargs: Any) -> Any:
     )
 
 
-def _row_seeds(seed: Any, rows: int, worlds: int) -> bool:
+def _row_seeds(seed: Any, rows: int, worlds: int) -> TypeGuard[Sequence[int | None] | np.ndarray]:
     """Whether `seed` is a list of one seed a row (rows > worlds: a world has several)."""
     return rows != worlds and isinstance(seed, (list, tuple, np.ndarray)) and len(seed) == rows

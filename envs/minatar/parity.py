@@ -253,7 +253,7 @@ def scramble(kernel: Any, i: int, rng: np.random.Generator) -> None:
     elif kernel.game == "freeway":
         sc[s["pos"], i] = rng.integers(0, 10)
         sc[s["move_timer"], i] = rng.integers(0, 4)
-        sc[s["terminate_timer"], i] = rng.choice([rng.integers(0, 2501), 0, 1])
+        sc[s["terminate_timer"], i] = rng.choice([int(rng.integers(0, 2501)), 0, 1])
         speed = rng.integers(1, 6, 8) * rng.choice([-1, 1], 8)
         slots[0, i] = rng.integers(0, 10, 8)
         slots[1, i] = rng.integers(0, np.abs(speed) + 1)
@@ -261,7 +261,7 @@ def scramble(kernel: Any, i: int, rng: np.random.Generator) -> None:
     elif kernel.game == "space_invaders":
         sc[s["pos"], i] = rng.integers(0, 10)
         sc[s["alien_dir"], i] = rng.choice([-1, 1])
-        interval = rng.integers(6, 13)
+        interval = int(rng.integers(6, 13))
         sc[s["enemy_move_interval"], i] = interval
         sc[s["ramp_index"], i] = 12 - interval
         sc[s["alien_shot_timer"], i] = rng.integers(0, 11)
@@ -303,7 +303,7 @@ def _scramble_seaquest(kernel: Any, i: int, rng: np.random.Generator) -> None:
     def put(name: str, value: Any) -> None:
         sc[names.index(name), i] = int(value)
 
-    sub_y = rng.choice([0, rng.integers(0, 9)])
+    sub_y = rng.choice([0, int(rng.integers(0, 9))])
     move_speed = rng.integers(2, 6)
     spawn_speed = rng.integers(1, 21)
     sub_x = rng.integers(0, 10)
@@ -312,8 +312,8 @@ def _scramble_seaquest(kernel: Any, i: int, rng: np.random.Generator) -> None:
     # the sub reaches the right edge moving right and the left edge moving left
     put("sub_or", 1 if sub_x == 9 else 0 if sub_x == 0 else rng.integers(0, 2))
     put("surface", sub_y == 0)
-    put("oxygen", rng.choice([rng.integers(0, 201), 1, 2, 200]))
-    put("diver_count", rng.choice([rng.integers(0, 7), 5, 6, -1]))
+    put("oxygen", rng.choice([int(rng.integers(0, 201)), 1, 2, 200]))
+    put("diver_count", rng.choice([int(rng.integers(0, 7)), 5, 6, -1]))
     put("e_spawn_speed", spawn_speed)
     put("e_spawn_timer", rng.integers(0, spawn_speed + 1))
     put("d_spawn_timer", rng.integers(0, 31))

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 from gymnasium import spaces
-from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from operant.envs.contract import (
@@ -66,6 +66,7 @@ from operant.envs.minatar.options import (
 from operant.envs.native.fresh import FreshArrays
 from operant.envs.native.slots import SlotBinding
 from operant.envs.native.vector import (
+    NumpyFace,
     allocate_buffers,
     load_actions,
     recent_from_ring,
@@ -94,7 +95,7 @@ def _layout(game: str) -> dict[str, Any]:
     return GAMES[game]
 
 
-class _MinAtarFace(VectorEnv):
+class _MinAtarFace(NumpyFace):
     """What both implementations declare: spaces, specs, buffers."""
 
     metadata = {
@@ -160,7 +161,8 @@ class _MinAtarFace(VectorEnv):
         """NEXT_STEP's face calls this after a step (operant.envs.face.render's hook); a MinAtar
         frame is the observation the step returns, which `_showing` keeps."""
 
-    def render(self) -> list[np.ndarray] | None:
+    # A list, as operant.envs.face.render's (VectorEnv's annotation says a tuple)
+    def render(self) -> list[np.ndarray] | None:  # type: ignore[override]
         if self.render_mode is None:
             return None
         from operant.envs.minatar.env import rgb_frame

@@ -3,7 +3,7 @@ without copies): the mixin every kernel-backed face shares (NativeVectorEnv, Min
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -25,6 +25,13 @@ class SlotBinding:
     `obs`, `final_obs`, `rewards` and flags are not written for steps that select other
     slots."""
 
+    num_envs: int
+    actions: np.ndarray
+    kernels: tuple[Any, ...]
+    """The env's kernels (operant.cext's, untyped), one per entry of `_kernel_rows()`."""
+    _slot_actions: np.ndarray | None
+    """The action slots bound last (None: the env's own `actions`)."""
+
     binds_slots = True
     keeps_obs_rows = False
     """Whether a step reads the observation rows the previous step wrote (a kernel that
@@ -34,6 +41,10 @@ class SlotBinding:
     @property
     def binds_obs(self) -> bool:
         return not self.keeps_obs_rows
+
+    def _kernel_rows(self) -> tuple[tuple[int, int], ...]:
+        """The rows (lo, hi) each of `kernels` steps (the env that binds says)."""
+        raise NotImplementedError
 
     def bind_slots(self, **arrays: np.ndarray | None) -> None:
         names = ("obs", "rewards", "terminated", "truncated", "actions", "final_obs")
@@ -69,4 +80,5 @@ class SlotBinding:
     def _action_rows(self, which: int = 0) -> np.ndarray:
         """The action rows kernel `which` read last (for InvalidActionError's message)."""
         slot = self.kernels[which].action_slot
-        return self.actions if slot < 0 else self._slot_actions[slot]
+        # a kernel reads an action slot only while bind_slots has bound them
+        return self.actions if slot < 0 else cast(np.ndarray, self._slot_actions)[slot]

@@ -30,6 +30,7 @@ The env implements operant.envs.contract.BatchEnv: its episode statistics are th
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -142,7 +143,23 @@ def _as_words(*flags: np.ndarray) -> tuple[np.ndarray, ...] | None:
     return tuple(array.view(np.uint64) for array in flags)
 
 
-def allocate_buffers(env: VectorEnv, num_envs: int, obs_spec: ObsSpec) -> None:
+class NumpyFace(VectorEnv):
+    """A Gymnasium VectorEnv over numpy buffers that `allocate_buffers` lays out (the native,
+    MinAtar and reference faces): what they, their mixins and helpers read."""
+
+    copy: bool
+    """Whether `step()` returns copies of the buffers (Gymnasium's default) or the buffers."""
+    discrete: bool
+    """Whether the action space is Discrete (int64 actions) rather than a Box (float32)."""
+    actions: np.ndarray
+    obs: np.ndarray
+    final_obs: np.ndarray
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+
+
+def allocate_buffers(env: NumpyFace, num_envs: int, obs_spec: ObsSpec) -> None:
     """The buffers every numpy-backed env exposes, allocated once: `actions` (IN: int64 (N,)
     for a Discrete space, float32 (N, *shape) for a Box), `obs` and `final_obs` ((N,
     *obs_spec.shape) of obs_spec.dtype), `rewards` (float32 (N,)), `terminated` and
@@ -151,7 +168,9 @@ def allocate_buffers(env: VectorEnv, num_envs: int, obs_spec: ObsSpec) -> None:
     if env.discrete:
         env.actions = np.zeros(num_envs, dtype=np.int64)
     else:
-        env.actions = np.zeros((num_envs, *env.single_action_space.shape), dtype=np.float32)
+        # (a space without a shape, a Tuple, is left for ActSpec to refuse in one line)
+        shape = env.single_action_space.shape or ()
+        env.actions = np.zeros((num_envs, *shape), dtype=np.float32)
     env.obs = np.zeros((num_envs, *obs_spec.shape), dtype=obs_spec.dtype)
     env.rewards = np.zeros(num_envs, dtype=np.float32)
     env.terminated = np.zeros(num_envs, dtype=np.bool_)
@@ -159,7 +178,7 @@ def allocate_buffers(env: VectorEnv, num_envs: int, obs_spec: ObsSpec) -> None:
     env.final_obs = np.zeros_like(env.obs)
 
 
-class NativeVectorEnv(NotCopyable, SlotBinding, RenderFace, VectorEnv):
+class NativeVectorEnv(NotCopyable, SlotBinding, RenderFace, NumpyFace):
     """N copies of one environment stepped by a compiled kernel."""
 
     metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
@@ -175,8 +194,10 @@ class NativeVectorEnv(NotCopyable, SlotBinding, RenderFace, VectorEnv):
         autoreset_mode: AutoresetMode | str = AutoresetMode.SAME_STEP,
         render_mode: str | None = None,
     ):
-        if entry.native is None:
+        kernel_class = entry.native
+        if kernel_class is None:
             raise ValueError(f"{entry.id} has no native implementation")
+        self._kernel_class: Callable[..., Any] = kernel_class
         num_envs = positive_count("num_envs", num_envs)
         self.entry = entry
         self.num_envs = num_envs
@@ -233,9 +254,9 @@ class NativeVectorEnv(NotCopyable, SlotBinding, RenderFace, VectorEnv):
     def _render_states(self) -> np.ndarray:
         return np.concatenate([kernel.state for kernel in self.kernels], axis=1)
 
-    def _kernel_over(self, lo: int, hi: int):
+    def _kernel_over(self, lo: int, hi: int) -> Any:
         """A kernel bound to rows lo:hi of the buffers, its envs seeded as rows lo:hi."""
-        return self.entry.native(
+        return self._kernel_class(
             hi - lo,
             self.actions[lo:hi],
             self.obs[lo:hi],
@@ -283,7 +304,7 @@ class NativeVectorEnv(NotCopyable, SlotBinding, RenderFace, VectorEnv):
             self._rendered_reset()
         return (obs.copy() if self.copy else obs), {}
 
-    def step(self, actions):
+    def step(self, actions: Any) -> tuple[Any, ...]:
         if actions is not self.actions:  # else written in place: nothing to check or copy
             self._load_actions(actions)
         if self._next_step is not None:

@@ -77,7 +77,7 @@ def obs_rows(space: spaces.Box, act_space: spaces.Space[Any]) -> ObsRows:
     size = int(np.prod(space.shape))
     low = np.asarray(space.low, dtype=np.float32).reshape(size)
     high = np.asarray(space.high, dtype=np.float32).reshape(size)
-    return ObsRows(ObsSpec((size,), np.float32), spaces.Box(low, high, dtype=np.float32))
+    return ObsRows(ObsSpec((size,), np.dtype(np.float32)), spaces.Box(low, high, dtype=np.float32))
 
 
 def is_image(space: spaces.Box, act_space: spaces.Space[Any]) -> bool:

@@ -22,7 +22,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 from gymnasium import spaces
-from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from operant.envs.contract import FLAT_BOX_HINT, ActSpec, RowLayout
@@ -31,7 +31,7 @@ from operant.envs.face.autoreset import with_autoreset_mode
 from operant.envs.face.episodes import AccountedPythonEnv, EpisodeAccounting
 from operant.envs.face.render import check_render_mode, init_headless_display
 from operant.envs.face.seeding import check_seed, seed_np_random
-from operant.envs.native.vector import allocate_buffers, load_actions, step_outputs
+from operant.envs.native.vector import NumpyFace, allocate_buffers, load_actions, step_outputs
 from operant.envs.reference.obs_rows import obs_rows
 from operant.envs.reference.step_deadline import EnvStepHung, check_step_timeout, env_step
 from operant.envs.registry import EnvError, EnvFailedError
@@ -39,7 +39,7 @@ from operant.envs.registry import EnvError, EnvFailedError
 RECENT_CAPACITY = 1024
 
 
-class ReferenceVectorEnv(AccountedPythonEnv, VectorEnv):
+class ReferenceVectorEnv(AccountedPythonEnv, NumpyFace):
     """Gymnasium's SyncVectorEnv, in SAME_STEP autoreset mode unless told otherwise (Gymnasium's
     own vectorised classes, such as CartPoleVectorEnv, only autoreset NEXT_STEP), exposing
     `actions`/`obs`/... buffers and `step_bound()`."""
@@ -198,7 +198,8 @@ class ReferenceVectorEnv(AccountedPythonEnv, VectorEnv):
             f"the env {self.env_id} raised while it was {doing}: {type(error).__name__}: {error}"
         )
 
-    def render(self) -> list[Any] | None:
+    # A list, as operant.envs.face.render's (VectorEnv's annotation says a tuple)
+    def render(self) -> list[Any] | None:  # type: ignore[override]
         """Gymnasium's frames, one per env ("rgb_array"); None in "human" mode."""
         frames = self.inner.render()
         return None if frames is None else list(frames)

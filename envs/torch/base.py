@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import math
 import secrets
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -153,7 +153,8 @@ def seed_streams(seed: int, num_envs: int, device: torch.device) -> torch.Tensor
 
 # Where each statistic lives in `stats`, by field name. The reduction updates the return and
 # length fields as one (quantity, reduction) block: that needs them adjacent, in this order.
-_FIELD = {name: index for index, name in enumerate(EPISODE_STATS_DTYPE.names)}
+_NAMES = cast("tuple[str, ...]", EPISODE_STATS_DTYPE.names)  # a structured dtype: names are set
+_FIELD = {name: index for index, name in enumerate(_NAMES)}
 _EPISODES = _FIELD["episodes"]
 _QUANTITIES, _REDUCTIONS = ("return", "length"), ("sum", "min", "max")
 _BLOCK = [
@@ -186,6 +187,9 @@ class TorchVectorEnv(RenderFace, VectorEnv):
     metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
     impl = "torch"
     resumable = True
+    actions: torch.Tensor
+    """int64 (N,) for a Discrete space, float32 (N, act_dim) for a Box (RenderFace declares
+    it as Any: a numpy family's is an array)."""
     state_dim: int
     reset_bounds: tuple[tuple[float, float], ...]
     """(low, high) of each uniform draw a reset makes, in the native kernel's order."""
@@ -243,12 +247,12 @@ class TorchVectorEnv(RenderFace, VectorEnv):
 
     def _allocate_buffers(self, num_envs: int, options: dict[str, Any]) -> None:
         """Allocate the batch buffers: actions, step outputs, state, episode and stats rings."""
-        obs_dim = self.single_observation_space.shape[0]
+        obs_dim = self.obs_spec.shape[0]
         if self.discrete:
             self.actions = torch.zeros(num_envs, dtype=torch.int64, **options)
         else:
             self.actions = torch.zeros(
-                (num_envs, *self.single_action_space.shape), dtype=torch.float32, **options
+                (num_envs, *self.act_spec.shape), dtype=torch.float32, **options
             )
         self.obs = torch.zeros((num_envs, obs_dim), dtype=torch.float32, **options)
         self.rewards = torch.zeros(num_envs, dtype=torch.float32, **options)
@@ -325,7 +329,9 @@ class TorchVectorEnv(RenderFace, VectorEnv):
             streams = per_env_streams(seed, None if self._seeded else secrets.randbits(64))
             rows = [row for row, stream in enumerate(streams) if stream is not None]
             self.rng_state[rows] = torch.tensor(
-                [_i64(streams[row]) for row in rows], dtype=torch.int64, device=self.device
+                [_i64(stream) for stream in streams if stream is not None],
+                dtype=torch.int64,
+                device=self.device,
             )
         elif seed is not None:
             self.rng_state.copy_(seed_streams(seed, self.num_envs, self.device))
@@ -487,7 +493,7 @@ class TorchVectorEnv(RenderFace, VectorEnv):
 
     def _valid(self, actions: torch.Tensor) -> torch.Tensor:
         if self.discrete:
-            return (actions >= 0) & (actions < self.single_action_space.n)
+            return (actions >= 0) & (actions < self.act_spec.num_actions)
         return torch.isfinite(actions).all(dim=1)
 
     def _raise_on_invalid(self, valid: torch.Tensor) -> None:
@@ -511,7 +517,7 @@ class TorchVectorEnv(RenderFace, VectorEnv):
 
     def _replace_invalid(self, actions: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         if self.discrete:
-            return actions.clamp(0, self.single_action_space.n - 1)
+            return actions.clamp(0, self.act_spec.num_actions - 1)
         return torch.where(torch.isfinite(actions), actions, 0.0)
 
     def _load_actions(self, actions) -> None:
