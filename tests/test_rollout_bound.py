@@ -104,7 +104,8 @@ def rollouts(
     extra: list[str], bound: bool, monkeypatch, count: int = 2, batched: bool = True
 ) -> list[dict]:
     """The storage after each of `count` rollouts of a small CartPole trainer (`batched`:
-    the truncation bootstrap of operant.trainer.loop.bootstrap, else the per-step pass)."""
+    the truncation bootstrap of operant.trainer.loop.collect.BatchedBootstrap, else the per-step
+    pass)."""
     config = load_config(
         None,
         [

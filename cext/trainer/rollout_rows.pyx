@@ -3,7 +3,7 @@
 
 A bound rollout (the kernels write their flags straight into the storage's rows) computes
 every step's dones after the rollout, and learns on the way whether any row truncated, so
-that the deferred truncation bootstrap (operant.trainer.loop.bootstrap) runs only when needed.
+that the deferred truncation bootstrap (operant.trainer.loop.collect.BatchedBootstrap) runs only when needed.
 Nothing is allocated.
 """
 

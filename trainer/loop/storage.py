@@ -42,7 +42,8 @@ class RolloutStorage:
 
     Rollout: `obs`, `actions`, `logprobs`, `rewards`, `dones`, `values`, and what GAE writes,
     `advantages` and `returns`; `final_obs_steps` and `final_values_steps`, each step's final
-    observations and V of those of the rows that truncated (operant.trainer.loop.bootstrap);
+    observations and V of those of the rows that truncated
+    (operant.trainer.loop.collect.BatchedBootstrap);
     `terminated_steps` and `truncated_steps` (bool, on the device of the env's flags), where
     an env that writes into the storage itself puts its flags (operant.trainer.loop.collect). Per
     step (`(rows, ...)`): `done_mask` (bool, on the device of the env's flags), `truncated`,
