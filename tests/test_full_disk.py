@@ -23,7 +23,7 @@ from user_runs import ENDLESS, SMALL, command, run, run_hint
 
 from operant.shared.reader import MetricsReader
 from operant.trainer.checkpoint import file_format as checkpoint_format
-from operant.trainer.run.exit_codes import EXIT_NO_SPACE
+from operant.trainer.run.errors import EXIT_NO_SPACE
 
 UNIT = Path(__file__).resolve().parent.parent / "deploy" / "operant-train@.service"
 # Updates of 4,096 steps: slow enough that the progress lines a test leaves room for last
@@ -309,7 +309,7 @@ def test_the_records_line_says_whose_size_it_gives(tmp_path):
     # records' (a line of JSON)
     import errno
 
-    from operant.trainer.run.disk import describe_storage_error
+    from operant.trainer.run.errors import describe_storage_error
 
     full = OSError(errno.ENOSPC, "No space left on device")
     line = describe_storage_error(full, tmp_path, 170_000, "a checkpoint")

@@ -28,7 +28,7 @@ import torch
 from operant.shared import atomic
 from operant.trainer.checkpoint.file_format import CheckpointError, build_payload
 from operant.trainer.checkpoint.state import capture_global_rng
-from operant.trainer.run.disk import storage_errors
+from operant.trainer.run.errors import storage_errors
 
 POINTER = "latest"
 _FILE = re.compile(r"^ckpt-(\d{9,})\.pt$")

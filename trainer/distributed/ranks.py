@@ -26,7 +26,7 @@ from operant.shared import runs
 from operant.trainer.checkpoint.resume import AUTO, RunPlan
 from operant.trainer.distributed import latency as rank_latency
 from operant.trainer.distributed.group import Group, Launch, backend_problem, choose_backend
-from operant.trainer.run.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from operant.trainer.run.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from operant.trainer.run.signals import StopSignals
 from operant.trainer.services.hooks import Checkpoints
 from operant.trainer.services.protocol import GroupError, Outcome, Rank, Role

@@ -16,7 +16,7 @@ import msgspec
 from operant.shared.record import RunSummary
 from operant.trainer.checkpoint.resume import RunPlan, resume_hint
 from operant.trainer.checkpoint.store import Checkpointer
-from operant.trainer.run.errors import counted
+from operant.trainer.run.errors import counted, describe_storage_error
 from operant.trainer.run.run_dir_watch import RunDirLost
 from operant.trainer.services.progress import number_or_dash
 from operant.trainer.services.protocol import Outcome, Service
@@ -127,8 +127,6 @@ class Console(Service):
 
     def _no_space(self, outcome: Outcome) -> str:
         """The full disk's line: what could not be written, the space, what to do."""
-        from operant.trainer.run.disk import describe_storage_error
-
         resume = resume_hint(self.plan.run_id, self.run_dir.parent)
         if not self.started:
             why = describe_storage_error(outcome.error, self.run_dir.parent)

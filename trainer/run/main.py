@@ -13,7 +13,7 @@ Exit codes:
   75  the disk is full (or failing): the run directory or metrics file could not be created
      (nothing is left behind), or the final checkpoint or model.pt could not be written (the
      earlier checkpoints are kept: free space, then --resume). Periodic checkpoints the disk
-     refuses are warnings, not failures (operant.trainer.run.disk)
+     refuses are warnings, not failures (operant.trainer.run.errors)
   130  interrupted by a second SIGINT, without a final checkpoint
 """
 
@@ -27,7 +27,7 @@ import sys
 from typing import Any
 
 from operant.shared.cli_parser import OneLineParser
-from operant.trainer.run.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from operant.trainer.run.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -30,12 +30,14 @@ from operant.trainer.checkpoint.file_format import CheckpointError
 from operant.trainer.checkpoint.resume import RunPlan
 from operant.trainer.checkpoint.store import Checkpointer
 from operant.trainer.run.console import Console, env_failed_at_start
-from operant.trainer.run.exit_codes import (
+from operant.trainer.run.errors import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_NO_SPACE,
     EXIT_OK,
     EXIT_USAGE,
+    describe_storage_error,
+    is_storage_error,
 )
 from operant.trainer.run.run_dir_watch import WatchRunDir
 from operant.trainer.run.sdnotify import SystemdNotifier
@@ -113,7 +115,6 @@ def open_run_dir(plan: RunPlan) -> tuple[Path | None, int]:
     """The run's directory, created and locked (a resumed run's is already); (None, exit
     status), said why, if it cannot be."""
     from operant.trainer.checkpoint import resume
-    from operant.trainer.run.disk import describe_storage_error, is_storage_error
 
     try:
         return resume.create(plan), EXIT_OK

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from operant.trainer.loop.update_record import SOLVE_WINDOW
+from operant.trainer.run.errors import describe_storage_error, is_storage_error, storage_errors
 from operant.trainer.run.run_dir_watch import RunDirLost
 from operant.trainer.services.protocol import Outcome, Service
 
@@ -132,11 +133,6 @@ class TrackBest(Service):
         import torch
 
         from operant.shared import atomic
-        from operant.trainer.run.disk import (
-            describe_storage_error,
-            is_storage_error,
-            storage_errors,
-        )
 
         model, self._pending = self._pending, None
         self._written_at = time.monotonic()

@@ -21,6 +21,7 @@ from operant.shared.record import UpdateRecord
 from operant.trainer.checkpoint.resume import RunPlan
 from operant.trainer.checkpoint.store import Checkpointer
 from operant.trainer.config import to_dict
+from operant.trainer.run.errors import describe_storage_error, is_storage_error, storage_errors
 from operant.trainer.run.sdnotify import SystemdNotifier
 from operant.trainer.run.signals import StopSignals
 from operant.trainer.services.progress import (
@@ -316,8 +317,6 @@ class WriteProgress(Service):
         return handle.tell()
 
     def close(self) -> None:
-        from operant.trainer.run.disk import is_storage_error
-
         if self.log is None:
             return
         self._end_line()
@@ -334,8 +333,9 @@ class Checkpoints(Service):
     """Periodic checkpoints (checkpoint.every_updates / every_seconds), one on SIGUSR1 (said in
     one line), and the final one when the loop ends cleanly; never for update 0, never twice
     for one. A periodic or SIGUSR1 checkpoint the disk refuses is one warning line and the
-    metrics file's warning (operant.trainer.run.disk: the policy); the next interval tries again.
-    A final one it refuses ends the run (the error propagates: Outcome.kind "no_space")."""
+    metrics file's warning (operant.trainer.run.errors: the full-disk policy); the next
+    interval tries again. A final one it refuses ends the run (the error propagates:
+    Outcome.kind "no_space")."""
 
     def __init__(
         self,
@@ -373,8 +373,6 @@ class Checkpoints(Service):
     def _refused(self, error: OSError) -> str:
         """Why the disk refused a checkpoint (the space free, the size needed), the refusal
         counted; an error that is not a full disk propagates."""
-        from operant.trainer.run.disk import describe_storage_error, is_storage_error
-
         if not is_storage_error(error):
             raise error
         lost = self.explain(error)
@@ -451,8 +449,6 @@ class SaveModel(Service):
         self.trainer, self.run_dir = trainer, run_dir
 
     def on_stopping(self, outcome: Outcome) -> None:
-        from operant.trainer.run.disk import storage_errors
-
         if outcome.kind == "finished":
             outcome.writing = "model.pt"
             with storage_errors():

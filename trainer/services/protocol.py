@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from operant.trainer.run.disk import STORAGE_ERRNOS
+from operant.trainer.run.errors import STORAGE_ERRNOS
 
 HOOKS = ("on_start", "on_update", "on_boundary", "on_stopping", "on_stop", "close")
 
@@ -88,7 +88,8 @@ class Outcome:
     def kind(
         self,
     ) -> Literal["finished", "stopped", "failed", "interrupted", "no_space", "crashed"]:
-        """no_space: the disk refused what the run cannot do without (operant.trainer.run.disk)."""
+        """no_space: the disk refused what the run cannot do without (the full-disk policy:
+        operant.trainer.run.errors)."""
         if isinstance(self.error, (FloatingPointError, GroupError)) or getattr(
             self.error, "fails_the_run", False
         ):
