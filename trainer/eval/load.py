@@ -157,7 +157,10 @@ def load_run_policy(run_dir: Path, best: bool) -> LoadedPolicy:
     model_update = model.update
     if model_update is None:  # written before model.pt held its update: one row per env
         model_update = model.global_step // _batch_size(model.config)
-    return load_policy_file(newest) if checkpoint.update_of(newest) > model_update else model
+    newest_update = checkpoint.update_of(newest)  # a checkpoint file's name: never None here
+    if newest_update is not None and newest_update > model_update:
+        return load_policy_file(newest)
+    return model
 
 
 def _followed(path: Path) -> Path:

@@ -37,8 +37,9 @@ output in the same order, so both paths feed the dense layer the same vector.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -54,7 +55,7 @@ try:
 except ImportError:  # an unbuilt checkout: torch's strided copy and nn.Linear's product do the same
     patches_u8 = refresh_transposed = None
 try:
-    from operant.cext import sparse_conv as _sparse_native
+    import operant.cext.sparse_conv as _sparse_native
 except ImportError:  # an unbuilt checkout: torch's convolution does the same
     _sparse_native = None
 
@@ -102,7 +103,7 @@ class CNNPolicy(WorkspaceHeadsPolicy):
         for out_channels, kernel, stride in zip(conv_channels, self.kernels, self.strides):
             conv = nn.Conv2d(channels, out_channels, kernel, stride)
             nn.init.orthogonal_(conv.weight, gain)
-            nn.init.zeros_(conv.bias)
+            nn.init.zeros_(_bias(conv))
             self.convs.append(conv)
             channels = out_channels
             height, width = (height - kernel) // stride + 1, (width - kernel) // stride + 1
@@ -124,6 +125,11 @@ class CNNPolicy(WorkspaceHeadsPolicy):
         """The rollout's forward as im2col + matmul in a workspace (allocating nothing); else
         torch's convolutions, as `heads` (strided layers, large frames: faster there)."""
 
+    def _conv_layers(self) -> Sequence[nn.Conv2d]:
+        """The convolutions, as the Conv2d layers `__init__` put in the ModuleList (whose items
+        mypy knows only as modules)."""
+        return cast("Sequence[nn.Conv2d]", self.convs)
+
     def heads(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = self.head_features(obs)
         return self.actor(x), self.critic(x).squeeze(-1)
@@ -143,7 +149,7 @@ class CNNPolicy(WorkspaceHeadsPolicy):
         # rows): 1.10x the minibatch step, with bit-identical values and gradients.
         # A first convolution on sparse uint8 frames (MinAtar's) runs from their set cells
         # (`sparse_conv_relu`): its output is (B, H, W, C), channels-last already.
-        convs = list(self.convs)
+        convs = list(self._conv_layers())
         if self.scale == 1.0 and sparse_applies(obs, convs[0]):
             x = sparse_conv_relu(obs, convs[0]).permute(0, 3, 1, 2)
             convs = convs[1:]
@@ -201,12 +207,12 @@ class CNNPolicy(WorkspaceHeadsPolicy):
             return self.heads(obs)
         batch = obs.shape[0]
         x = obs  # (B, C, H, W) in any dtype and any strides
-        for index, conv in enumerate(self.convs):
+        for index, conv in enumerate(self._conv_layers()):
             kernel, stride = self.kernels[index], self.strides[index]
             if index == 0 and self.scale == 1.0 and sparse_applies(x, conv):
                 height, width = x.shape[2] - kernel + 1, x.shape[3] - kernel + 1
                 features = workspace["conv0"]
-                sparse_forward_into(x, conv.weight, conv.bias, workspace["weight_t0"], features)
+                sparse_forward_into(x, conv.weight, _bias(conv), workspace["weight_t0"], features)
                 x = features.view(batch, height, width, -1).permute(0, 3, 1, 2)
                 continue
             # (B, C, H', W', 3, 3) view -> (B, H', W', C, 3, 3) copied (and converted to
@@ -218,7 +224,7 @@ class CNNPolicy(WorkspaceHeadsPolicy):
                 cols.copy_(patches.permute(0, 2, 3, 1, 4, 5))
             height, width = cols.shape[1], cols.shape[2]
             features = torch.addmm(
-                conv.bias,
+                _bias(conv),
                 cols.view(batch * height * width, -1),
                 conv.weight.view(conv.out_channels, -1).t(),
                 alpha=self.scale if index == 0 else 1.0,
@@ -234,6 +240,11 @@ class CNNPolicy(WorkspaceHeadsPolicy):
         logits = torch.addmm(self.actor.bias, x, self.actor.weight.t(), out=workspace["logits"])
         values = torch.addmm(self.critic.bias, x, self.critic.weight.t(), out=workspace["values"])
         return logits, values.view(-1)
+
+
+def _bias(conv: nn.Conv2d) -> torch.Tensor:
+    """A convolution's bias: every one of the policy's is built with one."""
+    return cast(torch.Tensor, conv.bias)
 
 
 def _native_patches(frames: torch.Tensor, cols: torch.Tensor, kernel: int) -> bool:

@@ -9,7 +9,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -47,7 +47,7 @@ class Console(Service):
         if self.args.log_format != "json" and not self.args.quiet:
             origin = (
                 f", resumed at update {trainer.update} from {plan.checkpoint.name}"
-                if plan.payload is not None
+                if plan.payload is not None and plan.checkpoint is not None
                 else ""
             )
             print(
@@ -79,8 +79,9 @@ class Console(Service):
         """A run resumed on another kind of device: its sampling could not continue as is."""
         plan = self.plan
         saved = plan.payload["config"]["train"]["device"] if plan.payload else "?"
+        name = plan.checkpoint.name if plan.checkpoint is not None else "the checkpoint"
         print(
-            f"operant-train: warning: {plan.checkpoint.name} was written with train.device = "
+            f"operant-train: warning: {name} was written with train.device = "
             f"{saved!r} and this run trains on {plan.config.train.device!r}: the weights, the "
             "optimizer and the envs carry over, action sampling starts from a new seed, so the "
             f"run goes on but not as it would have on {saved!r}",
@@ -127,9 +128,11 @@ class Console(Service):
 
     def _no_space(self, outcome: Outcome) -> str:
         """The full disk's line: what could not be written, the space, what to do."""
+        # Outcome.kind is "no_space" only for an OSError of STORAGE_ERRNOS.
+        error = cast(OSError, outcome.error)
         resume = resume_hint(self.plan.run_id, self.run_dir.parent)
         if not self.started:
-            why = describe_storage_error(outcome.error, self.run_dir.parent)
+            why = describe_storage_error(error, self.run_dir.parent)
             if self.plan.payload is not None:
                 after = f"the run is as it was; free space, then {resume}"
             elif self.plan.restart:  # no checkpoint: `--resume RUN` would be refused
@@ -143,11 +146,11 @@ class Console(Service):
             return f"cannot start run {self.plan.run_id}: {why}; {after}"
         if outcome.ending:
             what = outcome.writing or "the final checkpoint"
-            why = describe_storage_error(outcome.error, self.run_dir, self.checkpointer.last_size)
+            why = describe_storage_error(error, self.run_dir, self.checkpointer.last_size)
         else:  # the records' write is small: the size to free is the next checkpoint's
             what = "the run's records (progress.jsonl)"
             why = describe_storage_error(
-                outcome.error, self.run_dir, self.checkpointer.last_size, "a checkpoint"
+                error, self.run_dir, self.checkpointer.last_size, "a checkpoint"
             )
         if self.checkpointer.last_path is None:
             again = resume_hint(self.plan.run_id, self.run_dir.parent, auto=True)

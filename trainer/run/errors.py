@@ -21,6 +21,7 @@ import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeGuard
 
 # -- The wording of one-line messages -------------------------------------------------------------
 
@@ -74,7 +75,7 @@ EXIT_INTERRUPTED = 130
 STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EIO)
 
 
-def is_storage_error(error: BaseException) -> bool:
+def is_storage_error(error: BaseException | None) -> TypeGuard[OSError]:
     """Whether `error` says the disk cannot take what is written (full, over quota, failing)."""
     return isinstance(error, OSError) and error.errno in STORAGE_ERRNOS
 
@@ -83,11 +84,12 @@ def storage_error_in(error: BaseException) -> OSError | None:
     """The full disk's OSError behind `error`, or None. torch.save's zip writer turns a failed
     write into a RuntimeError of its own while the OSError unwinds: look down the chain."""
     seen: set[int] = set()
-    while error is not None and id(error) not in seen:
-        if is_storage_error(error):
-            return error  # type: ignore[return-value]
-        seen.add(id(error))
-        error = error.__cause__ or error.__context__
+    link: BaseException | None = error
+    while link is not None and id(link) not in seen:
+        if is_storage_error(link):
+            return link
+        seen.add(id(link))
+        link = link.__cause__ or link.__context__
     return None
 
 

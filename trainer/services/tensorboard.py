@@ -102,12 +102,10 @@ def use_compiled_checksum() -> None:
     """Give tensorboard's record writer operant.cext.crc32c's masked CRC32C in place of its
     Python loop over every byte (~70 us an event, holding the interpreter's lock; ~1 us here).
     The same function (tests/test_tensorboard.py); a writer already given another is left."""
-    # tensorboard ships no type information (no py.typed, no stubs) and pyproject.toml's mypy
-    # config has no override for it, so each import of it says it is untyped.
-    from tensorboard.compat.tensorflow_stub import (  # type: ignore[import-untyped]
+    from tensorboard.compat.tensorflow_stub import (
         pywrap_tensorflow,
     )
-    from tensorboard.summary.writer import record_writer  # type: ignore[import-untyped]
+    from tensorboard.summary.writer import record_writer
 
     from operant.cext.crc32c import masked_crc32c
 
@@ -165,7 +163,7 @@ class WriteTensorBoard(Service):
 
     def on_start(self) -> None:
         # (untyped: see use_compiled_checksum)
-        from tensorboard.compat.proto.event_pb2 import (  # type: ignore[import-untyped]
+        from tensorboard.compat.proto.event_pb2 import (
             Event,
             SessionLog,
         )
@@ -213,7 +211,7 @@ class WriteTensorBoard(Service):
 
     def _drain_until_closed(self) -> None:
         # (untyped: see use_compiled_checksum)
-        from tensorboard.compat.proto.summary_pb2 import Summary  # type: ignore[import-untyped]
+        from tensorboard.compat.proto.summary_pb2 import Summary
 
         value = Summary.Value
         while self.writer is not None:
