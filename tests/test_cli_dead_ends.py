@@ -228,7 +228,9 @@ def test_a_budget_between_updates_is_rounded_up_and_said(finished, root):
     assert verdict.startswith("not solved: best mean return ") and best.endswith("best.pt")
     assert last_record(root / "twenty-k")["global_step"] == 20_480
     run_json = json.loads((root / "twenty-k" / "run.json").read_text())
-    assert run_json["config"]["train"]["total_steps"] == 20_480
+    # The budget trained is recorded beside the config, which keeps the one given.
+    assert run_json["total_steps"] == 20_480
+    assert run_json["config"]["train"]["total_steps"] == 20_000
     with MetricsReader(root / "twenty-k" / "metrics.bin") as reader:
         assert reader.snapshot().gauges["total_steps"] == 20_480
 
@@ -282,7 +284,8 @@ def test_a_budget_counts_agent_rows_where_agents_are_rows(root):
     assert [line.split()[1] for line in lines if line.startswith("update ")] == ["1/2", "2/2"]
     assert last_record(root / "grid-9k")["global_step"] == 16_384
     run_json = json.loads((root / "grid-9k" / "run.json").read_text())
-    assert run_json["config"]["train"]["total_steps"] == 16_384
+    assert run_json["total_steps"] == 16_384
+    assert run_json["config"]["train"]["total_steps"] == 9_000
 
 
 def test_a_run_without_a_checkpoint_starts_again_with_its_own_config(root):

@@ -30,7 +30,7 @@ from operant.trainer.loop.train import Trainer
 
 config = load_config(None, sys.argv[1:])
 impl = resolve_impl(config.env.id, config.env.impl)
-shape = preflight.probe_env(config.env.id, impl)
+shape = preflight.probe_env(config, impl)
 estimate = memory.estimate(
     config, impl, shape.obs_spec, shape.act_spec, shape.agents_per_env, shape.env_bytes
 )
@@ -102,7 +102,7 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)
 
 def test_the_estimate_names_its_parts_and_grows_with_the_config():
     config = load_config(None, ["env.num_envs=1000"])
-    shape = preflight.probe_env("CartPole-v1", "native")
+    shape = preflight.probe_env(config, "native")
     small = memory.estimate(config, "native", shape.obs_spec, shape.act_spec)
     config.env.num_envs = 2000
     double = memory.estimate(config, "native", shape.obs_spec, shape.act_spec)
@@ -179,6 +179,11 @@ def test_the_estimate_is_within_a_factor_of_two_of_a_real_trainers_growth(words)
     assert 0.5 <= ratio <= 2.0, measured
 
 
+def _config(env_id: str):
+    """The default config with env.id = `env_id`: what preflight's probe builds from."""
+    return load_config(None, (), {"env": {"id": env_id}})
+
+
 def with_fixtures() -> dict[str, str]:
     """This environment, with the tests' folder (env_worker_fixtures) on PYTHONPATH."""
     environ = dict(os.environ)
@@ -194,12 +199,12 @@ def test_a_python_envs_own_memory_is_measured_and_refused_before_anything_is_bui
     # alone read 12 KiB for this env late in a full test run)
     freed = [np.ones(20 << 20, np.uint8) for _ in range(5)]
     del freed
-    shape = preflight.probe_env("env_worker_fixtures:HeavyCartPole-v0", "reference")
+    shape = preflight.probe_env(_config("env_worker_fixtures:HeavyCartPole-v0"), "reference")
     assert 8 << 20 <= shape.env_bytes < 10 << 20, shape.env_bytes
     # memory an env first takes in its step counts too (the probe steps it once)
-    lazy = preflight.probe_env("env_worker_fixtures:LazyHeavyCartPole-v0", "reference")
+    lazy = preflight.probe_env(_config("env_worker_fixtures:LazyHeavyCartPole-v0"), "reference")
     assert 8 << 20 <= lazy.env_bytes < 10 << 20, lazy.env_bytes
-    assert preflight.probe_env("CartPole-v1", "native").env_bytes is None
+    assert preflight.probe_env(_config("CartPole-v1"), "native").env_bytes is None
     free, _ = memory.available()
     envs = int(free / (8 << 20) * 1.5) + 1  # one and a half times what fits
     started = time.monotonic()

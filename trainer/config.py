@@ -515,8 +515,8 @@ TRAINERS_OWN = frozenset({"autoreset_mode", "render_mode", "render_scale"})
 
 
 def env_kwargs(config: Config) -> dict[str, Any]:
-    """The keywords every builder of this config's env passes to make_env (the trainer, its
-    preflight probe, eval): its options and its truncation horizon."""
+    """The make_env keywords the config gives its env (`build_env` passes them): its options,
+    frame stack, info mode, truncation horizon and step deadline."""
     taken = sorted(set(config.env.options) & TRAINERS_OWN)
     if taken:  # (autoreset_mode was taken and did nothing: the trainer steps SAME_STEP)
         raise ConfigError(
@@ -533,6 +533,30 @@ def env_kwargs(config: Config) -> dict[str, Any]:
     if config.env.step_timeout_s is not None:
         kwargs["step_timeout_s"] = config.env.step_timeout_s
     return kwargs
+
+
+def build_env(
+    config: Config,
+    num_envs: int,
+    *,
+    impl: str | None = None,
+    device: Any = None,
+    **keywords: Any,
+) -> Any:
+    """The config's env, built the one way every part of Operant builds it: the trainer (its
+    rank's share of env.num_envs, with overlap and workers), preflight's probe (one env), eval
+    and eval --video (a time limit, a render mode). env.id, env.impl (else `impl`, already
+    resolved), env_kwargs(config), then `keywords` over those; no copy, the trainer reads the
+    env's buffers in place. `device`: where a torch env (impl "torch") lives; other families
+    ignore it. Raises EnvError (and what building the user's env raises)."""
+    from operant.envs import make_env, resolve_impl  # the kernels: not for --help's imports
+
+    resolved = resolve_impl(config.env.id, impl or config.env.impl)
+    if device is not None and resolved == "torch":
+        keywords = {"device": device, **keywords}
+    return make_env(
+        config.env.id, num_envs, impl=resolved, copy=False, **{**env_kwargs(config), **keywords}
+    )
 
 
 def load_config(

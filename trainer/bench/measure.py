@@ -206,7 +206,7 @@ def _check_env_memory(env_id: str, impls: list[str], num_envs: int) -> None:
     config = load_config(None, [f"env.num_envs={num_envs}"], {"env": {"id": env_id}})
     for impl in impls:
         resolved = resolve_impl(env_id, impl)
-        shape = preflight.probe_env(env_id, resolved)
+        shape = preflight.probe_env(config, resolved)
         needed = (
             memory.estimate(
                 config,

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from operant.shared import runs
-from operant.trainer.config import Config, ConfigError, derive, load_config
+from operant.trainer.config import Config, ConfigError, Derived, derive, load_config
 
 if TYPE_CHECKING:  # (checkpoint_format imports torch: a refusal comes before it)
     from operant.trainer.checkpoint.file_format import DamagedCheckpointError
@@ -81,12 +81,15 @@ class RunPlan:
     notes: list[str] = field(default_factory=list)
     """What the trainer says about the plan once it is accepted (a rounded step budget):
     not said when the plan is refused, so a refusal is one line."""
+    derived: Derived | None = None
+    """The run's batch, updates and step budget (train.total_steps rounded up to whole
+    updates), once `settle` has checked them; the Trainer takes it as it is."""
 
     def settle(self, agents_per_env: int) -> None:
         """Check the config's batch with the env's agents per env (known once the preflight has
         built it: an env of k agents adds k rows a step) and round train.total_steps up to
-        whole updates of that batch, saying so in `notes`. Raises ConfigError. (The trainer
-        derives the same batch again from the env it builds: `Trainer.derived`.)"""
+        whole updates of that batch into `derived`, saying so in `notes`; the config keeps
+        the budget it was given. Raises ConfigError."""
         derived = derive(self.config, agents_per_env)
         done = self.resumed_update
         if derived.num_updates < done:  # (it was taken: "done" at once, the budget recorded
@@ -99,10 +102,8 @@ class RunPlan:
             )
         note = derived.rounding_note(self.config)
         if note is not None:
-            # The budget trained is the one recorded (run.json, checkpoints, the monitor's
-            # progress), so every place that shows it agrees with the summary.
-            self.config.train.total_steps = derived.total_steps
             self.notes.append(note)
+        self.derived = derived
 
     @property
     def resumed_update(self) -> int:

@@ -111,10 +111,10 @@ def build_policy(
     EVAL_STEP_LIMIT."""
     import msgspec
 
-    from operant.envs import EnvError, make_env
+    from operant.envs import EnvError
     from operant.envs.contract import DeclaresTimeLimit
     from operant.shared import runs
-    from operant.trainer.config import Config, ConfigError, env_kwargs
+    from operant.trainer.config import Config, ConfigError, build_env, env_kwargs
     from operant.trainer.loop.normalize import ObservationNormalizer
     from operant.trainer.policies.registry import build_policy as build_registered_policy
 
@@ -129,12 +129,12 @@ def build_policy(
     if max_episode_steps is not None:
         options["max_episode_steps"] = max_episode_steps
     try:
-        env = make_env(config.env.id, num_envs, impl=config.env.impl, copy=False, **options)
+        env = build_env(config, num_envs, **options)
         unlimited = isinstance(env, DeclaresTimeLimit) and env.time_limit is None
         if "max_episode_steps" not in options and unlimited:
             env.close()
             options["max_episode_steps"] = EVAL_STEP_LIMIT
-            env = make_env(config.env.id, num_envs, impl=config.env.impl, copy=False, **options)
+            env = build_env(config, num_envs, **options)
         policy = build_registered_policy(config, env.obs_spec, env.act_spec)
     except (EnvError, ConfigError) as error:
         raise EvalInputError(runs.where_started(error, _run_dir(loaded.path))) from None

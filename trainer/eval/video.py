@@ -147,14 +147,13 @@ def _rendering_env(config: Any, env_options: dict[str, Any]) -> Any:
     after an ending one."""
     from gymnasium.vector import AutoresetMode
 
-    from operant.envs import EnvError, make_env
+    from operant.envs import EnvError
+    from operant.trainer.config import build_env
 
     try:
-        return make_env(
-            config.env.id,
+        return build_env(
+            config,
             1,
-            impl=config.env.impl,
-            copy=False,
             render_mode="rgb_array",
             autoreset_mode=AutoresetMode.NEXT_STEP,
             **env_options,
@@ -193,13 +192,14 @@ def _cannot_record(config: Any, env_options: dict[str, Any], error: Exception) -
     """Why the env to record could not be made: the error itself, unless the same env without
     a render mode and NEXT_STEP autoreset can be made, which means it draws no frames (the grid
     world: its options name neither)."""
-    from operant.envs import EnvError, make_env
+    from operant.envs import EnvError
     from operant.envs.face.render import RendererMissingError
+    from operant.trainer.config import build_env
 
     if isinstance(error, RendererMissingError):  # an extra to install, not an env without frames
         return f'--video: {error} (or "operant-rl[video]", which has it)'
     try:
-        make_env(config.env.id, 1, impl=config.env.impl, copy=False, **env_options).close()
+        build_env(config, 1, **env_options).close()
     except EnvError:
         return f"--video: {error}"
     return (

@@ -20,12 +20,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from operant.envs import make_env, resolve_impl
+from operant.envs import resolve_impl
 from operant.envs.contract import ProfilesStep
 from operant.shared import atomic
 from operant.shared.record import PHASES, UpdateRecord
-from operant.trainer.config import Config, Derived, derive, to_dict
-from operant.trainer.config import env_kwargs as config_env_kwargs
+from operant.trainer.config import Config, Derived, build_env, derive, to_dict
 from operant.trainer.loop.collect import as_tensor, make_collector
 from operant.trainer.loop.flat import FlatAdam, FlatParameters
 from operant.trainer.loop.fused import make_native
@@ -71,7 +70,10 @@ class Trainer:
         log: Callable[[UpdateRecord], None] | None = None,
         run_dir: Path | None = None,
         group: Any = None,
+        derived: Derived | None = None,
     ):
+        """`derived`: the batch the run's plan settled (RunPlan.settle, from the preflight's
+        env); None derives it here from the env built."""
         self.config = config
         # Under torchrun, this rank's place in the run (operant.trainer.distributed.group); None
         # trains alone.
@@ -95,11 +97,18 @@ class Trainer:
         self.reseeded: tuple[str, ...] = ()
         """Generators a resume could not restore (a checkpoint of another device type)."""
 
-        self.env = self._make_env(config.env.num_envs // world)
+        local_envs = config.env.num_envs // world
+        self.env = self._make_env(local_envs)
         # Rank r's envs are envs r * n .. r * n + n - 1 of a lone trainer's, seeds included.
-        self.env.reset(seed=config.train.seed + self.rank * (config.env.num_envs // world))
+        self.env.reset(seed=config.train.seed + self.rank * local_envs)
         obs_spec, act_spec, layout = self.env.obs_spec, self.env.act_spec, self.env.layout
-        self.derived: Derived = derive(config, layout.agents_per_env, world)
+        self.derived: Derived = derived or derive(config, layout.agents_per_env, world)
+        rows = config.ppo.num_steps * layout.agents_per_env
+        if (self.derived.world_size, self.derived.rows_per_env) != (world, rows):
+            raise ValueError(  # a caller's bug: the plan was settled for another env or group
+                f"derived for {self.derived.world_size} ranks of {self.derived.rows_per_env} "
+                f"rows per env; this trainer is one of {world} with {rows}"
+            )
         self._build_policy(obs_spec, act_spec, layout)
         self._build_storage(obs_spec, act_spec, layout)
         self.votes: Callable[[], tuple[bool, ...]] = lambda: ()
@@ -191,18 +200,14 @@ class Trainer:
 
     def _make_env(self, num_envs: int) -> Any:
         config = self.config
-        env_kwargs = config_env_kwargs(config)
-        if self.impl == "torch":
-            # Device-resident envs: observations, rewards and flags never leave the device.
-            env_kwargs["device"] = self.device
-        return make_env(
-            config.env.id,
+        # A torch env on the training device: observations, rewards and flags never leave it.
+        return build_env(
+            config,
             num_envs,
             impl=self.impl,
-            copy=False,
+            device=self.device,
             overlap=config.env.overlap,
             workers=config.env.workers,
-            **env_kwargs,
         )
 
     # -- rollout -------------------------------------------------------------------------
@@ -373,8 +378,10 @@ def with_digest(model: dict[str, Any]) -> dict[str, Any]:
     return {**model, "digest": content_digest(model)}
 
 
-def run_metadata(config: Config, run_id: str, impl: str) -> dict[str, Any]:
-    """What run.json records: enough to know what ran, where, with what."""
+def run_metadata(config: Config, run_id: str, impl: str, derived: Derived) -> dict[str, Any]:
+    """What run.json records: enough to know what ran, where, with what. `total_steps` is the
+    budget trained, train.total_steps rounded up to whole updates (the config keeps the one
+    given)."""
     import gymnasium
 
     from operant import __version__
@@ -384,6 +391,7 @@ def run_metadata(config: Config, run_id: str, impl: str) -> dict[str, Any]:
         "env_id": config.env.id,
         "env_impl": impl,
         "config": to_dict(config),
+        "total_steps": derived.total_steps,
         "host": socket.gethostname(),
         "pid": os.getpid(),
         "started_at": time.time(),

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import psutil
 
-from operant.trainer.config import ConfigError
+from operant.trainer.config import Config, ConfigError, build_env
 from operant.trainer.run.errors import first_line
 
 
@@ -88,30 +88,20 @@ def check_device(device: str) -> None:
         ) from None
 
 
-def probe_env(
-    env_id: str,
-    impl: str,
-    max_episode_steps: int | None = None,
-    device: str = "cpu",
-    options: dict[str, Any] | None = None,
-    frame_stack: int = 1,
-) -> EnvShape:
-    """Build the env once with one copy, to read its specs and to find a package it needs
-    that is missing (Gymnasium's DependencyNotInstalled: box2d, mujoco, ...)."""
+def probe_env(config: Config, impl: str) -> EnvShape:
+    """Build the config's env once with one copy (build_env, as the trainer will), to read its
+    specs and to find a package it needs that is missing (Gymnasium's DependencyNotInstalled:
+    box2d, mujoco, ...)."""
     import gymnasium
 
-    from operant.envs import make_env
+    def build() -> Any:
+        return build_env(config, 1, impl=impl, device=config.train.device)
 
-    kwargs: dict[str, Any] = {"options": options or {}, "frame_stack": frame_stack}
-    if max_episode_steps is not None:
-        kwargs["max_episode_steps"] = max_episode_steps
-    if impl == "torch":
-        kwargs["device"] = device
     try:
-        env = make_env(env_id, 1, impl=impl, copy=False, **kwargs)
+        env = build()
     except (gymnasium.error.DependencyNotInstalled, ImportError) as error:
         raise UnavailableError(
-            f"env.id = {env_id!r} needs a package that is not installed: {first_line(error)}"
+            f"env.id = {config.env.id!r} needs a package that is not installed: {first_line(error)}"
         ) from None
     try:
         shape = EnvShape(env.obs_spec, env.act_spec, env.layout.agents_per_env)
@@ -122,7 +112,6 @@ def probe_env(
         env.close()
     if not warmed:
         return shape
-    build = lambda: make_env(env_id, 1, impl=impl, copy=False, **kwargs)  # noqa: E731
     return dataclasses.replace(shape, env_bytes=measure_env_bytes(build))
 
 
@@ -237,14 +226,7 @@ def check(config: Any, impl: str) -> EnvShape:
 
     check_workers(config, impl)
     check_device(config.train.device)
-    shape = probe_env(
-        config.env.id,
-        impl,
-        config.env.max_episode_steps,
-        config.train.device,
-        options=dict(config.env.options),
-        frame_stack=config.env.frame_stack,
-    )
+    shape = probe_env(config, impl)
     refusal = memory.check(
         config,
         impl,

@@ -104,7 +104,7 @@ def build_trainer(plan: RunPlan, group: Any = None) -> Any:
     from operant.trainer.checkpoint.state import restore_global_rng
     from operant.trainer.loop.train import Trainer
 
-    trainer = Trainer(plan.config, group=group)
+    trainer = Trainer(plan.config, group=group, derived=plan.derived)
     if plan.payload is not None:
         trainer.load_state_dict(plan.payload["trainer"])
         restore_global_rng(plan.payload["rng"])
@@ -202,7 +202,7 @@ def compose(
         # What a full disk refuses first (the metrics file, run.json, each written whole or
         # not at all); then a resumed run's records are cut: a start that fails leaves them.
         *publish,  # the metrics file appears complete, then `latest` points at it
-        RunRecord(plan, run_dir, trainer.impl),
+        RunRecord(plan, run_dir, trainer.impl, trainer.derived),
         CutRecords(records),
         UpdateLatest(plan),
         progress,

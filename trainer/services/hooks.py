@@ -20,7 +20,7 @@ from operant.shared import atomic, runs
 from operant.shared.record import UpdateRecord
 from operant.trainer.checkpoint.resume import RunPlan
 from operant.trainer.checkpoint.store import Checkpointer
-from operant.trainer.config import to_dict
+from operant.trainer.config import Derived, to_dict
 from operant.trainer.run.errors import describe_storage_error, is_storage_error, storage_errors
 from operant.trainer.run.sdnotify import SystemdNotifier
 from operant.trainer.run.signals import StopSignals
@@ -107,8 +107,8 @@ class RunRecord(Service):
     """run.json: what ran, where, with what; a resumed run keeps its start time and appends
     this process to its `resumes`."""
 
-    def __init__(self, plan: RunPlan, run_dir: Path, impl: str):
-        self.plan, self.run_dir, self.impl = plan, run_dir, impl
+    def __init__(self, plan: RunPlan, run_dir: Path, impl: str, derived: Derived):
+        self.plan, self.run_dir, self.impl, self.derived = plan, run_dir, impl, derived
 
     def on_start(self) -> None:
         atomic.write_json(self.run_dir / runs.RUN_FILE, self._metadata())
@@ -117,7 +117,7 @@ class RunRecord(Service):
         from operant.trainer.loop.train import run_metadata
 
         plan = self.plan
-        metadata = run_metadata(plan.config, plan.run_id, self.impl)
+        metadata = run_metadata(plan.config, plan.run_id, self.impl, self.derived)
         if not (plan.payload or plan.restart):
             return metadata
         try:
@@ -181,7 +181,7 @@ class PublishMetrics(Service):
             config.env.id,
             self.trainer.impl,
             config.train.device,
-            config.train.total_steps,
+            self.trainer.derived.total_steps,
             env_phases=self.trainer.env_phases(),
             rank=rank,
             world_size=world_size,
@@ -276,7 +276,7 @@ class WriteProgress(Service):
         path: Path,
         args: Any,
         plan: RunPlan,
-        derived: Any,
+        derived: Derived,
         signals: StopSignals | None = None,
     ):
         self.path, self.args, self.plan = path, args, plan
