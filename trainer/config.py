@@ -288,11 +288,6 @@ class Derived(Struct, frozen=True):
         """Samples per minibatch of one rank."""
         return self.minibatch_size // self.world_size
 
-    @property
-    def local_num_envs(self) -> int:
-        """Envs one rank steps."""
-        return self.local_batch_size // self.rows_per_env
-
     def rounding_note(self, config: Config) -> str | None:
         """One line saying how train.total_steps was rounded; None when it was not."""
         if self.total_steps == config.train.total_steps:
