@@ -166,3 +166,53 @@ def test_pruner_reports_on_a_common_grid() -> None:
         (2, -20.0),
         (3, -30.0),
     ]
+
+
+def test_the_time_bound_stops_a_trial_that_can_no_longer_be_one_of_the_best(
+    tmp_path: Path,
+) -> None:
+    """time_to_target with one seed: a trial still training at t scores more than t, so once
+    five trials are complete (confirm = 5), it stops when t passes the value of the 5th best
+    (4 s here) and not before; a confirmation's value is not one of them. A real in-memory
+    Optuna study."""
+    import optuna
+
+    from operant.trainer.sweep.pruning import TimeBoundPruner, make_pruner
+
+    path = tmp_path / "s.toml"
+    path.write_text(GOOD.replace("[sweep.params]", "confirm = 5\n[sweep.params]"))
+    sweep = load_sweep(path)
+    pruner = make_pruner(sweep)
+    assert isinstance(pruner, TimeBoundPruner) and (pruner.keep, pruner.unit_s) == (5, 0.1)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="minimize", pruner=pruner)
+
+    def complete(value: float, **attrs: int) -> None:
+        trial = study.ask()
+        trial.report(-400.0, 1)  # the returns the median pruner compares: all alike here
+        for key, attr in attrs.items():
+            trial.set_user_attr(key, attr)
+        study.tell(trial, value)
+
+    running = study.ask()
+    for point in range(1, 60):  # 5.9 s: past every value below, but none complete yet
+        running.report(-400.0, point)
+    assert not running.should_prune()
+    complete(0.5, confirm_of=0)  # a confirmation's value counts for nothing
+    for value in (9.0, 8.0, 7.0, 6.0):
+        complete(value)
+    assert not running.should_prune()  # four trials complete: any may still be passed
+    complete(5.0)  # five complete, the 5th best 9 s: 5.9 s may still be one of the best
+    assert not running.should_prune()
+    for value in (4.0, 3.0, 2.0, 1.0, 0.0):
+        complete(value)  # the 5th best is now 4 s, and the running trial trained 5.9 s
+    assert running.should_prune()
+    early = study.ask()
+    for point in range(1, 40):  # 3.9 s: it may still be one of the best five
+        early.report(-400.0, point)
+    assert not early.should_prune()
+    early.report(-400.0, 41)  # 4.1 s
+    assert early.should_prune()
+    # Two seeds a trial aggregate their values: one seed's time bounds nothing.
+    path.write_text(GOOD.replace("[sweep.params]", "seeds = 2\n[sweep.params]"))
+    assert not isinstance(make_pruner(load_sweep(path)), TimeBoundPruner)

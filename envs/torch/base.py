@@ -1,8 +1,6 @@
 """What every torch env shares (`env.impl = "torch"`): `TorchVectorEnv`, an implementation of
 operant.envs.contract.BatchEnv as batched torch tensor ops on any device.
 
-(Over 400 lines: one class that every torch env shares; split, its buffers would be scattered.)
-
 The same dynamics as the native kernels and Gymnasium, written over a batch of N envs so that on
 a GPU the observations, rewards and flags never leave the device. Each env (one module of
 operant.envs.torch per env) subclasses `TorchVectorEnv` and adds three pieces:

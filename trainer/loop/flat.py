@@ -3,7 +3,7 @@
 `FlatParameters` re-homes every parameter and gradient as a view into two flat tensors, so the
 optimiser, the gradient clip and the NaN check each touch one tensor, and the native update
 (operant.trainer.loop.fused) reads and writes one buffer at known offsets; `FlatAdam` is Adam on
-that tensor. Split from operant.trainer.policies.mlp (the network) when it outgrew 400 lines.
+that tensor.
 """
 
 from __future__ import annotations

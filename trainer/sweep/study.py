@@ -101,13 +101,15 @@ def open_study(sweep: Sweep, storage: Any, workers: int) -> Any:
     """The sweep's study, created or loaded; SweepError where it holds another search."""
     import optuna
 
+    from operant.trainer.sweep.pruning import make_pruner
+
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(
         storage=storage,
         study_name=sweep.name,
         direction=sweep.direction,
         sampler=_sampler(sweep, workers),
-        pruner=_pruner(sweep),
+        pruner=make_pruner(sweep),
         load_if_exists=True,
     )
     trials = len(study.get_trials(deepcopy=False))
@@ -141,22 +143,6 @@ def _sampler(sweep: Sweep, workers: int, offset: int = 0) -> Any:
         return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
     # Several trials run at once: the constant liar keeps them from sampling the same point.
     return optuna.samplers.TPESampler(seed=seed, constant_liar=workers > 1, multivariate=True)
-
-
-def _pruner(sweep: Sweep) -> Any:
-    import optuna
-
-    from operant.trainer.sweep.objective import REPORTS
-
-    # Warm-up: the first 2 points of a step budget's 20; on a time grid, the first 3 (0.3 s
-    # at 0.1 s a point): large batches make few updates in their first tenths of a second.
-    warmup = 2 if sweep.report_unit_s is None else 3
-    if sweep.table.pruner == "median":
-        return optuna.pruners.MedianPruner(n_startup_trials=10, n_warmup_steps=warmup)
-    if sweep.table.pruner == "hyperband":
-        top = REPORTS if sweep.report_unit_s is None else "auto"
-        return optuna.pruners.HyperbandPruner(min_resource=2, max_resource=top)
-    return optuna.pruners.NopPruner()
 
 
 def row_state(trial: Any) -> str:
