@@ -28,7 +28,10 @@ from operant.trainer.sweep.objective import REPORTS
 from operant.trainer.sweep.spec import Sweep
 
 STARTUP_TRIALS = 10
-"""Complete trials before anything is pruned (Optuna's MedianPruner's n_startup_trials)."""
+"""Complete trials before the median pruner prunes (its n_startup_trials)."""
+WARMUP_S = 0.3
+"""Seconds of training before the median pruner compares a trial's returns, on a time grid:
+large batches make few updates in their first tenths of a second."""
 
 
 class TimeBoundPruner(optuna.pruners.BasePruner):
@@ -55,10 +58,9 @@ class TimeBoundPruner(optuna.pruners.BasePruner):
 
 def make_pruner(sweep: Sweep) -> optuna.pruners.BasePruner:
     """The sweep's `pruner`, with the time bound where it applies."""
-    # Warm-up: the first 2 points of a step budget's 20; on a time grid, the first 3 (0.3 s
-    # at 0.1 s a point): large batches make few updates in their first tenths of a second.
+    # Warm-up: the first 2 points of a step budget's 20; on a time grid, WARMUP_S.
     unit_s = sweep.report_unit_s
-    warmup = 2 if unit_s is None else 3
+    warmup = 2 if unit_s is None else max(1, round(WARMUP_S / unit_s))
     inner: Any
     if sweep.table.pruner == "median":
         inner = optuna.pruners.MedianPruner(n_startup_trials=STARTUP_TRIALS, n_warmup_steps=warmup)
