@@ -171,10 +171,17 @@ def test_each_rank_publishes_its_own_metrics_file(tmp_path):
 
     config = SimpleNamespace(
         env=SimpleNamespace(id="CartPole-v1"),
-        train=SimpleNamespace(device="cpu", total_steps=1000),
+        train=SimpleNamespace(device="cpu"),
     )
     plan = SimpleNamespace(run_id="cartpole-ranks", config=config)
-    trainer = SimpleNamespace(impl="native", env_phases=lambda: (), elapsed_offset_s=0.0, update=0)
+    # The budget the metrics file shows is the one trained (the plan's Derived), not the config's.
+    trainer = SimpleNamespace(
+        impl="native",
+        env_phases=lambda: (),
+        elapsed_offset_s=0.0,
+        update=0,
+        derived=SimpleNamespace(world_size=1, total_steps=1024),
+    )
     history = SimpleNamespace(records=[])
     found = []
     for rank, name in (
@@ -189,6 +196,7 @@ def test_each_rank_publishes_its_own_metrics_file(tmp_path):
             schema = reader.schema
             found.append((schema.run_id, schema.rank, schema.world_size, schema.node))
             assert reader.snapshot().status == "finished"
+            assert reader.snapshot().gauges["total_steps"] == 1024
     assert found == [
         ("cartpole-ranks", 1, 2, socket.gethostname()),
         ("cartpole-ranks", 0, 1, ""),
@@ -197,7 +205,7 @@ def test_each_rank_publishes_its_own_metrics_file(tmp_path):
     # record 7, as every file of the run does, and its file appears with its own counters
     # (half the run's 14,000 steps), not 0.
     trainer.update, trainer.global_step, trainer.episodes = 7, 14_000, 300
-    trainer.derived = SimpleNamespace(world_size=2)
+    trainer.derived = SimpleNamespace(world_size=2, total_steps=1024)
     service = services.PublishMetrics(plan, tmp_path, trainer, history, rank=Rank(1, 2))
     service.on_start()
     with MetricsReader(tmp_path / "metrics/rank-00001.bin") as reader:
