@@ -289,6 +289,18 @@ def check_state(state: dict[str, Any], targets: dict[str, Any]) -> None:
             )
 
 
+def restore_state(state: dict[str, Any], targets: dict[str, Any]) -> None:
+    """`load_state_dict`'s work for an env whose `state_dict()` is `targets`, its live arrays
+    (or tensors): `check_state`, then each of `state`'s values copied into its target in
+    place, so nothing is copied when a check fails."""
+    check_state(state, targets)
+    for name, target in targets.items():
+        if isinstance(target, np.ndarray):
+            np.copyto(target, state[name])
+        else:  # a torch tensor, on any device (the contract imports no torch)
+            target.copy_(state[name])
+
+
 @runtime_checkable
 class BatchEnv(Protocol):
     """A batch of envs whose rows the training loop steps through caller-visible buffers.

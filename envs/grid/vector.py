@@ -37,10 +37,10 @@ from operant.envs.contract import (
     NotCopyable,
     ObsSpec,
     RowLayout,
-    check_state,
     clear_stats,
     positive_count,
     refuse_reset_options,
+    restore_state,
 )
 from operant.envs.face.autoreset import autoreset_mode
 from operant.envs.face.seeding import check_seed, per_env_streams, seed_np_random
@@ -232,10 +232,7 @@ class GridVectorEnv(NotCopyable, VectorEnv):
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        targets = self.state_dict()
-        check_state(state, targets)
-        for name, target in targets.items():
-            np.copyto(target, state[name])
+        restore_state(state, self.state_dict())
         self._seeded = True
 
     def close(self, **kwargs: Any) -> None:

@@ -41,9 +41,9 @@ from operant.envs.contract import (
     NotCopyable,
     ObsSpec,
     RowLayout,
-    check_state,
     clear_stats,
     refuse_reset_options,
+    restore_state,
 )
 from operant.envs.face.autoreset import (
     HELD_LENGTH,
@@ -371,10 +371,7 @@ class MinAtarVectorEnv(NotCopyable, SlotBinding, _MinAtarFace):
         return {**state, **next_step_state(self._next_step)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        targets = self.state_dict()
-        check_state(state, targets)
-        for name, target in targets.items():
-            np.copyto(target, state[name])
+        restore_state(state, self.state_dict())
         self._seeded = True
 
     def close_extras(self, **kwargs: Any) -> None:

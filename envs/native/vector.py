@@ -44,10 +44,10 @@ from operant.envs.contract import (
     NotCopyable,
     ObsSpec,
     RowLayout,
-    check_state,
     clear_stats,
     positive_count,
     refuse_reset_options,
+    restore_state,
     time_limit,
 )
 from operant.envs.face.autoreset import (
@@ -384,10 +384,7 @@ class NativeVectorEnv(NotCopyable, SlotBinding, RenderFace, NumpyFace):
         """Copy arrays with state_dict()'s names, dtypes and shapes into the live ones (a
         ValueError names the first that is missing, extra or different, and then nothing is
         copied); later resets without a seed continue the restored streams."""
-        targets = self.state_dict()
-        check_state(state, targets)
-        for name, target in targets.items():
-            np.copyto(target, state[name])
+        restore_state(state, self.state_dict())
         self._seeded = True
 
     def close_extras(self, **kwargs) -> None:

@@ -68,10 +68,10 @@ from operant.envs.contract import (
     EpisodeStats,
     ObsSpec,
     RowLayout,
-    check_state,
     cleared_stats,
     positive_count,
     refuse_reset_options,
+    restore_state,
     time_limit,
 )
 from operant.envs.face.autoreset import (
@@ -418,10 +418,7 @@ class TorchVectorEnv(RenderFace, VectorEnv):
         """Copy tensors with state_dict()'s names, dtypes and shapes in place (on any device; a
         ValueError names the first that is missing, extra or different, and then nothing is
         copied); later resets without a seed continue the restored streams."""
-        targets = self.state_dict()
-        check_state(state, targets)
-        for name, target in targets.items():
-            target.copy_(state[name])
+        restore_state(state, self.state_dict())
         self._seeded = True
 
     # --- statistics, read once per update (host syncs live here) ----------------------------
