@@ -54,10 +54,7 @@ PAD = 0xFF
 
 
 class TokenPolicy(WorkspaceHeadsPolicy):
-    """Per-token embedding, masked max-pool, MLP trunk, actor and critic heads.
-
-    `token[0]` and `trunk[0]` are the Linear layers built below: indexing an nn.Sequential is
-    typed as any Module, hence the casts where they are read."""
+    """Per-token embedding, masked max-pool, MLP trunk, actor and critic heads."""
 
     def __init__(self, num_actions: int, embed: int = 32, hidden: int = 64):
         super().__init__()
@@ -72,11 +69,20 @@ class TokenPolicy(WorkspaceHeadsPolicy):
         nn.init.zeros_(self.actor.bias)
         self._workspaces: dict[tuple[int, int, torch.device], dict[str, torch.Tensor]] = {}
 
+    def _token_layer(self) -> nn.Linear:
+        """`token[0]`, the per-token Linear layer built in __init__ (indexing an nn.Sequential
+        is typed as any Module)."""
+        return cast(nn.Linear, self.token[0])
+
+    def _trunk_layer(self) -> nn.Linear:
+        """`trunk[0]`, the trunk's Linear layer built in __init__."""
+        return cast(nn.Linear, self.trunk[0])
+
     def encode(self, obs: torch.Tensor) -> torch.Tensor:
         """(B, T, 3) uint8 tokens -> (B, hidden) pooled features: the native kernel where it
         applies (operant.trainer.policies.token_encoder), else torch's operations
         (`encode_torch`)."""
-        token = cast(nn.Linear, self.token[0])
+        token = self._token_layer()
         if token_encoder.applies(obs, self.feature_value, self.location, token):
             return token_encoder.pool(obs, self.feature_value, self.location, token)
         return self.encode_torch(obs)
@@ -111,7 +117,7 @@ class TokenPolicy(WorkspaceHeadsPolicy):
         if workspace is None:
             if len(self._workspaces) >= 4:
                 self._workspaces.clear()
-            hidden = cast(nn.Linear, self.trunk[0]).in_features
+            hidden = self._trunk_layer().in_features
             with torch.inference_mode(False):
                 empty = partial(torch.empty, device=obs.device)
                 workspace = {
@@ -126,7 +132,7 @@ class TokenPolicy(WorkspaceHeadsPolicy):
     def _encoder_buffers(self, obs: torch.Tensor, native: bool) -> dict[str, torch.Tensor]:
         """The encoder's part of the workspace, made on its first call for a shape: the
         kernel's scratch (native), or the torch path's gathered and per-token buffers."""
-        embed, hidden = self.location.embedding_dim, cast(nn.Linear, self.trunk[0]).in_features
+        embed, hidden = self.location.embedding_dim, self._trunk_layer().in_features
         with torch.inference_mode(False):
             if native:
                 return token_encoder.scratch(FEATURES, embed, hidden)
@@ -149,7 +155,7 @@ class TokenPolicy(WorkspaceHeadsPolicy):
         """`heads` into the workspace: the pooled features by the native kernel without its
         argmax bookkeeping where it applies, else torch's operations over every token slot
         (padding masked, not cut)."""
-        token = cast(nn.Linear, self.token[0])
+        token = self._token_layer()
         native = token_encoder.applies(obs, self.feature_value, self.location, token)
         if ("table" if native else "token") not in workspace:
             workspace.update(self._encoder_buffers(obs, native))
@@ -158,7 +164,7 @@ class TokenPolicy(WorkspaceHeadsPolicy):
             pooled = token_encoder.forward_into(obs, weights, workspace, workspace["pooled"])
         else:
             pooled = self._pool_torch_into(obs, workspace)
-        trunk = cast(nn.Linear, self.trunk[0])
+        trunk = self._trunk_layer()
         x = torch.addmm(trunk.bias, pooled, trunk.weight.t(), out=workspace["trunk"]).tanh_()
         logits = torch.addmm(self.actor.bias, x, self.actor.weight.t(), out=workspace["logits"])
         values = torch.addmm(self.critic.bias, x, self.critic.weight.t(), out=workspace["values"])
@@ -183,7 +189,7 @@ class TokenPolicy(WorkspaceHeadsPolicy):
                 self.location.weight, 0, location.view(-1), out=workspace["embed_location"]
             )
         )
-        token = cast(nn.Linear, self.token[0])
+        token = self._token_layer()
         hidden = torch.addmm(token.bias, x, token.weight.t(), out=workspace["token"]).relu_()
         hidden = hidden.view(batch, tokens, -1)
         pad = torch.eq(obs[..., 1], workspace["pad_value"], out=workspace["pad"])
