@@ -44,6 +44,8 @@ GAE, the PPO update, and publishing the previous update (metrics file and progre
 RETURN_WINDOW = 100
 """Finished episodes in `episode_return_mean` (the usual "mean of the last 100"): readers
 that pool ranks' means weight each by the episodes its window holds."""
+SOLVE_WINDOW = RETURN_WINDOW
+"""Episodes in the "mean of the last 100" that solves an env."""
 
 
 class MetricDeclaration(msgspec.Struct, frozen=True, kw_only=True):

@@ -174,45 +174,55 @@ def test_the_time_bound_stops_a_trial_that_can_no_longer_be_one_of_the_best(
     """time_to_target with one seed: a trial still training at t scores more than t, so once
     five trials are complete (confirm = 5), it stops when t passes the value of the 5th best
     (4 s here) and not before; a confirmation's value is not one of them. A real in-memory
-    Optuna study."""
+    Optuna study, read as the sweep reads it when a trial ends."""
     import optuna
 
-    from operant.trainer.sweep.pruning import TimeBoundPruner, make_pruner
+    from operant.trainer.sweep.pruning import time_bound
 
     path = tmp_path / "s.toml"
     path.write_text(GOOD.replace("[sweep.params]", "confirm = 5\n[sweep.params]"))
-    sweep = load_sweep(path)
-    pruner = make_pruner(sweep)
-    assert isinstance(pruner, TimeBoundPruner) and (pruner.keep, pruner.unit_s) == (5, 0.1)
+    bound = time_bound(load_sweep(path))
+    assert bound is not None and (bound.keep, bound.unit_s) == (5, 0.1)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(direction="minimize", pruner=pruner)
+    study = optuna.create_study(direction="minimize")
 
     def complete(value: float, **attrs: int) -> None:
         trial = study.ask()
-        trial.report(-400.0, 1)  # the returns the median pruner compares: all alike here
         for key, attr in attrs.items():
             trial.set_user_attr(key, attr)
         study.tell(trial, value)
+        bound.refresh(study)
 
-    running = study.ask()
-    for point in range(1, 60):  # 5.9 s: past every value below, but none complete yet
-        running.report(-400.0, point)
-    assert not running.should_prune()
+    assert not bound.passed(59)  # 5.9 s: past every value below, but none complete yet
     complete(0.5, confirm_of=0)  # a confirmation's value counts for nothing
     for value in (9.0, 8.0, 7.0, 6.0):
         complete(value)
-    assert not running.should_prune()  # four trials complete: any may still be passed
+    assert not bound.passed(59)  # four trials complete: any may still be passed
     complete(5.0)  # five complete, the 5th best 9 s: 5.9 s may still be one of the best
-    assert not running.should_prune()
+    assert bound.limit_s == 9.0 and not bound.passed(59)
     for value in (4.0, 3.0, 2.0, 1.0, 0.0):
-        complete(value)  # the 5th best is now 4 s, and the running trial trained 5.9 s
-    assert running.should_prune()
-    early = study.ask()
-    for point in range(1, 40):  # 3.9 s: it may still be one of the best five
-        early.report(-400.0, point)
-    assert not early.should_prune()
-    early.report(-400.0, 41)  # 4.1 s
-    assert early.should_prune()
-    # Two seeds a trial aggregate their values: one seed's time bounds nothing.
+        complete(value)  # the 5th best is now 4 s
+    assert bound.limit_s == 4.0 and bound.passed(59)
+    assert not bound.passed(40) and bound.passed(41)  # 4.0 s may still tie; 4.1 s cannot
+    # Two seeds a trial aggregate their values: one seed's time bounds nothing; no pruner,
+    # no bound.
     path.write_text(GOOD.replace("[sweep.params]", "seeds = 2\n[sweep.params]"))
-    assert not isinstance(make_pruner(load_sweep(path)), TimeBoundPruner)
+    assert time_bound(load_sweep(path)) is None
+    path.write_text(GOOD.replace("n_trials = 3", 'n_trials = 3\npruner = "none"'))
+    assert time_bound(load_sweep(path)) is None
+
+
+def test_the_pruner_is_fed_only_the_points_it_decides_at(tmp_path: Path) -> None:
+    """Hyperband decides at its rungs (2, 6, 18, 54 points: each bracket's successive halving
+    starts at one of them), the median pruner at every point from its warm-up on (0.3 s, 3
+    points of 0.1 s), none without a pruner: the sweep writes no other point to the study."""
+    from operant.trainer.sweep.pruning import decides
+
+    path = tmp_path / "s.toml"
+    fed = {}
+    for pruner in ("hyperband", "median", "none"):
+        path.write_text(GOOD.replace("n_trials = 3", f'n_trials = 3\npruner = "{pruner}"'))
+        fed[pruner] = [point for point in range(1, 100) if decides(load_sweep(path))(point)]
+    assert fed["hyperband"] == [2, 6, 18, 54]
+    assert fed["median"] == list(range(3, 100))
+    assert fed["none"] == []

@@ -140,6 +140,33 @@ def test_trials_are_runs_and_the_leaderboard_says_their_values(tmp_path: Path, c
     assert resolve_run(runs, best["run_ids"][0]) == directory / best["run_ids"][0]
 
 
+def test_a_pruned_sweep_stores_only_the_points_its_pruner_decides_at(tmp_path: Path) -> None:
+    """Hyperband on a 0.005 s grid: each trial's values in the study are at Hyperband's rungs
+    (2, 6, 18, ... points) and at the last point its run passed, nothing between (a point is
+    a write to the storage and a read back: operant.trainer.sweep.pruning)."""
+    import optuna
+
+    text = (
+        BASIC.replace('pruner = "none"', 'pruner = "hyperband"')
+        .replace("[sweep.params]", "[sweep.objective]\nreport_every_s = 0.005\n[sweep.params]")
+        .replace("total_steps = 4096", "total_steps = 60_000")
+    )
+    runs = tmp_path / "runs"
+    result = _run("sweep", str(_write(tmp_path, text)), "--runs-dir", str(runs))
+    assert result.returncode == 0, result.stderr
+    directory = runs / "sweeps" / "basic"
+    study = optuna.load_study(study_name="basic", storage=f"sqlite:///{directory / 'study.db'}")
+    rungs = {2 * 3**k for k in range(8)}
+    assert len(study.trials) == 4, study.trials
+    for trial in study.trials:
+        records = _records(directory / trial.user_attrs["run_ids"][0])
+        passed = int(records[-1]["elapsed_s"] / 0.005 + 1e-9)
+        steps = sorted(trial.intermediate_values)
+        if trial.state.name == "COMPLETE":
+            assert steps[-1] == passed  # its last point, which Hyperband reads its budget from
+        assert set(steps[:-1]) <= rungs and len(steps) <= 1 + sum(r <= passed for r in rungs)
+
+
 LONG = """
 [sweep]
 name = "long"

@@ -22,9 +22,7 @@ import numpy as np
 import torch
 
 from operant.envs import EpisodeStats
-from operant.shared.record import RETURN_WINDOW, PPOStatistics, UpdateRecord
-
-SOLVE_WINDOW = RETURN_WINDOW  # episodes in the "mean of the last 100" that solves an env
+from operant.shared.record import SOLVE_WINDOW, PPOStatistics, UpdateRecord
 
 # The pooled row's fixed fields, then the rank's newest returns (NaN-padded).
 _FIELDS = ("steps", "episodes", "episodes_now", "sps", "sps_mean", "low", "high", "length_sum")

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from operant.trainer.loop.update_record import SOLVE_WINDOW
+from operant.shared.record import SOLVE_WINDOW
 from operant.trainer.run.errors import describe_storage_error, is_storage_error, storage_errors
 from operant.trainer.run.run_dir_watch import RunDirLost
 from operant.trainer.services.protocol import Outcome, Service

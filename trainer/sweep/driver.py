@@ -46,6 +46,7 @@ from operant.shared import atomic
 from operant.shared.sweeps import BEST_FILE, SUMMARY_FILE
 from operant.trainer.config import toml_value
 from operant.trainer.sweep import objective as obj
+from operant.trainer.sweep import pruning
 from operant.trainer.sweep.spec import Sweep, assignment
 from operant.trainer.sweep.study import confirm_of, row_state, summarize
 from operant.trainer.sweep.trials import RunProcess, read_records, wait_until_free
@@ -71,9 +72,13 @@ class Slot:
         self.run: RunProcess | None = None
         self.values: list[float] = []
         self.reported = 0
-        """The last grid point reported to the pruner (operant.trainer.sweep.objective)."""
+        """The last grid point the first run passed (operant.trainer.sweep.objective)."""
         self.last_report: float | None = None
-        self.pruned = False
+        """The value at that point."""
+        self.stored = 0
+        """The last grid point written to the study (where the pruner decides, and the last)."""
+        self.pruned = ""
+        """Why the trial was pruned; empty while it is not."""
 
     @property
     def run_id(self) -> str:
@@ -92,6 +97,9 @@ class Driver:
         self.asking = True
         self.heartbeat_at = 0.0
         self.threads = max(1, (os.cpu_count() or 1) // workers)
+        self.bound = pruning.time_bound(sweep)
+        self.decides = pruning.decides(sweep)
+        self.bound_read_at = 0.0
         (directory / LOG_DIR).mkdir(exist_ok=True)
 
     # --- the loop ---------------------------------------------------------------------------
@@ -104,6 +112,7 @@ class Driver:
         try:
             self.recover()
             self.write_summary()
+            self._read_bound()
             while True:
                 while not self.stopping and self.asking and len(self.slots) < self.workers:
                     self._start_trial()
@@ -136,6 +145,8 @@ class Driver:
         beat = now - self.heartbeat_at >= HEARTBEAT_S
         if beat:
             self.heartbeat_at = now
+        if not self.exclusive and now - self.bound_read_at >= pruning.REFRESH_S:
+            self._read_bound()  # other processes complete trials of the study too
         for slot in list(self.slots):
             run = slot.run
             if run is None:
@@ -153,19 +164,47 @@ class Driver:
                 self._run_ended(slot)
 
     def _report(self, slot: Slot, records: list[Any]) -> None:
-        for point, value in obj.reports(
+        """Follow the first run on the grid; store the points its pruner decides at, and
+        stop it where the pruner or the time bound says (operant.trainer.sweep.pruning)."""
+        points = obj.reports(
             records,
             slot.budget_steps,
             self.sweep.direction,
             after=slot.reported,
             unit_s=self.sweep.report_unit_s,
-        ):
+        )
+        if not points:
+            return
+        due = [(point, value) for point, value in points if self.decides(point)]
+        for point, value in due:
             slot.trial.report(value, point)
-            slot.reported, slot.last_report = point, value
-        if slot.reported and slot.trial.should_prune():
-            slot.pruned = True
-            assert slot.run is not None
-            slot.run.stop()
+        slot.reported, slot.last_report = points[-1]
+        slot.stored = due[-1][0] if due else slot.stored
+        if self.bound is not None and self.bound.passed(slot.reported):
+            self._prune(slot, f"past the best {self.bound.keep}'s {self.bound.limit_s:.4g} s")
+        elif due and slot.trial.should_prune():
+            self._prune(slot, "")
+
+    def _prune(self, slot: Slot, why: str) -> None:
+        self._store_last(slot)  # the point it stopped at: the sampler ranks pruned trials by it
+        unit = self.sweep.report_unit_s
+        if unit is not None:
+            said = f"pruned after {slot.reported * unit:.4g} s of training"
+        else:
+            said = f"pruned at {slot.reported}/{obj.REPORTS} of its budget"
+        slot.pruned = f"{said}: {why}" if why else said
+        assert slot.run is not None
+        slot.run.stop()
+
+    def _store_last(self, slot: Slot) -> None:
+        if slot.last_report is not None and slot.stored < slot.reported:
+            slot.trial.report(slot.last_report, slot.reported)
+            slot.stored = slot.reported
+
+    def _read_bound(self) -> None:
+        self.bound_read_at = time.monotonic()
+        if self.bound is not None:
+            self.bound.refresh(self.study)
 
     # --- trials -----------------------------------------------------------------------------
 
@@ -268,7 +307,7 @@ class Driver:
             words = run.last_words() or f"exit status {run.exitcode}"
             self._fail(slot, f"run {run.run_dir.name}: {words}")
         elif slot.pruned:
-            self._end(slot, "PRUNED", reason=self._pruned_at(slot))
+            self._end(slot, "PRUNED", reason=slot.pruned)
         elif not obj.finished(records, slot.budget_steps):
             self._interrupt(slot, f"stopped by {self.stopping or 'a signal'}")
         elif self._take_value(slot, records):
@@ -276,12 +315,6 @@ class Driver:
                 self._interrupt(slot, f"stopped by {self.stopping}")
             else:
                 self._next_run(slot)
-
-    def _pruned_at(self, slot: Slot) -> str:
-        unit = self.sweep.report_unit_s
-        if unit is not None:
-            return f"pruned after {slot.reported * unit:.4g} s of training"
-        return f"pruned at {slot.reported}/{obj.REPORTS} of its budget"
 
     def _take_value(self, slot: Slot, records: list[Any]) -> bool:
         value = obj.run_value(records, self.sweep.table.objective.metric, slot.budget_steps)
@@ -294,15 +327,14 @@ class Driver:
 
     def _complete(self, slot: Slot) -> None:
         # A run that stopped at its target holds its last value for the rest of a grid of
-        # steps, so the pruner compares later trials with it at every point (a time grid
-        # has no end: there, later trials meet only the trials that were still training).
-        if (
-            slot.last_report is not None
-            and self.sweep.report_unit_s is None
-            and slot.confirm_of is None
-        ):
-            for point in range(slot.reported + 1, obj.REPORTS + 1):
-                slot.trial.report(slot.last_report, point)
+        # steps, so the pruner compares later trials with it at every point it decides at (a
+        # time grid has no end: there, later trials meet only the trials still training).
+        if slot.last_report is not None and slot.confirm_of is None:
+            self._store_last(slot)  # Hyperband's "auto" budget is the complete trials' last
+            if self.sweep.report_unit_s is None:
+                for point in range(slot.reported + 1, obj.REPORTS + 1):
+                    if self.decides(point):
+                        slot.trial.report(slot.last_report, point)
         value = obj.aggregate(slot.values, self.sweep.table.objective.aggregate)
         self._set_attr(slot.trial, "seed_values", slot.values)
         self._end(slot, "COMPLETE", value=value)
@@ -324,6 +356,8 @@ class Driver:
         self.slots.remove(slot)
         self._say_trial(slot, _word(state, slot.trial), value, reason)
         self.write_summary()
+        if state == "COMPLETE":
+            self._read_bound()
 
     def _set_attr(self, trial: Any, key: str, value: Any) -> None:
         trial.set_user_attr(key, value)
