@@ -1,6 +1,6 @@
 """What pruning saves: a sweep file run with its pruner and with `pruner = "none"`, for each
 sampler seed, one after the other; the steps every trial's runs trained, the wall-clock, and
-the best value of each.
+the best value of each, and the CPU seconds the sweep's own process took.
 
     python benchmarks/sweep_pruning.py configs/sweeps/CartPole-v1.toml --seeds 0 1 2 --workers 2
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -36,9 +37,34 @@ def total_steps(directory: Path, confirmations: bool | None = None) -> int:
         if confirmations is not None and (row.confirm_of is not None) != confirmations:
             continue
         for run_id in row.run_ids:
-            lines = (directory / run_id / "progress.jsonl").read_text().splitlines()
+            progress = directory / run_id / "progress.jsonl"
+            if not progress.exists():  # a seed its trial never ran (pruned, or stopped)
+                continue
+            lines = progress.read_text().splitlines()
             total += json.loads(lines[-1])["global_step"] if lines else 0
     return total
+
+
+def run_sweep(command: list[str]) -> float:
+    """Run a sweep to its end; the CPU seconds its own process took (not its trials'), read
+    from /proc every 0.05 s: what the sweep's bookkeeping takes from the cores its trials
+    train on."""
+    cpu = 0.0
+    ticks = os.sysconf("SC_CLK_TCK")
+    with tempfile.TemporaryFile() as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        while process.poll() is None:
+            try:
+                stat = Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+                cpu = (int(stat[11]) + int(stat[12])) / ticks  # utime, stime
+            except (OSError, IndexError, ValueError):
+                pass
+            time.sleep(0.05)
+        if process.returncode != 0:
+            log.seek(0)
+            said = log.read().decode(errors="replace")
+            raise SystemExit(f"{' '.join(command)} failed ({process.returncode}):\n{said}")
+    return cpu
 
 
 def variant(source: Path, root: Path, name: str, seed: int, pruner: str | None) -> Path:
@@ -78,17 +104,17 @@ def main() -> int:
                 name = f"{label}-{seed}"
                 path = variant(args.sweep_file, root, name, seed, pruner)
                 started = time.perf_counter()
-                subprocess.run(
+                cpu = run_sweep(
                     ["operant", "sweep", str(path), "--runs-dir", str(root / "runs"),
-                     "--workers", args.workers],
-                    check=True, capture_output=True,
+                     "--workers", args.workers]
                 )  # fmt: skip
                 wall = time.perf_counter() - started
                 directory = sweep_dir(root / "runs", name)
                 summary = read_summary(directory)
                 assert summary is not None and summary.best is not None
                 print(json.dumps({
-                    "sweep": name, "wall_s": round(wall, 1), "steps": total_steps(directory),
+                    "sweep": name, "wall_s": round(wall, 1), "sweep_cpu_s": round(cpu, 2),
+                    "steps": total_steps(directory),
                     "confirm_steps": total_steps(directory, confirmations=True),
                     "best": summary.best.value, "best_confirmed": summary.best.confirmed,
                     "best_trial": summary.best.number, "pruned": summary.pruned,

@@ -69,6 +69,9 @@ class SweepSummary(msgspec.Struct, kw_only=True):
     confirmed: int = 0
     """Confirmations complete. Once there is one, `best` is the confirmed trial with the
     best confirmed value (its `confirmed`), else the trial with the best value."""
+    confirm_stopped: int = 0
+    """Confirmations stopped (pruned) once their value could no longer beat the best
+    confirmed one (operant.trainer.sweep.pruning.TimeBound)."""
     best: TrialRow | None = None
     trials: list[TrialRow] = msgspec.field(default_factory=list)
     updated_at: float = 0.0

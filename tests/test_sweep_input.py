@@ -212,8 +212,41 @@ def test_the_time_bound_stops_a_trial_that_can_no_longer_be_one_of_the_best(
     assert time_bound(load_sweep(path)) is None
 
 
+def test_a_confirmation_stops_once_it_can_no_longer_beat_the_best_confirmed(
+    tmp_path: Path,
+) -> None:
+    """The confirmation stage's bound, on a real in-memory study: with a confirmation
+    complete at 0.3 s (median of 3 runs), another stops once two of its three runs are past
+    0.3 s (finished, or still training past it: a run's value is at least its seconds), and
+    not while the median could still be below; a mean stops once its runs' seconds sum past
+    3 x 0.3 s. The trials' own values do not count."""
+    import optuna
+
+    from operant.trainer.sweep.pruning import time_bound
+
+    path = tmp_path / "s.toml"
+    path.write_text(GOOD.replace("[sweep.params]", "confirm = 2\n[sweep.params]"))
+    bound = time_bound(load_sweep(path))
+    assert bound is not None
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="minimize")
+    for value, attrs in ((0.1, {}), (0.3, {"confirm_of": 0}), (0.5, {"confirm_of": 1})):
+        trial = study.ask()
+        for key, attr in attrs.items():
+            trial.set_user_attr(key, attr)
+        study.tell(trial, value)
+    bound.refresh(study)
+    assert bound.confirmed_best == 0.3 and bound.values == [0.1]
+    lost = bound.confirmation_lost
+    assert not lost([], 0.9, 3, "median")  # one run past 0.3 s: the other two may be below
+    assert not lost([0.2], 0.9, 3, "median") and not lost([0.4], 0.25, 3, "median")
+    assert lost([0.4], 0.31, 3, "median") and lost([0.4, 0.5], 0.0, 3, "median")
+    assert not lost([0.4, 0.2], 0.0, 3, "median")  # the third run decides
+    assert lost([0.5, 0.35], 0.06, 3, "mean") and not lost([0.5, 0.35], 0.04, 3, "mean")
+
+
 def test_the_pruner_is_fed_only_the_points_it_decides_at(tmp_path: Path) -> None:
-    """Hyperband decides at its rungs (2, 6, 18, 54 points: each bracket's successive halving
+    """Hyperband decides at its rungs (2, 4, 8, 16, 32, 64 points: each bracket's successive halving
     starts at one of them), the median pruner at every point from its warm-up on (0.3 s, 3
     points of 0.1 s), none without a pruner: the sweep writes no other point to the study."""
     from operant.trainer.sweep.pruning import decides
@@ -223,6 +256,6 @@ def test_the_pruner_is_fed_only_the_points_it_decides_at(tmp_path: Path) -> None
     for pruner in ("hyperband", "median", "none"):
         path.write_text(GOOD.replace("n_trials = 3", f'n_trials = 3\npruner = "{pruner}"'))
         fed[pruner] = [point for point in range(1, 100) if decides(load_sweep(path))(point)]
-    assert fed["hyperband"] == [2, 6, 18, 54]
+    assert fed["hyperband"] == [2, 4, 8, 16, 32, 64]
     assert fed["median"] == list(range(3, 100))
     assert fed["none"] == []

@@ -142,7 +142,7 @@ def test_trials_are_runs_and_the_leaderboard_says_their_values(tmp_path: Path, c
 
 def test_a_pruned_sweep_stores_only_the_points_its_pruner_decides_at(tmp_path: Path) -> None:
     """Hyperband on a 0.005 s grid: each trial's values in the study are at Hyperband's rungs
-    (2, 6, 18, ... points) and at the last point its run passed, nothing between (a point is
+    (2, 4, 8, 16, ... points) and at the last point its run passed, nothing between (a point is
     a write to the storage and a read back: operant.trainer.sweep.pruning)."""
     import optuna
 
@@ -156,7 +156,7 @@ def test_a_pruned_sweep_stores_only_the_points_its_pruner_decides_at(tmp_path: P
     assert result.returncode == 0, result.stderr
     directory = runs / "sweeps" / "basic"
     study = optuna.load_study(study_name="basic", storage=f"sqlite:///{directory / 'study.db'}")
-    rungs = {2 * 3**k for k in range(8)}
+    rungs = {2 * 2**k for k in range(12)}
     assert len(study.trials) == 4, study.trials
     for trial in study.trials:
         records = _records(directory / trial.user_attrs["run_ids"][0])

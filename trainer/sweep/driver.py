@@ -157,6 +157,8 @@ class Driver:
             feeds = slot.index == 0 and slot.confirm_of is None  # a confirmation is not pruned
             if feeds and new and not slot.pruned and not self.stopping:
                 self._report(slot, new)
+            elif slot.confirm_of is not None and new and not slot.pruned and not self.stopping:
+                self._confirmation_lost(slot, new[-1].elapsed_s)
             if beat:
                 self._set_attr(slot.trial, "heartbeat", time.time())
             if run.exitcode is not None:
@@ -200,6 +202,24 @@ class Driver:
         if slot.last_report is not None and slot.stored < slot.reported:
             slot.trial.report(slot.last_report, slot.reported)
             slot.stored = slot.reported
+
+    def _confirmation_lost(self, slot: Slot, running_s: float) -> bool:
+        """Stop a confirmation that can no longer beat the best confirmed value (its running
+        run, if any, with SIGTERM); True if it was stopped."""
+        bound, objective = self.bound, self.sweep.table.objective
+        if bound is None or not bound.confirmation_lost(
+            slot.values, running_s, len(slot.seeds), objective.aggregate
+        ):
+            return False
+        done = len(slot.values)
+        at = f"in its run {done + 1}" if running_s > 0 else f"after its run {done}"
+        slot.pruned = (
+            f"stopped {at} of {len(slot.seeds)}: its {objective.aggregate} can no longer "
+            f"beat the best confirmed {bound.confirmed_best:.4g}"
+        )
+        if slot.run is not None:
+            slot.run.stop()
+        return True
 
     def _read_bound(self) -> None:
         self.bound_read_at = time.monotonic()
@@ -313,6 +333,12 @@ class Driver:
         elif self._take_value(slot, records):
             if self.stopping and slot.index < len(slot.seeds):
                 self._interrupt(slot, f"stopped by {self.stopping}")
+            elif (
+                slot.confirm_of is not None
+                and slot.index < len(slot.seeds)
+                and self._confirmation_lost(slot, 0.0)
+            ):
+                self._end(slot, "PRUNED", reason=slot.pruned)
             else:
                 self._next_run(slot)
 
@@ -406,6 +432,8 @@ class Driver:
         )
         if summary.confirm:
             line += f", {summary.confirmed} confirmed"
+            if summary.confirm_stopped:
+                line += f" ({summary.confirm_stopped} stopped: they could not beat the best)"
         best = summary.best
         if best is not None:
             metric = self.sweep.table.objective.metric

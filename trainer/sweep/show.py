@@ -100,6 +100,8 @@ def render(summary: SweepSummary, top: int) -> str:
             f"; {summary.confirmed} of the best {summary.confirm} confirmed on "
             f"{summary.confirm_seeds} fresh seeds"
         )
+        if summary.confirm_stopped:
+            lines[0] += f" ({summary.confirm_stopped} stopped: they could not beat the best)"
     if summary.best is None:
         return "\n".join([*lines, "no trial has completed yet"])
     lines += _best_lines(summary)

@@ -188,6 +188,7 @@ def summarize(study: Any, storage_text: str) -> SweepSummary:
         confirm=int(attrs.get("confirm", 0)),
         confirm_seeds=int(attrs.get("confirm_seeds", 0)),
         confirmed=sum(row.confirmed is not None for row in done),
+        confirm_stopped=sum(row.state == "pruned" for row in confirmations),
         best=best_row(done, direction),
         trials=rows,
         updated_at=time.time(),
