@@ -406,6 +406,52 @@ def test_the_best_trials_are_confirmed_on_fresh_seeds(tmp_path: Path, capsys) ->
     assert len(_summary(runs, "confirm")["trials"]) == 6
 
 
+# Two trials, one learning rate that solves and one that cannot; confirmed one at a time.
+STOP = """
+[sweep]
+name = "stop"
+n_trials = 2
+sampler_seed = 0
+pruner = "median"
+confirm = 2
+confirm_seeds = 3
+[sweep.params]
+"ppo.learning_rate" = { categorical = [0.01, 1e-7] }
+[env]
+num_envs = 32
+[train]
+total_steps = 300_000
+"""
+
+
+def test_a_confirmation_that_can_no_longer_win_stops(tmp_path: Path) -> None:
+    """With one worker the solving trial is confirmed first (its median on seeds 2-4 is the
+    best confirmed value); the other's first run trains its whole budget without solving,
+    and its second is stopped once it trains past that median: two of its three runs are
+    then above it, so its median is. Its third seed never runs."""
+    runs = tmp_path / "runs"
+    result = _run("sweep", str(_write(tmp_path, STOP)), "--runs-dir", str(runs))
+    assert result.returncode == 0, result.stderr
+    shown = _summary(runs, "stop")
+    own = [row for row in shown["trials"] if row["confirm_of"] is None]
+    trials = {row["params"]["ppo.learning_rate"]: row for row in own}
+    assert len(trials) == 2, "the sampler drew one learning rate twice"
+    checks = {row["confirm_of"]: row for row in shown["trials"] if row["confirm_of"] is not None}
+    good, bad = checks[trials[0.01]["number"]], checks[trials[1e-7]["number"]]
+    directory = runs / "sweeps" / "stop"
+    best = good["value"]
+    assert good["state"] == "complete" and (shown["confirmed"], shown["confirm_stopped"]) == (1, 1)
+    assert shown["best"]["number"] == trials[0.01]["number"] and shown["best"]["confirmed"] == best
+    assert bad["state"] == "pruned"
+    assert bad["reason"] == (
+        f"stopped in its run 2 of 3: its median can no longer beat the best confirmed {best:.4g}"
+    )
+    first, second, third = (directory / run_id for run_id in bad["run_ids"])
+    assert _value(first) > best and not any(r.get("solved") for r in _records(first))
+    assert _records(second)[-1]["elapsed_s"] > best and not third.exists()
+    assert "1 confirmed (1 stopped: they could not beat the best)" in result.stdout
+
+
 def test_a_killed_confirmation_keeps_its_finished_runs(tmp_path: Path) -> None:
     """A sweep killed while it confirms: the next run of the command continues the
     confirmation, its first seed's finished run kept as it was, its second's continued."""
