@@ -33,19 +33,11 @@ FIRST = 10
 
 
 def one_sweep(source: Path, root: Path, name: str, trials: int, other: str | None) -> dict:
-    path = variant(source, root, name, 0, None)
-    text = path.read_text()
-    path.write_text(_set(_set(text, "n_trials", str(trials)), "confirm", "0"))
-    environ = dict(os.environ)
-    if other:
-        os.environ["PYTHONPATH"] = other
+    path = variant(source, root, name, 0, None, n_trials=trials, confirm=0)
+    env = {**os.environ, "PYTHONPATH": other} if other else None
     started = time.perf_counter()
-    try:
-        cpu = run_sweep(["operant", "sweep", str(path), "--runs-dir", str(root / "runs"),
-                         "--workers", "2"])  # fmt: skip
-    finally:
-        os.environ.clear()
-        os.environ.update(environ)
+    cpu = run_sweep(["operant", "sweep", str(path), "--runs-dir", str(root / "runs"),
+                     "--workers", "2"], env)  # fmt: skip
     directory = sweep_dir(root / "runs", name)
     summary = read_summary(directory)
     assert summary is not None
@@ -56,12 +48,6 @@ def one_sweep(source: Path, root: Path, name: str, trials: int, other: str | Non
         "steps": total_steps(directory), "pruned": summary.pruned,
         "first": [first.get(number) for number in range(FIRST)],
     }  # fmt: skip
-
-
-def _set(text: str, key: str, value: str) -> str:
-    lines = [f"{key} = {value}" if line.startswith(f"{key} = ") else line for line in
-             text.splitlines()]  # fmt: skip
-    return "\n".join(lines) + "\n"
 
 
 def main() -> int:

@@ -45,14 +45,14 @@ def total_steps(directory: Path, confirmations: bool | None = None) -> int:
     return total
 
 
-def run_sweep(command: list[str]) -> float:
-    """Run a sweep to its end; the CPU seconds its own process took (not its trials'), read
-    from /proc every 0.05 s: what the sweep's bookkeeping takes from the cores its trials
-    train on."""
+def run_sweep(command: list[str], env: dict[str, str] | None = None) -> float:
+    """Run a sweep to its end (in `env`, else this process's environment); the CPU seconds
+    its own process took (not its trials'), read from /proc every 0.05 s: what the sweep's
+    bookkeeping takes from the cores its trials train on."""
     cpu = 0.0
     ticks = os.sysconf("SC_CLK_TCK")
     with tempfile.TemporaryFile() as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
         while process.poll() is None:
             try:
                 stat = Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -67,14 +67,17 @@ def run_sweep(command: list[str]) -> float:
     return cpu
 
 
-def variant(source: Path, root: Path, name: str, seed: int, pruner: str | None) -> Path:
-    """The sweep file with another name, sampler seed and (if given) pruner, its base
-    config's path made absolute."""
+def variant(
+    source: Path, root: Path, name: str, seed: int, pruner: str | None, **sweep_keys: object
+) -> Path:
+    """The sweep file with another name, sampler seed and (if given) pruner and other
+    `[sweep]` keys, its base config's path made absolute."""
     data = tomllib.loads(source.read_text())
     table = data["sweep"]
     if "base" in table:
         table["base"] = str((source.parent / table["base"]).resolve())
     table.update(name=name, sampler_seed=seed, **({"pruner": pruner} if pruner else {}))
+    table.update(sweep_keys)
     path = root / f"{name}.toml"
     sweep = {key: value for key, value in table.items() if not isinstance(value, dict)}
     tables = {f"sweep.{key}": value for key, value in table.items() if isinstance(value, dict)}

@@ -130,6 +130,13 @@ def read_summary(directory: Path) -> SweepSummary | None:
         return None
 
 
+def stopped_words(summary: SweepSummary) -> str:
+    """What follows the count of confirmations where some were stopped; else ''."""
+    if not summary.confirm_stopped:
+        return ""
+    return f" ({summary.confirm_stopped} stopped: they could not beat the best)"
+
+
 def describe(summary: SweepSummary, running: int | None = None) -> str:
     """A sweep in one line: its objective, its trials' states and its best value. `running`:
     how many of its trials train now, where the reader knows (from their metrics files: the

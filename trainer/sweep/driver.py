@@ -43,7 +43,7 @@ from typing import Any
 import msgspec
 
 from operant.shared import atomic
-from operant.shared.sweeps import BEST_FILE, SUMMARY_FILE
+from operant.shared.sweeps import BEST_FILE, SUMMARY_FILE, stopped_words
 from operant.trainer.config import toml_value
 from operant.trainer.sweep import objective as obj
 from operant.trainer.sweep import pruning
@@ -155,10 +155,11 @@ class Driver:
                 run.stop()  # again, until it ends (a run started as the signal came, too)
             new = run.poll()
             feeds = slot.index == 0 and slot.confirm_of is None  # a confirmation is not pruned
-            if feeds and new and not slot.pruned and not self.stopping:
-                self._report(slot, new)
-            elif slot.confirm_of is not None and new and not slot.pruned and not self.stopping:
-                self._confirmation_lost(slot, new[-1].elapsed_s)
+            if new and not slot.pruned and not self.stopping:
+                if feeds:
+                    self._report(slot, new)
+                elif slot.confirm_of is not None:
+                    self._confirmation_lost(slot, new[-1].elapsed_s)
             if beat:
                 self._set_attr(slot.trial, "heartbeat", time.time())
             if run.exitcode is not None:
@@ -431,9 +432,7 @@ class Driver:
             f"{summary.failed} failed of {summary.n_trials}"
         )
         if summary.confirm:
-            line += f", {summary.confirmed} confirmed"
-            if summary.confirm_stopped:
-                line += f" ({summary.confirm_stopped} stopped: they could not beat the best)"
+            line += f", {summary.confirmed} confirmed{stopped_words(summary)}"
         best = summary.best
         if best is not None:
             metric = self.sweep.table.objective.metric

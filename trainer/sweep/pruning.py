@@ -6,7 +6,7 @@ process spends deciding it (imported with Optuna, which the sweep extra installs
 decision reads it back, each milliseconds of the sweep process's CPU on the cores the trials
 train on. Reported at every grid point (every 0.05 s of each trial's training, for the
 shipped CartPole sweep), the sweep's process took about half a core, and the trials of the
-pruned sweep trained 1.15-1.5x slower than the same trials unpruned (docs/sweeps.md,
+pruned sweep trained 1.04-1.47x slower than the same trials unpruned (docs/sweeps.md,
 "The sweep's own CPU"). So the sweep reports only the points where its pruner decides
 (`decides`): Hyperband's rungs, the median pruner's every point from its warm-up on, none
 without a pruner; and a trial's last point when it ends, which Hyperband reads its budget
@@ -49,7 +49,7 @@ large batches make few updates in their first tenths of a second."""
 HYPERBAND_MIN_POINTS = 2
 """Hyperband's first rung, in grid points (0.1 s on the shipped CartPole sweep's grid)."""
 REDUCTION = 2
-"""Each rung is this many times the last, and keeps this fraction of the trials that reach
+"""Each rung is this many times the last, and keeps 1/REDUCTION of the trials that reach
 it. Optuna's 3 (rungs at 0.1, 0.3, 0.9 s) let trials that the next rung would stop train to
 0.3 s, a tuned CartPole run's whole training; with 2 (0.1, 0.2, 0.4, 0.8 s) the pruned
 CartPole sweeps trained fewer steps and found configs as good (docs/sweeps.md, Measured)."""

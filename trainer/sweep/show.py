@@ -24,6 +24,7 @@ from operant.shared.sweeps import (
     SweepSummary,
     list_sweep_dirs,
     read_summary,
+    stopped_words,
     sweep_dir,
 )
 
@@ -100,8 +101,7 @@ def render(summary: SweepSummary, top: int) -> str:
             f"; {summary.confirmed} of the best {summary.confirm} confirmed on "
             f"{summary.confirm_seeds} fresh seeds"
         )
-        if summary.confirm_stopped:
-            lines[0] += f" ({summary.confirm_stopped} stopped: they could not beat the best)"
+        lines[0] += stopped_words(summary)
     if summary.best is None:
         return "\n".join([*lines, "no trial has completed yet"])
     lines += _best_lines(summary)
